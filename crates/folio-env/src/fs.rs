@@ -1,0 +1,289 @@
+//! The file system seam: positional reads and writes, explicit durability.
+//!
+//! Files are written with positional writes (`pwrite`) so that a writer keeps its own
+//! offset and readers can read concurrently without seeking. Durability is explicit:
+//! nothing written is durable until `sync_data` (fdatasync) returns `Ok`, and a
+//! directory entry (a created, renamed or removed file) is durable only after
+//! `sync_dir` on its parent. The simulated disk holds the storage engine to exactly
+//! these rules.
+
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// How to open a file. Reads are always allowed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OpenOptions {
+    pub write: bool,
+    /// Create the file if it does not exist.
+    pub create: bool,
+    /// Fail if the file exists (implies `create`).
+    pub create_new: bool,
+    pub truncate: bool,
+}
+
+impl OpenOptions {
+    /// Open an existing file for reading.
+    pub fn read() -> Self {
+        OpenOptions::default()
+    }
+
+    /// Open for reading and writing, creating the file if missing.
+    pub fn write_create() -> Self {
+        OpenOptions {
+            write: true,
+            create: true,
+            ..Default::default()
+        }
+    }
+
+    /// Create a new file; fail if it exists.
+    pub fn create_new() -> Self {
+        OpenOptions {
+            write: true,
+            create_new: true,
+            ..Default::default()
+        }
+    }
+}
+
+/// Free and total bytes of the file system holding a directory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DiskSpace {
+    pub free: u64,
+    pub total: u64,
+}
+
+/// An open file.
+pub trait File: Send + Sync {
+    /// Reads up to `buf.len()` bytes at `offset`; returns how many were read (0 at end).
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize>;
+    /// Writes all of `buf` at `offset`.
+    fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()>;
+    /// Makes the file's data (and the metadata needed to read it) durable: fdatasync.
+    fn sync_data(&self) -> io::Result<()>;
+    /// The file's current length.
+    fn len(&self) -> io::Result<u64>;
+    /// Truncates or extends the file.
+    fn set_len(&self, len: u64) -> io::Result<()>;
+    /// Reserves space for `len` bytes from offset 0 without changing the visible
+    /// length where the platform allows it (fallocate with KEEP_SIZE); best effort.
+    fn allocate(&self, len: u64) -> io::Result<()>;
+
+    /// Reads exactly `buf.len()` bytes at `offset`, or fails with `UnexpectedEof`.
+    fn read_exact_at(&self, mut buf: &mut [u8], mut offset: u64) -> io::Result<()> {
+        while !buf.is_empty() {
+            match self.read_at(buf, offset) {
+                Ok(0) => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        format!("short read at offset {offset}"),
+                    ));
+                }
+                Ok(n) => {
+                    buf = &mut buf[n..];
+                    offset += n as u64;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A file system.
+pub trait FileSystem: Send + Sync + 'static {
+    fn open(&self, path: &Path, opts: OpenOptions) -> io::Result<Arc<dyn File>>;
+    fn create_dir_all(&self, path: &Path) -> io::Result<()>;
+    /// The names (not paths) of the entries of a directory, sorted.
+    fn list_dir(&self, path: &Path) -> io::Result<Vec<String>>;
+    fn remove_file(&self, path: &Path) -> io::Result<()>;
+    /// Atomically replaces `to` with `from`.
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
+    fn exists(&self, path: &Path) -> bool;
+    /// Makes the directory's entries (creations, renames, removals) durable.
+    fn sync_dir(&self, path: &Path) -> io::Result<()>;
+    /// Free and total space of the file system holding `path`.
+    fn space(&self, path: &Path) -> io::Result<DiskSpace>;
+
+    /// Reads a whole file.
+    fn read_file(&self, path: &Path) -> io::Result<Vec<u8>> {
+        let f = self.open(path, OpenOptions::read())?;
+        let len = f.len()? as usize;
+        let mut buf = vec![0; len];
+        f.read_exact_at(&mut buf, 0)?;
+        Ok(buf)
+    }
+
+    /// Durably replaces the file at `path` with `data`: write a temporary file, sync it,
+    /// rename it over `path`, sync the directory. A crash leaves the old or the new
+    /// contents, never a mix.
+    fn write_file_atomic(&self, path: &Path, data: &[u8]) -> io::Result<()> {
+        let tmp = tmp_path(path);
+        let f = self.open(
+            &tmp,
+            OpenOptions {
+                write: true,
+                create: true,
+                truncate: true,
+                create_new: false,
+            },
+        )?;
+        f.write_all_at(data, 0)?;
+        f.set_len(data.len() as u64)?;
+        f.sync_data()?;
+        drop(f);
+        self.rename(&tmp, path)?;
+        self.sync_dir(path.parent().unwrap_or(Path::new(".")))
+    }
+}
+
+fn tmp_path(path: &Path) -> PathBuf {
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(".tmp");
+    path.with_file_name(name)
+}
+
+/// The operating system's file system.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct RealFileSystem;
+
+struct RealFile(std::fs::File);
+
+impl File for RealFile {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        self.0.read_at(buf, offset)
+    }
+
+    fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        self.0.write_all_at(buf, offset)
+    }
+
+    fn sync_data(&self) -> io::Result<()> {
+        rustix::fs::fdatasync(&self.0).map_err(io::Error::from)
+    }
+
+    fn len(&self) -> io::Result<u64> {
+        Ok(self.0.metadata()?.len())
+    }
+
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        self.0.set_len(len)
+    }
+
+    fn allocate(&self, len: u64) -> io::Result<()> {
+        match rustix::fs::fallocate(&self.0, rustix::fs::FallocateFlags::KEEP_SIZE, 0, len) {
+            Ok(()) => Ok(()),
+            // Not every file system supports fallocate; preallocation is only an optimisation.
+            Err(rustix::io::Errno::OPNOTSUPP) | Err(rustix::io::Errno::NOSYS) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
+impl FileSystem for RealFileSystem {
+    fn open(&self, path: &Path, opts: OpenOptions) -> io::Result<Arc<dyn File>> {
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(opts.write || opts.create || opts.create_new || opts.truncate)
+            .create(opts.create)
+            .create_new(opts.create_new)
+            .truncate(opts.truncate)
+            .open(path)
+            .map_err(|e| annotate(e, "open", path))?;
+        Ok(Arc::new(RealFile(f)))
+    }
+
+    fn create_dir_all(&self, path: &Path) -> io::Result<()> {
+        std::fs::create_dir_all(path).map_err(|e| annotate(e, "create directory", path))
+    }
+
+    fn list_dir(&self, path: &Path) -> io::Result<Vec<String>> {
+        let mut names = Vec::new();
+        for entry in std::fs::read_dir(path).map_err(|e| annotate(e, "list", path))? {
+            names.push(entry?.file_name().to_string_lossy().into_owned());
+        }
+        names.sort();
+        Ok(names)
+    }
+
+    fn remove_file(&self, path: &Path) -> io::Result<()> {
+        std::fs::remove_file(path).map_err(|e| annotate(e, "remove", path))
+    }
+
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        std::fs::rename(from, to).map_err(|e| annotate(e, "rename", from))
+    }
+
+    fn exists(&self, path: &Path) -> bool {
+        path.exists()
+    }
+
+    fn sync_dir(&self, path: &Path) -> io::Result<()> {
+        let d = std::fs::File::open(path).map_err(|e| annotate(e, "open directory", path))?;
+        rustix::fs::fsync(&d).map_err(io::Error::from)
+    }
+
+    fn space(&self, path: &Path) -> io::Result<DiskSpace> {
+        let st = rustix::fs::statvfs(path).map_err(|e| annotate(e.into(), "statvfs", path))?;
+        Ok(DiskSpace {
+            free: st.f_bavail.saturating_mul(st.f_frsize),
+            total: st.f_blocks.saturating_mul(st.f_frsize),
+        })
+    }
+}
+
+/// Keeps the error kind (callers match on it) and adds the operation and path to the
+/// message, so that "No space left on device" arrives naming the directory.
+fn annotate(e: io::Error, op: &str, path: &Path) -> io::Error {
+    io::Error::new(e.kind(), format!("{op} {}: {e}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn write_read_sync_and_atomic_replace() {
+        let dir = tempfile::tempdir().unwrap();
+        let fs = RealFileSystem;
+        let p = dir.path().join("a");
+        let f = fs.open(&p, OpenOptions::create_new()).unwrap();
+        f.write_all_at(b"hello", 0).unwrap();
+        f.write_all_at(b"world", 5).unwrap();
+        f.sync_data().unwrap();
+        f.allocate(1 << 20).unwrap();
+        assert_eq!(
+            f.len().unwrap(),
+            10,
+            "KEEP_SIZE preallocation must not change the length"
+        );
+        let mut buf = [0u8; 10];
+        f.read_exact_at(&mut buf, 0).unwrap();
+        assert_eq!(&buf, b"helloworld");
+        assert!(
+            f.read_exact_at(&mut buf, 5).is_err(),
+            "reading past the end must fail"
+        );
+        assert!(fs.open(&p, OpenOptions::create_new()).is_err());
+
+        fs.write_file_atomic(&dir.path().join("b"), b"v1").unwrap();
+        fs.write_file_atomic(&dir.path().join("b"), b"v2!").unwrap();
+        assert_eq!(fs.read_file(&dir.path().join("b")).unwrap(), b"v2!");
+        assert_eq!(fs.list_dir(dir.path()).unwrap(), vec!["a", "b"]);
+        let space = fs.space(dir.path()).unwrap();
+        assert!(space.total > 0 && space.free <= space.total);
+    }
+
+    #[test]
+    fn errors_name_the_path() {
+        let e = RealFileSystem
+            .open(Path::new("/nonexistent-folio-dir/x"), OpenOptions::read())
+            .err()
+            .unwrap();
+        assert_eq!(e.kind(), io::ErrorKind::NotFound);
+        assert!(e.to_string().contains("/nonexistent-folio-dir/x"), "{e}");
+    }
+}

@@ -1,0 +1,92 @@
+//! Folio's shared vocabulary: the ids BookKeeper readers know (ledger, entry, bookie)
+//! and the quorum arithmetic every other crate relies on (which bookies of an
+//! ensemble hold an entry, when a set of answers covers an ack quorum).
+//!
+//! Ledger and entry ids are `i64`, as on BookKeeper's wire, where `-1` means "no entry"
+//! (an empty ledger's LAC, the "last entry" read). Keeping BookKeeper's signed
+//! representation avoids a conversion at every protocol boundary.
+
+pub mod quorum;
+
+use std::fmt;
+
+/// A ledger's id, as BookKeeper's `long ledgerId` (non-negative when valid).
+pub type LedgerId = i64;
+/// An entry's id within a ledger, as BookKeeper's `long entryId`.
+pub type EntryId = i64;
+
+/// "No entry": the LAC of a ledger with no confirmed entry, and BookKeeper's
+/// `LedgerHandle.INVALID_ENTRY_ID`.
+pub const INVALID_ENTRY_ID: EntryId = -1;
+
+/// A read of entry id `-1` asks a bookie for the last entry it holds of a ledger
+/// (BookKeeper's `BookieProtocol.LAST_ADD_CONFIRMED`).
+pub const LAST_ENTRY_ID: EntryId = -1;
+
+/// A bookie's identity: `host:port` unless configured otherwise (BookKeeper's `BookieId`).
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct BookieId(String);
+
+impl BookieId {
+    /// Wraps a bookie id string. BookKeeper allows `[a-zA-Z0-9:-_.]`; anything else is refused.
+    pub fn new(id: impl Into<String>) -> Result<Self, InvalidBookieId> {
+        let id = id.into();
+        let valid = !id.is_empty()
+            && id
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, ':' | '-' | '_' | '.'));
+        if valid {
+            Ok(BookieId(id))
+        } else {
+            Err(InvalidBookieId(id))
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for BookieId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl fmt::Debug for BookieId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "BookieId({})", self.0)
+    }
+}
+
+/// A string that is not a valid bookie id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InvalidBookieId(pub String);
+
+impl fmt::Display for InvalidBookieId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "invalid bookie id {:?}: only letters, digits, ':', '-', '_' and '.' are allowed",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for InvalidBookieId {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bookie_id_accepts_host_port_and_rejects_junk() {
+        assert_eq!(
+            BookieId::new("127.0.0.1:3181").unwrap().as_str(),
+            "127.0.0.1:3181"
+        );
+        assert!(BookieId::new("").is_err());
+        assert!(BookieId::new("a b").is_err());
+        assert!(BookieId::new("host/3181").is_err());
+    }
+}

@@ -1,0 +1,49 @@
+//! The `folio` binary: parses the command line (the contract of DESIGN.md section 4),
+//! wires the real implementations of the seams, and runs one subcommand. Each
+//! subcommand lives in its own module; this file only dispatches.
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "folio",
+    version,
+    about = "Folio: Apache BookKeeper, rebuilt in Rust"
+)]
+struct Cli {
+    /// Metadata service URI: sqlite:///abs/path/metadata.db, zk://host:port[,host:port]/ledgers
+    /// or etcd://host:port[,host:port]/prefix.
+    #[arg(long, global = true, env = "FOLIO_METADATA")]
+    metadata: Option<String>,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Print the version and exit.
+    Version,
+}
+
+fn main() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("FOLIO_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let result: anyhow::Result<()> = match cli.command {
+        Command::Version => {
+            println!("folio {}", env!("CARGO_PKG_VERSION"));
+            Ok(())
+        }
+    };
+    if let Err(e) = result {
+        // One line on stderr that names the cause, and a non-zero status (DESIGN.md section 4).
+        eprintln!("folio: {e:#}");
+        std::process::exit(1);
+    }
+}
