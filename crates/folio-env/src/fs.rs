@@ -56,6 +56,7 @@ pub struct DiskSpace {
 }
 
 /// An open file.
+#[allow(clippy::len_without_is_empty)] // a file's emptiness is never the question; its length is
 pub trait File: Send + Sync {
     /// Reads up to `buf.len()` bytes at `offset`; returns how many were read (0 at end).
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize>;
