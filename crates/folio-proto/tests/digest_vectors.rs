@@ -54,7 +54,10 @@ fn mac_entry_matches_spec_vector() {
 
 #[test]
 fn dummy_entry_has_no_digest() {
-    assert_eq!(spec_entry(DigestType::Dummy, b"").to_vec(), expected_entry(""));
+    assert_eq!(
+        spec_entry(DigestType::Dummy, b"").to_vec(),
+        expected_entry("")
+    );
 }
 
 #[test]

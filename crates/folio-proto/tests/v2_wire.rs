@@ -35,20 +35,40 @@ const KEY: [u8; 20] = [0xAB; 20];
 #[test]
 fn header_words_match_spec_examples() {
     let cases = [
-        (0x0201_0000, PacketHeader::new(2, OpCode::AddEntry, Flags::NONE)),
+        (
+            0x0201_0000,
+            PacketHeader::new(2, OpCode::AddEntry, Flags::NONE),
+        ),
         (
             0x0201_0006,
-            PacketHeader::new(2, OpCode::AddEntry, Flags::RECOVERY_ADD | Flags::HIGH_PRIORITY),
+            PacketHeader::new(
+                2,
+                OpCode::AddEntry,
+                Flags::RECOVERY_ADD | Flags::HIGH_PRIORITY,
+            ),
         ),
-        (0x0202_0000, PacketHeader::new(2, OpCode::ReadEntry, Flags::NONE)),
+        (
+            0x0202_0000,
+            PacketHeader::new(2, OpCode::ReadEntry, Flags::NONE),
+        ),
         (
             0x0202_0005,
-            PacketHeader::new(2, OpCode::ReadEntry, Flags::DO_FENCING | Flags::HIGH_PRIORITY),
+            PacketHeader::new(
+                2,
+                OpCode::ReadEntry,
+                Flags::DO_FENCING | Flags::HIGH_PRIORITY,
+            ),
         ),
-        (0x0207_0000, PacketHeader::new(2, OpCode::BatchReadEntry, Flags::NONE)),
+        (
+            0x0207_0000,
+            PacketHeader::new(2, OpCode::BatchReadEntry, Flags::NONE),
+        ),
         (0x0103_0000, PacketHeader::new(1, OpCode::Auth, Flags::NONE)),
         // Legacy version 0: the word is the opcode.
-        (0x0000_0002, PacketHeader::new(0, OpCode::ReadEntry, Flags::NONE)),
+        (
+            0x0000_0002,
+            PacketHeader::new(0, OpCode::ReadEntry, Flags::NONE),
+        ),
     ];
     for (word, header) in cases {
         assert_eq!(header.to_word(), word, "{header:?}");
@@ -132,7 +152,10 @@ fn read_request_layouts() {
         entry_id: -1,
         master_key: None,
     });
-    assert_eq!(v2::decode_request(deframe(&framed(&body))).unwrap(), expected);
+    assert_eq!(
+        v2::decode_request(deframe(&framed(&body))).unwrap(),
+        expected
+    );
     assert_eq!(&expected.to_bytes()[..], &body[..]);
 
     // Fence + high priority read: len 40 with the master key.
@@ -191,7 +214,10 @@ fn batch_read_request_layouts() {
         max_size: 1 << 20,
         master_key: None,
     });
-    assert_eq!(v2::decode_request(Bytes::from(body.clone())).unwrap(), expected);
+    assert_eq!(
+        v2::decode_request(Bytes::from(body.clone())).unwrap(),
+        expected
+    );
     assert_eq!(&expected.to_bytes()[..], &body[..]);
 
     let mut body = unhex(
@@ -239,7 +265,10 @@ fn auth_request_and_response_layout() {
         v2::decode_response(Bytes::from(body.clone())).unwrap(),
         v2::Response::Auth(expected.clone())
     );
-    assert_eq!(&v2::Request::Auth(expected.clone()).to_bytes()[..], &body[..]);
+    assert_eq!(
+        &v2::Request::Auth(expected.clone()).to_bytes()[..],
+        &body[..]
+    );
     assert_eq!(&v2::Response::Auth(expected).to_bytes()[..], &body[..]);
 
     // An AuthMessage without its required payload is rejected, as protobuf-java does.
@@ -283,7 +312,10 @@ fn read_response_layout() {
         entry_id: 0,
         body: Bytes::from(entry),
     });
-    assert_eq!(v2::decode_response(Bytes::from(body.clone())).unwrap(), expected);
+    assert_eq!(
+        v2::decode_response(Bytes::from(body.clone())).unwrap(),
+        expected
+    );
     assert_eq!(&expected.to_bytes()[..], &body[..]);
 
     // Error: empty body, rc ENOENTRY = 2.
@@ -295,7 +327,10 @@ fn read_response_layout() {
         entry_id: 9,
         body: Bytes::new(),
     });
-    assert_eq!(v2::decode_response(Bytes::from(body.clone())).unwrap(), expected);
+    assert_eq!(
+        v2::decode_response(Bytes::from(body.clone())).unwrap(),
+        expected
+    );
     assert_eq!(&expected.to_bytes()[..], &body[..]);
 }
 
@@ -317,7 +352,10 @@ fn batch_read_response_layout() {
             Bytes::from_static(&[0xcc]),
         ],
     });
-    assert_eq!(v2::decode_response(Bytes::from(body.clone())).unwrap(), expected);
+    assert_eq!(
+        v2::decode_response(Bytes::from(body.clone())).unwrap(),
+        expected
+    );
     assert_eq!(&expected.to_bytes()[..], &body[..]);
 
     // An entry length running past the frame, or negative, is an error.

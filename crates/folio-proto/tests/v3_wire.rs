@@ -22,7 +22,10 @@ fn cat(parts: &[&[u8]]) -> Vec<u8> {
 
 /// Checks decode(bytes) == msg and encode(msg) == bytes, through a framed round trip too.
 fn check_request(bytes: &[u8], msg: &pb::Request) {
-    assert_eq!(&v3::decode_request(Bytes::copy_from_slice(bytes)).unwrap(), msg);
+    assert_eq!(
+        &v3::decode_request(Bytes::copy_from_slice(bytes)).unwrap(),
+        msg
+    );
     assert_eq!(&v3::encode_request(msg)[..], bytes);
     let mut framed = BytesMut::new();
     v3::encode_request_frame(msg, &mut framed);
@@ -37,7 +40,10 @@ fn check_request(bytes: &[u8], msg: &pb::Request) {
 }
 
 fn check_response(bytes: &[u8], msg: &pb::Response) {
-    assert_eq!(&v3::decode_response(Bytes::copy_from_slice(bytes)).unwrap(), msg);
+    assert_eq!(
+        &v3::decode_response(Bytes::copy_from_slice(bytes)).unwrap(),
+        msg
+    );
     assert_eq!(&v3::encode_response(msg)[..], bytes);
     match folio_proto::decode_response(Bytes::copy_from_slice(bytes)).unwrap() {
         AnyResponse::V3(r) => assert_eq!(&*r, msg),
@@ -258,7 +264,11 @@ fn read_response_bytes() {
     // readResponse (100 -> 0xa2 0x06): status EOK, ledger 7, entry 0, body aabb, maxLAC 5,
     // lacUpdateTimestamp 300 (field 6 -> 0x30, varint 0xac 0x02)
     let rr = unhex("0800 1007 1800 2202aabb 2805 30ac02");
-    let bytes = cat(&[&unhex("0a06 0803 1001 1805 1000 a206"), &[rr.len() as u8], &rr]);
+    let bytes = cat(&[
+        &unhex("0a06 0803 1001 1805 1000 a206"),
+        &[rr.len() as u8],
+        &rr,
+    ]);
     check_response(
         &bytes,
         &pb::Response {
@@ -360,7 +370,11 @@ fn other_responses_bytes() {
     let mut auth = vec![0x0a, 18];
     auth.extend_from_slice(b"AuthDisabledPlugin");
     auth.extend_from_slice(&[0x12, 0x00]);
-    let bytes = cat(&[&unhex("0a06 0803 1005 1801 1000 b206"), &[auth.len() as u8], &auth]);
+    let bytes = cat(&[
+        &unhex("0a06 0803 1005 1801 1000 b206"),
+        &[auth.len() as u8],
+        &auth,
+    ]);
     check_response(
         &bytes,
         &pb::Response {
@@ -395,13 +409,21 @@ fn missing_required_fields_are_errors() {
         // no header at all
         ("c206 02 0807", "Request", "header"),
         // addRequest without body
-        ("0a06 0803 1002 1801 aa06 06 0801 1000 1a00", "AddRequest", "body"),
+        (
+            "0a06 0803 1002 1801 aa06 06 0801 1000 1a00",
+            "AddRequest",
+            "body",
+        ),
         // readRequest without entryId
         ("0a06 0803 1001 1801 a206 02 0807", "ReadRequest", "entryId"),
         // context pair without value
         ("0a06 0803 1001 1801 c20c 03 0a016b", "ContextPair", "value"),
         // writeLacRequest without masterKey
-        ("0a06 0803 1006 1801 ba06 06 0807 1003 2200", "WriteLacRequest", "masterKey"),
+        (
+            "0a06 0803 1006 1801 ba06 06 0807 1003 2200",
+            "WriteLacRequest",
+            "masterKey",
+        ),
     ];
     for (hex, message, field) in cases {
         assert_eq!(
@@ -412,8 +434,16 @@ fn missing_required_fields_are_errors() {
     }
     let resp_cases: [(&str, &str, &str); 3] = [
         ("0a06 0803 1002 1801", "Response", "status"),
-        ("0a06 0803 1002 1801 1000 aa06 04 0800 1001", "AddResponse", "entryId"),
-        ("0a06 0803 1002 1801 1000 b206 03 0a0150", "AuthMessage", "payload"),
+        (
+            "0a06 0803 1002 1801 1000 aa06 04 0800 1001",
+            "AddResponse",
+            "entryId",
+        ),
+        (
+            "0a06 0803 1002 1801 1000 b206 03 0a0150",
+            "AuthMessage",
+            "payload",
+        ),
     ];
     for (hex, message, field) in resp_cases {
         assert_eq!(
