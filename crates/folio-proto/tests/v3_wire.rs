@@ -529,3 +529,26 @@ fn garbage_is_an_error() {
         Err(ProtoError::EmptyFrame)
     );
 }
+
+#[test]
+fn response_constructors_and_effective_status() {
+    let req = v3::request_header(OperationType::AddEntry, 12, Some(100));
+    let ok = pb::Response::for_add(&req, StatusCode::Eok, 3, 4);
+    assert_eq!(ok.header.txn_id, 12);
+    assert_eq!(ok.header.operation, OperationType::AddEntry as i32);
+    assert_eq!(ok.header.priority, None);
+    assert_eq!(ok.effective_status(), Ok(folio_proto::Status::Ok));
+    let fenced = pb::Response::for_add(&req, StatusCode::Efenced, 3, 4);
+    assert_eq!(fenced.status, StatusCode::Efenced as i32);
+    assert_eq!(fenced.effective_status(), Ok(folio_proto::Status::Fenced));
+    // Top-level EOK with a failing sub-response: the sub-response wins.
+    let mut mixed = pb::Response::for_read(&req, StatusCode::Enoentry, 3, 4, None, Some(2));
+    mixed.status = StatusCode::Eok as i32;
+    assert_eq!(mixed.effective_status(), Ok(folio_proto::Status::NoEntry));
+    // Top-level error without sub-response.
+    let bad = pb::Response::status_only(&req, StatusCode::Ebadversion);
+    assert_eq!(bad.effective_status(), Ok(folio_proto::Status::BadVersion));
+    // Round trip through the wire.
+    let back = v3::decode_response(v3::encode_response(&mixed)).unwrap();
+    assert_eq!(back, mixed);
+}
