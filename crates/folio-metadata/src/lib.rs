@@ -3,7 +3,10 @@
 //! ([`format`]), the metadata service URI ([`MetadataUri`]), and the embedded drivers.
 
 pub mod error;
+pub mod format;
 pub mod store;
+pub mod uri;
 
 pub use error::{MetadataError, Result};
 pub use store::*;
+pub use uri::MetadataUri;
