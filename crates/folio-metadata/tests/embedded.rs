@@ -104,7 +104,7 @@ async fn dropping_every_handle_of_a_mem_session_ends_it() {
     let id = BookieId::new("bookie-2:3181").unwrap();
     {
         let a = cluster.connect();
-        let reg = a
+        let _reg = a
             .register_bookie(&id, BookieMode::Writable, &BookieServiceInfo::default())
             .await
             .unwrap();
