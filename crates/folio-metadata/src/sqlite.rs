@@ -87,6 +87,11 @@ struct Inner {
     session: i64,
     opts: SqliteOptions,
     state: watch::Sender<SessionState>,
+    /// The database-wide revision as last polled; ledger watches wake on its changes
+    /// instead of each re-reading its record on every tick. Polled only once a
+    /// ledger watch exists.
+    revision: watch::Sender<i64>,
+    revision_poller: std::sync::Once,
 }
 
 impl Inner {
@@ -356,6 +361,8 @@ impl SqliteMetadataStore {
             session,
             opts,
             state: watch::Sender::new(SessionState::Connected),
+            revision: watch::Sender::new(0),
+            revision_poller: std::sync::Once::new(),
         });
         tokio::spawn(heartbeat(Arc::downgrade(&inner)));
         Ok(SqliteMetadataStore { inner })
@@ -379,7 +386,10 @@ impl SqliteMetadataStore {
 
     /// Follows `compute(connection)` by polling until the receiver is dropped or the
     /// session ends.
-    fn follow<T, F>(&self, initial: T, compute: F) -> watch::Receiver<T>
+    /// With `on_revision`, recomputes only when the database revision moves (for
+    /// values only writes change); otherwise on every poll tick (for values that
+    /// also change when a session silently expires, like membership).
+    fn follow<T, F>(&self, initial: T, on_revision: bool, compute: F) -> watch::Receiver<T>
     where
         T: PartialEq + Send + Sync + 'static,
         F: Fn(&Connection) -> Result<T> + Send + Sync + 'static,
@@ -388,11 +398,29 @@ impl SqliteMetadataStore {
         let weak = Arc::downgrade(&self.inner);
         let compute = Arc::new(compute);
         let poll = self.inner.opts.poll_interval;
+        let mut revision = self.inner.revision.subscribe();
+        if on_revision {
+            self.inner
+                .revision_poller
+                .call_once(|| drop(tokio::spawn(poll_revision(Arc::downgrade(&self.inner)))));
+        }
         tokio::spawn(async move {
+            // Recompute once right after subscribing: a write between the caller's
+            // initial read and the subscription must not be missed.
+            let mut recompute_now = on_revision;
             loop {
-                tokio::select! {
-                    _ = tokio::time::sleep(poll) => {}
-                    _ = tx.closed() => break,
+                if recompute_now {
+                    recompute_now = false;
+                } else if on_revision {
+                    tokio::select! {
+                        r = revision.changed() => if r.is_err() { break },
+                        _ = tx.closed() => break,
+                    }
+                } else {
+                    tokio::select! {
+                        _ = tokio::time::sleep(poll) => {}
+                        _ = tx.closed() => break,
+                    }
                 }
                 let Some(inner) = weak.upgrade() else { break };
                 let compute = compute.clone();
@@ -401,6 +429,8 @@ impl SqliteMetadataStore {
                     Err(MetadataError::SessionExpired) => break,
                     Err(e) => {
                         tracing::debug!("sqlite watch poll failed: {e}");
+                        tokio::time::sleep(poll).await;
+                        recompute_now = true;
                         continue;
                     }
                 };
@@ -415,6 +445,32 @@ impl SqliteMetadataStore {
             }
         });
         rx
+    }
+}
+
+/// Keeps `Inner::revision` equal to the database's revision until the store is dropped.
+async fn poll_revision(weak: Weak<Inner>) {
+    loop {
+        let Some(inner) = weak.upgrade() else { return };
+        let poll = inner.opts.poll_interval;
+        match inner
+            .run(|c| {
+                Ok(c.query_row("SELECT v FROM revision WHERE id = 0", [], |r| {
+                    r.get::<_, i64>(0)
+                })?)
+            })
+            .await
+        {
+            Ok(v) => {
+                inner
+                    .revision
+                    .send_if_modified(|old| std::mem::replace(old, v) != v);
+            }
+            Err(MetadataError::SessionExpired) => return,
+            Err(e) => tracing::debug!("sqlite revision poll failed: {e}"),
+        }
+        drop(inner);
+        tokio::time::sleep(poll).await;
     }
 }
 
@@ -606,7 +662,7 @@ impl MetadataStore for SqliteMetadataStore {
 
     async fn watch_bookies(&self) -> Result<watch::Receiver<BookieSet>> {
         let initial = self.list_bookies().await?;
-        Ok(self.follow(initial, read_bookie_set))
+        Ok(self.follow(initial, false, read_bookie_set))
     }
 
     async fn read_cookie(&self, bookie: &BookieId) -> Result<Versioned<Vec<u8>>> {
@@ -849,7 +905,7 @@ impl MetadataStore for SqliteMetadataStore {
                 }))
         };
         let initial = self.inner.run(move |c| compute(c)).await?;
-        Ok(self.follow(initial, compute))
+        Ok(self.follow(initial, true, compute))
     }
 
     async fn mark_underreplicated(&self, ledger: LedgerId, missing: &[BookieId]) -> Result<()> {
