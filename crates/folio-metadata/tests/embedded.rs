@@ -114,3 +114,38 @@ async fn dropping_every_handle_of_a_mem_session_ends_it() {
     }
     assert!(!b.list_bookies().await.unwrap().writable.contains(&id));
 }
+
+#[tokio::test]
+async fn a_deterministic_mem_cluster_replays_ids_and_times() {
+    let run = |seed| async move {
+        let cluster = MemCluster::deterministic("sim", seed, std::sync::Arc::new(|| 1_000));
+        let s = cluster.connect();
+        let info = s.init_cluster().await.unwrap();
+        s.mark_underreplicated(3, &[BookieId::new("b:1").unwrap()])
+            .await
+            .unwrap();
+        (
+            info.instance_id,
+            s.get_underreplicated(3).await.unwrap().ctime,
+        )
+    };
+    let (a, ctime) = run(7).await;
+    assert_eq!(
+        ctime,
+        Some(1_000),
+        "the mark's ctime must come from the given clock"
+    );
+    assert_eq!(
+        run(7).await.0,
+        a,
+        "the same seed must give the same instance id"
+    );
+    assert_ne!(
+        run(8).await.0,
+        a,
+        "another seed must give another instance id"
+    );
+    let parts: Vec<_> = a.split('-').map(str::len).collect();
+    assert_eq!(parts, [8, 4, 4, 4, 12], "not a UUID: {a}");
+    assert_eq!(&a[14..15], "4", "not a version 4 UUID: {a}");
+}
