@@ -6,7 +6,8 @@
 //! (bookie registrations, under-replication locks, Auditor votes) belong to a
 //! *session*: a row whose `expires_at` a heartbeat task pushes forward. A process that
 //! dies stops renewing, and after the session timeout its records count as gone
-//! (readers ignore them, the next writer deletes them). Watches poll.
+//! (readers ignore them, the next writer deletes them). Leases are measured on the
+//! machine's wall clock, which every process sharing the file shares. Watches poll.
 //! Versions are a database-wide revision, so a deleted and recreated record never
 //! reuses a version. Blocking calls run on `spawn_blocking`.
 
