@@ -1,6 +1,6 @@
 //! Folio's metadata layer: the contract every metadata service driver implements
 //! ([`MetadataStore`]), BookKeeper's serialization of the records it holds
-//! ([`format`]), the metadata service URI ([`MetadataUri`]), and the embedded drivers
+//! ([`mod@format`]), the metadata service URI ([`MetadataUri`]), and the embedded drivers
 //! (`mem://` in [`mem`], `sqlite://` in [`sqlite`]).
 
 #[cfg(feature = "conformance")]
