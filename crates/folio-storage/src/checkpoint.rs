@@ -1,0 +1,54 @@
+//! Checkpoints: make the ledger store durable, then let the journal forget.
+//!
+//! Order matters. (1) Take, per journal directory, the end of the last durable group:
+//! every record before it was applied to the ledger store before it was queued.
+//! (2) `flush` the ledger store. (3) Persist each directory's mark atomically, only
+//! forward. (4) Delete the journal files wholly before the mark. A crash between any
+//! two steps leaves an older mark, so the replay covers at least what the ledger store
+//! may have lost. One checkpoint runs at a time (marks only move forward).
+
+use std::time::Duration;
+
+use crate::error::StorageError;
+use crate::storage::Inner;
+
+/// One checkpoint.
+pub(crate) fn checkpoint(inner: &Inner) -> Result<(), StorageError> {
+    let _one_at_a_time = inner.checkpoint_lock.lock();
+    let marks = inner.journal.synced_positions();
+    inner.store.flush()?;
+    for (i, mark) in marks.into_iter().enumerate() {
+        inner.journal.persist_mark(i, mark)?;
+    }
+    Ok(())
+}
+
+/// The checkpoint thread: every `flush_interval`, or sooner when the write cache
+/// passes its threshold.
+pub(crate) fn run_thread(inner: &Inner) {
+    let interval = inner.config.flush_interval;
+    let poll = interval.min(Duration::from_millis(100));
+    let mut last = inner.env.clock.now();
+    loop {
+        {
+            let mut stop = inner.stop.lock();
+            if *stop {
+                return;
+            }
+            inner.stop_cv.wait_for(&mut stop, poll);
+            if *stop {
+                return;
+            }
+        }
+        let now = inner.env.clock.now();
+        let due = now.duration_since(last) >= interval
+            || inner.store.write_cache_used() >= inner.config.checkpoint_write_cache_bytes;
+        if !due {
+            continue;
+        }
+        last = now;
+        if let Err(e) = checkpoint(inner) {
+            tracing::error!("checkpoint failed: {e}");
+        }
+    }
+}
