@@ -7,14 +7,33 @@
 //! two steps leaves an older mark, so the replay covers at least what the ledger store
 //! may have lost. One checkpoint runs at a time (marks only move forward).
 
+use std::io;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::error::StorageError;
 use crate::storage::Inner;
 
-/// One checkpoint.
+/// One checkpoint. A failure makes the engine read-only: after a failed fsync the
+/// kernel may have dropped the data it could not write, and a later "successful"
+/// flush would then move the mark past data that never reached the disk.
 pub(crate) fn checkpoint(inner: &Inner) -> Result<(), StorageError> {
     let _one_at_a_time = inner.checkpoint_lock.lock();
+    if let Some(reason) = inner.journal.read_only_reason() {
+        return Err(StorageError::ReadOnly { reason });
+    }
+    let r = checkpoint_steps(inner);
+    if let Err(e) = &r {
+        inner.journal.poison(
+            "checkpoint",
+            PathBuf::from("checkpoint"),
+            &io::Error::other(e.to_string()),
+        );
+    }
+    r
+}
+
+fn checkpoint_steps(inner: &Inner) -> Result<(), StorageError> {
     let marks = inner.journal.synced_positions();
     inner.store.flush()?;
     for (i, mark) in marks.into_iter().enumerate() {

@@ -62,21 +62,33 @@ pub enum StorageError {
 }
 
 impl StorageError {
-    /// An I/O error on `path`; a full disk becomes `NoSpace` naming the directory.
+    /// An I/O error on file `path`; a full disk becomes `NoSpace` naming its directory.
     pub(crate) fn io(op: &'static str, path: impl Into<PathBuf>, source: io::Error) -> Self {
         let path = path.into();
         if is_no_space(&source) {
-            let dir = if path.extension().is_some() {
-                path.parent().map(PathBuf::from).unwrap_or(path)
-            } else {
-                path
-            };
+            let dir = path.parent().map(PathBuf::from).unwrap_or(path);
             return StorageError::NoSpace {
                 dir,
                 detail: format!("{op}: {source}"),
             };
         }
         StorageError::Io { op, path, source }
+    }
+
+    /// An I/O error on directory `dir`.
+    pub(crate) fn io_dir(op: &'static str, dir: impl Into<PathBuf>, source: io::Error) -> Self {
+        let dir = dir.into();
+        if is_no_space(&source) {
+            return StorageError::NoSpace {
+                dir,
+                detail: format!("{op}: {source}"),
+            };
+        }
+        StorageError::Io {
+            op,
+            path: dir,
+            source,
+        }
     }
 }
 
@@ -100,6 +112,15 @@ mod tests {
             other => panic!("expected NoSpace, got {other:?}"),
         }
         assert!(e.to_string().contains("/j/current"), "{e}");
+        let e = StorageError::io_dir(
+            "create directory",
+            "/j/current",
+            io::Error::new(io::ErrorKind::StorageFull, "full"),
+        );
+        assert!(
+            e.to_string().contains("no space left in /j/current:"),
+            "{e}"
+        );
         let e = StorageError::io("read", "/j/x", io::Error::other("boom"));
         assert!(matches!(e, StorageError::Io { .. }));
         assert!(e.to_string().contains("read /j/x"), "{e}");

@@ -11,7 +11,6 @@ pub mod checkpoint;
 pub mod config;
 pub mod error;
 pub mod journal;
-#[cfg(any(test, feature = "sim"))]
 pub mod mem_store;
 pub mod storage;
 

@@ -74,10 +74,23 @@ struct State {
     capacity: u64,
     syncs: u64,
     failed_syncs: u64,
+    /// Take a crash image before every operation (for crash-at-every-step tests).
+    capture: Option<CrashMode>,
+    captures: Vec<(u64, SimFileSystem)>,
 }
 
 impl State {
     fn tick(&mut self) {
+        if let Some(mode) = self.capture {
+            let mode = match mode {
+                CrashMode::Clean => CrashMode::Clean,
+                CrashMode::Torn { seed } => CrashMode::Torn {
+                    seed: seed ^ self.ops.wrapping_mul(0x9E37_79B9_7F4A_7C15),
+                },
+            };
+            let image = crash_image(self, mode);
+            self.captures.push((self.ops, image));
+        }
         self.ops += 1;
     }
 
@@ -211,44 +224,21 @@ impl SimFileSystem {
     /// The file system a power loss now would leave behind. This disk is unchanged
     /// (threads still writing to it do not affect the returned one).
     pub fn crash(&self, mode: CrashMode) -> SimFileSystem {
-        let s = self.state.lock();
-        let mut rng = match mode {
-            CrashMode::Clean => None,
-            CrashMode::Torn { seed } => Some(fastrand::Rng::with_seed(seed)),
-        };
-        let mut inodes = HashMap::new();
-        // Iterate in path order so the seeded choices do not depend on hash order.
-        for (path, ino) in &s.durable_names {
-            let _ = path;
-            if inodes.contains_key(ino) {
-                continue;
-            }
-            let node = &s.inodes[ino];
-            let mut image = node.durable.clone();
-            if let Some(rng) = rng.as_mut() {
-                apply_torn(&mut image, &node.pending, rng);
-            }
-            inodes.insert(
-                *ino,
-                Inode {
-                    live: image.clone(),
-                    durable: image,
-                    pending: Vec::new(),
-                },
-            );
-        }
-        let state = State {
-            inodes,
-            next_inode: s.next_inode,
-            live_names: s.durable_names.clone(),
-            durable_names: s.durable_names.clone(),
-            dirs: s.dirs.clone(),
-            capacity: s.capacity,
-            ..Default::default()
-        };
-        SimFileSystem {
-            state: Arc::new(Mutex::new(state)),
-        }
+        crash_image(&self.state.lock(), mode)
+    }
+
+    /// From now on, takes a crash image just before every mutating operation, labelled
+    /// with the number of operations completed when it was taken. With
+    /// `CrashMode::Torn`, each image is torn with its own seed derived from `mode`'s.
+    pub fn capture_every_op(&self, mode: CrashMode) {
+        self.state.lock().capture = Some(mode);
+    }
+
+    /// Stops capturing and returns the images taken: `(ops completed, image)`.
+    pub fn take_captures(&self) -> Vec<(u64, SimFileSystem)> {
+        let mut s = self.state.lock();
+        s.capture = None;
+        std::mem::take(&mut s.captures)
     }
 
     fn with_inode<T>(
@@ -261,6 +251,46 @@ impl SimFileSystem {
             return Err(io::Error::other("stale simulated file handle"));
         }
         f(&mut s, ino)
+    }
+}
+
+/// The state a power loss would leave (see [`SimFileSystem::crash`]).
+fn crash_image(s: &State, mode: CrashMode) -> SimFileSystem {
+    let mut rng = match mode {
+        CrashMode::Clean => None,
+        CrashMode::Torn { seed } => Some(fastrand::Rng::with_seed(seed)),
+    };
+    let mut inodes = HashMap::new();
+    // Iterate in path order so the seeded choices do not depend on hash order.
+    for ino in s.durable_names.values() {
+        if inodes.contains_key(ino) {
+            continue;
+        }
+        let node = &s.inodes[ino];
+        let mut image = node.durable.clone();
+        if let Some(rng) = rng.as_mut() {
+            apply_torn(&mut image, &node.pending, rng);
+        }
+        inodes.insert(
+            *ino,
+            Inode {
+                live: image.clone(),
+                durable: image,
+                pending: Vec::new(),
+            },
+        );
+    }
+    let state = State {
+        inodes,
+        next_inode: s.next_inode,
+        live_names: s.durable_names.clone(),
+        durable_names: s.durable_names.clone(),
+        dirs: s.dirs.clone(),
+        capacity: s.capacity,
+        ..Default::default()
+    };
+    SimFileSystem {
+        state: Arc::new(Mutex::new(state)),
     }
 }
 
@@ -677,6 +707,29 @@ mod tests {
             io::ErrorKind::StorageFull
         );
         g.write_all_at(&[2; 10], 0).unwrap(); // overwriting needs no space
+    }
+
+    #[test]
+    fn captures_show_each_step_durable_or_not() {
+        let fs = setup();
+        let f = fs.open(&p("/d/a"), OpenOptions::create_new()).unwrap();
+        fs.sync_dir(&p("/d")).unwrap();
+        let start = fs.ops();
+        fs.capture_every_op(CrashMode::Clean);
+        f.write_all_at(b"one", 0).unwrap();
+        f.sync_data().unwrap();
+        f.write_all_at(b"two", 3).unwrap();
+        let caps = fs.take_captures();
+        let seen: Vec<(u64, Vec<u8>)> = caps
+            .iter()
+            .map(|(n, img)| (n - start, img.read_file(&p("/d/a")).unwrap()))
+            .collect();
+        assert_eq!(
+            seen,
+            vec![(0, b"".to_vec()), (1, b"".to_vec()), (2, b"one".to_vec())]
+        );
+        f.sync_data().unwrap();
+        assert!(fs.take_captures().is_empty(), "capturing stopped");
     }
 
     #[test]

@@ -59,13 +59,17 @@ impl Journal {
         }
         let mut stats = ReplayStats::default();
         let mut prepared = Vec::new();
+        let poison = Arc::new(Mutex::new(None));
         for d in &cfg.dirs {
             let current = d.join("current");
-            env.fs
-                .create_dir_all(&current)
-                .map_err(|e| StorageError::io("create journal directory", current.clone(), e))?;
+            env.fs.create_dir_all(&current).map_err(|e| {
+                StorageError::io_dir("create journal directory", current.clone(), e)
+            })?;
             let (mark, next_id) = replay_dir(&*env.fs, &current, apply, &mut stats)?;
-            prepared.push((Arc::new(DirShared::new(current, mark)), next_id));
+            prepared.push((
+                Arc::new(DirShared::new(current, mark, Arc::clone(&poison))),
+                next_id,
+            ));
         }
         let mut threads = Vec::new();
         let mut dirs = Vec::new();
@@ -138,9 +142,19 @@ impl Journal {
 
     /// Why the journal takes no more writes, if it does not (a failed write or fsync).
     pub fn read_only_reason(&self) -> Option<String> {
-        self.dirs
-            .iter()
-            .find_map(|d| d.poison.lock().as_ref().map(|p| p.reason()))
+        self.dirs[0].poison.lock().as_ref().map(|p| p.reason())
+    }
+
+    /// Stops all writes (invariant 9) because something outside the journal failed in
+    /// a way that may have lost data, e.g. an fsync of the ledger store during a
+    /// checkpoint. The first reason is kept.
+    pub(crate) fn poison(&self, op: &'static str, path: PathBuf, e: &std::io::Error) {
+        let mut p = self.dirs[0].poison.lock();
+        if p.is_none() {
+            let poison = writer::Poison::new(op, path, e);
+            tracing::error!("storage read-only: {}", poison.reason());
+            *p = Some(poison);
+        }
     }
 
     /// The error a write gets when the journal is poisoned.
@@ -179,7 +193,7 @@ impl Journal {
         let names = self
             .fs
             .list_dir(&d.dir)
-            .map_err(|e| StorageError::io("list journal directory", d.dir.clone(), e))?;
+            .map_err(|e| StorageError::io_dir("list journal directory", d.dir.clone(), e))?;
         for id in names.iter().filter_map(|n| format::parse_file_name(n)) {
             if id < mark.file_id {
                 let p = d.dir.join(format::file_name(id));
@@ -248,7 +262,7 @@ fn replay_dir(
     let mark = read_mark(fs, dir)?;
     let names = fs
         .list_dir(dir)
-        .map_err(|e| StorageError::io("list journal directory", dir.to_path_buf(), e))?;
+        .map_err(|e| StorageError::io_dir("list journal directory", dir.to_path_buf(), e))?;
     let mut ids: Vec<u64> = names
         .iter()
         .filter_map(|n| format::parse_file_name(n))

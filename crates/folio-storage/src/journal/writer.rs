@@ -62,7 +62,7 @@ pub(crate) struct Poison {
 }
 
 impl Poison {
-    fn new(op: &'static str, path: PathBuf, e: &io::Error) -> Self {
+    pub(crate) fn new(op: &'static str, path: PathBuf, e: &io::Error) -> Self {
         Poison {
             op,
             path,
@@ -109,7 +109,8 @@ pub(crate) struct DirShared {
     pub dir: PathBuf,
     queue: Mutex<Queue>,
     cv: Condvar,
-    pub(crate) poison: Mutex<Option<Poison>>,
+    /// Shared by all directories: one failed write or fdatasync stops them all.
+    pub(crate) poison: Arc<Mutex<Option<Poison>>>,
     /// End of the last group made durable: every record before it was applied to the
     /// ledger store before it was queued, so a checkpoint may take it as its mark.
     synced: Mutex<Position>,
@@ -118,12 +119,12 @@ pub(crate) struct DirShared {
 }
 
 impl DirShared {
-    pub(crate) fn new(dir: PathBuf, mark: Position) -> Self {
+    pub(crate) fn new(dir: PathBuf, mark: Position, poison: Arc<Mutex<Option<Poison>>>) -> Self {
         DirShared {
             dir,
             queue: Mutex::new(Queue::default()),
             cv: Condvar::new(),
-            poison: Mutex::new(None),
+            poison,
             synced: Mutex::new(mark),
             persisted_mark: Mutex::new(mark),
         }
@@ -394,6 +395,6 @@ fn new_file(
     file.sync_data()
         .map_err(|e| StorageError::io("fdatasync journal header", path.clone(), e))?;
     fs.sync_dir(dir)
-        .map_err(|e| StorageError::io("fsync journal directory", dir.to_path_buf(), e))?;
+        .map_err(|e| StorageError::io_dir("fsync journal directory", dir.to_path_buf(), e))?;
     Ok((file, path))
 }
