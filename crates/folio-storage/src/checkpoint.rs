@@ -9,6 +9,7 @@
 
 use std::io;
 use std::path::PathBuf;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use crate::error::StorageError;
@@ -42,11 +43,22 @@ fn checkpoint_steps(inner: &Inner) -> Result<(), StorageError> {
     Ok(())
 }
 
-/// The checkpoint thread: every `flush_interval`, or sooner when the write cache
-/// passes its threshold.
+/// Asks the checkpoint thread for a checkpoint now (the write cache is full).
+pub(crate) fn request(inner: &Inner) {
+    inner.checkpoint_requested.store(true, Ordering::SeqCst);
+    let _stop = inner.stop.lock();
+    inner.stop_cv.notify_all();
+}
+
+/// The checkpoint thread: every `flush_interval` (if not zero), when the write cache
+/// passes its threshold, and when the ledger store asks for room.
 pub(crate) fn run_thread(inner: &Inner) {
     let interval = inner.config.flush_interval;
-    let poll = interval.min(Duration::from_millis(100));
+    let poll = if interval.is_zero() {
+        Duration::from_millis(100)
+    } else {
+        interval.min(Duration::from_millis(100))
+    };
     let mut last = inner.env.clock.now();
     loop {
         {
@@ -54,15 +66,19 @@ pub(crate) fn run_thread(inner: &Inner) {
             if *stop {
                 return;
             }
-            inner.stop_cv.wait_for(&mut stop, poll);
+            if !inner.checkpoint_requested.load(Ordering::SeqCst) {
+                inner.stop_cv.wait_for(&mut stop, poll);
+            }
             if *stop {
                 return;
             }
         }
         let now = inner.env.clock.now();
-        let due = now.duration_since(last) >= interval
+        let requested = inner.checkpoint_requested.swap(false, Ordering::SeqCst);
+        let due = requested
+            || (!interval.is_zero() && now.duration_since(last) >= interval)
             || inner.store.write_cache_used() >= inner.config.checkpoint_write_cache_bytes;
-        if !due {
+        if !due || inner.journal.read_only_reason().is_some() {
             continue;
         }
         last = now;

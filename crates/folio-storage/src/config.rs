@@ -70,7 +70,8 @@ impl JournalConfig {
 pub struct StorageConfig {
     pub journal: JournalConfig,
     /// `flushInterval` (10 s): a checkpoint runs at least this often. Zero turns the
-    /// checkpoint thread off (checkpoints then run only through `Storage::checkpoint`).
+    /// periodic checkpoint off; the write-cache threshold and the ledger store's requests
+    /// for room still trigger checkpoints, and `Storage::checkpoint` runs one on demand.
     pub flush_interval: Duration,
     /// A checkpoint also runs when the ledger store's write cache holds more than this
     /// many bytes (default 32 MiB, half of the 64 MiB default write cache, so that a

@@ -51,6 +51,9 @@ pub trait LedgerBackend: Send + Sync + 'static {
     fn flush(&self) -> Result<(), BackendError>;
     /// Bytes held in the write cache, not yet flushed.
     fn write_cache_used(&self) -> u64;
+    /// Installs what a put calls when it must wait for write-cache room: it asks the
+    /// checkpoint thread for a checkpoint (it must not flush on the calling thread).
+    fn set_flush_requester(&self, _requester: Arc<dyn Fn() + Send + Sync>) {}
 }
 
 /// What ReadLac answers: the explicit LAC body and the last entry, each if present,
@@ -80,6 +83,8 @@ pub(crate) struct Inner {
     shards: Vec<Mutex<HashMap<i64, LedgerState>>>,
     pub(crate) checkpoint_lock: Mutex<()>,
     pub(crate) stop: Mutex<bool>,
+    /// Set by the ledger store's flush requester: checkpoint now.
+    pub(crate) checkpoint_requested: std::sync::atomic::AtomicBool,
     pub(crate) stop_cv: Condvar,
     pub(crate) config: StorageConfig,
     pub(crate) env: Env,
@@ -109,21 +114,24 @@ impl Storage {
             shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
             checkpoint_lock: Mutex::new(()),
             stop: Mutex::new(false),
+            checkpoint_requested: std::sync::atomic::AtomicBool::new(false),
             stop_cv: Condvar::new(),
             config,
             env: env.clone(),
         });
-        let checkpointer = if inner.config.flush_interval.is_zero() {
-            None
-        } else {
-            let i = Arc::clone(&inner);
-            Some(
-                std::thread::Builder::new()
-                    .name("checkpoint".into())
-                    .spawn(move || checkpoint::run_thread(&i))
-                    .map_err(|e| StorageError::io("spawn checkpoint thread", "checkpoint", e))?,
-            )
-        };
+        let weak = Arc::downgrade(&inner);
+        inner.store.set_flush_requester(Arc::new(move || {
+            if let Some(i) = weak.upgrade() {
+                checkpoint::request(&i);
+            }
+        }));
+        let i = Arc::clone(&inner);
+        let checkpointer = Some(
+            std::thread::Builder::new()
+                .name("checkpoint".into())
+                .spawn(move || checkpoint::run_thread(&i))
+                .map_err(|e| StorageError::io("spawn checkpoint thread", "checkpoint", e))?,
+        );
         Ok(Storage {
             inner,
             checkpointer: Mutex::new(checkpointer),
