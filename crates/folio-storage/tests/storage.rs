@@ -289,3 +289,70 @@ fn a_full_write_cache_triggers_a_checkpoint() {
         s.journal_marks() != zero
     });
 }
+
+fn only_journal_file(dir: &Path) -> std::path::PathBuf {
+    let mut files = Vec::new();
+    for j in ["journal0", "journal1"] {
+        let cur = dir.join(j).join("current");
+        for n in folio_env::RealFileSystem.list_dir(&cur).unwrap() {
+            let p = cur.join(&n);
+            if n.ends_with(".txn") && std::fs::metadata(&p).unwrap().len() > 32 {
+                files.push(p);
+            }
+        }
+    }
+    assert_eq!(files.len(), 1, "{files:?}");
+    files.pop().unwrap()
+}
+
+#[test]
+fn real_journal_files_truncated_or_corrupted() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = StorageConfig {
+        journal: JournalConfig {
+            prealloc_size: 0,
+            ..config(tmp.path()).journal
+        },
+        ..config(tmp.path())
+    };
+    {
+        let s = open(tmp.path(), cfg.clone());
+        for e in 0..4 {
+            add(&s, 9, e, KEY, false).unwrap();
+        }
+        s.shutdown();
+    }
+    let file = only_journal_file(tmp.path());
+    let len = std::fs::metadata(&file).unwrap().len();
+    // Records: master key (28 + 20), then 4 adds of 28 + 36 bytes.
+    assert_eq!(len, 32 + 48 + 4 * 64);
+    let pristine = std::fs::read(&file).unwrap();
+
+    // Cut in the middle of the last add: the three before it come back.
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&file)
+        .unwrap()
+        .set_len(len - 10)
+        .unwrap();
+    {
+        let s = open(tmp.path(), cfg.clone());
+        assert_eq!(s.entry_ids(9).unwrap(), vec![0, 1, 2]);
+        assert_eq!(s.replay_stats().torn_tails, 1);
+        s.shutdown();
+    }
+
+    // A flipped byte in the second add, with valid records after it: refuse to start.
+    let mut bad = pristine.clone();
+    bad[32 + 48 + 64 + 40] ^= 0x55;
+    std::fs::write(&file, &bad).unwrap();
+    let env = Env::real();
+    let store = MemLedgerStore::open(Arc::clone(&env.fs), &tmp.path().join("store")).unwrap();
+    let err = Storage::open(&env, cfg, Arc::new(store)).err().unwrap();
+    let msg = err.to_string();
+    assert!(
+        matches!(err, StorageError::CorruptJournal { offset, .. } if offset == 32 + 48 + 64),
+        "{msg}"
+    );
+    assert!(msg.contains(&file.display().to_string()), "{msg}");
+}

@@ -129,6 +129,31 @@ fn group_commit_shares_one_fdatasync() {
 }
 
 #[test]
+fn groups_are_bounded_by_entries_and_bytes() {
+    for (entries, bytes, expect) in [(10, u64::MAX, 10), (0, 10 * 29, 10)] {
+        let fs = SimFileSystem::new();
+        let c = JournalConfig {
+            max_group_wait: Duration::from_secs(600),
+            max_group_entries: entries,
+            max_group_bytes: bytes,
+            ..cfg(vec![PathBuf::from("/j")])
+        };
+        let (j, _) = open(&sim_env(&fs), &c).unwrap();
+        let (before, _) = fs.sync_counts();
+        // 29-byte records (28-byte header + 1): ten make a group either way.
+        let rxs: Vec<_> = (0..100).map(|i| append(&j, 1, i, b"x")).collect();
+        for rx in rxs {
+            wait(rx).unwrap();
+        }
+        assert_eq!(
+            fs.sync_counts().0 - before,
+            expect,
+            "entries {entries} bytes {bytes}"
+        );
+    }
+}
+
+#[test]
 fn callbacks_wait_for_the_fdatasync_and_a_failed_one_poisons() {
     let fs = SimFileSystem::new();
     let env = sim_env(&fs);

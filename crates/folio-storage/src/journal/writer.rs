@@ -238,15 +238,19 @@ impl Writer {
         let first_enqueued = q.reqs.front().expect("non-empty").enqueued;
         let deadline = first_enqueued + self.cfg.max_group_wait;
         let mut bytes = 0u64;
+        let cfg = &self.cfg;
+        let full = |bytes: u64, n: usize| {
+            bytes >= cfg.max_group_bytes
+                || (cfg.max_group_entries > 0 && n as u64 >= cfg.max_group_entries)
+        };
         loop {
-            while let Some(r) = q.reqs.pop_front() {
+            // Take what is queued, up to the group bounds; the rest forms the next group.
+            while !full(bytes, self.batch.len()) {
+                let Some(r) = q.reqs.pop_front() else { break };
                 bytes += r.encoded_len() as u64;
                 self.batch.push(r);
             }
-            let full = bytes >= self.cfg.max_group_bytes
-                || (self.cfg.max_group_entries > 0
-                    && self.batch.len() as u64 >= self.cfg.max_group_entries);
-            if full || q.shutdown || self.cfg.flush_when_queue_empty {
+            if full(bytes, self.batch.len()) || q.shutdown || cfg.flush_when_queue_empty {
                 return true;
             }
             let now = self.clock.now();
