@@ -177,19 +177,29 @@ fn check_record(
     Ok(Ok(h))
 }
 
-/// The offset of the first valid record at or after `from`, scanning byte by byte.
+/// The offset of the first valid record at or after `from`. Only offsets whose kind
+/// byte is a known kind are checked, found a window at a time, so runs of
+/// preallocated zeroes are skipped at memory speed.
 fn find_valid_record(w: &mut Window, file_id: u64, from: u64) -> io::Result<Option<u64>> {
-    let mut q = from;
-    while q + RECORD_HEADER_LEN as u64 <= w.len {
-        // Cheap filter first: kind byte and reserved bytes.
-        let hb = w.get(q, RECORD_HEADER_LEN)?;
-        if RecordKind::from_u8(hb[8]).is_some()
-            && hb[9..12] == [0, 0, 0]
-            && check_record(w, file_id, q)?.is_ok()
-        {
-            return Ok(Some(q));
+    let hdr = RECORD_HEADER_LEN as u64;
+    let mut r = from;
+    while r + hdr <= w.len {
+        // Candidate starts r .. r + n; their kind bytes sit at r + 8 .. r + 8 + n.
+        let n = (w.len - hdr - r + 1).min(WINDOW as u64 / 2) as usize;
+        let hit = w
+            .get(r + 8, n)?
+            .iter()
+            .position(|&b| RecordKind::from_u8(b).is_some());
+        match hit {
+            None => r += n as u64,
+            Some(i) => {
+                let candidate = r + i as u64;
+                if check_record(w, file_id, candidate)?.is_ok() {
+                    return Ok(Some(candidate));
+                }
+                r = candidate + 1;
+            }
         }
-        q += 1;
     }
     Ok(None)
 }

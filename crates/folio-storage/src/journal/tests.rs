@@ -376,3 +376,32 @@ fn unsafe_no_sync_mode_still_writes_records() {
     let (_, seen) = open(&env, &c).unwrap();
     assert_eq!(seen.len(), 1);
 }
+
+#[test]
+fn a_valid_record_far_behind_the_damage_is_still_found() {
+    let fs = SimFileSystem::new();
+    let file = journal_with_records(&fs, 3);
+    let offs = record_offsets(3);
+    let f = fs.open(&file, OpenOptions::write_create()).unwrap();
+    // Damage record 1, zero the rest, and put one valid record 3 MiB further on.
+    f.write_all_at(&vec![0; 4 << 20], offs[1] + 4).unwrap();
+    let mut rec = Vec::new();
+    let id = format::parse_file_name(file.file_name().unwrap().to_str().unwrap()).unwrap();
+    format::encode_record(&mut rec, id, RecordKind::Fence, 3, 0, b"");
+    let far = offs[1] + (3 << 20) + 7;
+    f.write_all_at(&rec, far).unwrap();
+    let err = open(&sim_env(&fs), &cfg(vec![PathBuf::from("/j")]))
+        .err()
+        .unwrap();
+    match &err {
+        StorageError::CorruptJournal { offset, reason, .. } => {
+            assert_eq!(*offset, offs[1]);
+            assert!(reason.contains(&far.to_string()), "{reason}");
+        }
+        other => panic!("expected CorruptJournal, got {other:?}"),
+    }
+    // Without that record, the same damage is a torn tail: two records back.
+    f.write_all_at(&vec![0; rec.len()], far).unwrap();
+    let (_, seen) = open(&sim_env(&fs), &cfg(vec![PathBuf::from("/j")])).unwrap();
+    assert_eq!(seen.len(), 1, "only the record before the damage");
+}
