@@ -14,6 +14,12 @@ pub mod journal;
 pub mod mem_store;
 pub mod storage;
 
+pub mod cookie;
+pub mod entry_log;
+pub mod index;
+pub mod ledger_store;
+pub mod write_cache;
+
 pub use config::{JournalConfig, StorageConfig};
 pub use error::{BackendError, StorageError};
 pub use storage::{LacRead, LedgerBackend, Storage, StoredLedger, WriteCallback};

@@ -1,4 +1,5 @@
-//! The engine's semantics through its public API, on real files in a temp directory.
+//! The engine's semantics through its public API, on real files in a temp directory,
+//! over the production `LedgerStore`.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -8,7 +9,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use folio_env::{Env, FileSystem};
 use folio_storage::journal::Position;
-use folio_storage::mem_store::MemLedgerStore;
+use folio_storage::ledger_store::{LedgerStore, LedgerStoreConfig};
 use folio_storage::{JournalConfig, Storage, StorageConfig, StorageError};
 
 const KEY: &[u8] = &[5; 20];
@@ -24,10 +25,15 @@ fn config(dir: &Path) -> StorageConfig {
     }
 }
 
+/// The production ledger store (entry logs + index) in `dir`.
+fn ledger_store(env: &Env, dir: &Path) -> Arc<LedgerStore> {
+    let cfg = LedgerStoreConfig::new(vec![dir.join("ledgers")], dir.join("index"));
+    Arc::new(LedgerStore::open(env, cfg).unwrap())
+}
+
 fn open(dir: &Path, cfg: StorageConfig) -> Storage {
     let env = Env::real();
-    let store = MemLedgerStore::open(Arc::clone(&env.fs), &dir.join("store")).unwrap();
-    Storage::open(&env, cfg, Arc::new(store)).unwrap()
+    Storage::open(&env, cfg, ledger_store(&env, dir)).unwrap()
 }
 
 fn entry(ledger: i64, entry: i64, lac: i64, payload: &[u8]) -> Bytes {
@@ -203,7 +209,7 @@ fn read_lac_combines_last_entry_and_explicit_lac() {
     let r = s.read_lac(2).unwrap();
     assert_eq!(r.lac, Some(1));
     assert!(r.last_entry.is_some() && r.explicit_lac.is_some());
-    s.shutdown();
+    drop(s); // releases the ledger store (its index is locked while open)
     let s = open(tmp.path(), config(tmp.path()));
     assert_eq!(s.read_lac(2).unwrap().lac, Some(1), "explicit LAC replayed");
 }
@@ -248,7 +254,7 @@ fn checkpoints_move_each_mark_and_delete_old_journal_files() {
         2,
         "only the current files remain"
     );
-    s.shutdown();
+    drop(s); // releases the ledger store (its index is locked while open)
     let s = open(tmp.path(), cfg);
     assert_eq!(s.replay_stats().records, 0);
     for l in 0..6 {
@@ -347,8 +353,9 @@ fn real_journal_files_truncated_or_corrupted() {
     bad[32 + 48 + 64 + 40] ^= 0x55;
     std::fs::write(&file, &bad).unwrap();
     let env = Env::real();
-    let store = MemLedgerStore::open(Arc::clone(&env.fs), &tmp.path().join("store")).unwrap();
-    let err = Storage::open(&env, cfg, Arc::new(store)).err().unwrap();
+    let err = Storage::open(&env, cfg, ledger_store(&env, tmp.path()))
+        .err()
+        .unwrap();
     let msg = err.to_string();
     assert!(
         matches!(err, StorageError::CorruptJournal { offset, .. } if offset == 32 + 48 + 64),
