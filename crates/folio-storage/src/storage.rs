@@ -327,8 +327,19 @@ impl Storage {
     }
 
     /// Stops the checkpoint thread and the journal writers (which first write and
-    /// sync what is queued). No final checkpoint: a restart replays the journal.
+    /// sync what is queued), then runs a last checkpoint so the next start has little
+    /// to replay. Dropping a `Storage` without `shutdown` stops the threads the same way
+    /// but skips the checkpoint (the next start replays more; nothing is lost).
     pub fn shutdown(&self) {
+        self.stop();
+        if !self.is_read_only()
+            && let Err(e) = checkpoint::checkpoint(&self.inner)
+        {
+            tracing::error!("final checkpoint failed: {e}");
+        }
+    }
+
+    fn stop(&self) {
         *self.inner.stop.lock() = true;
         self.inner.stop_cv.notify_all();
         if let Some(t) = self.checkpointer.lock().take()
@@ -381,7 +392,7 @@ impl Storage {
 
 impl Drop for Storage {
     fn drop(&mut self) {
-        self.shutdown();
+        self.stop();
     }
 }
 

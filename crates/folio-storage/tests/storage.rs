@@ -169,7 +169,7 @@ fn fencing_survives_restarts_and_admits_only_recovery_adds() {
         fence(&s, 3).unwrap(); // fencing twice is fine
         // A fence of an unknown ledger creates it with the key.
         fence(&s, 4).unwrap();
-        s.shutdown();
+        drop(s); // no final checkpoint: the restart must replay the journal
     }
     {
         // Restart without a checkpoint: the journal brings the fence back.
@@ -237,7 +237,7 @@ fn checkpoints_move_each_mark_and_delete_old_journal_files() {
         for l in 0..6 {
             add(&s, l, s.entry_ids(l).unwrap().len() as i64, KEY, false).unwrap();
         }
-        s.shutdown();
+        drop(s); // no final checkpoint
     }
     assert_eq!(journal_files(tmp.path()), 6, "three runs, two directories");
     let s = open(tmp.path(), cfg.clone());
@@ -326,7 +326,7 @@ fn real_journal_files_truncated_or_corrupted() {
         for e in 0..4 {
             add(&s, 9, e, KEY, false).unwrap();
         }
-        s.shutdown();
+        drop(s); // no final checkpoint: the journal keeps the records
     }
     let file = only_journal_file(tmp.path());
     let len = std::fs::metadata(&file).unwrap().len();
@@ -345,7 +345,7 @@ fn real_journal_files_truncated_or_corrupted() {
         let s = open(tmp.path(), cfg.clone());
         assert_eq!(s.entry_ids(9).unwrap(), vec![0, 1, 2]);
         assert_eq!(s.replay_stats().torn_tails, 1);
-        s.shutdown();
+        drop(s);
     }
 
     // A flipped byte in the second add, with valid records after it: refuse to start.
@@ -362,4 +362,58 @@ fn real_journal_files_truncated_or_corrupted() {
         "{msg}"
     );
     assert!(msg.contains(&file.display().to_string()), "{msg}");
+}
+
+#[test]
+fn a_full_write_cache_asks_for_a_checkpoint_instead_of_blocking_forever() {
+    // A tiny write cache, no periodic checkpoint, no size threshold: only the ledger
+    // store's request for room can free the cache.
+    let tmp = tempfile::tempdir().unwrap();
+    let env = Env::real();
+    let mut store_cfg =
+        LedgerStoreConfig::new(vec![tmp.path().join("ledgers")], tmp.path().join("index"));
+    store_cfg.write_cache_bytes = 16 * 1024;
+    let store = Arc::new(LedgerStore::open(&env, store_cfg).unwrap());
+    let cfg = StorageConfig {
+        checkpoint_write_cache_bytes: u64::MAX,
+        ..config(tmp.path())
+    };
+    let s = Storage::open(&env, cfg, store).unwrap();
+    let payload = vec![1u8; 2000];
+    let mut rxs = Vec::new();
+    for e in 0..100 {
+        let (cb, rx) = done();
+        s.add_entry(1, e, KEY, entry(1, e, e - 1, &payload), false, cb);
+        rxs.push(rx);
+    }
+    for rx in rxs {
+        wait(rx).unwrap();
+    }
+    assert_eq!(s.entry_ids(1).unwrap().len(), 100);
+    assert!(
+        s.journal_marks().iter().any(|m| *m != Position::default()),
+        "a checkpoint must have run to make room"
+    );
+    drop(s);
+    let s = open(tmp.path(), config(tmp.path()));
+    assert_eq!(
+        s.read_entry(1, 99).unwrap().unwrap(),
+        entry(1, 99, 98, &payload)
+    );
+}
+
+#[test]
+fn shutdown_checkpoints_so_the_next_start_replays_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let s = open(tmp.path(), config(tmp.path()));
+    for e in 0..5 {
+        add(&s, 2, e, KEY, false).unwrap();
+    }
+    write_lac(&s, 2, 3).unwrap();
+    s.shutdown();
+    drop(s);
+    let s = open(tmp.path(), config(tmp.path()));
+    assert_eq!(s.replay_stats().records, 0, "{:?}", s.replay_stats());
+    assert_eq!(s.entry_ids(2).unwrap(), vec![0, 1, 2, 3, 4]);
+    assert_eq!(s.read_lac(2).unwrap().lac, Some(3));
 }
