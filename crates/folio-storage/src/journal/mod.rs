@@ -61,6 +61,14 @@ impl Journal {
                 "no journal directory configured".into(),
             ));
         }
+        for (i, d) in cfg.dirs.iter().enumerate() {
+            if cfg.dirs[..i].contains(d) {
+                return Err(StorageError::BadRequest(format!(
+                    "journal directory {} is configured twice",
+                    d.display()
+                )));
+            }
+        }
         let mut stats = ReplayStats::default();
         let mut prepared = Vec::new();
         let poison = Arc::new(Mutex::new(None));
