@@ -105,7 +105,27 @@ impl Storage {
         config: StorageConfig,
         store: Arc<dyn LedgerBackend>,
     ) -> Result<Storage, StorageError> {
-        let mut apply = |r: ReplayRecord| apply_record(&*store, r);
+        // Replay can put more than the write cache holds, and no checkpoint thread runs
+        // yet: flush the store as the cache fills (marks do not move, so this is only
+        // durability ahead of time), and let a put that still finds the cache full ask
+        // for a flush on a helper thread.
+        let weak_store = Arc::downgrade(&store);
+        store.set_flush_requester(Arc::new(move || {
+            if let Some(s) = weak_store.upgrade() {
+                std::thread::spawn(move || {
+                    if let Err(e) = s.flush() {
+                        tracing::error!("ledger store flush during replay failed: {e}");
+                    }
+                });
+            }
+        }));
+        let threshold = config.checkpoint_write_cache_bytes;
+        let mut apply = |r: ReplayRecord| {
+            if store.write_cache_used() >= threshold {
+                store.flush()?;
+            }
+            apply_record(&*store, r)
+        };
         let (journal, replay) = Journal::open(env, &config.journal, &mut apply)?;
         tracing::info!(?replay, "journal replayed");
         let inner = Arc::new(Inner {
