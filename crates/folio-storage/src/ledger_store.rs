@@ -400,6 +400,9 @@ impl LedgerStore {
         ledgers: Vec<(i64, LedgerInfo)>,
         deleted: &BTreeSet<i64>,
     ) -> Result<(), LedgerStoreError> {
+        if entries.is_empty() && ledgers.is_empty() && deleted.is_empty() {
+            return Ok(());
+        }
         let mut locations = Vec::with_capacity(entries.len());
         for (&(ledger, entry), data) in entries {
             if deleted.contains(&ledger) {

@@ -143,10 +143,12 @@ impl EntryLogs {
         }
         if !w.current.contains_key(&slot) {
             let id = w.next_log_id;
+            // Never reuse an id, even if creating the file fails half way (a retry must
+            // not trip over a file left behind).
+            w.next_log_id += 1;
             // Spread new files over the ledger directories.
             let dir = &self.dirs[(id % self.dirs.len() as u64) as usize];
             let writer = LogWriter::create(&*self.fs, dir, id)?;
-            w.next_log_id += 1;
             self.files.write().insert(
                 id,
                 LogFile {

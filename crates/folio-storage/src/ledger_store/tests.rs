@@ -36,6 +36,12 @@ fn data(ledger: i64, entry: i64) -> Bytes {
 }
 
 #[test]
+fn ledger_store_is_send_and_sync() {
+    fn check<T: Send + Sync>() {}
+    check::<LedgerStore>();
+}
+
+#[test]
 fn entries_are_readable_before_and_after_flush() {
     let d = dirs(1 << 20, 1 << 20);
     let s = open(&d);
