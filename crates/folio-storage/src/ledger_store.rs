@@ -445,6 +445,15 @@ impl LedgerStore {
         self.logs.ledgers_map(log_id)
     }
 
+    /// Bytes per ledger in entry log `log_id`, rebuilt by reading its records (for a log
+    /// without a ledgers map; stops at a torn tail).
+    pub fn scan_entry_log(
+        &self,
+        log_id: u64,
+    ) -> Result<crate::entry_log::log_file::LogScan, LedgerStoreError> {
+        self.logs.scan(log_id)
+    }
+
     /// The file of entry log `log_id`.
     pub fn entry_log_path(&self, log_id: u64) -> Option<PathBuf> {
         self.logs.path_of(log_id)

@@ -217,6 +217,13 @@ impl EntryLogs {
         log_file::read_ledgers_map(&*file, &path)
     }
 
+    /// Rebuilds log `log_id`'s per-ledger byte counts by reading its records (for a log
+    /// without a ledgers map).
+    pub fn scan(&self, log_id: u64) -> Result<log_file::LogScan, LedgerStoreError> {
+        let (path, file) = self.file(log_id)?;
+        log_file::scan_records(&*file, &path)
+    }
+
     /// Ids of all entry log files, ascending.
     pub fn log_ids(&self) -> Vec<u64> {
         let mut ids: Vec<u64> = self.files.read().keys().copied().collect();

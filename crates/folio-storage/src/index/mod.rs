@@ -185,6 +185,20 @@ fn index_error(path: &Path, e: redb::Error) -> LedgerStoreError {
                 source: io,
             }
         }
+        redb::Error::Backend(b) => match b.downcast::<std::io::Error>() {
+            Ok(io) if io.kind() == std::io::ErrorKind::StorageFull => LedgerStoreError::NoSpace {
+                dir: path.parent().unwrap_or(path).to_path_buf(),
+                source: *io,
+            },
+            Ok(io) => LedgerStoreError::Index {
+                path: path.to_path_buf(),
+                reason: io.to_string(),
+            },
+            Err(other) => LedgerStoreError::Index {
+                path: path.to_path_buf(),
+                reason: other.to_string(),
+            },
+        },
         other => LedgerStoreError::Index {
             path: path.to_path_buf(),
             reason: other.to_string(),
