@@ -367,8 +367,10 @@ impl LedgerStore {
             Self::check_poisoned(&st)?;
             let entries = st.cache.start_flush();
             let dirty = std::mem::take(&mut st.dirty);
-            let ledgers: Vec<(i64, LedgerInfo)> =
-                dirty.iter().map(|&l| (l, st.ledgers[&l].clone())).collect();
+            let ledgers: Vec<(i64, LedgerInfo)> = dirty
+                .iter()
+                .filter_map(|&l| Some((l, st.ledgers.get(&l)?.clone())))
+                .collect();
             let deleted = std::mem::take(&mut st.deleted_pending);
             (entries, ledgers, deleted)
         };
