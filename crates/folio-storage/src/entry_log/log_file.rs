@@ -214,7 +214,27 @@ pub fn read_record(
     ledger: i64,
     entry: i64,
 ) -> Result<Bytes, LedgerStoreError> {
-    let mut buf = BytesMut::zeroed(RECORD_HEADER_LEN + loc.len as usize);
+    let record_len = RECORD_HEADER_LEN as u64 + u64::from(loc.len);
+    if loc.len > 1 << 20 {
+        // Check before allocating, so that a damaged location cannot ask for 4 GiB.
+        let file_len = file.len().map_err(|e| {
+            io_error(
+                "stat entry log",
+                path.parent().unwrap_or(path),
+                path,
+                None,
+                e,
+            )
+        })?;
+        if loc.offset.saturating_add(record_len) > file_len {
+            return Err(corrupt(
+                path,
+                loc.offset,
+                format!("file ends inside the record ({record_len} bytes expected)"),
+            ));
+        }
+    }
+    let mut buf = BytesMut::zeroed(record_len as usize);
     file.read_exact_at(&mut buf, loc.offset).map_err(|e| {
         if e.kind() == std::io::ErrorKind::UnexpectedEof {
             corrupt(
@@ -396,6 +416,20 @@ mod tests {
         assert_eq!(scan.records, 1);
         assert_eq!(scan.end, last.offset);
         assert_eq!(scan.ledgers, vec![(1, RECORD_HEADER_LEN as u64 + 5)]);
+    }
+
+    #[test]
+    fn a_location_past_the_end_is_corrupt_without_a_huge_allocation() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut w = LogWriter::create(&RealFileSystem, dir.path(), 5).unwrap();
+        let mut loc = w.append(1, 0, b"x").unwrap();
+        w.sync().unwrap();
+        loc.len = u32::MAX;
+        let e = read_record(&*w.file(), w.path(), loc, 1, 0).unwrap_err();
+        assert!(
+            matches!(e, LedgerStoreError::Corrupt { offset, .. } if offset == loc.offset),
+            "{e}"
+        );
     }
 
     #[test]
