@@ -565,3 +565,33 @@ fn a_failed_fsync_poisons_writes_but_reads_go_on() {
     assert!(matches!(s.flush(), Err(LedgerStoreError::Poisoned(_))));
     assert_eq!(s.get_entry(1, 0).unwrap(), Some(data(1, 0)));
 }
+
+#[test]
+fn a_put_waiting_for_room_gets_an_error_when_the_flush_fails() {
+    let mut d = dirs(1 << 20, 1 << 20);
+    d.config.write_cache_bytes = 3 << 20;
+    let (s, faults) = faulty(&d);
+    let s = Arc::new(s);
+    // 2 MiB: more than the 1 MiB write buffer, so the flush really writes.
+    s.put_entry(1, 0, Bytes::from(vec![1u8; 2 << 20])).unwrap();
+    let (waiting_tx, waiting_rx) = mpsc::channel();
+    let waiting_tx = Mutex::new(waiting_tx);
+    s.set_flush_requester(Arc::new(move || {
+        let _ = waiting_tx.lock().send(());
+    }));
+    let s2 = s.clone();
+    let t = std::thread::spawn(move || s2.put_entry(1, 1, Bytes::from(vec![2u8; 2 << 20])));
+    waiting_rx.recv_timeout(PATIENCE).unwrap();
+    faults.full.store(true, Ordering::SeqCst);
+    assert!(matches!(s.flush(), Err(LedgerStoreError::NoSpace { .. })));
+    let e = t.join().unwrap().unwrap_err();
+    assert!(matches!(e, LedgerStoreError::WriteCacheFull(_)), "{e}");
+    assert!(e.to_string().contains("no space left"), "{e}");
+    faults.full.store(false, Ordering::SeqCst);
+    s.flush().unwrap();
+    s.put_entry(1, 1, Bytes::from(vec![2u8; 2 << 20])).unwrap();
+    assert_eq!(
+        s.get_entry(1, 0).unwrap(),
+        Some(Bytes::from(vec![1u8; 2 << 20]))
+    );
+}
