@@ -20,9 +20,11 @@ use crate::config::StorageConfig;
 use crate::error::{BackendError, StorageError};
 use crate::journal::{Journal, RecordKind, ReplayRecord, ReplayStats};
 
-/// The completion of a write: runs once, on the journal's thread, after the
-/// fdatasync covering the write returned (or with the reason it failed). Keep it
-/// short (send on a channel).
+/// The completion of a write: runs exactly once. Ok only on the journal's thread,
+/// after the fdatasync covering the write returned Ok; Err either there (the write or
+/// fdatasync failed) or at once on the calling thread (the write was refused before
+/// reaching the journal: bad key, fenced, read-only, bad request). Keep it short (send
+/// on a channel); it must not call `Storage::shutdown`.
 pub type WriteCallback = Box<dyn FnOnce(Result<(), StorageError>) + Send>;
 
 /// A ledger's state as the ledger store keeps it.
