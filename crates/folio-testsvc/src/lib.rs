@@ -6,6 +6,8 @@
 //! `/health`), and kill it and delete the directory on drop. `stop()` ends a server early so a
 //! test can check how a driver reports an unreachable metadata service.
 //!
+//! `TcpProxy` sits between one client and a server so a test can partition them.
+//!
 //! Servers are spawned from one long-lived thread with `PR_SET_PDEATHSIG`, so a test binary that
 //! is killed outright (a CI timeout) does not leave Java or etcd processes behind.
 //!
@@ -18,9 +20,11 @@ mod process;
 mod spawn;
 
 pub mod etcd;
+pub mod proxy;
 pub mod zookeeper;
 
 pub use etcd::EtcdServer;
+pub use proxy::TcpProxy;
 pub use zookeeper::ZooKeeperServer;
 
 use std::time::Duration;

@@ -70,3 +70,41 @@ fn a_missing_binary_is_named_with_the_packages_to_install() {
         "{msg}"
     );
 }
+
+#[test]
+fn a_proxy_forwards_until_blocked() {
+    use std::io::{Read, Write};
+    let echo = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let target = echo.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for mut s in echo.incoming().flatten() {
+            std::thread::spawn(move || {
+                let mut b = [0u8; 64];
+                while let Ok(n) = s.read(&mut b) {
+                    if n == 0 || s.write_all(&b[..n]).is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+    });
+    let proxy = folio_testsvc::TcpProxy::start(target).unwrap();
+    let mut c = TcpStream::connect(proxy.addr()).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    c.write_all(b"ping").unwrap();
+    let mut b = [0u8; 4];
+    c.read_exact(&mut b).unwrap();
+    assert_eq!(&b, b"ping");
+    proxy.block();
+    // The open connection is cut: a read ends (EOF or error) instead of echoing.
+    let _ = c.write_all(b"more");
+    let mut rest = Vec::new();
+    let _ = c.read_to_end(&mut rest);
+    assert!(rest.is_empty(), "data crossed a blocked proxy: {rest:?}");
+    proxy.unblock();
+    let mut c = TcpStream::connect(proxy.addr()).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    c.write_all(b"pong").unwrap();
+    c.read_exact(&mut b).unwrap();
+    assert_eq!(&b, b"pong");
+}
