@@ -31,14 +31,18 @@ impl EtcdUri {
             if host.is_empty() {
                 continue;
             }
-            let (name, port) = host
-                .rsplit_once(':')
-                .ok_or_else(|| bad(&format!("server {host:?} has no port")))?;
-            if name.is_empty() {
-                return Err(bad(&format!("server {host:?} has no host name")));
-            }
-            port.parse::<u16>()
-                .map_err(|_| bad(&format!("server {host:?} has an invalid port")))?;
+            // A host without a port gets the service's default port (2379).
+            let host = match host.rsplit_once(':') {
+                Some((name, port)) => {
+                    if name.is_empty() {
+                        return Err(bad(&format!("server {host:?} has no host name")));
+                    }
+                    port.parse::<u16>()
+                        .map_err(|_| bad(&format!("server {host:?} has an invalid port")))?;
+                    host.to_string()
+                }
+                None => format!("{host}:2379"),
+            };
             endpoints.push(format!("http://{host}"));
         }
         if endpoints.is_empty() {
@@ -81,13 +85,13 @@ mod tests {
         assert_eq!(u.address(), "a:2379,b:2380");
         assert_eq!(EtcdUri::parse("etcd://a:1;b:2/x/y/").unwrap().scope, "/x/y");
         assert_eq!(EtcdUri::parse("etcd://a:1").unwrap().scope, "/ledgers");
+        assert_eq!(EtcdUri::parse("etcd://a/x").unwrap().address(), "a:2379");
     }
 
     #[test]
     fn rejects_bad_uris_with_the_cause() {
         for (uri, cause) in [
             ("zk://a:1/x", "expected etcd://"),
-            ("etcd://a/x", "no port"),
             ("etcd://a:x/x", "invalid port"),
             ("etcd:///x", "no etcd server"),
             ("etcd://a:1/", "must not be /"),

@@ -341,7 +341,7 @@ async fn a_corrupt_record_is_an_error_naming_the_ledger() {
     .unwrap();
     let err = store.get_underreplicated(6).await.unwrap_err();
     assert!(err.to_string().contains("ledger 6"), "{err}");
-    for uri in ["etcd://nohost/x", "etcd://h:1/", "zk://h:1/x"] {
+    for uri in ["etcd://h:notaport/x", "etcd://h:1/", "zk://h:1/x"] {
         let err = EtcdMetadataStore::connect(uri).await.unwrap_err();
         assert!(
             matches!(err, MetadataError::InvalidUri { .. }),

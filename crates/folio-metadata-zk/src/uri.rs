@@ -47,14 +47,18 @@ impl ZkUri {
             if host.is_empty() {
                 continue;
             }
-            let (name, port) = host
-                .rsplit_once(':')
-                .ok_or_else(|| bad(&format!("server {host:?} has no port")))?;
-            if name.is_empty() {
-                return Err(bad(&format!("server {host:?} has no host name")));
-            }
-            port.parse::<u16>()
-                .map_err(|_| bad(&format!("server {host:?} has an invalid port")))?;
+            // A host without a port gets the service's default port (2181).
+            let host = match host.rsplit_once(':') {
+                Some((name, port)) => {
+                    if name.is_empty() {
+                        return Err(bad(&format!("server {host:?} has no host name")));
+                    }
+                    port.parse::<u16>()
+                        .map_err(|_| bad(&format!("server {host:?} has an invalid port")))?;
+                    host.to_string()
+                }
+                None => format!("{host}:2181"),
+            };
             servers.push(host.to_string());
         }
         if servers.is_empty() {
@@ -98,6 +102,10 @@ mod tests {
         assert_eq!(u.connect_string, "a:2181,b:2182");
         assert_eq!(u.root, "/x/y");
         assert_eq!(ZkUri::parse("zk://127.0.0.1:1").unwrap().root, "/ledgers");
+        assert_eq!(
+            ZkUri::parse("zk://a,b:1/x").unwrap().connect_string,
+            "a:2181,b:1"
+        );
     }
 
     #[test]
@@ -105,7 +113,6 @@ mod tests {
         for (uri, cause) in [
             ("etcd://a:1/x", "scheme"),
             ("zk+flat://a:1/x", "not supported"),
-            ("zk://a/x", "no port"),
             ("zk://a:b/x", "invalid port"),
             ("zk:///x", "no ZooKeeper server"),
             ("zk://a:1/", "must not be /"),

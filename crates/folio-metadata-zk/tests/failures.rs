@@ -95,7 +95,7 @@ async fn a_corrupt_ledger_record_is_an_error_naming_the_ledger() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_uris_and_ids_are_refused_with_the_cause() {
     for uri in [
-        "zk://nohost/ledgers",
+        "zk://h:notaport/ledgers",
         "zk+flat://h:1/ledgers",
         "zk://h:1/",
         "etcd://h:1/x",
