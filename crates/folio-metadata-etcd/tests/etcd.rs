@@ -388,3 +388,44 @@ async fn an_expired_lease_loses_its_registrations() {
         .unwrap();
     observer.close().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watches_survive_a_connection_blip() {
+    let server = EtcdServer::start().unwrap();
+    let proxy = TcpProxy::start(server.addr()).unwrap();
+    let direct = EtcdMetadataStore::connect(&server.metadata_uri("/ledgers"))
+        .await
+        .unwrap();
+    direct.init_cluster().await.unwrap();
+    let watcher = EtcdMetadataStore::connect(&format!("etcd://{}/ledgers", proxy.addr()))
+        .await
+        .unwrap();
+    let mut membership = watcher.watch_bookies().await.unwrap();
+    let v0 = direct.create_ledger(3, &metadata()).await.unwrap();
+    let mut ledger = watcher.watch_ledger(3).await.unwrap();
+    // Cut the watcher off (well within its lease TTL), change things, reconnect.
+    proxy.block();
+    let id = bookie("10.0.0.9:3181");
+    let _reg = direct
+        .register_bookie(&id, BookieMode::Writable, &BookieServiceInfo::default())
+        .await
+        .unwrap();
+    let mut closed = metadata();
+    closed.state = folio_types::metadata::LedgerState::Closed;
+    let v1 = direct.write_ledger(3, &closed, v0).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    proxy.unblock();
+    tokio::time::timeout(HANG, membership.wait_for(|s| s.writable.contains(&id)))
+        .await
+        .expect("the membership watch never recovered")
+        .unwrap();
+    tokio::time::timeout(
+        HANG,
+        ledger.wait_for(|v| v.as_ref().is_some_and(|v| v.version == v1)),
+    )
+    .await
+    .expect("the ledger watch never recovered")
+    .unwrap();
+    watcher.close().await.unwrap();
+    direct.close().await.unwrap();
+}

@@ -104,11 +104,12 @@ async fn campaign(zk: Arc<Zk>, name: String, vote: Vec<u8>, leader: Arc<watch::S
             }
         }
         let Ok(all) = votes(&zk).await else {
+            // A failed read (a connection blip): stop acting, look again shortly.
             leader.send_replace(false);
-            if state.changed().await.is_err() {
-                return;
+            tokio::select! {
+                _ = tokio::time::sleep(std::time::Duration::from_millis(500)) => continue,
+                _ = shutdown.wait_for(|s| *s) => return,
             }
-            continue;
         };
         let Some(pos) = all.iter().position(|(n, _)| *n == name) else {
             // Our vote is gone (session expired, or resigned): no longer a candidate.
@@ -129,6 +130,7 @@ async fn campaign(zk: Arc<Zk>, name: String, vote: Vec<u8>, leader: Arc<watch::S
             Ok(Ok((None, _))) => continue, // the predecessor just left: look again
             _ => {
                 leader.send_replace(false);
+                tokio::time::sleep(std::time::Duration::from_millis(500)).await;
                 continue;
             }
         };

@@ -63,7 +63,6 @@ pub(crate) async fn watch_bookies(zk: Arc<Zk>) -> Result<watch::Receiver<BookieS
     tokio::spawn(async move {
         let (mut w_watch, mut r_watch) = (w_watch, r_watch);
         loop {
-            // Wait for either watch; the other stays armed and is reused.
             let w_fut = w_watch.changed();
             let r_fut = r_watch.changed();
             tokio::pin!(w_fut, r_fut);
@@ -77,31 +76,55 @@ pub(crate) async fn watch_bookies(zk: Arc<Zk>) -> Result<watch::Receiver<BookieS
                 return;
             }
             // The watch that did not fire is dropped with its future: re-arm both, then
-            // re-read, so no change between the event and now is missed.
-            let w_res = children_and_watch(&zk, &client, AVAILABLE, "the bookie list").await;
-            let r_res = children_and_watch(&zk, &client, &readonly, "the bookie list").await;
-            match (w_res, r_res) {
-                (Ok((w, ww)), Ok((r, rw))) => {
-                    w_watch = ww;
-                    r_watch = rw;
-                    let set = BookieSet {
-                        writable: bookie_ids(w),
-                        readonly: bookie_ids(r),
-                    };
-                    tx.send_if_modified(|cur| {
-                        if *cur != set {
-                            *cur = set;
-                            true
-                        } else {
-                            false
-                        }
-                    });
+            // re-read, so no change between the event and now is missed. A failed read (a
+            // connection blip) is retried until the session ends.
+            let rearm = || async {
+                let w = children_and_watch(&zk, &client, AVAILABLE, "the bookie list").await?;
+                let r = children_and_watch(&zk, &client, &readonly, "the bookie list").await?;
+                Ok::<_, MetadataError>((w, r))
+            };
+            let Some(((w, ww), (r, rw))) = retry(&zk, || tx.is_closed(), rearm).await else {
+                return;
+            };
+            w_watch = ww;
+            r_watch = rw;
+            let set = BookieSet {
+                writable: bookie_ids(w),
+                readonly: bookie_ids(r),
+            };
+            tx.send_if_modified(|cur| {
+                if *cur != set {
+                    *cur = set;
+                    true
+                } else {
+                    false
                 }
-                _ => return,
-            }
+            });
         }
     });
     Ok(rx)
+}
+
+/// Retries `op` every half second until it works; `None` when the watch should stop
+/// (receiver gone, store closed, session expired, record corrupt).
+async fn retry<T, F, Fut>(zk: &Zk, receiver_gone: impl Fn() -> bool, mut op: F) -> Option<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T>>,
+{
+    loop {
+        match op().await {
+            Ok(v) => return Some(v),
+            Err(MetadataError::SessionExpired) | Err(MetadataError::Corrupt { .. }) => {
+                return None;
+            }
+            Err(_) => {}
+        }
+        if receiver_gone() || *zk.shutdown.borrow() {
+            return None;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
 }
 
 type LedgerValue = Option<Versioned<LedgerMetadata>>;
@@ -153,13 +176,17 @@ pub(crate) async fn watch_ledger(
                 _ = tx.closed() => return,
                 _ = shutdown.wait_for(|s| *s) => return,
             }
-            match ledger_and_watch(&zk, &client, ledger).await {
-                Ok((value, w)) => {
-                    watcher = w;
-                    tx.send_replace(value);
-                }
-                Err(MetadataError::Corrupt { .. }) | Err(_) => return,
-            }
+            let Some((value, w)) = retry(
+                &zk,
+                || tx.is_closed(),
+                || ledger_and_watch(&zk, &client, ledger),
+            )
+            .await
+            else {
+                return;
+            };
+            watcher = w;
+            tx.send_replace(value);
         }
     });
     Ok(rx)

@@ -203,3 +203,50 @@ async fn closing_a_store_removes_its_ephemerals_before_returning() {
     ));
     b.close().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watches_survive_a_connection_blip() {
+    let server = ZooKeeperServer::start().unwrap();
+    let proxy = TcpProxy::start(server.addr()).unwrap();
+    let direct = ZkMetadataStore::connect(&server.metadata_uri("/ledgers"))
+        .await
+        .unwrap();
+    direct.init_cluster().await.unwrap();
+    let watcher = ZkMetadataStore::connect(&format!("zk://{}/ledgers", proxy.addr()))
+        .await
+        .unwrap();
+    let mut membership = watcher.watch_bookies().await.unwrap();
+    let m = folio_types::metadata::LedgerMetadata::new_open(
+        folio_types::quorum::QuorumConfig::new(1, 1, 1).unwrap(),
+        vec![BookieId::new("10.0.0.1:3181").unwrap()],
+        folio_types::metadata::DigestType::Crc32,
+        vec![],
+    );
+    let v0 = direct.create_ledger(3, &m).await.unwrap();
+    let mut ledger = watcher.watch_ledger(3).await.unwrap();
+    // Cut the watcher off (well within its session timeout), change things, reconnect.
+    proxy.block();
+    let id = BookieId::new("10.0.0.9:3181").unwrap();
+    let _reg = direct
+        .register_bookie(&id, BookieMode::Writable, &BookieServiceInfo::default())
+        .await
+        .unwrap();
+    let mut closed = m.clone();
+    closed.state = folio_types::metadata::LedgerState::Closed;
+    let v1 = direct.write_ledger(3, &closed, v0).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    proxy.unblock();
+    tokio::time::timeout(HANG, membership.wait_for(|s| s.writable.contains(&id)))
+        .await
+        .expect("the membership watch never recovered")
+        .unwrap();
+    tokio::time::timeout(
+        HANG,
+        ledger.wait_for(|v| v.as_ref().is_some_and(|v| v.version == v1)),
+    )
+    .await
+    .expect("the ledger watch never recovered")
+    .unwrap();
+    watcher.close().await.unwrap();
+    direct.close().await.unwrap();
+}
