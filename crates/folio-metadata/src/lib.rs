@@ -7,6 +7,7 @@
 pub mod conformance;
 pub mod error;
 pub mod format;
+pub mod layout;
 pub mod mem;
 pub mod sqlite;
 pub mod store;
