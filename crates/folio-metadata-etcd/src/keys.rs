@@ -173,3 +173,36 @@ mod tests {
         );
     }
 }
+
+/// This driver's keys agree with `folio_metadata::layout`, the shared helpers.
+#[cfg(test)]
+mod agreement {
+    use folio_metadata::layout;
+
+    use super::*;
+
+    #[test]
+    fn ledger_keys_and_layout_agree() {
+        let k = Keys::new("/ledgers");
+        for id in [
+            0,
+            1,
+            255,
+            i32::MAX as i64,
+            1 << 56,
+            (127 << 56) | 5,
+            i64::MAX,
+        ] {
+            assert_eq!(
+                k.ledger(id),
+                layout::etcd_ledger_key("/ledgers", id),
+                "{id}"
+            );
+            assert_eq!(
+                layout::ledger_id_from_etcd_key("/ledgers", &k.ledger(id)),
+                Some(id)
+            );
+        }
+        assert_eq!(ETCD_LAYOUT, layout::ETCD_LAYOUT_TEXT);
+    }
+}

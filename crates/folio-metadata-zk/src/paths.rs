@@ -176,3 +176,81 @@ mod tests {
         assert_eq!(id_range("", 10), (0, 9999999999));
     }
 }
+
+/// This driver's paths and text records agree with `folio_metadata::layout`, the shared
+/// helpers other crates (the shell, the sqlite driver's exports) use.
+#[cfg(test)]
+mod agreement {
+    use std::collections::BTreeSet;
+
+    use folio_metadata::layout;
+    use folio_types::BookieId;
+
+    use super::*;
+
+    const IDS: &[LedgerId] = &[
+        0,
+        1,
+        9999,
+        123456789,
+        2147483646,
+        2147483647,
+        2147483650,
+        0xcafebeef0000feed_u64 as i64 & i64::MAX,
+        i64::MAX,
+    ];
+
+    #[test]
+    fn ledger_and_underreplication_paths_agree() {
+        for &id in IDS {
+            assert_eq!(
+                join("/ledgers", &ledger_rel(id)),
+                layout::hierarchical_ledger_path("/ledgers", id),
+                "ledger {id}"
+            );
+            assert_eq!(
+                layout::ledger_id_from_hierarchical_path(
+                    "/ledgers",
+                    &join("/ledgers", &ledger_rel(id))
+                ),
+                Some(id)
+            );
+            assert_eq!(
+                join("/ledgers", &underreplicated_rel(id)),
+                layout::underreplicated_ledger_path("/ledgers", id),
+                "ledger {id}"
+            );
+            assert_eq!(
+                join("/ledgers", &underreplication_lock_rel(id)),
+                layout::underreplication_lock_path("/ledgers", id),
+                "ledger {id}"
+            );
+        }
+        assert_eq!(DEFAULT_LAYOUT, layout::ZK_LAYOUT_TEXT);
+    }
+
+    #[test]
+    fn text_records_agree() {
+        let missing: BTreeSet<BookieId> = ["10.0.0.1:3181", "10.0.0.2:3181"]
+            .iter()
+            .map(|s| BookieId::new(*s).unwrap())
+            .collect();
+        let fields: Vec<(&str, crate::text::Value)> = missing
+            .iter()
+            .map(|b| ("replica", crate::text::Value::Str(b.to_string())))
+            .chain([("ctime", crate::text::Value::Int(17))])
+            .collect();
+        let ours = crate::text::print(&fields);
+        assert_eq!(ours, layout::underreplicated_text(&missing, Some(17)));
+        assert_eq!(
+            layout::parse_underreplicated_text(1, ours.as_bytes()).unwrap(),
+            (missing, Some(17))
+        );
+        let vote = crate::text::print(&[("bookieId", crate::text::Value::Str("b:1".into()))]);
+        assert_eq!(vote, layout::bookie_id_text("b:1"));
+        assert_eq!(
+            layout::parse_bookie_id_text(vote.as_bytes()).as_deref(),
+            Some("b:1")
+        );
+    }
+}
