@@ -113,6 +113,22 @@ async fn bad_uris_and_ids_are_refused_with_the_cause() {
         .unwrap();
     let err = store.read_ledger(-3).await.unwrap_err();
     assert!(err.to_string().contains("-3"), "{err}");
+    // A bookie registered before the cluster was initialised does not make the cluster
+    // look initialised (the root then exists, but no INSTANCEID).
+    let reg = store
+        .register_bookie(
+            &BookieId::new("10.0.0.1:3181").unwrap(),
+            BookieMode::Writable,
+            &BookieServiceInfo::default(),
+        )
+        .await
+        .unwrap();
+    assert!(store.read_cluster().await.unwrap_err().is_not_found());
+    let info = store.init_cluster().await.unwrap();
+    assert_eq!(store.read_cluster().await.unwrap(), info);
+    assert!(store.init_cluster().await.unwrap_err().is_already_exists());
+    assert_eq!(store.list_bookies().await.unwrap().writable.len(), 1);
+    reg.unregister().await.unwrap();
     store.close().await.unwrap();
 }
 
