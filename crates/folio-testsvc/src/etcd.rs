@@ -129,8 +129,14 @@ impl EtcdServer {
         self.process.is_running()
     }
 
-    /// Kills the server now (SIGKILL) and waits for it to exit. Idempotent.
+    /// Stops the server gracefully (SIGTERM, then SIGKILL after 10 s) and waits for it to
+    /// exit; its port then refuses connections. The directory is deleted on drop. Idempotent.
     pub fn stop(&mut self) {
+        self.process.stop(std::time::Duration::from_secs(10));
+    }
+
+    /// Kills the server at once (SIGKILL), like a crash. Idempotent.
+    pub fn kill(&mut self) {
         self.process.kill();
     }
 

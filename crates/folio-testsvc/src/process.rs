@@ -99,6 +99,26 @@ impl ServerProcess {
         }
     }
 
+    /// Asks the server to exit (SIGTERM), waits up to `grace` for it, then kills it.
+    /// Idempotent.
+    pub(crate) fn stop(&mut self, grace: std::time::Duration) {
+        if let Some(child) = self.child.as_mut() {
+            if let Ok(pid) = libc::pid_t::try_from(child.id()) {
+                // SAFETY: plain kill(2) on our own child's pid, which we have not reaped yet.
+                unsafe { libc::kill(pid, libc::SIGTERM) };
+            }
+            let deadline = Instant::now() + grace;
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = child.try_wait() {
+                    self.child = None;
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        self.kill();
+    }
+
     /// Kills the server (SIGKILL) and reaps it. Idempotent.
     pub(crate) fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {

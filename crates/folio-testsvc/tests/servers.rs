@@ -38,7 +38,7 @@ fn etcd_starts_answers_and_stops() {
     );
     assert!(connects(etcd.addr()));
     let dir = etcd.dir();
-    etcd.stop();
+    etcd.kill();
     assert!(!etcd.is_running());
     assert!(!connects(etcd.addr()), "port still accepts after stop");
     drop(etcd);
