@@ -463,3 +463,57 @@ async fn a_lease_revoked_behind_the_stores_back_is_an_expired_session() {
         .unwrap_err();
     assert_eq!(err, MetadataError::SessionExpired);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_registration_survives_an_etcd_restart() {
+    let mut server = EtcdServer::start().unwrap();
+    let uri = server.metadata_uri("/ledgers");
+    let options = EtcdOptions {
+        session_ttl: Duration::from_secs(20),
+        ..EtcdOptions::default()
+    };
+    let store = EtcdMetadataStore::connect_with(&uri, options)
+        .await
+        .unwrap();
+    store.init_cluster().await.unwrap();
+    let id = bookie("10.0.0.4:3181");
+    let _reg = store
+        .register_bookie(&id, BookieMode::Writable, &BookieServiceInfo::default())
+        .await
+        .unwrap();
+    // etcd persists leases; a restart shorter than the TTL keeps the lease (the keep-alive
+    // task reconnects), and with it the registration.
+    server.restart().unwrap();
+    let observer = EtcdMetadataStore::connect(&uri).await.unwrap();
+    assert!(
+        observer
+            .list_bookies()
+            .await
+            .unwrap()
+            .writable
+            .contains(&id)
+    );
+    tokio::time::timeout(HANG, async {
+        loop {
+            if store.read_cluster().await.is_ok() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    })
+    .await
+    .expect("the store never answered again");
+    // Still there after several keep-alive periods of the new server.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(
+        observer
+            .list_bookies()
+            .await
+            .unwrap()
+            .writable
+            .contains(&id)
+    );
+    assert_eq!(*store.session_state().borrow(), SessionState::Connected);
+    observer.close().await.unwrap();
+    store.close().await.unwrap();
+}
