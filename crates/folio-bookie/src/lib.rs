@@ -7,6 +7,7 @@
 //! ([`server`]) only moves frames between sockets and the processor.
 
 pub mod availability;
+pub mod config;
 pub mod memory;
 pub mod processor;
 pub mod request;
