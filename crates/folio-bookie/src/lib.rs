@@ -12,6 +12,7 @@ pub mod memory;
 pub mod processor;
 pub mod request;
 pub mod storage;
+pub mod wire;
 
 pub use processor::{LongPollTimer, Processor, ProcessorConfig, Reply};
 pub use request::{Request, Response, Status};

@@ -39,6 +39,9 @@ pub struct ProcessorConfig {
     pub max_pending_adds: usize,
     /// Reads in flight (including waiting long polls) before new reads get ETOOMANYREQUESTS.
     pub max_pending_reads: usize,
+    /// Cap on the response size of a v2 batch read (BookKeeper's `maxBatchReadSize`); keep it
+    /// under the frame size clients accept.
+    pub max_batch_read_size: usize,
 }
 
 impl Default for ProcessorConfig {
@@ -47,6 +50,7 @@ impl Default for ProcessorConfig {
         ProcessorConfig {
             max_pending_adds: 10_000,
             max_pending_reads: 10_000,
+            max_batch_read_size: 5 * 1024 * 1024 - 1024,
         }
     }
 }
@@ -229,6 +233,33 @@ impl<S: BookieStorage> Processor<S> {
                 );
                 None
             }
+            Request::BatchRead {
+                ledger,
+                start_entry,
+                max_count,
+                max_size,
+                fence,
+                master_key,
+            } => {
+                let request = Request::BatchRead {
+                    ledger,
+                    start_entry,
+                    max_count,
+                    max_size,
+                    fence,
+                    master_key: master_key.clone(),
+                };
+                self.counted_read(&request.clone(), reply, |reply| {
+                    if fence {
+                        self.fence_then(request, ledger, master_key, reply, move |this| {
+                            this.batch_read(ledger, start_entry, max_count, max_size)
+                        })
+                    } else {
+                        reply(self.batch_read(ledger, start_entry, max_count, max_size))
+                    }
+                });
+                None
+            }
             Request::Auth(_) => {
                 // Auth disabled: every connection is authenticated; answer as AuthDisabledPlugin.
                 reply(Response::Auth {
@@ -397,27 +428,100 @@ impl<S: BookieStorage> Processor<S> {
     /// FENCE_LEDGER: the fence is made durable first, then the entry is read (BookKeeper answers
     /// a failed read at once; we never answer before the fence is durable).
     fn fence_then_read(&self, read: ReadRequest, reply: Reply) {
-        let Some(master_key) = read.master_key.clone().filter(|k| !k.is_empty()) else {
-            return reply(Response::error_for(
-                &Request::Read(read),
-                Status::Unauthorized,
-            ));
+        let request = Request::Read(read.clone());
+        self.fence_then(
+            request,
+            read.ledger,
+            read.master_key.clone(),
+            reply,
+            move |this| this.read_now(&read, None),
+        );
+    }
+
+    /// Fences `ledger` durably, then answers with `then` (EUA without a master key or with the
+    /// wrong one, EIO if the fence could not be made durable).
+    fn fence_then(
+        &self,
+        request: Request,
+        ledger: LedgerId,
+        master_key: Option<Bytes>,
+        reply: Reply,
+        then: impl FnOnce(&Self) -> Response + Send + 'static,
+    ) {
+        let Some(master_key) = master_key.filter(|k| !k.is_empty()) else {
+            return reply(Response::error_for(&request, Status::Unauthorized));
         };
         let this = self.clone();
         self.shared.storage.fence(
-            read.ledger,
+            ledger,
             master_key,
             Box::new(move |result| match result {
-                Ok(()) => reply(this.read_now(&read, None)),
+                Ok(()) => reply(then(&this)),
                 Err(e) => {
                     let status = match e {
                         StorageError::Unauthorized(_) => Status::Unauthorized,
                         _ => Status::Io,
                     };
-                    reply(Response::error_for(&Request::Read(read), status))
+                    reply(Response::error_for(&request, status))
                 }
             }),
         );
+    }
+
+    /// v2 batch read: consecutive entries until a count or size limit or the first missing
+    /// entry; an error only if the first entry cannot be read.
+    fn batch_read(
+        &self,
+        ledger: LedgerId,
+        start: EntryId,
+        max_count: i32,
+        max_size: i64,
+    ) -> Response {
+        // BookKeeper's estimate: 24 + 8 + 4 fixed bytes, then 4 + len per entry.
+        const FIXED: usize = 24 + 8 + 4;
+        let cap = self.shared.config.max_batch_read_size;
+        let max_size = if max_size <= 0 {
+            cap
+        } else {
+            (max_size as u64).min(cap as u64) as usize
+        };
+        let max_count = if max_count <= 0 {
+            usize::MAX
+        } else {
+            max_count as usize
+        };
+        let mut entries = Vec::new();
+        let mut size = FIXED;
+        let mut entry = start;
+        while entries.len() < max_count {
+            match self.shared.storage.read_entry(ledger, entry) {
+                Ok(body) => {
+                    if !entries.is_empty() && size + 4 + body.len() > max_size {
+                        break;
+                    }
+                    size += 4 + body.len();
+                    entries.push(body);
+                }
+                Err(e) => {
+                    if entries.is_empty() {
+                        return Response::BatchRead {
+                            status: read_status(&e),
+                            ledger,
+                            start_entry: start,
+                            entries,
+                        };
+                    }
+                    break;
+                }
+            }
+            entry += 1;
+        }
+        Response::BatchRead {
+            status: Status::Ok,
+            ledger,
+            start_entry: start,
+            entries,
+        }
     }
 
     /// A plain read, answering with the bookie's known LAC as `maxLAC`.

@@ -279,6 +279,7 @@ fn too_many_pending_adds_is_etoomanyrequests() {
     let (p, storage) = processor_with(ProcessorConfig {
         max_pending_adds: 2,
         max_pending_reads: 10,
+        ..ProcessorConfig::default()
     });
     storage.hold_completions(true);
     let replies = Replies::default();
@@ -307,6 +308,7 @@ fn too_many_pending_reads_is_etoomanyrequests() {
     let (p, _) = processor_with(ProcessorConfig {
         max_pending_adds: 10,
         max_pending_reads: 1,
+        ..ProcessorConfig::default()
     });
     call(&p, add(1, 0, -1, KEY));
     let replies = Replies::default();
@@ -656,4 +658,76 @@ fn auth_answers_as_auth_disabled_and_start_tls_is_ebadreq() {
             status: Status::BadRequest
         }
     );
+}
+
+fn batch(ledger: i64, start: i64, max_count: i32, max_size: i64) -> Request {
+    Request::BatchRead {
+        ledger,
+        start_entry: start,
+        max_count,
+        max_size,
+        fence: false,
+        master_key: None,
+    }
+}
+
+fn batch_entries(r: Response) -> (Status, Vec<Bytes>) {
+    match r {
+        Response::BatchRead {
+            status, entries, ..
+        } => (status, entries),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn batch_read_stops_at_count_size_or_first_missing_entry() {
+    let (p, _) = processor();
+    for e in [0, 1, 2, 3, 5] {
+        call(&p, add(2, e, -1, KEY));
+    }
+    let (status, entries) = batch_entries(call(&p, batch(2, 0, 0, 0)));
+    assert_eq!(status, Status::Ok);
+    assert_eq!(entries.len(), 4, "stops before the missing entry 4");
+    assert_eq!(entries[2], entry_body(2, 2, -1, b"payload 2"));
+    let (_, entries) = batch_entries(call(&p, batch(2, 1, 2, 0)));
+    assert_eq!(
+        entries,
+        vec![
+            entry_body(2, 1, -1, b"payload 1"),
+            entry_body(2, 2, -1, b"payload 2")
+        ]
+    );
+    // Size: one entry is 32 + 8 + 9 = 49 bytes; 36 fixed + 53 per entry: 150 fits two.
+    let (_, entries) = batch_entries(call(&p, batch(2, 0, 0, 150)));
+    assert_eq!(entries.len(), 2);
+    // The first entry alone is always returned, even over the size.
+    let (_, entries) = batch_entries(call(&p, batch(2, 0, 0, 1)));
+    assert_eq!(entries.len(), 1);
+    assert_eq!(
+        batch_entries(call(&p, batch(2, 4, 0, 0))).0,
+        Status::NoEntry
+    );
+    assert_eq!(
+        batch_entries(call(&p, batch(3, 0, 0, 0))).0,
+        Status::NoLedger
+    );
+}
+
+#[test]
+fn fencing_batch_read_fences_first() {
+    let (p, storage) = processor();
+    call(&p, add(2, 0, -1, KEY));
+    let fenced = |key: Option<&[u8]>| Request::BatchRead {
+        ledger: 2,
+        start_entry: 0,
+        max_count: 0,
+        max_size: 0,
+        fence: true,
+        master_key: key.map(Bytes::copy_from_slice),
+    };
+    assert_eq!(call(&p, fenced(None)).status(), Status::Unauthorized);
+    assert!(!storage.is_fenced(2));
+    assert_eq!(call(&p, fenced(Some(KEY))).status(), Status::Ok);
+    assert!(storage.is_fenced(2));
 }

@@ -33,6 +33,16 @@ pub enum Request {
     GetListOfEntriesOfLedger {
         ledger: LedgerId,
     },
+    /// v2 BATCH_READ_ENTRY: consecutive entries from `start_entry`, at most `max_count` of them
+    /// (<= 0: no count limit) and about `max_size` bytes of response (capped by the bookie).
+    BatchRead {
+        ledger: LedgerId,
+        start_entry: EntryId,
+        max_count: i32,
+        max_size: i64,
+        fence: bool,
+        master_key: Option<Bytes>,
+    },
     /// An auth handshake message; with auth disabled the bookie answers as BookKeeper's
     /// `AuthDisabledPlugin` does.
     Auth(AuthMessage),
@@ -98,81 +108,9 @@ pub struct AuthMessage {
     pub payload: Bytes,
 }
 
-/// The outcome of a request, in the vocabulary of BookKeeper's status codes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Status {
-    Ok,
-    NoLedger,
-    NoEntry,
-    BadRequest,
-    Io,
-    Unauthorized,
-    BadVersion,
-    Fenced,
-    ReadOnly,
-    TooManyRequests,
-    UnknownLedgerState,
-}
-
-impl Status {
-    /// The v3 `StatusCode` value (spec §2.1).
-    pub fn v3_code(self) -> i32 {
-        match self {
-            Status::Ok => 0,
-            Status::NoLedger => 402,
-            Status::NoEntry => 403,
-            Status::BadRequest => 404,
-            Status::Io => 501,
-            Status::Unauthorized => 502,
-            Status::BadVersion => 503,
-            Status::Fenced => 504,
-            Status::ReadOnly => 505,
-            Status::TooManyRequests => 506,
-            Status::UnknownLedgerState => 507,
-        }
-    }
-
-    /// The v2 rc (spec §3.1). EUNKNOWNLEDGERSTATE becomes EIO: the Java v2 client cannot map 107.
-    pub fn v2_code(self) -> i32 {
-        match self {
-            Status::Ok => 0,
-            Status::NoLedger => 1,
-            Status::NoEntry => 2,
-            Status::BadRequest => 100,
-            Status::Io => 101,
-            Status::Unauthorized => 102,
-            Status::BadVersion => 103,
-            Status::Fenced => 104,
-            Status::ReadOnly => 105,
-            Status::TooManyRequests => 106,
-            Status::UnknownLedgerState => 101,
-        }
-    }
-
-    /// Inverse of [`Status::v3_code`], for clients and tests.
-    pub fn from_v3_code(code: i32) -> Option<Status> {
-        ALL_STATUSES.iter().copied().find(|s| s.v3_code() == code)
-    }
-
-    /// Inverse of [`Status::v2_code`] (101 reads as `Io`).
-    pub fn from_v2_code(code: i32) -> Option<Status> {
-        ALL_STATUSES.iter().copied().find(|s| s.v2_code() == code)
-    }
-}
-
-const ALL_STATUSES: [Status; 11] = [
-    Status::Ok,
-    Status::NoLedger,
-    Status::NoEntry,
-    Status::BadRequest,
-    Status::Io,
-    Status::Unauthorized,
-    Status::BadVersion,
-    Status::Fenced,
-    Status::ReadOnly,
-    Status::TooManyRequests,
-    Status::UnknownLedgerState,
-];
+/// The outcome of a request: folio-proto's protocol-neutral status, which maps to v3 status codes
+/// and v2 return codes (never sending a v2 client the 107 it cannot parse).
+pub use folio_proto::Status;
 
 /// One answer. Each variant carries what its protocol response needs; the wire layer adds the
 /// echoed header.
@@ -218,6 +156,12 @@ pub enum Response {
         /// The §2.6 encoding.
         availability: Option<Bytes>,
     },
+    BatchRead {
+        status: Status,
+        ledger: LedgerId,
+        start_entry: EntryId,
+        entries: Vec<Bytes>,
+    },
     Auth {
         status: Status,
         message: AuthMessage,
@@ -237,6 +181,7 @@ impl Response {
             | Response::ForceLedger { status, .. }
             | Response::BookieInfo { status, .. }
             | Response::ListOfEntries { status, .. }
+            | Response::BatchRead { status, .. }
             | Response::Auth { status, .. }
             | Response::StartTls { status } => *status,
         }
@@ -282,6 +227,16 @@ impl Response {
                 ledger: *ledger,
                 availability: None,
             },
+            Request::BatchRead {
+                ledger,
+                start_entry,
+                ..
+            } => Response::BatchRead {
+                status,
+                ledger: *ledger,
+                start_entry: *start_entry,
+                entries: Vec::new(),
+            },
             Request::Auth(_) => Response::Auth {
                 status,
                 message: AuthMessage {
@@ -291,21 +246,5 @@ impl Response {
             },
             Request::StartTls => Response::StartTls { status },
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn status_codes_round_trip_and_v2_never_sees_107() {
-        for s in ALL_STATUSES {
-            assert_eq!(Status::from_v3_code(s.v3_code()), Some(s));
-            assert_ne!(s.v2_code(), 107, "{s:?}");
-        }
-        assert_eq!(Status::UnknownLedgerState.v2_code(), Status::Io.v2_code());
-        assert_eq!(Status::from_v2_code(101), Some(Status::Io));
-        assert_eq!(Status::from_v3_code(999), None);
     }
 }
