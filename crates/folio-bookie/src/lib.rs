@@ -11,6 +11,7 @@ pub mod config;
 pub mod memory;
 pub mod processor;
 pub mod request;
+pub mod server;
 pub mod storage;
 pub mod wire;
 
