@@ -9,10 +9,15 @@
 
 pub mod checkpoint;
 pub mod config;
+pub mod cookie;
+pub mod entry_log;
 pub mod error;
+pub mod index;
 pub mod journal;
+pub mod ledger_store;
 pub mod mem_store;
 pub mod storage;
+pub mod write_cache;
 
 pub use config::{JournalConfig, StorageConfig};
 pub use error::{BackendError, StorageError};
