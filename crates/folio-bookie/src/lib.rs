@@ -8,6 +8,7 @@
 
 pub mod availability;
 pub mod config;
+pub mod engine;
 pub mod memory;
 pub mod processor;
 pub mod request;
