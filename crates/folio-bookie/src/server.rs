@@ -72,6 +72,19 @@ impl<S: BookieStorage> BookieServer<S> {
         })
     }
 
+    /// Serves on a listener bound by the caller (who needed its port first).
+    pub fn from_listener(
+        listener: TcpListener,
+        processor: Processor<S>,
+        config: ServerConfig,
+    ) -> Self {
+        BookieServer {
+            listener,
+            processor,
+            config,
+        }
+    }
+
     pub fn local_addr(&self) -> SocketAddr {
         self.listener
             .local_addr()
