@@ -177,12 +177,12 @@ metadata_session_timeout_ms = 10000
 /// Why a configuration could not be used.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("cannot read config file {path}: {source}")]
+    #[error("cannot read config file {}: {error}", path.display())]
     Read {
         path: PathBuf,
-        source: std::io::Error,
+        error: std::io::Error,
     },
-    #[error("invalid config file {path}: {message}")]
+    #[error("invalid config file {}: {message}", path.display())]
     Parse { path: PathBuf, message: String },
     #[error("invalid configuration: {0}")]
     Invalid(String),
@@ -199,9 +199,9 @@ impl BookieConfig {
 
     /// Reads and parses a config file.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        let text = std::fs::read_to_string(path).map_err(|error| ConfigError::Read {
             path: path.to_path_buf(),
-            source,
+            error,
         })?;
         Self::from_toml(&text, path)
     }
