@@ -27,7 +27,7 @@ pub(crate) fn checkpoint(inner: &Inner) -> Result<(), StorageError> {
     if let Err(e) = &r {
         inner.journal.poison(
             "checkpoint",
-            PathBuf::from("checkpoint"),
+            PathBuf::new(),
             &io::Error::other(e.to_string()),
         );
     }

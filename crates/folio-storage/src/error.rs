@@ -55,10 +55,24 @@ pub enum StorageError {
     },
     /// The ledger store failed.
     #[error("ledger store: {0}")]
-    Backend(#[from] BackendError),
+    Backend(BackendError),
     /// The engine is shutting down.
     #[error("storage is shut down")]
     ShutDown,
+}
+
+impl From<BackendError> for StorageError {
+    /// A full disk under the ledger store is `NoSpace` naming its directory, like one
+    /// under the journal.
+    fn from(e: BackendError) -> Self {
+        match e {
+            BackendError::NoSpace { dir, detail } => StorageError::NoSpace {
+                dir,
+                detail: format!("ledger store: {detail}"),
+            },
+            other => StorageError::Backend(other),
+        }
+    }
 }
 
 impl StorageError {

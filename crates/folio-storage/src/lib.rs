@@ -9,14 +9,15 @@
 
 pub mod checkpoint;
 pub mod config;
-pub mod cookie;
-pub mod entry_log;
 pub mod error;
-pub mod index;
 pub mod journal;
-pub mod ledger_store;
 pub mod mem_store;
 pub mod storage;
+
+pub mod cookie;
+pub mod entry_log;
+pub mod index;
+pub mod ledger_store;
 pub mod write_cache;
 
 pub use config::{JournalConfig, StorageConfig};

@@ -111,9 +111,17 @@ impl LedgerBackend for MemLedgerStore {
     fn flush(&self) -> Result<(), BackendError> {
         let snapshot = self.state.lock().clone();
         let bytes = encode(&snapshot);
-        self.fs
-            .write_file_atomic(&self.path, &bytes)
-            .map_err(|e| other(format!("flush {}: {e}", self.path.display())))?;
+        self.fs.write_file_atomic(&self.path, &bytes).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::StorageFull {
+                let dir = self.path.parent().unwrap_or(Path::new("/")).to_path_buf();
+                BackendError::NoSpace {
+                    dir,
+                    detail: e.to_string(),
+                }
+            } else {
+                other(format!("flush {}: {e}", self.path.display()))
+            }
+        })?;
         let mut s = self.state.lock();
         s.unflushed = s.unflushed.saturating_sub(snapshot.unflushed);
         Ok(())

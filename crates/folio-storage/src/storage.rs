@@ -327,8 +327,19 @@ impl Storage {
     }
 
     /// Stops the checkpoint thread and the journal writers (which first write and
-    /// sync what is queued). No final checkpoint: a restart replays the journal.
+    /// sync what is queued), then runs a last checkpoint so the next start has little
+    /// to replay. Dropping a `Storage` without `shutdown` stops the threads the same way
+    /// but skips the checkpoint (the next start replays more; nothing is lost).
     pub fn shutdown(&self) {
+        self.stop();
+        if !self.is_read_only()
+            && let Err(e) = checkpoint::checkpoint(&self.inner)
+        {
+            tracing::error!("final checkpoint failed: {e}");
+        }
+    }
+
+    fn stop(&self) {
         *self.inner.stop.lock() = true;
         self.inner.stop_cv.notify_all();
         if let Some(t) = self.checkpointer.lock().take()
@@ -381,7 +392,7 @@ impl Storage {
 
 impl Drop for Storage {
     fn drop(&mut self) {
-        self.shutdown();
+        self.stop();
     }
 }
 
@@ -432,4 +443,76 @@ fn apply_record(store: &dyn LedgerBackend, r: ReplayRecord) -> Result<(), Storag
         RecordKind::ExplicitLac => store.set_explicit_lac(r.ledger, r.payload)?,
     }
     Ok(())
+}
+
+/// The production ledger store (entry logs + redb index + write cache).
+impl LedgerBackend for crate::ledger_store::LedgerStore {
+    fn put_entry(&self, ledger: i64, entry: i64, data: Bytes) -> Result<(), BackendError> {
+        Ok(crate::ledger_store::LedgerStore::put_entry(
+            self, ledger, entry, data,
+        )?)
+    }
+
+    fn get_entry(&self, ledger: i64, entry: i64) -> Result<Option<Bytes>, BackendError> {
+        Ok(crate::ledger_store::LedgerStore::get_entry(
+            self, ledger, entry,
+        )?)
+    }
+
+    fn ledger(&self, ledger: i64) -> Result<Option<StoredLedger>, BackendError> {
+        Ok(self
+            .ledger_info(ledger)?
+            .filter(|i| !i.deleted)
+            .map(|i| StoredLedger {
+                fenced: i.fenced,
+                master_key: i.master_key,
+                explicit_lac: i.explicit_lac,
+            }))
+    }
+
+    fn set_master_key(&self, ledger: i64, key: Bytes) -> Result<(), BackendError> {
+        Ok(crate::ledger_store::LedgerStore::set_master_key(
+            self, ledger, key,
+        )?)
+    }
+
+    fn set_fenced(&self, ledger: i64) -> Result<(), BackendError> {
+        Ok(crate::ledger_store::LedgerStore::set_fenced(self, ledger)?)
+    }
+
+    fn set_explicit_lac(&self, ledger: i64, body: Bytes) -> Result<(), BackendError> {
+        Ok(crate::ledger_store::LedgerStore::set_explicit_lac(
+            self, ledger, body,
+        )?)
+    }
+
+    fn entry_ids(&self, ledger: i64) -> Result<Vec<i64>, BackendError> {
+        Ok(crate::ledger_store::LedgerStore::entry_ids(self, ledger)?)
+    }
+
+    fn flush(&self) -> Result<(), BackendError> {
+        Ok(crate::ledger_store::LedgerStore::flush(self)?)
+    }
+
+    fn write_cache_used(&self) -> u64 {
+        crate::ledger_store::LedgerStore::write_cache_used(self)
+    }
+
+    fn set_flush_requester(&self, requester: Arc<dyn Fn() + Send + Sync>) {
+        crate::ledger_store::LedgerStore::set_flush_requester(self, requester)
+    }
+}
+
+impl From<crate::ledger_store::LedgerStoreError> for BackendError {
+    fn from(e: crate::ledger_store::LedgerStoreError) -> Self {
+        match e {
+            crate::ledger_store::LedgerStoreError::NoSpace { dir, source } => {
+                BackendError::NoSpace {
+                    dir,
+                    detail: source.to_string(),
+                }
+            }
+            other => BackendError::Other(Box::new(other)),
+        }
+    }
 }

@@ -1,4 +1,5 @@
-//! The engine's semantics through its public API, on real files in a temp directory.
+//! The engine's semantics through its public API, on real files in a temp directory,
+//! over the production `LedgerStore`.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -8,7 +9,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use folio_env::{Env, FileSystem};
 use folio_storage::journal::Position;
-use folio_storage::mem_store::MemLedgerStore;
+use folio_storage::ledger_store::{LedgerStore, LedgerStoreConfig};
 use folio_storage::{JournalConfig, Storage, StorageConfig, StorageError};
 
 const KEY: &[u8] = &[5; 20];
@@ -24,10 +25,15 @@ fn config(dir: &Path) -> StorageConfig {
     }
 }
 
+/// The production ledger store (entry logs + index) in `dir`.
+fn ledger_store(env: &Env, dir: &Path) -> Arc<LedgerStore> {
+    let cfg = LedgerStoreConfig::new(vec![dir.join("ledgers")], dir.join("index"));
+    Arc::new(LedgerStore::open(env, cfg).unwrap())
+}
+
 fn open(dir: &Path, cfg: StorageConfig) -> Storage {
     let env = Env::real();
-    let store = MemLedgerStore::open(Arc::clone(&env.fs), &dir.join("store")).unwrap();
-    Storage::open(&env, cfg, Arc::new(store)).unwrap()
+    Storage::open(&env, cfg, ledger_store(&env, dir)).unwrap()
 }
 
 fn entry(ledger: i64, entry: i64, lac: i64, payload: &[u8]) -> Bytes {
@@ -163,7 +169,7 @@ fn fencing_survives_restarts_and_admits_only_recovery_adds() {
         fence(&s, 3).unwrap(); // fencing twice is fine
         // A fence of an unknown ledger creates it with the key.
         fence(&s, 4).unwrap();
-        s.shutdown();
+        drop(s); // no final checkpoint: the restart must replay the journal
     }
     {
         // Restart without a checkpoint: the journal brings the fence back.
@@ -203,7 +209,7 @@ fn read_lac_combines_last_entry_and_explicit_lac() {
     let r = s.read_lac(2).unwrap();
     assert_eq!(r.lac, Some(1));
     assert!(r.last_entry.is_some() && r.explicit_lac.is_some());
-    s.shutdown();
+    drop(s); // releases the ledger store (its index is locked while open)
     let s = open(tmp.path(), config(tmp.path()));
     assert_eq!(s.read_lac(2).unwrap().lac, Some(1), "explicit LAC replayed");
 }
@@ -231,7 +237,7 @@ fn checkpoints_move_each_mark_and_delete_old_journal_files() {
         for l in 0..6 {
             add(&s, l, s.entry_ids(l).unwrap().len() as i64, KEY, false).unwrap();
         }
-        s.shutdown();
+        drop(s); // no final checkpoint
     }
     assert_eq!(journal_files(tmp.path()), 6, "three runs, two directories");
     let s = open(tmp.path(), cfg.clone());
@@ -248,7 +254,7 @@ fn checkpoints_move_each_mark_and_delete_old_journal_files() {
         2,
         "only the current files remain"
     );
-    s.shutdown();
+    drop(s); // releases the ledger store (its index is locked while open)
     let s = open(tmp.path(), cfg);
     assert_eq!(s.replay_stats().records, 0);
     for l in 0..6 {
@@ -320,7 +326,7 @@ fn real_journal_files_truncated_or_corrupted() {
         for e in 0..4 {
             add(&s, 9, e, KEY, false).unwrap();
         }
-        s.shutdown();
+        drop(s); // no final checkpoint: the journal keeps the records
     }
     let file = only_journal_file(tmp.path());
     let len = std::fs::metadata(&file).unwrap().len();
@@ -339,7 +345,7 @@ fn real_journal_files_truncated_or_corrupted() {
         let s = open(tmp.path(), cfg.clone());
         assert_eq!(s.entry_ids(9).unwrap(), vec![0, 1, 2]);
         assert_eq!(s.replay_stats().torn_tails, 1);
-        s.shutdown();
+        drop(s);
     }
 
     // A flipped byte in the second add, with valid records after it: refuse to start.
@@ -347,12 +353,67 @@ fn real_journal_files_truncated_or_corrupted() {
     bad[32 + 48 + 64 + 40] ^= 0x55;
     std::fs::write(&file, &bad).unwrap();
     let env = Env::real();
-    let store = MemLedgerStore::open(Arc::clone(&env.fs), &tmp.path().join("store")).unwrap();
-    let err = Storage::open(&env, cfg, Arc::new(store)).err().unwrap();
+    let err = Storage::open(&env, cfg, ledger_store(&env, tmp.path()))
+        .err()
+        .unwrap();
     let msg = err.to_string();
     assert!(
         matches!(err, StorageError::CorruptJournal { offset, .. } if offset == 32 + 48 + 64),
         "{msg}"
     );
     assert!(msg.contains(&file.display().to_string()), "{msg}");
+}
+
+#[test]
+fn a_full_write_cache_asks_for_a_checkpoint_instead_of_blocking_forever() {
+    // A tiny write cache, no periodic checkpoint, no size threshold: only the ledger
+    // store's request for room can free the cache.
+    let tmp = tempfile::tempdir().unwrap();
+    let env = Env::real();
+    let mut store_cfg =
+        LedgerStoreConfig::new(vec![tmp.path().join("ledgers")], tmp.path().join("index"));
+    store_cfg.write_cache_bytes = 16 * 1024;
+    let store = Arc::new(LedgerStore::open(&env, store_cfg).unwrap());
+    let cfg = StorageConfig {
+        checkpoint_write_cache_bytes: u64::MAX,
+        ..config(tmp.path())
+    };
+    let s = Storage::open(&env, cfg, store).unwrap();
+    let payload = vec![1u8; 2000];
+    let mut rxs = Vec::new();
+    for e in 0..100 {
+        let (cb, rx) = done();
+        s.add_entry(1, e, KEY, entry(1, e, e - 1, &payload), false, cb);
+        rxs.push(rx);
+    }
+    for rx in rxs {
+        wait(rx).unwrap();
+    }
+    assert_eq!(s.entry_ids(1).unwrap().len(), 100);
+    assert!(
+        s.journal_marks().iter().any(|m| *m != Position::default()),
+        "a checkpoint must have run to make room"
+    );
+    drop(s);
+    let s = open(tmp.path(), config(tmp.path()));
+    assert_eq!(
+        s.read_entry(1, 99).unwrap().unwrap(),
+        entry(1, 99, 98, &payload)
+    );
+}
+
+#[test]
+fn shutdown_checkpoints_so_the_next_start_replays_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let s = open(tmp.path(), config(tmp.path()));
+    for e in 0..5 {
+        add(&s, 2, e, KEY, false).unwrap();
+    }
+    write_lac(&s, 2, 3).unwrap();
+    s.shutdown();
+    drop(s);
+    let s = open(tmp.path(), config(tmp.path()));
+    assert_eq!(s.replay_stats().records, 0, "{:?}", s.replay_stats());
+    assert_eq!(s.entry_ids(2).unwrap(), vec![0, 1, 2, 3, 4]);
+    assert_eq!(s.read_lac(2).unwrap().lac, Some(3));
 }

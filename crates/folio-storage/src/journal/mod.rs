@@ -31,8 +31,12 @@ use crate::storage::WriteCallback;
 /// What start-up replay found, per journal directory.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ReplayStats {
+    /// Journal files read.
     pub files: u64,
+    /// Records applied to the ledger store.
     pub records: u64,
+    /// Files whose valid records end before the file does: a torn last group, or
+    /// (the usual case) the preallocated zeroes after the last group.
     pub torn_tails: u64,
 }
 
@@ -56,6 +60,14 @@ impl Journal {
             return Err(StorageError::BadRequest(
                 "no journal directory configured".into(),
             ));
+        }
+        for (i, d) in cfg.dirs.iter().enumerate() {
+            if cfg.dirs[..i].contains(d) {
+                return Err(StorageError::BadRequest(format!(
+                    "journal directory {} is configured twice",
+                    d.display()
+                )));
+            }
         }
         let mut stats = ReplayStats::default();
         let mut prepared = Vec::new();

@@ -405,3 +405,89 @@ fn a_valid_record_far_behind_the_damage_is_still_found() {
     let (_, seen) = open(&sim_env(&fs), &cfg(vec![PathBuf::from("/j")])).unwrap();
     assert_eq!(seen.len(), 1, "only the record before the damage");
 }
+
+#[test]
+fn the_same_directory_twice_is_refused() {
+    let fs = SimFileSystem::new();
+    let err = open(
+        &sim_env(&fs),
+        &cfg(vec![PathBuf::from("/j"), PathBuf::from("/j")]),
+    )
+    .err()
+    .unwrap();
+    assert!(err.to_string().contains("/j is configured twice"), "{err}");
+}
+
+#[test]
+fn random_damage_never_panics_and_never_invents_records() {
+    use folio_env::Rng;
+    let n = 12;
+    let fs = SimFileSystem::new();
+    let file = journal_with_records(&fs, n);
+    let pristine = fs.read_file(&file).unwrap();
+    let offs = record_offsets(n);
+    let end = offs[n as usize - 1] + (format::RECORD_HEADER_LEN + payload(3, n - 1).len()) as u64;
+    for seed in 0..300u64 {
+        let rng = SystemRng::with_seed(seed);
+        let mut bytes = pristine.clone();
+        let first_damage = match rng.below(3) {
+            0 => {
+                let at = rng.below(bytes.len() as u64) as usize;
+                bytes[at] ^= 1 + rng.below(255) as u8;
+                at as u64
+            }
+            1 => {
+                let at = rng.below(bytes.len() as u64);
+                bytes.truncate(at as usize);
+                at
+            }
+            _ => {
+                let at = rng.below(bytes.len() as u64) as usize;
+                let junk: Vec<u8> = (0..1 + rng.below(64))
+                    .map(|_| rng.next_u64() as u8)
+                    .collect();
+                let stop = (at + junk.len()).min(bytes.len());
+                bytes[at..stop].copy_from_slice(&junk[..stop - at]);
+                at as u64
+            }
+        };
+        let img = SimFileSystem::new();
+        img.create_dir_all(Path::new("/j/current")).unwrap();
+        img.write_file_atomic(&file, &bytes).unwrap();
+        match open(&sim_env(&img), &cfg(vec![PathBuf::from("/j")])) {
+            Ok((_, seen)) => {
+                for (i, r) in seen.iter().enumerate() {
+                    assert_eq!(r.entry, i as i64, "seed {seed}");
+                    assert_eq!(
+                        r.payload.as_ref(),
+                        payload(3, i as i64).as_slice(),
+                        "seed {seed}"
+                    );
+                }
+                // Every record wholly before the damage is back.
+                let intact = offs
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, o)| {
+                        let len = (format::RECORD_HEADER_LEN + payload(3, *i as i64).len()) as u64;
+                        **o + len <= first_damage
+                    })
+                    .count();
+                assert!(
+                    seen.len() >= intact,
+                    "seed {seed}: {} < {intact}",
+                    seen.len()
+                );
+            }
+            Err(e) => {
+                // Only damage before the last record may stop start-up (a valid record
+                // follows it), and the error says where.
+                assert!(first_damage < end, "seed {seed}: {e}");
+                assert!(
+                    matches!(e, StorageError::CorruptJournal { .. }),
+                    "seed {seed}: {e}"
+                );
+            }
+        }
+    }
+}

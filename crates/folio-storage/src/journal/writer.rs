@@ -88,6 +88,9 @@ impl Poison {
     }
 
     pub(crate) fn reason(&self) -> String {
+        if self.path.as_os_str().is_empty() {
+            return format!("{} failed: {}", self.op, self.message);
+        }
         format!(
             "journal {} of {} failed: {}",
             self.op,
