@@ -6,7 +6,8 @@
 //! (bookie registrations, under-replication locks, Auditor votes) belong to a
 //! *session*: a row whose `expires_at` a heartbeat task pushes forward. A process that
 //! dies stops renewing, and after the session timeout its records count as gone
-//! (readers ignore them, the next writer deletes them). Watches poll.
+//! (readers ignore them, the next writer deletes them). Leases are measured on the
+//! machine's wall clock, which every process sharing the file shares. Watches poll.
 //! Versions are a database-wide revision, so a deleted and recreated record never
 //! reuses a version. Blocking calls run on `spawn_blocking`.
 
@@ -87,6 +88,11 @@ struct Inner {
     session: i64,
     opts: SqliteOptions,
     state: watch::Sender<SessionState>,
+    /// The database-wide revision as last polled; ledger watches wake on its changes
+    /// instead of each re-reading its record on every tick. Polled only once a
+    /// ledger watch exists.
+    revision: watch::Sender<i64>,
+    revision_poller: std::sync::Once,
 }
 
 impl Inner {
@@ -133,9 +139,20 @@ impl Inner {
             })
             .await;
         if matches!(r, Err(MetadataError::SessionExpired)) {
-            self.state.send_replace(SessionState::Expired);
+            self.mark_expired();
         }
         r
+    }
+
+    /// Records that the session expired, unless it already ended; true if it changed.
+    fn mark_expired(&self) -> bool {
+        self.state.send_if_modified(|s| {
+            let live = matches!(s, SessionState::Connected | SessionState::Disconnected);
+            if live {
+                *s = SessionState::Expired;
+            }
+            live
+        })
     }
 
     /// Ends the session now (deleting its ephemeral records), inline.
@@ -356,6 +373,8 @@ impl SqliteMetadataStore {
             session,
             opts,
             state: watch::Sender::new(SessionState::Connected),
+            revision: watch::Sender::new(0),
+            revision_poller: std::sync::Once::new(),
         });
         tokio::spawn(heartbeat(Arc::downgrade(&inner)));
         Ok(SqliteMetadataStore { inner })
@@ -379,7 +398,10 @@ impl SqliteMetadataStore {
 
     /// Follows `compute(connection)` by polling until the receiver is dropped or the
     /// session ends.
-    fn follow<T, F>(&self, initial: T, compute: F) -> watch::Receiver<T>
+    /// With `on_revision`, recomputes only when the database revision moves (for
+    /// values only writes change); otherwise on every poll tick (for values that
+    /// also change when a session silently expires, like membership).
+    fn follow<T, F>(&self, initial: T, on_revision: bool, compute: F) -> watch::Receiver<T>
     where
         T: PartialEq + Send + Sync + 'static,
         F: Fn(&Connection) -> Result<T> + Send + Sync + 'static,
@@ -388,11 +410,29 @@ impl SqliteMetadataStore {
         let weak = Arc::downgrade(&self.inner);
         let compute = Arc::new(compute);
         let poll = self.inner.opts.poll_interval;
+        let mut revision = self.inner.revision.subscribe();
+        if on_revision {
+            self.inner
+                .revision_poller
+                .call_once(|| drop(tokio::spawn(poll_revision(Arc::downgrade(&self.inner)))));
+        }
         tokio::spawn(async move {
+            // Recompute once right after subscribing: a write between the caller's
+            // initial read and the subscription must not be missed.
+            let mut recompute_now = on_revision;
             loop {
-                tokio::select! {
-                    _ = tokio::time::sleep(poll) => {}
-                    _ = tx.closed() => break,
+                if recompute_now {
+                    recompute_now = false;
+                } else if on_revision {
+                    tokio::select! {
+                        r = revision.changed() => if r.is_err() { break },
+                        _ = tx.closed() => break,
+                    }
+                } else {
+                    tokio::select! {
+                        _ = tokio::time::sleep(poll) => {}
+                        _ = tx.closed() => break,
+                    }
                 }
                 let Some(inner) = weak.upgrade() else { break };
                 let compute = compute.clone();
@@ -401,6 +441,8 @@ impl SqliteMetadataStore {
                     Err(MetadataError::SessionExpired) => break,
                     Err(e) => {
                         tracing::debug!("sqlite watch poll failed: {e}");
+                        tokio::time::sleep(poll).await;
+                        recompute_now = true;
                         continue;
                     }
                 };
@@ -415,6 +457,32 @@ impl SqliteMetadataStore {
             }
         });
         rx
+    }
+}
+
+/// Keeps `Inner::revision` equal to the database's revision until the store is dropped.
+async fn poll_revision(weak: Weak<Inner>) {
+    loop {
+        let Some(inner) = weak.upgrade() else { return };
+        let poll = inner.opts.poll_interval;
+        match inner
+            .run(|c| {
+                Ok(c.query_row("SELECT v FROM revision WHERE id = 0", [], |r| {
+                    r.get::<_, i64>(0)
+                })?)
+            })
+            .await
+        {
+            Ok(v) => {
+                inner
+                    .revision
+                    .send_if_modified(|old| std::mem::replace(old, v) != v);
+            }
+            Err(MetadataError::SessionExpired) => return,
+            Err(e) => tracing::debug!("sqlite revision poll failed: {e}"),
+        }
+        drop(inner);
+        tokio::time::sleep(poll).await;
     }
 }
 
@@ -440,8 +508,10 @@ async fn heartbeat(weak: Weak<Inner>) {
         .await;
         match r {
             Ok(0) => {
-                tracing::warn!("sqlite metadata session {session} expired");
-                inner.state.send_replace(SessionState::Expired);
+                // Not a warning when close() ended the session while this ran.
+                if inner.mark_expired() {
+                    tracing::warn!("sqlite metadata session {session} expired");
+                }
                 return;
             }
             Ok(_) => {
@@ -487,11 +557,13 @@ impl MetadataStore for SqliteMetadataStore {
         if self.inner.live().is_err() {
             return Ok(());
         }
+        // Closed first, so the heartbeat does not mistake the deleted session for
+        // an expired one.
+        self.inner.state.send_replace(SessionState::Closed);
         let inner = self.inner.clone();
         tokio::task::spawn_blocking(move || inner.end_blocking())
             .await
             .map_err(|e| MetadataError::Internal(format!("sqlite task failed: {e}")))?;
-        self.inner.state.send_replace(SessionState::Closed);
         Ok(())
     }
 
@@ -606,7 +678,7 @@ impl MetadataStore for SqliteMetadataStore {
 
     async fn watch_bookies(&self) -> Result<watch::Receiver<BookieSet>> {
         let initial = self.list_bookies().await?;
-        Ok(self.follow(initial, read_bookie_set))
+        Ok(self.follow(initial, false, read_bookie_set))
     }
 
     async fn read_cookie(&self, bookie: &BookieId) -> Result<Versioned<Vec<u8>>> {
@@ -849,7 +921,7 @@ impl MetadataStore for SqliteMetadataStore {
                 }))
         };
         let initial = self.inner.run(move |c| compute(c)).await?;
-        Ok(self.follow(initial, compute))
+        Ok(self.follow(initial, true, compute))
     }
 
     async fn mark_underreplicated(&self, ledger: LedgerId, missing: &[BookieId]) -> Result<()> {

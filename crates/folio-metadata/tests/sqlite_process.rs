@@ -19,7 +19,7 @@ const PATIENCE: Duration = Duration::from_secs(60);
 
 fn options() -> SqliteOptions {
     SqliteOptions {
-        session_timeout: Duration::from_secs(3),
+        session_timeout: Duration::from_secs(6),
         poll_interval: Duration::from_millis(50),
         ..SqliteOptions::default()
     }
@@ -160,4 +160,76 @@ async fn a_killed_process_loses_its_registration_lock_and_leadership() {
         .unwrap()
         .expect("the dead child's lock must be free");
     lock.mark_replicated().await.unwrap();
+}
+
+const IDGEN_DB: &str = "FOLIO_METADATA_TEST_IDGEN_DB";
+const IDS_PER_PROCESS: usize = 200;
+
+/// Not a test of its own: the body of an id-generating child process. (libtest may
+/// print its own text on the same line as the first id, hence the marker.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idgen_child_entry() {
+    let Ok(db) = std::env::var(IDGEN_DB) else {
+        return;
+    };
+    let store = SqliteMetadataStore::open(db.as_ref(), options())
+        .await
+        .unwrap();
+    for _ in 0..IDS_PER_PROCESS {
+        println!("FOLIO-ID:{}", store.generate_ledger_id().await.unwrap());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn processes_sharing_a_database_never_get_the_same_ledger_id() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("metadata.db");
+    let store = SqliteMetadataStore::open(&db, options()).await.unwrap();
+    let children: Vec<_> = (0..3)
+        .map(|_| {
+            Command::new(std::env::current_exe().unwrap())
+                .args([
+                    "--exact",
+                    "idgen_child_entry",
+                    "--nocapture",
+                    "--test-threads=1",
+                ])
+                .env(IDGEN_DB, &db)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::inherit())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let mut ids = Vec::new();
+    for _ in 0..IDS_PER_PROCESS {
+        ids.push(store.generate_ledger_id().await.unwrap());
+    }
+    for child in children {
+        let out = tokio::task::spawn_blocking(move || child.wait_with_output())
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(out.status.success(), "an id-generating child failed");
+        let stdout = String::from_utf8(out.stdout).unwrap();
+        let before = ids.len();
+        ids.extend(
+            stdout
+                .lines()
+                .filter_map(|l| l.split_once("FOLIO-ID:").map(|(_, n)| n))
+                .map(|n| n.parse::<i64>().unwrap()),
+        );
+        assert_eq!(
+            ids.len() - before,
+            IDS_PER_PROCESS,
+            "a child printed the wrong number of ids"
+        );
+    }
+    let unique: std::collections::BTreeSet<_> = ids.iter().copied().collect();
+    assert_eq!(
+        unique.len(),
+        ids.len(),
+        "{} duplicate ids across processes",
+        ids.len() - unique.len()
+    );
 }

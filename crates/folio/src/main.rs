@@ -3,6 +3,7 @@
 //! subcommand lives in its own module; this file only dispatches.
 
 mod bookie_cmd;
+mod shell;
 
 use clap::{Parser, Subcommand};
 
@@ -28,6 +29,8 @@ enum Command {
     Version,
     /// Run one bookie: --metadata URI --data-dir DIR [--port P] [--http-port P] [--config FILE].
     Bookie(bookie_cmd::BookieArgs),
+    /// BookKeeper's shell commands (listbookies, listledgers, ledgermetadata, ...).
+    Shell(shell::ShellArgs),
 }
 
 fn main() {
@@ -45,6 +48,7 @@ fn main() {
             Ok(())
         }
         Command::Bookie(args) => bookie_cmd::run(cli.metadata, args),
+        Command::Shell(args) => shell::run(args, cli.metadata.as_deref()),
     };
     if let Err(e) = result {
         // One line on stderr that names the cause, and a non-zero status (DESIGN.md section 4).
