@@ -56,6 +56,8 @@ pub struct BookieConfig {
     pub max_pending_reads: usize,
     pub max_pending_requests_per_connection: usize,
     pub max_connections: usize,
+    #[serde(alias = "numReadWorkerThreads")]
+    pub read_threads: usize,
     #[serde(alias = "readOnlyModeEnabled")]
     pub read_only_mode_enabled: bool,
     #[serde(alias = "zkTimeout")]
@@ -86,6 +88,7 @@ impl Default for BookieConfig {
             max_pending_reads: 10_000,
             max_pending_requests_per_connection: 1_000,
             max_connections: 4_096,
+            read_threads: 8,
             read_only_mode_enabled: true,
             metadata_session_timeout_ms: 10_000,
         }
@@ -166,6 +169,9 @@ max_pending_requests_per_connection = 1000
 
 # Connections served at once; further connections are closed at accept.
 max_connections = 4096
+
+# Threads serving reads, which may wait on disk. [numReadWorkerThreads]
+read_threads = 8
 
 # Turn read-only (instead of stopping) when a disk fills or a write fails. [readOnlyModeEnabled]
 read_only_mode_enabled = true
@@ -261,6 +267,7 @@ impl BookieConfig {
                 self.max_pending_requests_per_connection,
             ),
             ("max_connections", self.max_connections),
+            ("read_threads", self.read_threads),
         ] {
             if v == 0 {
                 return Err(ConfigError::Invalid(format!("{key} must be at least 1")));

@@ -40,6 +40,8 @@ pub struct AdminState {
     bookie_id: String,
     storage: Arc<dyn BookieStorage>,
     shutting_down: Arc<AtomicBool>,
+    /// Sets point-in-time gauges (pending requests, journal numbers) just before a scrape.
+    refresh: Option<Arc<dyn Fn() + Send + Sync>>,
 }
 
 impl AdminState {
@@ -50,7 +52,14 @@ impl AdminState {
             bookie_id,
             storage,
             shutting_down: Arc::new(AtomicBool::new(false)),
+            refresh: None,
         }
+    }
+
+    /// Runs `refresh` before each `/metrics` render, to set gauges that are read, not counted.
+    pub fn with_refresh(mut self, refresh: Arc<dyn Fn() + Send + Sync>) -> Self {
+        self.refresh = Some(refresh);
+        self
     }
 }
 
@@ -114,7 +123,11 @@ async fn heartbeat() -> &'static str {
     "OK\n"
 }
 
-async fn metrics_text() -> Response {
+async fn metrics_text(State(s): State<AdminState>) -> Response {
+    metrics::gauge!("folio_bookie_read_only").set(if s.storage.is_read_only() { 1.0 } else { 0.0 });
+    if let Some(refresh) = &s.refresh {
+        refresh();
+    }
     match prometheus() {
         Some(h) => (
             [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],

@@ -16,6 +16,7 @@ pub mod http;
 pub mod memory;
 pub mod node;
 pub mod processor;
+pub mod read_pool;
 pub mod registration;
 pub mod request;
 pub mod server;

@@ -162,11 +162,12 @@ impl BookieNode {
         );
         let server = BookieServer::from_listener(
             listener,
-            processor,
+            processor.clone(),
             ServerConfig {
                 max_frame_size: config.max_frame_size,
                 max_connections: config.max_connections,
                 max_pending_per_connection: config.max_pending_requests_per_connection,
+                read_threads: config.read_threads,
             },
         )
         .start();
@@ -174,7 +175,27 @@ impl BookieNode {
         let http = match config.http_port {
             Some(http_port) => {
                 let addr = format!("{}:{}", config.listen_address, http_port);
-                let state = AdminState::new(bookie_id.to_string(), storage.clone());
+                let engine = storage.engine().clone();
+                let p = processor.clone();
+                let state = AdminState::new(bookie_id.to_string(), storage.clone()).with_refresh(
+                    Arc::new(move || {
+                        metrics::gauge!("folio_bookie_pending_adds").set(p.pending_adds() as f64);
+                        metrics::gauge!("folio_bookie_pending_reads").set(p.pending_reads() as f64);
+                        metrics::gauge!("folio_bookie_waiting_long_polls")
+                            .set(p.waiting_long_polls() as f64);
+                        let replay = engine.replay_stats();
+                        metrics::gauge!("folio_journal_replayed_files").set(replay.files as f64);
+                        metrics::gauge!("folio_journal_replayed_records")
+                            .set(replay.records as f64);
+                        for (i, mark) in engine.journal_marks().iter().enumerate() {
+                            let dir = i.to_string();
+                            metrics::gauge!("folio_journal_mark_file_id", "dir" => dir.clone())
+                                .set(mark.file_id as f64);
+                            metrics::gauge!("folio_journal_mark_offset", "dir" => dir)
+                                .set(mark.offset as f64);
+                        }
+                    }),
+                );
                 Some(
                     crate::http::serve(&addr, state)
                         .await

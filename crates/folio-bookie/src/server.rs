@@ -25,6 +25,7 @@ use tokio::task::JoinSet;
 use tracing::{debug, info, warn};
 
 use crate::processor::{LongPollTimer, Processor, Reply};
+use crate::read_pool::ReadPool;
 use crate::request::Request;
 use crate::storage::BookieStorage;
 use crate::wire::{self, Decoded};
@@ -38,6 +39,8 @@ pub struct ServerConfig {
     pub max_connections: usize,
     /// Unanswered requests per connection before the reader pauses.
     pub max_pending_per_connection: usize,
+    /// Threads serving reads (BookKeeper's `numReadWorkerThreads`).
+    pub read_threads: usize,
 }
 
 impl Default for ServerConfig {
@@ -46,6 +49,7 @@ impl Default for ServerConfig {
             max_frame_size: folio_proto::DEFAULT_MAX_FRAME_SIZE,
             max_connections: 4096,
             max_pending_per_connection: 1000,
+            read_threads: 8,
         }
     }
 }
@@ -92,12 +96,17 @@ impl<S: BookieStorage> BookieServer<S> {
     }
 
     /// Starts serving on the current tokio runtime.
+    ///
+    /// # Panics
+    /// If the read threads cannot be started (the process is out of threads at start-up).
     pub fn start(self) -> ServerHandle {
         let local_addr = self.local_addr();
+        let reads = ReadPool::new(self.config.read_threads).expect("cannot start the read threads");
         let (shutdown_tx, shutdown_rx) = watch::channel(false);
         let task = tokio::spawn(accept_loop(
             self.listener,
             self.processor,
+            reads,
             Arc::new(self.config),
             shutdown_rx,
         ));
@@ -135,6 +144,7 @@ impl ServerHandle {
 async fn accept_loop<S: BookieStorage>(
     listener: TcpListener,
     processor: Processor<S>,
+    reads: ReadPool,
     config: Arc<ServerConfig>,
     mut shutdown: watch::Receiver<bool>,
 ) {
@@ -165,6 +175,7 @@ async fn accept_loop<S: BookieStorage>(
             stream,
             peer,
             processor.clone(),
+            reads.clone(),
             config.clone(),
             shutdown.clone(),
             slot,
@@ -193,6 +204,7 @@ async fn serve_connection<S: BookieStorage>(
     stream: TcpStream,
     peer: SocketAddr,
     processor: Processor<S>,
+    reads: ReadPool,
     config: Arc<ServerConfig>,
     mut shutdown: watch::Receiver<bool>,
     _connection_slot: OwnedSemaphorePermit,
@@ -225,7 +237,7 @@ async fn serve_connection<S: BookieStorage>(
             metrics::counter!("folio_bookie_bytes_in_total").increment(frame.len() as u64 + 4);
             match wire::decode(frame) {
                 Decoded::Request(request, echo) => {
-                    dispatch(&processor, request, echo, slot, tx.clone());
+                    dispatch(&processor, &reads, request, echo, slot, tx.clone());
                 }
                 Decoded::Answer(body) => {
                     let _ = tx.send(Outgoing { body, _slot: slot });
@@ -257,10 +269,11 @@ async fn serve_connection<S: BookieStorage>(
     debug!(%peer, "connection closed");
 }
 
-/// Hands one request to the processor. Reads may block on disk, so they run on the blocking
-/// pool; writes only queue work for the journal and run inline.
+/// Hands one request to the processor. Reads may block on disk, so they run on the read
+/// threads; writes only queue work for the journal and run inline.
 fn dispatch<S: BookieStorage>(
     processor: &Processor<S>,
+    reads: &ReadPool,
     request: Request,
     echo: wire::Echo,
     slot: OwnedSemaphorePermit,
@@ -286,25 +299,33 @@ fn dispatch<S: BookieStorage>(
     );
     if blocking {
         let p = processor.clone();
-        tokio::task::spawn_blocking(move || {
+        let pool = reads.clone();
+        let runtime = tokio::runtime::Handle::current();
+        reads.execute(move || {
             if let Some(timer) = p.process(request, reply) {
-                schedule_expiry(p, timer);
+                schedule_expiry(&runtime, p, pool, timer);
             }
         });
     } else if let Some(timer) = processor.process(request, reply) {
-        schedule_expiry(processor.clone(), timer);
+        schedule_expiry(
+            &tokio::runtime::Handle::current(),
+            processor.clone(),
+            reads.clone(),
+            timer,
+        );
     }
 }
 
-fn schedule_expiry<S: BookieStorage>(processor: Processor<S>, timer: LongPollTimer) {
-    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-        // Not on a runtime thread (cannot happen from dispatch): answer now rather than never.
-        processor.expire_long_poll(timer.id);
-        return;
-    };
+/// Answers a waiting long poll when its timeout passes (on a read thread: it reads).
+fn schedule_expiry<S: BookieStorage>(
+    runtime: &tokio::runtime::Handle,
+    processor: Processor<S>,
+    reads: ReadPool,
+    timer: LongPollTimer,
+) {
     runtime.spawn(async move {
         tokio::time::sleep(timer.timeout).await;
-        let _ = tokio::task::spawn_blocking(move || processor.expire_long_poll(timer.id)).await;
+        reads.execute(move || processor.expire_long_poll(timer.id));
     });
 }
 

@@ -315,6 +315,9 @@ async fn admin_http_endpoint_answers() {
         "{body}"
     );
     assert!(body.contains("folio_bookie_bytes_in_total"), "{body}");
+    assert!(body.contains("folio_bookie_pending_adds 0"), "{body}");
+    assert!(body.contains("folio_journal_mark_offset"), "{body}");
+    assert!(body.contains("folio_bookie_read_only 0"), "{body}");
     let (code, body) = http_get(http, "/api/v1/bookie/state").await;
     assert_eq!(code, 200);
     let state: serde_json::Value = serde_json::from_str(&body).unwrap();

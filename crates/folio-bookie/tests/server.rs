@@ -486,3 +486,36 @@ async fn shutdown_answers_pending_requests_then_closes() {
         .expect("shutdown hung")
         .unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn v2_batch_read_returns_consecutive_entries() {
+    let (server, _, _) = start_default().await;
+    let mut c = Client::connect(server.local_addr()).await;
+    for e in 0..10 {
+        c.send_v2(&v2_add(70, e, e - 1, &payload(e))).await;
+        assert!(matches!(c.recv_v2().await, v2::Response::Add(a) if a.status == Status::Ok));
+    }
+    c.send_v2(&v2::Request::BatchRead(v2::BatchReadRequest {
+        version: 2,
+        flags: v2::Flags::NONE,
+        ledger_id: 70,
+        start_entry_id: 3,
+        request_id: 4242,
+        max_count: 5,
+        max_size: 1 << 20,
+        master_key: None,
+    }))
+    .await;
+    match c.recv_v2().await {
+        v2::Response::BatchRead(b) => {
+            assert_eq!(
+                (b.status, b.ledger_id, b.start_entry_id, b.request_id),
+                (Status::Ok, 70, 3, 4242)
+            );
+            let expected: Vec<Bytes> = (3..8).map(|e| entry(70, e, e - 1, &payload(e))).collect();
+            assert_eq!(b.entries, expected);
+        }
+        other => panic!("{other:?}"),
+    }
+    server.shutdown().await;
+}
