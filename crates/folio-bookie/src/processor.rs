@@ -55,6 +55,11 @@ impl Default for ProcessorConfig {
     }
 }
 
+/// Runs a job on other threads: where the processor continues after a storage completion with
+/// work that reads (a fence read's entry, waking long polls), so that the journal's completion
+/// thread, which runs the completions, never waits on a disk read.
+pub type Offload = Arc<dyn Fn(Box<dyn FnOnce() + Send + 'static>) + Send + Sync>;
+
 /// A long-poll read is waiting: call [`Processor::expire_long_poll`] with `id` after `timeout`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LongPollTimer {
@@ -82,6 +87,7 @@ struct Shared<S> {
     pending_reads: AtomicUsize,
     next_poll_id: AtomicU64,
     long_polls: Mutex<LongPolls>,
+    offload: std::sync::OnceLock<Offload>,
 }
 
 #[derive(Default)]
@@ -147,7 +153,37 @@ impl<S: BookieStorage> Processor<S> {
                 pending_reads: AtomicUsize::new(0),
                 next_poll_id: AtomicU64::new(1),
                 long_polls: Mutex::new(LongPolls::default()),
+                offload: std::sync::OnceLock::new(),
             }),
+        }
+    }
+
+    /// Sets where work after a storage completion runs (once; later calls are ignored and
+    /// return false). Without it, that work runs on the completing thread.
+    pub fn set_offload(&self, offload: Offload) -> bool {
+        self.shared.offload.set(offload).is_ok()
+    }
+
+    fn offloaded(&self, job: impl FnOnce() + Send + 'static) {
+        match self.shared.offload.get() {
+            Some(offload) => offload(Box::new(job)),
+            None => job(),
+        }
+    }
+
+    fn has_long_polls(&self, ledger: LedgerId) -> bool {
+        self.shared
+            .long_polls
+            .lock()
+            .by_ledger
+            .contains_key(&ledger)
+    }
+
+    /// After a write made `ledger`'s LAC move (maybe): wakes its long polls, off this thread.
+    fn lac_may_have_moved(&self, ledger: LedgerId) {
+        if self.has_long_polls(ledger) {
+            let this = self.clone();
+            self.offloaded(move || this.notify_lac(ledger));
         }
     }
 
@@ -354,7 +390,7 @@ impl<S: BookieStorage> Processor<S> {
                     entry,
                 });
                 if result.is_ok() {
-                    this.notify_lac(ledger);
+                    this.lac_may_have_moved(ledger);
                 }
             }),
         );
@@ -456,7 +492,10 @@ impl<S: BookieStorage> Processor<S> {
             ledger,
             master_key,
             Box::new(move |result| match result {
-                Ok(()) => reply(then(&this)),
+                Ok(()) => {
+                    let p = this.clone();
+                    this.offloaded(move || reply(then(&p)))
+                }
                 Err(e) => {
                     let status = match e {
                         StorageError::Unauthorized(_) => Status::Unauthorized,
@@ -701,7 +740,7 @@ impl<S: BookieStorage> Processor<S> {
                 };
                 reply(Response::WriteLac { status, ledger });
                 if result.is_ok() {
-                    this.notify_lac(ledger);
+                    this.lac_may_have_moved(ledger);
                 }
             }),
         );

@@ -731,3 +731,41 @@ fn fencing_batch_read_fences_first() {
     assert_eq!(call(&p, fenced(Some(KEY))).status(), Status::Ok);
     assert!(storage.is_fenced(2));
 }
+
+#[test]
+fn reads_after_a_completion_run_on_the_offload_executor() {
+    let (p, _) = processor();
+    type Jobs = Mutex<Vec<Box<dyn FnOnce() + Send>>>;
+    let jobs: Arc<Jobs> = Arc::default();
+    let queue = jobs.clone();
+    assert!(p.set_offload(Arc::new(move |job| queue.lock().push(job))));
+    call(&p, add(3, 0, -1, KEY));
+    // A fence read: the fence completes, the read waits for the executor.
+    let replies = Replies::default();
+    replies.send(&p, fence_read(3, 0, Some(KEY)));
+    assert!(replies.take().is_empty());
+    let pending: Vec<_> = std::mem::take(&mut *jobs.lock());
+    assert_eq!(pending.len(), 1);
+    pending.into_iter().for_each(|job| job());
+    assert_eq!(replies.take()[0].status(), Status::Ok);
+    // A long poll woken by an add: the wake-up runs on the executor too.
+    call(&p, recovery_add(3, 1, KEY));
+    replies.send(&p, long_poll(3, -1, 60_000)).expect("waits");
+    call(&p, recovery_add(3, 2, KEY)); // carries LAC -1: no wake-up needed, but a check
+    let mut r = match add(3, 3, 1, KEY) {
+        Request::Add(a) => a,
+        _ => unreachable!(),
+    };
+    r.recovery = true;
+    call(&p, Request::Add(r));
+    assert!(replies.take().is_empty());
+    let pending: Vec<_> = std::mem::take(&mut *jobs.lock());
+    assert!(!pending.is_empty());
+    pending.into_iter().for_each(|job| job());
+    let got = replies.take();
+    assert_eq!(got.len(), 1);
+    assert_eq!(
+        read_body(&got[0]).unwrap(),
+        entry_body(3, 0, -1, b"payload 0")
+    );
+}

@@ -102,6 +102,9 @@ impl<S: BookieStorage> BookieServer<S> {
     pub fn start(self) -> ServerHandle {
         let local_addr = self.local_addr();
         let reads = ReadPool::new(self.config.read_threads).expect("cannot start the read threads");
+        let pool = reads.clone();
+        self.processor
+            .set_offload(Arc::new(move |job| pool.execute(job)));
         let (shutdown_tx, shutdown_rx) = watch::channel(false);
         let task = tokio::spawn(accept_loop(
             self.listener,
