@@ -58,8 +58,12 @@ pub struct BookieConfig {
     pub max_connections: usize,
     #[serde(alias = "numReadWorkerThreads")]
     pub read_threads: usize,
-    #[serde(alias = "readOnlyModeEnabled")]
-    pub read_only_mode_enabled: bool,
+    #[serde(alias = "diskUsageThreshold")]
+    pub disk_usage_threshold: f64,
+    #[serde(alias = "diskUsageLwmThreshold")]
+    pub disk_usage_lwm_threshold: f64,
+    #[serde(alias = "diskCheckInterval")]
+    pub disk_check_interval_ms: u64,
     #[serde(alias = "zkTimeout")]
     pub metadata_session_timeout_ms: u64,
 }
@@ -89,7 +93,9 @@ impl Default for BookieConfig {
             max_pending_requests_per_connection: 1_000,
             max_connections: 4_096,
             read_threads: 8,
-            read_only_mode_enabled: true,
+            disk_usage_threshold: 0.95,
+            disk_usage_lwm_threshold: 0.95,
+            disk_check_interval_ms: 10_000,
             metadata_session_timeout_ms: 10_000,
         }
     }
@@ -173,8 +179,15 @@ max_connections = 4096
 # Threads serving reads, which may wait on disk. [numReadWorkerThreads]
 read_threads = 8
 
-# Turn read-only (instead of stopping) when a disk fills or a write fails. [readOnlyModeEnabled]
-read_only_mode_enabled = true
+# Fraction of a journal or ledger disk in use above which the bookie turns read-only (it keeps
+# serving reads and recovery adds). [diskUsageThreshold]
+disk_usage_threshold = 0.95
+
+# Fraction in use below which a read-only bookie becomes writable again. [diskUsageLwmThreshold]
+disk_usage_lwm_threshold = 0.95
+
+# Interval between disk usage checks, in ms. [diskCheckInterval]
+disk_check_interval_ms = 10000
 
 # Metadata store session timeout, in ms. [zkTimeout]
 metadata_session_timeout_ms = 10000
@@ -257,6 +270,13 @@ impl BookieConfig {
             return Err(ConfigError::Invalid(format!(
                 "max_frame_size {} is below 1024 bytes",
                 self.max_frame_size
+            )));
+        }
+        let (t, lwm) = (self.disk_usage_threshold, self.disk_usage_lwm_threshold);
+        if !(t > 0.0 && t <= 1.0 && lwm > 0.0 && lwm <= t) {
+            return Err(ConfigError::Invalid(format!(
+                "disk usage thresholds must satisfy 0 < disk_usage_lwm_threshold ({lwm}) <= \
+                 disk_usage_threshold ({t}) <= 1"
             )));
         }
         for (key, v) in [

@@ -9,6 +9,7 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -115,6 +116,9 @@ pub struct EngineStorage {
     storage: Arc<Storage>,
     env: Env,
     ledger_dirs: Vec<PathBuf>,
+    journal_dirs: Vec<PathBuf>,
+    /// Set by [`EngineStorage::check_disk_usage`] while a disk is over its threshold.
+    disk_full: AtomicBool,
 }
 
 impl EngineStorage {
@@ -122,13 +126,40 @@ impl EngineStorage {
     pub fn open(env: &Env, config: &BookieConfig) -> Result<EngineStorage, OpenError> {
         let (storage_config, store_config) = storage_config(config);
         let ledger_dirs = store_config.ledger_dirs.clone();
+        let journal_dirs = storage_config.journal.dirs.clone();
         let store = LedgerStore::open(env, store_config)?;
         let storage = Storage::open(env, storage_config, Arc::new(LedgerStoreBackend(store)))?;
         Ok(EngineStorage {
             storage: Arc::new(storage),
             env: env.clone(),
             ledger_dirs,
+            journal_dirs,
+            disk_full: AtomicBool::new(false),
         })
+    }
+
+    /// Checks every journal and ledger disk: one used above `threshold` makes the bookie
+    /// read-only (BookKeeper's diskUsageThreshold); all back below `lwm` makes it writable
+    /// again. Returns the highest usage seen and whether the bookie is now read-only for it.
+    pub fn check_disk_usage(&self, threshold: f64, lwm: f64) -> Result<(f64, bool), StorageError> {
+        let mut highest: f64 = 0.0;
+        for dir in self.journal_dirs.iter().chain(&self.ledger_dirs) {
+            let s =
+                self.env.fs.space(dir).map_err(|e| {
+                    StorageError::Io(format!("disk space of {}: {e}", dir.display()))
+                })?;
+            if s.total > 0 {
+                highest = highest.max(1.0 - s.free as f64 / s.total as f64);
+            }
+        }
+        let was_full = self.disk_full.load(Ordering::Acquire);
+        let full = if was_full {
+            highest >= lwm
+        } else {
+            highest > threshold
+        };
+        self.disk_full.store(full, Ordering::Release);
+        Ok((highest, full))
     }
 
     /// The engine itself (checkpoint, shutdown, journal numbers).
@@ -233,7 +264,7 @@ impl BookieStorage for EngineStorage {
     }
 
     fn is_read_only(&self) -> bool {
-        self.storage.is_read_only()
+        self.disk_full.load(Ordering::Acquire) || self.storage.is_read_only()
     }
 
     fn space(&self) -> Result<folio_env::DiskSpace, StorageError> {

@@ -97,6 +97,14 @@ pub fn router(state: AdminState) -> Router {
 /// Binds `addr` and serves the admin routes.
 pub async fn serve(addr: &str, state: AdminState) -> std::io::Result<HttpHandle> {
     let listener = tokio::net::TcpListener::bind(addr).await?;
+    serve_on(listener, state)
+}
+
+/// Serves the admin routes on a bound listener.
+pub fn serve_on(
+    listener: tokio::net::TcpListener,
+    state: AdminState,
+) -> std::io::Result<HttpHandle> {
     let local_addr = listener.local_addr()?;
     let (stop, stopped) = oneshot::channel::<()>();
     let shutting_down = state.shutting_down.clone();

@@ -62,6 +62,46 @@ pub struct BookieNode {
     server: ServerHandle,
     registrar: Option<Registrar>,
     http: Option<HttpHandle>,
+    disk_checker: tokio::task::JoinHandle<()>,
+}
+
+/// Checks disk usage every `interval`, turning the bookie read-only and back.
+fn spawn_disk_checker(
+    storage: Arc<EngineStorage>,
+    threshold: f64,
+    lwm: f64,
+    interval: Duration,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut was_full = false;
+        loop {
+            let s = storage.clone();
+            let checked =
+                tokio::task::spawn_blocking(move || s.check_disk_usage(threshold, lwm)).await;
+            match checked {
+                Ok(Ok((usage, full))) => {
+                    if full != was_full {
+                        if full {
+                            tracing::warn!(
+                                usage,
+                                threshold,
+                                "disk usage over threshold: bookie is read-only"
+                            );
+                        } else {
+                            info!(
+                                usage,
+                                lwm, "disk usage back under threshold: bookie is writable"
+                            );
+                        }
+                    }
+                    was_full = full;
+                }
+                Ok(Err(e)) => tracing::warn!("disk usage check failed: {e}"),
+                Err(e) => tracing::warn!("disk usage check task failed: {e}"),
+            }
+            tokio::time::sleep(interval).await;
+        }
+    })
 }
 
 /// The host clients should dial: the configured one, the listen address when specific, else
@@ -109,6 +149,17 @@ impl BookieNode {
             .local_addr()
             .map(|a| a.port())
             .unwrap_or(config.port);
+        let http_listener = match config.http_port {
+            Some(http_port) => {
+                let addr = format!("{}:{}", config.listen_address, http_port);
+                Some(
+                    TcpListener::bind(&addr)
+                        .await
+                        .map_err(|source| NodeError::Bind { addr, source })?,
+                )
+            }
+            None => None,
+        };
         let host = advertised_host(&config);
         let id_text = config
             .bookie_id
@@ -152,6 +203,12 @@ impl BookieNode {
                 .map_err(|e| NodeError::Task(e.to_string()))??
         };
         let storage = Arc::new(storage);
+        let disk_checker = spawn_disk_checker(
+            storage.clone(),
+            config.disk_usage_threshold,
+            config.disk_usage_lwm_threshold,
+            Duration::from_millis(config.disk_check_interval_ms.max(1)),
+        );
         let processor = Processor::new(
             storage.clone(),
             ProcessorConfig {
@@ -172,9 +229,8 @@ impl BookieNode {
         )
         .start();
 
-        let http = match config.http_port {
-            Some(http_port) => {
-                let addr = format!("{}:{}", config.listen_address, http_port);
+        let http = match http_listener {
+            Some(listener) => {
                 let engine = storage.engine().clone();
                 let p = processor.clone();
                 let state = AdminState::new(bookie_id.to_string(), storage.clone()).with_refresh(
@@ -196,11 +252,21 @@ impl BookieNode {
                         }
                     }),
                 );
-                Some(
-                    crate::http::serve(&addr, state)
-                        .await
-                        .map_err(|source| NodeError::Bind { addr, source })?,
-                )
+                let addr = listener
+                    .local_addr()
+                    .map(|a| a.to_string())
+                    .unwrap_or_default();
+                match crate::http::serve_on(listener, state) {
+                    Ok(h) => Some(h),
+                    Err(source) => {
+                        disk_checker.abort();
+                        server.shutdown().await;
+                        let s = storage.clone();
+                        // No checkpoint: this start failed, the directories may not even be ours.
+                        let _ = tokio::task::spawn_blocking(move || s.engine().shutdown()).await;
+                        return Err(NodeError::Bind { addr, source });
+                    }
+                }
             }
             None => None,
         };
@@ -230,20 +296,33 @@ impl BookieNode {
                     properties: Default::default(),
                 };
                 let probe_storage = storage.clone();
-                Some(
-                    Registrar::start(
-                        m.store,
-                        m.connector,
-                        bookie_id.clone(),
-                        info,
-                        Arc::new(move || {
-                            use crate::storage::BookieStorage;
-                            probe_storage.is_read_only()
-                        }),
-                        Duration::from_secs(1),
-                    )
-                    .await?,
+                let started = Registrar::start(
+                    m.store,
+                    m.connector,
+                    bookie_id.clone(),
+                    info,
+                    Arc::new(move || {
+                        use crate::storage::BookieStorage;
+                        probe_storage.is_read_only()
+                    }),
+                    Duration::from_secs(1),
                 )
+                .await;
+                match started {
+                    Ok(r) => Some(r),
+                    Err(e) => {
+                        // Undo what started: nothing may keep the storage open behind us.
+                        disk_checker.abort();
+                        server.shutdown().await;
+                        if let Some(h) = http {
+                            h.shutdown().await;
+                        }
+                        let s = storage.clone();
+                        // No checkpoint: this start failed, the directories may not even be ours.
+                        let _ = tokio::task::spawn_blocking(move || s.engine().shutdown()).await;
+                        return Err(e.into());
+                    }
+                }
             }
             None => None,
         };
@@ -254,6 +333,7 @@ impl BookieNode {
             server,
             registrar,
             http,
+            disk_checker,
         })
     }
 
@@ -289,6 +369,7 @@ impl BookieNode {
         if let Some(h) = self.http {
             h.shutdown().await;
         }
+        self.disk_checker.abort();
         let storage = self.storage;
         tokio::task::spawn_blocking(move || storage.shutdown())
             .await

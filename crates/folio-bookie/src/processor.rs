@@ -138,8 +138,10 @@ fn write_status(e: &StorageError) -> Status {
         StorageError::Unauthorized(_) => Status::Unauthorized,
         StorageError::Fenced(_) => Status::Fenced,
         StorageError::ReadOnly => Status::ReadOnly,
-        StorageError::NoLedger(_) => Status::NoLedger,
-        StorageError::NoEntry { .. } | StorageError::Io(_) => Status::Io,
+        // A write never answers ENOLEDGER / ENOENTRY (not in BookKeeper's list for writes).
+        StorageError::NoLedger(_) | StorageError::NoEntry { .. } | StorageError::Io(_) => {
+            Status::Io
+        }
     }
 }
 

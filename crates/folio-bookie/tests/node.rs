@@ -262,8 +262,13 @@ async fn a_second_bookie_with_the_same_id_is_refused() {
     )
     .await
     .err();
+    let err = err.expect("two live bookies with one id");
+    eprintln!("second bookie refused: {err}");
     // Either the engine refuses the directories in use, or the registration refuses the id.
-    assert!(err.is_some(), "two live bookies with one id");
+    assert!(
+        matches!(err, NodeError::Metadata(_) | NodeError::Storage(_)),
+        "{err}"
+    );
     first.shutdown().await.unwrap();
 }
 
@@ -330,5 +335,50 @@ async fn admin_http_endpoint_answers() {
     assert!(info["totalSpace"].as_u64().unwrap() > 0);
     assert!(info["freeSpace"].as_u64().unwrap() <= info["totalSpace"].as_u64().unwrap());
     assert_eq!(http_get(http, "/no/such/route").await.0, 404);
+    node.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_disk_makes_the_bookie_read_only() {
+    let cluster = unique_name("node");
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path(), "bookie-h:3181");
+    // Any disk in use counts as "full" at this threshold.
+    cfg.disk_usage_threshold = 1e-9;
+    cfg.disk_usage_lwm_threshold = 1e-9;
+    cfg.disk_check_interval_ms = 20;
+    let node = BookieNode::start(
+        &folio_env::Env::real(),
+        cfg,
+        Some(access(
+            &cluster,
+            Arc::new(MemMetadataStore::connect(&cluster)),
+        )),
+    )
+    .await
+    .unwrap();
+    let mut state = node.registrar().unwrap().watch();
+    tokio::time::timeout(
+        PATIENCE,
+        state.wait_for(|s| *s == RegistrationState::Registered(BookieMode::ReadOnly)),
+    )
+    .await
+    .expect("registered read-only")
+    .unwrap();
+    assert_eq!(
+        registered(&cluster).await,
+        (vec![], vec!["bookie-h:3181".into()])
+    );
+    let mut c = Client::connect(node.local_addr()).await;
+    let add = c.v3_add(1, 0, -1, b"refused");
+    c.send_v3(&add).await;
+    assert_eq!(c.recv_v3().await.status, StatusCode::Ereadonly as i32);
+    // A recovery add (high priority) is still taken, as BookKeeper does.
+    let mut add = c.v3_add(1, 0, -1, b"recovered");
+    add.header.priority = Some(folio_proto::v3::HIGH_PRIORITY);
+    add.add_request.as_mut().unwrap().flag =
+        Some(folio_proto::pb::add_request::Flag::RecoveryAdd as i32);
+    c.send_v3(&add).await;
+    assert_eq!(c.recv_v3().await.status, StatusCode::Eok as i32);
     node.shutdown().await.unwrap();
 }
