@@ -225,6 +225,7 @@ impl BookieNode {
                 max_connections: config.max_connections,
                 max_pending_per_connection: config.max_pending_requests_per_connection,
                 read_threads: config.read_threads,
+                ..ServerConfig::default()
             },
         )
         .start();

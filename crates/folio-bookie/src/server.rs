@@ -41,6 +41,9 @@ pub struct ServerConfig {
     pub max_pending_per_connection: usize,
     /// Threads serving reads (BookKeeper's `numReadWorkerThreads`).
     pub read_threads: usize,
+    /// How long shutdown waits for pending responses to be written before it closes the
+    /// remaining connections anyway (a client that stops reading must not hang shutdown).
+    pub drain_timeout: Duration,
 }
 
 impl Default for ServerConfig {
@@ -50,6 +53,7 @@ impl Default for ServerConfig {
             max_connections: 4096,
             max_pending_per_connection: 1000,
             read_threads: 8,
+            drain_timeout: Duration::from_secs(30),
         }
     }
 }
@@ -187,14 +191,42 @@ async fn accept_loop<S: BookieStorage>(
     drop(listener);
     // Drain: connections stop reading at once; long polls are answered now rather than at
     // their timeout (and again as they come, since a connection may register one late).
+    let deadline = tokio::time::Instant::now() + config.drain_timeout;
     loop {
         processor.expire_all_long_polls();
         if connections.is_empty() {
             break;
         }
+        if tokio::time::Instant::now() >= deadline {
+            warn!(
+                "closing {} connections with responses still pending after {:?}",
+                connections.len(),
+                config.drain_timeout
+            );
+            connections.abort_all();
+            while connections.join_next().await.is_some() {}
+            break;
+        }
         let _ = tokio::time::timeout(Duration::from_millis(50), connections.join_next()).await;
     }
     info!("bookie port closed");
+}
+
+/// Counts the connection out however its task ends (even aborted).
+struct ConnectionGauge;
+
+impl Drop for ConnectionGauge {
+    fn drop(&mut self) {
+        metrics::gauge!("folio_bookie_connections").decrement(1.0);
+    }
+}
+
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// A response ready to write, holding its connection's pending slot until written.
@@ -213,11 +245,13 @@ async fn serve_connection<S: BookieStorage>(
     _connection_slot: OwnedSemaphorePermit,
 ) {
     metrics::gauge!("folio_bookie_connections").increment(1.0);
+    let _open = ConnectionGauge;
     debug!(%peer, "connection opened");
     let _ = stream.set_nodelay(true);
     let (mut rd, wr) = stream.into_split();
     let (tx, rx) = mpsc::unbounded_channel::<Outgoing>();
-    let writer = tokio::spawn(write_loop(wr, rx, peer));
+    // Aborted with this task (a shutdown past its drain timeout), closing the socket.
+    let mut writer = AbortOnDrop(tokio::spawn(write_loop(wr, rx, peer)));
     let pending = Arc::new(Semaphore::new(config.max_pending_per_connection));
     let mut decoder = folio_proto::FrameDecoder::with_max_frame_size(config.max_frame_size);
     let mut buf = vec![0u8; 64 * 1024];
@@ -267,8 +301,7 @@ async fn serve_connection<S: BookieStorage>(
     }
     // The writer ends once every pending reply has been sent (each holds a sender).
     drop(tx);
-    let _ = writer.await;
-    metrics::gauge!("folio_bookie_connections").decrement(1.0);
+    let _ = (&mut writer.0).await;
     debug!(%peer, "connection closed");
 }
 

@@ -519,3 +519,23 @@ async fn v2_batch_read_returns_consecutive_entries() {
     }
     server.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_does_not_wait_forever_for_a_stuck_add() {
+    let (server, processor, storage) = start(ServerConfig {
+        drain_timeout: Duration::from_millis(200),
+        ..ServerConfig::default()
+    })
+    .await;
+    storage.hold_completions(true);
+    let mut c = Client::connect(server.local_addr()).await;
+    let add = c.v3_add(80, 0, -1, b"never journaled");
+    c.send_v3(&add).await;
+    eventually("the add reaches storage", || processor.pending_adds() == 1).await;
+    tokio::time::timeout(PATIENCE, server.shutdown())
+        .await
+        .expect("shutdown hung on a pending add");
+    // The connection is closed without an answer: the add was never acknowledged.
+    assert!(c.closed_by_server().await);
+    storage.release_completions();
+}
