@@ -9,7 +9,6 @@
 //! cookie and keeps the bookie registered, [`http`] is the admin endpoint, [`config`] the TOML
 //! file, and [`node`] puts one whole bookie together.
 
-pub mod availability;
 pub mod config;
 pub mod engine;
 pub mod http;

@@ -21,12 +21,12 @@ use bytes::Bytes;
 use folio_types::{EntryId, LedgerId};
 use parking_lot::Mutex;
 
-use crate::availability;
 use crate::request::{
     AUTH_DISABLED_PLUGIN, AddRequest, AuthMessage, BOOKIE_INFO_FREE_DISK_SPACE,
     BOOKIE_INFO_TOTAL_DISK_CAPACITY, ReadRequest, Request, Response, Status,
 };
 use crate::storage::{BookieStorage, StorageError};
+use folio_proto::availability::AvailabilityOfEntries;
 
 /// Delivers the one response to a request. Called exactly once (dropping a processor with pending
 /// long polls drops their replies unanswered; [`Processor::expire_all_long_polls`] answers them).
@@ -258,7 +258,9 @@ impl<S: BookieStorage> Processor<S> {
                             Ok(ids) => Response::ListOfEntries {
                                 status: Status::Ok,
                                 ledger,
-                                availability: Some(availability::encode(&ids)),
+                                availability: Some(
+                                    AvailabilityOfEntries::from_sorted_entries(ids).encode(),
+                                ),
                             },
                             Err(e) => Response::ListOfEntries {
                                 status: read_status(&e),

@@ -5,10 +5,10 @@ use std::sync::Arc;
 use bytes::{BufMut, Bytes, BytesMut};
 use parking_lot::Mutex;
 
-use crate::availability;
 use crate::memory::MemoryStorage;
 use crate::processor::{LongPollTimer, Processor, ProcessorConfig};
 use crate::request::{AddRequest, AuthMessage, ReadRequest, Request, Response, Status};
+use folio_proto::availability::AvailabilityOfEntries;
 
 const KEY: &[u8; 20] = b"0123456789abcdefghij";
 const OTHER_KEY: &[u8; 20] = b"ZZZZZZZZZZZZZZZZZZZZ";
