@@ -623,8 +623,9 @@ fn list_of_entries_uses_the_availability_encoding() {
             availability: Some(bytes),
         } => {
             assert_eq!((status, ledger), (Status::Ok, 6));
+            let decoded = AvailabilityOfEntries::decode(&bytes).unwrap();
             assert_eq!(
-                availability::decode(&bytes).unwrap(),
+                decoded.entries().collect::<Vec<_>>(),
                 vec![0, 1, 2, 5, 9, 10]
             );
         }
