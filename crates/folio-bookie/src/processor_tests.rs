@@ -770,3 +770,38 @@ fn reads_after_a_completion_run_on_the_offload_executor() {
         entry_body(3, 0, -1, b"payload 0")
     );
 }
+
+#[test]
+fn no_long_poll_misses_its_wake_up_under_concurrent_adds() {
+    let (p, _) = processor();
+    call(&p, add(9, 0, -1, KEY));
+    let replies = Replies::default();
+    let polls = 200;
+    std::thread::scope(|s| {
+        let adder = s.spawn(|| {
+            for e in 1..=polls + 1 {
+                assert_eq!(call(&p, add(9, e, e - 1, KEY)).status(), Status::Ok);
+            }
+        });
+        for prev in 0..polls {
+            let (p, replies) = (&p, &replies);
+            s.spawn(move || {
+                let _ = replies.send(p, long_poll(9, prev, 600_000));
+            });
+        }
+        adder.join().unwrap();
+    });
+    // The LAC is now `polls`, past every previous LAC: all were answered by wake-ups (or at
+    // once), none by a timer, since no timer was ever fired here.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while replies.0.lock().len() < polls as usize {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{} long polls still waiting",
+            p.waiting_long_polls()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    assert_eq!(p.waiting_long_polls(), 0);
+    assert!(replies.take().iter().all(|r| r.status() == Status::Ok));
+}
