@@ -36,14 +36,18 @@ fn connector(uri: String) -> Connector {
     })
 }
 
-async fn wait_for_signal() -> anyhow::Result<()> {
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .context("cannot listen for SIGTERM")?;
-    tokio::select! {
-        r = tokio::signal::ctrl_c() => r.context("cannot listen for SIGINT")?,
-        _ = term.recv() => {}
-    }
-    Ok(())
+/// SIGINT and SIGTERM, listened for from the moment this returns (before "ready" is printed, so
+/// a supervisor that stops the bookie right after never kills it uncleanly).
+fn stop_signals() -> anyhow::Result<impl std::future::Future<Output = ()>> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut int = signal(SignalKind::interrupt()).context("cannot listen for SIGINT")?;
+    let mut term = signal(SignalKind::terminate()).context("cannot listen for SIGTERM")?;
+    Ok(async move {
+        tokio::select! {
+            _ = int.recv() => {}
+            _ = term.recv() => {}
+        }
+    })
 }
 
 pub fn run(metadata: Option<String>, args: BookieArgs) -> anyhow::Result<()> {
@@ -75,6 +79,7 @@ pub fn run(metadata: Option<String>, args: BookieArgs) -> anyhow::Result<()> {
         .build()
         .context("cannot start the async runtime")?;
     runtime.block_on(async move {
+        let stop = stop_signals()?;
         let store = folio_metadata::connect_embedded(&uri)
             .await
             .with_context(|| format!("cannot connect to metadata service {uri}"))?;
@@ -98,7 +103,7 @@ pub fn run(metadata: Option<String>, args: BookieArgs) -> anyhow::Result<()> {
             println!("http listening on {http}");
         }
         println!("ready");
-        wait_for_signal().await?;
+        stop.await;
         tracing::info!("signal received, shutting down");
         node.shutdown().await?;
         println!("stopped");
