@@ -4,11 +4,14 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::{Context, bail};
 use folio_bookie::config::{BookieConfig, DEFAULT_CONFIG_TOML};
 use folio_bookie::node::{BookieNode, MetadataAccess};
 use folio_bookie::registration::Connector;
+use folio_metadata::MetadataStore;
+use folio_metadata::sqlite::{SqliteMetadataStore, SqliteOptions};
 
 #[derive(clap::Args, Debug)]
 pub struct BookieArgs {
@@ -29,10 +32,28 @@ pub struct BookieArgs {
     pub print_default_config: bool,
 }
 
-fn connector(uri: String) -> Connector {
+/// Opens a metadata session; a sqlite:// session lives `session_timeout` past its last heartbeat
+/// (the config's metadata_session_timeout_ms, BookKeeper's zkTimeout).
+async fn connect(
+    uri: &str,
+    session_timeout: Duration,
+) -> folio_metadata::Result<Arc<dyn MetadataStore>> {
+    match folio_metadata::MetadataUri::parse(uri)? {
+        folio_metadata::MetadataUri::Sqlite { path } => {
+            let opts = SqliteOptions {
+                session_timeout,
+                ..SqliteOptions::default()
+            };
+            Ok(Arc::new(SqliteMetadataStore::open(&path, opts).await?))
+        }
+        _ => folio_metadata::connect_embedded(uri).await,
+    }
+}
+
+fn connector(uri: String, session_timeout: Duration) -> Connector {
     Arc::new(move || {
         let uri = uri.clone();
-        Box::pin(async move { folio_metadata::connect_embedded(&uri).await })
+        Box::pin(async move { connect(&uri, session_timeout).await })
     })
 }
 
@@ -80,7 +101,8 @@ pub fn run(metadata: Option<String>, args: BookieArgs) -> anyhow::Result<()> {
         .context("cannot start the async runtime")?;
     runtime.block_on(async move {
         let stop = stop_signals()?;
-        let store = folio_metadata::connect_embedded(&uri)
+        let session_timeout = Duration::from_millis(config.metadata_session_timeout_ms);
+        let store = connect(&uri, session_timeout)
             .await
             .with_context(|| format!("cannot connect to metadata service {uri}"))?;
         let embedded = uri.starts_with("sqlite:") || uri.starts_with("mem:");
@@ -89,7 +111,7 @@ pub fn run(metadata: Option<String>, args: BookieArgs) -> anyhow::Result<()> {
             config,
             Some(MetadataAccess {
                 store,
-                connector: connector(uri.clone()),
+                connector: connector(uri.clone(), session_timeout),
                 init_cluster_if_missing: embedded,
             }),
         )
