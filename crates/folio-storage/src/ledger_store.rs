@@ -93,6 +93,9 @@ pub enum LedgerStoreError {
     InvalidEntryId { ledger: i64, entry: i64 },
     #[error("ledger store refuses writes after an earlier failure ({0}); restart the bookie")]
     Poisoned(String),
+    /// A put waited for write-cache room and the flush that should have made it failed.
+    #[error("write cache full and the flush meant to free it failed: {0}")]
+    WriteCacheFull(String),
 }
 
 /// Builds the error for a failed file operation: a full disk becomes `NoSpace` naming
@@ -139,6 +142,10 @@ struct State {
     /// Ledgers deleted since the last flush (their index entries are still there).
     deleted_pending: BTreeSet<i64>,
     poisoned: Option<String>,
+    /// Failed flushes so far, and the last one's error: a put waiting for room gives up
+    /// (with that error) when a flush fails, instead of blocking forever.
+    flush_failures: u64,
+    last_flush_error: String,
 }
 
 /// Entry logs + ledger index + write cache. `Send + Sync`; all methods take `&self`.
@@ -197,6 +204,8 @@ impl LedgerStore {
                 dirty: BTreeSet::new(),
                 deleted_pending: BTreeSet::new(),
                 poisoned: None,
+                flush_failures: 0,
+                last_flush_error: String::new(),
             }),
             room: Condvar::new(),
             flush_lock: Mutex::new(()),
@@ -219,7 +228,8 @@ impl LedgerStore {
     /// Stores an entry (the whole "entry with digest" bytes, opaque). Readable at once,
     /// durable after the next [`LedgerStore::flush`]. Putting the same entry again (journal
     /// replay) replaces it. Entries of a deleted ledger are dropped. Blocks while the
-    /// write cache is full, until a flush (or a delete) frees room.
+    /// write cache is full, until a flush (or a delete) frees room; if a flush fails
+    /// meanwhile, returns `WriteCacheFull` with that flush's error.
     pub fn put_entry(&self, ledger: i64, entry: i64, data: Bytes) -> Result<(), LedgerStoreError> {
         if entry < 0 {
             return Err(LedgerStoreError::InvalidEntryId { ledger, entry });
@@ -227,8 +237,14 @@ impl LedgerStore {
         let len = data.len() as u64;
         let mut st = self.state.lock();
         let mut asked = false;
+        let failures_before = st.flush_failures;
         loop {
             Self::check_poisoned(&st)?;
+            if st.flush_failures != failures_before {
+                return Err(LedgerStoreError::WriteCacheFull(
+                    st.last_flush_error.clone(),
+                ));
+            }
             if st.ledgers.get(&ledger).is_some_and(|i| i.deleted) {
                 tracing::debug!(ledger, entry, "dropping a put to a deleted ledger");
                 return Ok(());
@@ -367,8 +383,10 @@ impl LedgerStore {
             Self::check_poisoned(&st)?;
             let entries = st.cache.start_flush();
             let dirty = std::mem::take(&mut st.dirty);
-            let ledgers: Vec<(i64, LedgerInfo)> =
-                dirty.iter().map(|&l| (l, st.ledgers[&l].clone())).collect();
+            let ledgers: Vec<(i64, LedgerInfo)> = dirty
+                .iter()
+                .filter_map(|&l| Some((l, st.ledgers.get(&l)?.clone())))
+                .collect();
             let deleted = std::mem::take(&mut st.deleted_pending);
             (entries, ledgers, deleted)
         };
@@ -387,8 +405,10 @@ impl LedgerStore {
                 st.deleted_pending.extend(deleted);
                 if matches!(e, LedgerStoreError::SyncFailed { .. }) {
                     st.poisoned = Some(e.to_string());
-                    self.room.notify_all();
                 }
+                st.flush_failures += 1;
+                st.last_flush_error = e.to_string();
+                self.room.notify_all();
                 Err(e)
             }
         }
@@ -400,6 +420,9 @@ impl LedgerStore {
         ledgers: Vec<(i64, LedgerInfo)>,
         deleted: &BTreeSet<i64>,
     ) -> Result<(), LedgerStoreError> {
+        if entries.is_empty() && ledgers.is_empty() && deleted.is_empty() {
+            return Ok(());
+        }
         let mut locations = Vec::with_capacity(entries.len());
         for (&(ledger, entry), data) in entries {
             if deleted.contains(&ledger) {
@@ -440,6 +463,15 @@ impl LedgerStore {
         log_id: u64,
     ) -> Result<Option<Vec<(i64, u64)>>, LedgerStoreError> {
         self.logs.ledgers_map(log_id)
+    }
+
+    /// Bytes per ledger in entry log `log_id`, rebuilt by reading its records (for a log
+    /// without a ledgers map; stops at a torn tail).
+    pub fn scan_entry_log(
+        &self,
+        log_id: u64,
+    ) -> Result<crate::entry_log::log_file::LogScan, LedgerStoreError> {
+        self.logs.scan(log_id)
     }
 
     /// The file of entry log `log_id`.

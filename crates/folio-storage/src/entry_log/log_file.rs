@@ -214,7 +214,27 @@ pub fn read_record(
     ledger: i64,
     entry: i64,
 ) -> Result<Bytes, LedgerStoreError> {
-    let mut buf = BytesMut::zeroed(RECORD_HEADER_LEN + loc.len as usize);
+    let record_len = RECORD_HEADER_LEN as u64 + u64::from(loc.len);
+    if loc.len > 1 << 20 {
+        // Check before allocating, so that a damaged location cannot ask for 4 GiB.
+        let file_len = file.len().map_err(|e| {
+            io_error(
+                "stat entry log",
+                path.parent().unwrap_or(path),
+                path,
+                None,
+                e,
+            )
+        })?;
+        if loc.offset.saturating_add(record_len) > file_len {
+            return Err(corrupt(
+                path,
+                loc.offset,
+                format!("file ends inside the record ({record_len} bytes expected)"),
+            ));
+        }
+    }
+    let mut buf = BytesMut::zeroed(record_len as usize);
     file.read_exact_at(&mut buf, loc.offset).map_err(|e| {
         if e.kind() == std::io::ErrorKind::UnexpectedEof {
             corrupt(
@@ -263,6 +283,63 @@ pub fn read_ledgers_map(
         .map_err(|r| corrupt(path, map.offset, r))
 }
 
+/// What a scan of a log's records found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogScan {
+    /// Bytes of records per ledger, ascending by ledger (as in a ledgers map).
+    pub ledgers: Vec<(i64, u64)>,
+    /// Number of valid records.
+    pub records: u64,
+    /// Offset just after the last valid record.
+    pub end: u64,
+}
+
+/// Rebuilds a log's per-ledger byte counts by reading its records in order, for logs
+/// without a ledgers map (the process stopped before rotating them). Stops at the
+/// ledgers map, at the end of the file, or at the first record that is incomplete or
+/// fails its checksum: the torn tail of a crash, which the index never points into.
+pub fn scan_records(file: &dyn File, path: &Path) -> Result<LogScan, LedgerStoreError> {
+    let header = read_header(file, path)?;
+    let dir = path.parent().unwrap_or(path);
+    let file_len = file
+        .len()
+        .map_err(|e| io_error("stat entry log", dir, path, None, e))?;
+    let limit = header.map.map_or(file_len, |m| m.offset.min(file_len));
+    let mut ledgers = BTreeMap::new();
+    let mut records = 0;
+    let mut offset = HEADER_LEN as u64;
+    while offset + RECORD_HEADER_LEN as u64 <= limit {
+        let mut head = [0u8; RECORD_HEADER_LEN];
+        file.read_exact_at(&mut head, offset)
+            .map_err(|e| io_error("read entry log", dir, path, Some(offset), e))?;
+        let len = u32::from_le_bytes(head[..4].try_into().expect("4 bytes"));
+        let end = offset + (RECORD_HEADER_LEN as u64) + u64::from(len);
+        if end > limit {
+            break;
+        }
+        let ledger = i64::from_le_bytes(head[8..16].try_into().expect("8 bytes"));
+        let entry = i64::from_le_bytes(head[16..24].try_into().expect("8 bytes"));
+        let loc = Location {
+            log_id: header.log_id,
+            offset,
+            len,
+        };
+        match read_record(file, path, loc, ledger, entry) {
+            Ok(_) => {}
+            Err(LedgerStoreError::Corrupt { .. }) => break,
+            Err(e) => return Err(e),
+        }
+        *ledgers.entry(ledger).or_insert(0) += end - offset;
+        records += 1;
+        offset = end;
+    }
+    Ok(LogScan {
+        ledgers: ledgers.into_iter().collect(),
+        records,
+        end: offset,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -303,6 +380,56 @@ mod tests {
             Some(vec![(1, 2 * rec + 6), (2, rec + 8)])
         );
         assert_eq!(read_header(&*file, &path).unwrap().log_id, 7);
+    }
+
+    #[test]
+    fn scanning_matches_the_ledgers_map_and_stops_at_a_torn_tail() {
+        let dir = tempfile::tempdir().unwrap();
+        let fs = RealFileSystem;
+        let mut w = LogWriter::create(&fs, dir.path(), 3).unwrap();
+        for e in 0..5 {
+            w.append(e % 2, e, &vec![e as u8; 10 + e as usize]).unwrap();
+        }
+        w.sync().unwrap();
+        let (file, path) = (w.file(), w.path().to_path_buf());
+        let unclosed = scan_records(&*file, &path).unwrap();
+        assert_eq!(unclosed.records, 5);
+        assert_eq!(unclosed.end, w.end());
+        w.close().unwrap();
+        let map = read_ledgers_map(&*file, &path).unwrap().unwrap();
+        assert_eq!(unclosed.ledgers, map);
+        assert_eq!(
+            scan_records(&*file, &path).unwrap(),
+            unclosed,
+            "stops at the map"
+        );
+
+        // A torn tail: the last record is cut short and followed by zeros.
+        let mut w = LogWriter::create(&fs, dir.path(), 4).unwrap();
+        w.append(1, 0, b"first").unwrap();
+        let last = w.append(1, 1, b"second record").unwrap();
+        w.sync().unwrap();
+        let (file, path) = (w.file(), w.path().to_path_buf());
+        file.set_len(last.offset + 30).unwrap();
+        file.set_len(last.offset + 4096).unwrap();
+        let scan = scan_records(&*file, &path).unwrap();
+        assert_eq!(scan.records, 1);
+        assert_eq!(scan.end, last.offset);
+        assert_eq!(scan.ledgers, vec![(1, RECORD_HEADER_LEN as u64 + 5)]);
+    }
+
+    #[test]
+    fn a_location_past_the_end_is_corrupt_without_a_huge_allocation() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut w = LogWriter::create(&RealFileSystem, dir.path(), 5).unwrap();
+        let mut loc = w.append(1, 0, b"x").unwrap();
+        w.sync().unwrap();
+        loc.len = u32::MAX;
+        let e = read_record(&*w.file(), w.path(), loc, 1, 0).unwrap_err();
+        assert!(
+            matches!(e, LedgerStoreError::Corrupt { offset, .. } if offset == loc.offset),
+            "{e}"
+        );
     }
 
     #[test]

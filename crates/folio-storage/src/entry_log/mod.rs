@@ -143,10 +143,12 @@ impl EntryLogs {
         }
         if !w.current.contains_key(&slot) {
             let id = w.next_log_id;
+            // Never reuse an id, even if creating the file fails half way (a retry must
+            // not trip over a file left behind).
+            w.next_log_id += 1;
             // Spread new files over the ledger directories.
             let dir = &self.dirs[(id % self.dirs.len() as u64) as usize];
             let writer = LogWriter::create(&*self.fs, dir, id)?;
-            w.next_log_id += 1;
             self.files.write().insert(
                 id,
                 LogFile {
@@ -213,6 +215,13 @@ impl EntryLogs {
     pub fn ledgers_map(&self, log_id: u64) -> Result<Option<Vec<(i64, u64)>>, LedgerStoreError> {
         let (path, file) = self.file(log_id)?;
         log_file::read_ledgers_map(&*file, &path)
+    }
+
+    /// Rebuilds log `log_id`'s per-ledger byte counts by reading its records (for a log
+    /// without a ledgers map).
+    pub fn scan(&self, log_id: u64) -> Result<log_file::LogScan, LedgerStoreError> {
+        let (path, file) = self.file(log_id)?;
+        log_file::scan_records(&*file, &path)
     }
 
     /// Ids of all entry log files, ascending.

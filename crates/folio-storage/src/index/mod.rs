@@ -185,6 +185,20 @@ fn index_error(path: &Path, e: redb::Error) -> LedgerStoreError {
                 source: io,
             }
         }
+        redb::Error::Backend(b) => match b.downcast::<std::io::Error>() {
+            Ok(io) if io.kind() == std::io::ErrorKind::StorageFull => LedgerStoreError::NoSpace {
+                dir: path.parent().unwrap_or(path).to_path_buf(),
+                source: *io,
+            },
+            Ok(io) => LedgerStoreError::Index {
+                path: path.to_path_buf(),
+                reason: io.to_string(),
+            },
+            Err(other) => LedgerStoreError::Index {
+                path: path.to_path_buf(),
+                reason: other.to_string(),
+            },
+        },
         other => LedgerStoreError::Index {
             path: path.to_path_buf(),
             reason: other.to_string(),
@@ -196,6 +210,7 @@ fn index_error(path: &Path, e: redb::Error) -> LedgerStoreError {
 mod tests {
     use super::*;
     use bytes::Bytes;
+    use folio_env::FileSystem;
 
     fn loc(n: u64) -> Location {
         Location {
@@ -267,7 +282,9 @@ mod tests {
     #[test]
     fn a_garbage_index_file_is_an_error_naming_it() {
         let d = tempfile::tempdir().unwrap();
-        std::fs::write(d.path().join(INDEX_FILE), vec![0x5a; 8192]).unwrap();
+        folio_env::RealFileSystem
+            .write_file_atomic(&d.path().join(INDEX_FILE), &[0x5a; 8192])
+            .unwrap();
         let e = LedgerIndex::open(d.path()).err().unwrap();
         assert!(e.to_string().contains(INDEX_FILE), "{e}");
     }

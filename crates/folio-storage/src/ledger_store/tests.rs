@@ -36,6 +36,12 @@ fn data(ledger: i64, entry: i64) -> Bytes {
 }
 
 #[test]
+fn ledger_store_is_send_and_sync() {
+    fn check<T: Send + Sync>() {}
+    check::<LedgerStore>();
+}
+
+#[test]
 fn entries_are_readable_before_and_after_flush() {
     let d = dirs(1 << 20, 1 << 20);
     let s = open(&d);
@@ -274,6 +280,77 @@ fn a_full_cache_blocks_a_put_until_another_thread_flushes() {
 }
 
 #[test]
+fn deleting_a_ledger_frees_room_for_a_blocked_put() {
+    let d = dirs(1 << 20, 100);
+    let s = Arc::new(open(&d));
+    s.put_entry(1, 0, Bytes::from(vec![0u8; 80])).unwrap();
+    let (waiting_tx, waiting_rx) = mpsc::channel();
+    let waiting_tx = Mutex::new(waiting_tx);
+    s.set_flush_requester(Arc::new(move || {
+        let _ = waiting_tx.lock().send(());
+    }));
+    let s2 = s.clone();
+    let t = std::thread::spawn(move || s2.put_entry(2, 0, Bytes::from(vec![2u8; 80])));
+    waiting_rx.recv_timeout(PATIENCE).unwrap();
+    s.delete_ledger(1).unwrap();
+    t.join().unwrap().unwrap();
+    assert_eq!(s.write_cache_used(), 80);
+    assert_eq!(s.get_entry(2, 0).unwrap(), Some(Bytes::from(vec![2u8; 80])));
+}
+
+/// A placement giving each ledger its own entry log (what a later issue adds).
+struct LogPerLedger;
+
+impl crate::entry_log::EntryLogPlacement for LogPerLedger {
+    fn slot_for(&self, ledger: i64) -> crate::entry_log::LogSlot {
+        ledger as u64
+    }
+}
+
+#[test]
+fn placement_decides_which_log_an_entry_goes_to() {
+    let d = dirs(1 << 20, 1 << 20);
+    let s =
+        LedgerStore::open_with_placement(&Env::real(), d.config.clone(), Box::new(LogPerLedger))
+            .unwrap();
+    for e in 0..3 {
+        s.put_entry(10, e, data(10, e)).unwrap();
+        s.put_entry(20, e, data(20, e)).unwrap();
+    }
+    s.close().unwrap();
+    let ids = s.entry_log_ids();
+    assert_eq!(ids.len(), 2);
+    let mut per_log: Vec<Vec<i64>> = ids
+        .iter()
+        .map(|&id| {
+            let map = s.entry_log_ledgers(id).unwrap().unwrap();
+            map.into_iter().map(|(l, _)| l).collect()
+        })
+        .collect();
+    per_log.sort();
+    assert_eq!(per_log, vec![vec![10], vec![20]]);
+    assert_eq!(s.get_entry(20, 2).unwrap(), Some(data(20, 2)));
+}
+
+#[test]
+fn an_unrotated_log_can_be_scanned_after_a_restart() {
+    let d = dirs(1 << 20, 1 << 20);
+    {
+        let s = open(&d);
+        s.put_entry(1, 0, data(1, 0)).unwrap();
+        s.put_entry(2, 0, data(2, 0)).unwrap();
+        s.flush().unwrap();
+        // Dropped without close(): the log keeps no ledgers map, as after a crash.
+    }
+    let s = open(&d);
+    assert_eq!(s.entry_log_ledgers(0).unwrap(), None);
+    let scan = s.scan_entry_log(0).unwrap();
+    let rec = |l, e| (crate::entry_log::format::RECORD_HEADER_LEN + data(l, e).len()) as u64;
+    assert_eq!(scan.ledgers, vec![(1, rec(1, 0)), (2, rec(2, 0))]);
+    assert_eq!(scan.records, 2);
+}
+
+#[test]
 fn an_entry_larger_than_the_cache_is_taken_when_the_cache_is_empty() {
     let d = dirs(1 << 20, 10);
     let s = open(&d);
@@ -487,4 +564,34 @@ fn a_failed_fsync_poisons_writes_but_reads_go_on() {
     ));
     assert!(matches!(s.flush(), Err(LedgerStoreError::Poisoned(_))));
     assert_eq!(s.get_entry(1, 0).unwrap(), Some(data(1, 0)));
+}
+
+#[test]
+fn a_put_waiting_for_room_gets_an_error_when_the_flush_fails() {
+    let mut d = dirs(1 << 20, 1 << 20);
+    d.config.write_cache_bytes = 3 << 20;
+    let (s, faults) = faulty(&d);
+    let s = Arc::new(s);
+    // 2 MiB: more than the 1 MiB write buffer, so the flush really writes.
+    s.put_entry(1, 0, Bytes::from(vec![1u8; 2 << 20])).unwrap();
+    let (waiting_tx, waiting_rx) = mpsc::channel();
+    let waiting_tx = Mutex::new(waiting_tx);
+    s.set_flush_requester(Arc::new(move || {
+        let _ = waiting_tx.lock().send(());
+    }));
+    let s2 = s.clone();
+    let t = std::thread::spawn(move || s2.put_entry(1, 1, Bytes::from(vec![2u8; 2 << 20])));
+    waiting_rx.recv_timeout(PATIENCE).unwrap();
+    faults.full.store(true, Ordering::SeqCst);
+    assert!(matches!(s.flush(), Err(LedgerStoreError::NoSpace { .. })));
+    let e = t.join().unwrap().unwrap_err();
+    assert!(matches!(e, LedgerStoreError::WriteCacheFull(_)), "{e}");
+    assert!(e.to_string().contains("no space left"), "{e}");
+    faults.full.store(false, Ordering::SeqCst);
+    s.flush().unwrap();
+    s.put_entry(1, 1, Bytes::from(vec![2u8; 2 << 20])).unwrap();
+    assert_eq!(
+        s.get_entry(1, 0).unwrap(),
+        Some(Bytes::from(vec![1u8; 2 << 20]))
+    );
 }
