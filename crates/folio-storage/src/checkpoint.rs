@@ -21,6 +21,12 @@ use crate::storage::Inner;
 pub(crate) fn checkpoint(inner: &Inner) -> Result<(), StorageError> {
     let _one_at_a_time = inner.checkpoint_lock.lock();
     if let Some(reason) = inner.journal.read_only_reason() {
+        // Marks stay where they are. The store is still flushed when it asks for room,
+        // so that a put blocked on a full write cache is released (flushing only adds
+        // durability; a store whose own fsync failed refuses it by itself).
+        if let Err(e) = inner.store.flush() {
+            tracing::warn!("ledger store flush while read-only failed: {e}");
+        }
         return Err(StorageError::ReadOnly { reason });
     }
     let r = checkpoint_steps(inner);
@@ -78,11 +84,14 @@ pub(crate) fn run_thread(inner: &Inner) {
         let due = requested
             || (!interval.is_zero() && now.duration_since(last) >= interval)
             || inner.store.write_cache_used() >= inner.config.checkpoint_write_cache_bytes;
-        if !due || inner.journal.read_only_reason().is_some() {
+        let read_only = inner.journal.read_only_reason().is_some();
+        if !due || (read_only && !requested) {
             continue;
         }
         last = now;
-        if let Err(e) = checkpoint(inner) {
+        if let Err(e) = checkpoint(inner)
+            && !read_only
+        {
             tracing::error!("checkpoint failed: {e}");
         }
     }

@@ -20,9 +20,11 @@ use crate::config::StorageConfig;
 use crate::error::{BackendError, StorageError};
 use crate::journal::{Journal, RecordKind, ReplayRecord, ReplayStats};
 
-/// The completion of a write: runs once, on the journal's thread, after the
-/// fdatasync covering the write returned (or with the reason it failed). Keep it
-/// short (send on a channel).
+/// The completion of a write: runs exactly once. Ok only on the journal's thread,
+/// after the fdatasync covering the write returned Ok; Err either there (the write or
+/// fdatasync failed) or at once on the calling thread (the write was refused before
+/// reaching the journal: bad key, fenced, read-only, bad request). Keep it short (send
+/// on a channel); it must not call `Storage::shutdown`.
 pub type WriteCallback = Box<dyn FnOnce(Result<(), StorageError>) + Send>;
 
 /// A ledger's state as the ledger store keeps it.
@@ -105,7 +107,27 @@ impl Storage {
         config: StorageConfig,
         store: Arc<dyn LedgerBackend>,
     ) -> Result<Storage, StorageError> {
-        let mut apply = |r: ReplayRecord| apply_record(&*store, r);
+        // Replay can put more than the write cache holds, and no checkpoint thread runs
+        // yet: flush the store as the cache fills (marks do not move, so this is only
+        // durability ahead of time), and let a put that still finds the cache full ask
+        // for a flush on a helper thread.
+        let weak_store = Arc::downgrade(&store);
+        store.set_flush_requester(Arc::new(move || {
+            if let Some(s) = weak_store.upgrade() {
+                std::thread::spawn(move || {
+                    if let Err(e) = s.flush() {
+                        tracing::error!("ledger store flush during replay failed: {e}");
+                    }
+                });
+            }
+        }));
+        let threshold = config.checkpoint_write_cache_bytes;
+        let mut apply = |r: ReplayRecord| {
+            if store.write_cache_used() >= threshold {
+                store.flush()?;
+            }
+            apply_record(&*store, r)
+        };
         let (journal, replay) = Journal::open(env, &config.journal, &mut apply)?;
         tracing::info!(?replay, "journal replayed");
         let inner = Arc::new(Inner {

@@ -59,10 +59,17 @@ fn child(dir: &Path, round: i64) -> ! {
     let say = move |line: String| {
         let out = Arc::clone(&out);
         Box::new(move |r: Result<(), folio_storage::StorageError>| {
-            if r.is_ok() {
-                let mut o = out.lock().unwrap();
-                let _ = writeln!(o, "{line}");
-                let _ = o.flush();
+            let mut o = out.lock().unwrap();
+            match r {
+                Ok(()) => {
+                    let _ = writeln!(o, "{line}");
+                    let _ = o.flush();
+                }
+                Err(e) => {
+                    let _ = writeln!(o, "error {line}: {e}");
+                    let _ = o.flush();
+                    std::process::exit(1);
+                }
             }
         })
     };
@@ -70,6 +77,9 @@ fn child(dir: &Path, round: i64) -> ! {
     let mut e = 0i64;
     loop {
         for l in base..base + 4 {
+            if l == base + 3 && e > 50 {
+                continue; // fenced at entry 50
+            }
             s.add_entry(
                 l,
                 e,
@@ -100,6 +110,13 @@ fn acknowledged_writes_survive_sigkill_of_the_process() {
         let round = std::env::var(ROUND_ENV).unwrap().parse().unwrap();
         child(Path::new(&dir), round);
     }
+    // A hang (a child that stops acknowledging, a restart that never finishes) must
+    // fail the test, not stall the suite.
+    std::thread::spawn(|| {
+        std::thread::sleep(Duration::from_secs(600));
+        eprintln!("acknowledged_writes_survive_sigkill_of_the_process: no progress in 600 s");
+        std::process::abort();
+    });
     let tmp = tempfile::tempdir().unwrap();
     let mut acked: Vec<String> = Vec::new();
     for round in 0..3i64 {
@@ -116,23 +133,38 @@ fn acknowledged_writes_survive_sigkill_of_the_process() {
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
-        let mut lines = BufReader::new(c.stdout.take().unwrap()).lines();
+        let (tx, lines) = std::sync::mpsc::channel();
+        let stdout = c.stdout.take().unwrap();
+        let reader = std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    return;
+                }
+            }
+        });
         let target = 300 + 200 * round as usize;
         let mut n = 0;
         while n < target {
-            let line = lines
-                .next()
-                .expect("the child stopped before being killed")
-                .unwrap();
+            let line = match lines.recv_timeout(Duration::from_secs(120)) {
+                Ok(line) => line,
+                Err(e) => {
+                    let _ = c.kill();
+                    panic!("round {round}: the child stopped acknowledging after {n} writes ({e})");
+                }
+            };
             if line.starts_with("add ") || line.starts_with("lac ") || line.starts_with("fence ") {
                 acked.push(line);
                 n += 1;
+            } else if line.starts_with("error ") {
+                let _ = c.kill();
+                panic!("round {round}: the child says: {line}");
             }
         }
         c.kill().unwrap(); // SIGKILL
         c.wait().unwrap();
         // Lines printed between our last read and the kill are acknowledged too.
-        for line in lines.map_while(Result::ok) {
+        reader.join().unwrap();
+        for line in lines.try_iter() {
             if line.starts_with("add ") || line.starts_with("lac ") || line.starts_with("fence ") {
                 acked.push(line);
             }

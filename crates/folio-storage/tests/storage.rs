@@ -417,3 +417,45 @@ fn shutdown_checkpoints_so_the_next_start_replays_nothing() {
     assert_eq!(s.entry_ids(2).unwrap(), vec![0, 1, 2, 3, 4]);
     assert_eq!(s.read_lac(2).unwrap().lac, Some(3));
 }
+
+#[test]
+fn replay_larger_than_the_write_cache_does_not_block() {
+    // Regression: replay used to block forever on a full write cache (no checkpoint
+    // thread runs during replay).
+    let tmp = tempfile::tempdir().unwrap();
+    let env = Env::real();
+    let store = |env: &Env, cache: u64| {
+        let mut c =
+            LedgerStoreConfig::new(vec![tmp.path().join("ledgers")], tmp.path().join("index"));
+        c.write_cache_bytes = cache;
+        Arc::new(LedgerStore::open(env, c).unwrap())
+    };
+    let payload = vec![3u8; 1000];
+    {
+        // A roomy cache, no threshold, no periodic checkpoint: no checkpoint runs, the
+        // journal keeps all 60 KB.
+        let cfg = StorageConfig {
+            checkpoint_write_cache_bytes: u64::MAX,
+            ..config(tmp.path())
+        };
+        let s = Storage::open(&env, cfg, store(&env, 1 << 20)).unwrap();
+        for e in 0..60 {
+            let (cb, rx) = done();
+            s.add_entry(4, e, KEY, entry(4, e, e - 1, &payload), false, cb);
+            wait(rx).unwrap();
+        }
+        assert_eq!(s.journal_marks(), vec![Position::default(); 2]);
+        drop(s);
+    }
+    for threshold in [u64::MAX, 8 * 1024] {
+        let cfg = StorageConfig {
+            checkpoint_write_cache_bytes: threshold,
+            ..config(tmp.path())
+        };
+        // Replay 60 KB into a 16 KiB write cache.
+        let s = Storage::open(&env, cfg, store(&env, 16 * 1024)).unwrap();
+        assert!(s.replay_stats().records > 60, "{:?}", s.replay_stats());
+        assert_eq!(s.entry_ids(4).unwrap().len(), 60);
+        drop(s);
+    }
+}

@@ -112,6 +112,7 @@ fn group_commit_shares_one_fdatasync() {
     let c = JournalConfig {
         max_group_wait: Duration::from_secs(600),
         max_group_entries: 100,
+        prealloc_size: 0, // no preallocation syncs in the count
         ..cfg(vec![PathBuf::from("/j")])
     };
     let (j, _) = open(&env, &c).unwrap();
@@ -136,6 +137,7 @@ fn groups_are_bounded_by_entries_and_bytes() {
             max_group_wait: Duration::from_secs(600),
             max_group_entries: entries,
             max_group_bytes: bytes,
+            prealloc_size: 0, // no preallocation syncs in the count
             ..cfg(vec![PathBuf::from("/j")])
         };
         let (j, _) = open(&sim_env(&fs), &c).unwrap();
@@ -157,10 +159,15 @@ fn groups_are_bounded_by_entries_and_bytes() {
 fn callbacks_wait_for_the_fdatasync_and_a_failed_one_poisons() {
     let fs = SimFileSystem::new();
     let env = sim_env(&fs);
-    let c = cfg(vec![PathBuf::from("/j")]);
+    // No preallocation: the writer does nothing between groups, so the injected fault
+    // lands on the next group's fdatasync.
+    let c = JournalConfig {
+        prealloc_size: 0,
+        ..cfg(vec![PathBuf::from("/j")])
+    };
     let (j, _) = open(&env, &c).unwrap();
     wait(append(&j, 1, 0, b"ok")).unwrap();
-    // The 4 KiB preallocation already covers the next record: its ops are write, fdatasync.
+    // The next record's ops are: write, fdatasync.
     fs.inject(Fault::SyncEio { after_ops: 1 });
     let e = wait(append(&j, 1, 1, b"lost")).unwrap_err();
     assert!(
@@ -490,4 +497,37 @@ fn random_damage_never_panics_and_never_invents_records() {
             }
         }
     }
+}
+
+#[test]
+fn preallocation_keeps_synced_zeroes_ahead_of_the_writes() {
+    let fs = SimFileSystem::new();
+    let c = JournalConfig {
+        prealloc_size: 8192,
+        ..cfg(vec![PathBuf::from("/j")])
+    };
+    let (j, _) = open(&sim_env(&fs), &c).unwrap();
+    let file = journal_files(&fs, Path::new("/j"))[0].clone();
+    // At creation: header + 8 KiB of zeroes, durable.
+    let durable = fs.crash(folio_env::sim::CrashMode::Clean);
+    assert_eq!(durable.read_file(&file).unwrap().len(), 32 + 8192);
+    let mut written = 32;
+    for i in 0..20 {
+        wait(append(&j, 1, i, &[9; 500])).unwrap();
+        written += 528;
+        // The top-up after each group runs after its callback; force a later group
+        // through so the previous top-up has finished.
+        let (tx, rx) = mpsc::channel();
+        j.force(1, Box::new(move |r| tx.send(r).unwrap()));
+        wait(rx).unwrap();
+        let len = fs.read_file(&file).unwrap().len() as u64;
+        assert!(len >= written, "{len} < {written}");
+        assert!(
+            len <= written + 8192 + 8192,
+            "zeroes far beyond the headroom: {len}"
+        );
+    }
+    drop(j);
+    let (_, seen) = open(&sim_env(&fs), &c).unwrap();
+    assert_eq!(seen.len(), 20);
 }
