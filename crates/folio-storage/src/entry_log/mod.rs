@@ -82,6 +82,14 @@ impl EntryLogs {
         if ledger_dirs.is_empty() {
             return Err(LedgerStoreError::Config("no ledger directories".into()));
         }
+        for (i, d) in ledger_dirs.iter().enumerate() {
+            if ledger_dirs[..i].contains(d) {
+                return Err(LedgerStoreError::Config(format!(
+                    "ledger directory {} is configured twice",
+                    d.display()
+                )));
+            }
+        }
         let mut dirs = Vec::new();
         let mut files = HashMap::new();
         let mut max_id = None;

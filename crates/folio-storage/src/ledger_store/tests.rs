@@ -434,6 +434,18 @@ fn bad_configuration_is_refused() {
         .unwrap();
     assert!(e.to_string().contains("entry_log_size_limit"), "{e}");
     d.config.entry_log_size_limit = 1 << 20;
+    d.config.write_cache_bytes = 0;
+    let e = LedgerStore::open(&Env::real(), d.config.clone())
+        .err()
+        .unwrap();
+    assert!(e.to_string().contains("write_cache_bytes"), "{e}");
+    d.config.write_cache_bytes = 1 << 20;
+    let twice = d.config.ledger_dirs[0].clone();
+    d.config.ledger_dirs.push(twice);
+    let e = LedgerStore::open(&Env::real(), d.config.clone())
+        .err()
+        .unwrap();
+    assert!(e.to_string().contains("configured twice"), "{e}");
     d.config.ledger_dirs.clear();
     let e = LedgerStore::open(&Env::real(), d.config.clone())
         .err()
