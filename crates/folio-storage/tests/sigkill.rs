@@ -89,12 +89,11 @@ fn lac_body(ledger: i64, lac: i64) -> Bytes {
     Bytes::from(b)
 }
 
-/// Write cache size. Not smaller: start-up replay puts every record after the mark into
-/// the write cache with no checkpoint running yet, so a replay larger than the cache
-/// blocks forever (seen with 512 KiB: `FOLIO_SIGKILL_WRITE_CACHE=524288` reproduces it;
-/// reported to the storage-journal helper). Checkpoints still run every 128 KiB.
+/// Write cache size: small, so a restart often replays more than the cache holds (the
+/// replay must flush the store as it goes; with no checkpoint thread yet it once
+/// blocked forever). Checkpoints run every 128 KiB of cache and every few ms.
 fn write_cache_bytes() -> u64 {
-    env_u64("FOLIO_SIGKILL_WRITE_CACHE").unwrap_or(32 << 20)
+    env_u64("FOLIO_SIGKILL_WRITE_CACHE").unwrap_or(512 * 1024)
 }
 
 fn open(dir: &Path, flush_interval: Duration) -> Storage {
