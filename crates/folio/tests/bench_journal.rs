@@ -51,10 +51,22 @@ fn json_reports_throughput_latency_and_fdatasyncs() {
         l["max"].as_f64().unwrap(),
     );
     assert!(p50 > 0.0 && p50 <= p99 && p99 <= p999 && p999 <= max, "{l}");
-    // Every add was covered by some journal fdatasync, and none covered more than 8
+    // Every add was covered by a group commit's fdatasync, and none covered more than 8
     // adds (only 8 were ever outstanding) plus a master-key record.
+    let groups = v["journal_group_fdatasyncs"].as_u64().unwrap();
+    assert!(
+        (300 / 8..=300 + 16).contains(&groups),
+        "{groups} group commits"
+    );
+    let per_group = v["entries_per_group"].as_f64().unwrap();
+    assert!(
+        (300.0 / groups as f64 - per_group).abs() < 0.01,
+        "{per_group}"
+    );
+    // Zero-fill syncs come on top of the group commits.
     let syncs = v["journal_fdatasyncs"].as_u64().unwrap();
-    assert!((300 / 8..=300 + 16).contains(&syncs), "{syncs} fdatasyncs");
+    let prealloc = v["journal_prealloc_fdatasyncs"].as_u64().unwrap();
+    assert_eq!(syncs, groups + prealloc);
     let per = v["entries_per_fdatasync"].as_f64().unwrap();
     assert!((300.0 / syncs as f64 - per).abs() < 0.01, "{per}");
     // The working subdirectory is gone.
@@ -69,6 +81,7 @@ fn no_sync_issues_no_journal_fdatasync() {
     assert_eq!(v["journal_dirs"], 2);
     // (The journal file headers are synced at open, before the measurement starts.)
     assert_eq!(v["journal_fdatasyncs"], 0);
+    assert_eq!(v["journal_group_fdatasyncs"], 0);
     assert_eq!(v["entries"], 300);
 }
 

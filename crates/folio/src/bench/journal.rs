@@ -202,6 +202,8 @@ fn bench(a: &JournalArgs, work: &Path) -> anyhow::Result<String> {
         latencies,
     };
     let per_sync = (syncs.journal > 0).then(|| a.entries as f64 / syncs.journal as f64);
+    let per_group = (syncs.journal_data > 0).then(|| a.entries as f64 / syncs.journal_data as f64);
+    let round2 = |x: Option<f64>| x.map(|x| (x * 100.0).round() / 100.0);
     if a.json {
         let mut extra = Map::new();
         extra.insert("bench".into(), json!("journal"));
@@ -211,19 +213,24 @@ fn bench(a: &JournalArgs, work: &Path) -> anyhow::Result<String> {
         extra.insert("ledgers".into(), json!(a.ledgers));
         extra.insert("sync".into(), json!(!a.no_sync));
         extra.insert("journal_fdatasyncs".into(), json!(syncs.journal));
+        extra.insert("entries_per_fdatasync".into(), json!(round2(per_sync)));
+        extra.insert("journal_group_fdatasyncs".into(), json!(syncs.journal_data));
         extra.insert(
-            "entries_per_fdatasync".into(),
-            json!(per_sync.map(|x| (x * 100.0).round() / 100.0)),
+            "journal_prealloc_fdatasyncs".into(),
+            json!(syncs.journal - syncs.journal_data),
         );
+        extra.insert("entries_per_group".into(), json!(round2(per_group)));
         extra.insert("other_fdatasyncs".into(), json!(syncs.other));
         extra.insert("dir_fsyncs".into(), json!(syncs.dirs));
         extra.insert("dir".into(), json!(a.dir.display().to_string()));
         return Ok(summary.to_json(extra).to_string());
     }
     let per_sync = per_sync.map_or("-".to_string(), |x| format!("{x:.1}"));
+    let per_group = per_group.map_or("-".to_string(), |x| format!("{x:.1}"));
     Ok(format!(
         "folio bench journal: {} entries of {} B, {} in flight, {} journal dir(s), {} ledgers, \
-         fdatasync {}\n{}\njournal fdatasyncs {} ({per_sync} entries per fdatasync), \
+         fdatasync {}\n{}\njournal fdatasyncs {} ({per_sync} entries per fdatasync): {} after records \
+         ({per_group} entries per group commit), {} after zero fill only; \
          other fdatasyncs {}, directory fsyncs {}",
         a.entries,
         a.entry_size,
@@ -233,6 +240,8 @@ fn bench(a: &JournalArgs, work: &Path) -> anyhow::Result<String> {
         if a.no_sync { "OFF (unsafe)" } else { "on" },
         summary.to_text(),
         syncs.journal,
+        syncs.journal_data,
+        syncs.journal - syncs.journal_data,
         syncs.other,
         syncs.dirs,
     ))

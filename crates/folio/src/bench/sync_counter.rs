@@ -3,12 +3,15 @@
 //! storage engine exposing statistics for it.
 //!
 //! Journal files (`*.txn`) are counted apart from everything else (entry logs, the
-//! index, journal marks), since only the former are on an add's path.
+//! index, journal marks), since only the former are on an add's path. A journal
+//! fdatasync is a group commit when records were written since the previous one, and a
+//! preallocation sync when only zeroes were (the journal keeps written zeroes ahead of
+//! its write offset).
 
 use std::io;
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use folio_env::{DiskSpace, File, FileSystem, OpenOptions};
 
@@ -17,6 +20,8 @@ use folio_env::{DiskSpace, File, FileSystem, OpenOptions};
 pub struct SyncCounts {
     /// fdatasyncs of journal files.
     pub journal: AtomicU64,
+    /// Those of them after a write holding something other than zeroes (records).
+    pub journal_data: AtomicU64,
     /// fdatasyncs of any other file (ledger store, marks).
     pub other: AtomicU64,
     /// Directory fsyncs.
@@ -27,6 +32,7 @@ pub struct SyncCounts {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct SyncSnapshot {
     pub journal: u64,
+    pub journal_data: u64,
     pub other: u64,
     pub dirs: u64,
 }
@@ -35,6 +41,7 @@ impl SyncCounts {
     pub fn snapshot(&self) -> SyncSnapshot {
         SyncSnapshot {
             journal: self.journal.load(Ordering::Relaxed),
+            journal_data: self.journal_data.load(Ordering::Relaxed),
             other: self.other.load(Ordering::Relaxed),
             dirs: self.dirs.load(Ordering::Relaxed),
         }
@@ -46,6 +53,7 @@ impl std::ops::Sub for SyncSnapshot {
     fn sub(self, rhs: SyncSnapshot) -> SyncSnapshot {
         SyncSnapshot {
             journal: self.journal - rhs.journal,
+            journal_data: self.journal_data - rhs.journal_data,
             other: self.other - rhs.other,
             dirs: self.dirs - rhs.dirs,
         }
@@ -68,6 +76,8 @@ struct CountingFile {
     inner: Arc<dyn File>,
     counts: Arc<SyncCounts>,
     journal: bool,
+    /// Non-zero bytes were written since the last sync (journal files only).
+    data_since_sync: AtomicBool,
 }
 
 impl File for CountingFile {
@@ -75,16 +85,23 @@ impl File for CountingFile {
         self.inner.read_at(buf, offset)
     }
     fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        // A record starts with non-zero bytes, so this stops at once for records and
+        // scans only zero fills.
+        if self.journal && buf.iter().any(|&b| b != 0) {
+            self.data_since_sync.store(true, Ordering::Relaxed);
+        }
         self.inner.write_all_at(buf, offset)
     }
     fn sync_data(&self) -> io::Result<()> {
         let r = self.inner.sync_data();
-        let c = if self.journal {
-            &self.counts.journal
+        if self.journal {
+            self.counts.journal.fetch_add(1, Ordering::Relaxed);
+            if self.data_since_sync.swap(false, Ordering::Relaxed) {
+                self.counts.journal_data.fetch_add(1, Ordering::Relaxed);
+            }
         } else {
-            &self.counts.other
-        };
-        c.fetch_add(1, Ordering::Relaxed);
+            self.counts.other.fetch_add(1, Ordering::Relaxed);
+        }
         r
     }
     fn len(&self) -> io::Result<u64> {
@@ -105,6 +122,7 @@ impl FileSystem for CountingFs {
             inner,
             counts: Arc::clone(&self.counts),
             journal: path.extension().is_some_and(|e| e == "txn"),
+            data_since_sync: AtomicBool::new(false),
         }))
     }
     fn create_dir_all(&self, path: &Path) -> io::Result<()> {
@@ -147,6 +165,7 @@ mod tests {
             .unwrap();
         j.write_all_at(b"x", 0).unwrap();
         j.sync_data().unwrap();
+        j.write_all_at(&[0; 4096], 1).unwrap();
         j.sync_data().unwrap();
         fs.write_file_atomic(&tmp.path().join("lastMark"), b"m")
             .unwrap();
@@ -155,6 +174,7 @@ mod tests {
             d,
             SyncSnapshot {
                 journal: 2,
+                journal_data: 1,
                 other: 1,
                 dirs: 1
             }
