@@ -4,6 +4,7 @@
 
 mod bookie_cmd;
 mod shell;
+mod bench;
 
 use clap::{Parser, Subcommand};
 
@@ -31,6 +32,8 @@ enum Command {
     Bookie(bookie_cmd::BookieArgs),
     /// BookKeeper's shell commands (listbookies, listledgers, ledgermetadata, ...).
     Shell(shell::ShellArgs),
+    /// Benchmarks: throughput and latency percentiles (DESIGN.md section 7).
+    Bench(bench::BenchArgs),
 }
 
 fn main() {
@@ -49,6 +52,7 @@ fn main() {
         }
         Command::Bookie(args) => bookie_cmd::run(cli.metadata, args),
         Command::Shell(args) => shell::run(args, cli.metadata.as_deref()),
+        Command::Bench(args) => bench::run(args),
     };
     if let Err(e) = result {
         // One line on stderr that names the cause, and a non-zero status (DESIGN.md section 4).

@@ -1,0 +1,276 @@
+//! `folio bench journal`: the storage engine's add path on the real disk, no network.
+//!
+//! Keeps `--in-flight` adds outstanding against `folio_storage::Storage` (journal with
+//! group commit and fdatasync on, over the production ledger store), records each
+//! add's latency from the call to its completion callback (which runs after the
+//! fdatasync covering it), and reports throughput, latency percentiles and how many
+//! adds each journal fdatasync covered. The engine runs in a fresh subdirectory of
+//! `--dir` that is removed afterwards, so `--dir` should be on the disk under test.
+
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use bytes::{BufMut, Bytes, BytesMut};
+use clap::Args;
+use folio_env::{Env, RealFileSystem};
+use folio_storage::ledger_store::{LedgerStore, LedgerStoreConfig};
+use folio_storage::{JournalConfig, Storage, StorageConfig, StorageError};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use serde_json::{Map, json};
+
+use super::report::{Latencies, Summary};
+use super::sync_counter::{CountingFs, SyncCounts};
+
+/// An entry must hold the entry header the engine checks (ledger, entry, LAC, length).
+const MIN_ENTRY_SIZE: usize = 32;
+/// The master key every benchmark ledger uses.
+const MASTER_KEY: [u8; 20] = [0x42; 20];
+/// How long without any completion before the benchmark gives up.
+const STALL_TIMEOUT: Duration = Duration::from_secs(300);
+
+#[derive(Args, Debug, Clone)]
+pub struct JournalArgs {
+    /// Directory on the disk under test; the benchmark works in a fresh subdirectory
+    /// of it and removes that afterwards.
+    #[arg(long)]
+    pub dir: PathBuf,
+    /// Bytes per entry (the whole entry as a client sends it, at least 32).
+    #[arg(long, value_name = "BYTES", default_value_t = 1024)]
+    pub entry_size: usize,
+    /// Number of adds.
+    #[arg(long, value_name = "N", default_value_t = 100_000)]
+    pub entries: u64,
+    /// Adds kept outstanding at once.
+    #[arg(long, value_name = "K", default_value_t = 1)]
+    pub in_flight: u64,
+    /// Journal directories (each with its own writer thread and fdatasyncs), all under --dir.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub journal_dirs: usize,
+    /// Ledgers the adds are spread over, round robin (ledgers are hashed onto journal
+    /// directories).
+    #[arg(long, value_name = "N", default_value_t = 16)]
+    pub ledgers: u64,
+    /// UNSAFE: acknowledge adds without fdatasync (journalSyncData=false), to see what
+    /// the sync costs.
+    #[arg(long)]
+    pub no_sync: bool,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// Keep the working subdirectory instead of removing it.
+    #[arg(long)]
+    pub keep: bool,
+}
+
+pub fn run(a: JournalArgs) -> anyhow::Result<()> {
+    validate(&a)?;
+    std::fs::create_dir_all(&a.dir)
+        .with_context(|| format!("cannot create --dir {}", a.dir.display()))?;
+    let work = a
+        .dir
+        .join(format!("folio-bench-journal-{}", std::process::id()));
+    if work.exists() {
+        bail!(
+            "{} already exists; remove it or pick another --dir",
+            work.display()
+        );
+    }
+    if a.no_sync {
+        eprintln!("folio bench journal: --no-sync: adds are acknowledged WITHOUT fdatasync");
+    }
+    let result = bench(&a, &work);
+    if !a.keep {
+        let _ = std::fs::remove_dir_all(&work);
+    }
+    let out = result?;
+    println!("{out}");
+    Ok(())
+}
+
+fn validate(a: &JournalArgs) -> anyhow::Result<()> {
+    if a.entry_size < MIN_ENTRY_SIZE {
+        bail!(
+            "--entry-size {} is too small: an entry holds a {MIN_ENTRY_SIZE}-byte header \
+             (ledger, entry, LAC, length)",
+            a.entry_size
+        );
+    }
+    for (name, v) in [
+        ("--entries", a.entries),
+        ("--in-flight", a.in_flight),
+        ("--journal-dirs", a.journal_dirs as u64),
+        ("--ledgers", a.ledgers),
+    ] {
+        if v == 0 {
+            bail!("{name} must be at least 1");
+        }
+    }
+    Ok(())
+}
+
+/// Opens the engine in `work`, runs the adds, and returns what to print.
+fn bench(a: &JournalArgs, work: &Path) -> anyhow::Result<String> {
+    let counts = Arc::new(SyncCounts::default());
+    let mut env = Env::real();
+    env.fs = Arc::new(CountingFs::new(
+        Arc::new(RealFileSystem),
+        Arc::clone(&counts),
+    ));
+    let store_cfg = LedgerStoreConfig::new(vec![work.join("ledgers")], work.join("index"));
+    let store = LedgerStore::open(&env, store_cfg)
+        .with_context(|| format!("cannot open the ledger store in {}", work.display()))?;
+    let journal_dirs = (0..a.journal_dirs)
+        .map(|i| work.join(format!("journal{i}")))
+        .collect();
+    let cfg = StorageConfig {
+        journal: JournalConfig {
+            sync_data: !a.no_sync,
+            ..JournalConfig::with_dirs(journal_dirs)
+        },
+        ..StorageConfig::default()
+    };
+    let storage = Storage::open(&env, cfg, Arc::new(store))
+        .with_context(|| format!("cannot open the storage engine in {}", work.display()))?;
+
+    let progress = if std::io::stderr().is_terminal() && !a.json {
+        let pb = ProgressBar::with_draw_target(Some(a.entries), ProgressDrawTarget::stderr());
+        pb.set_style(
+            ProgressStyle::with_template("{bar:40} {pos}/{len} adds {per_sec} eta {eta}")
+                .expect("static progress template"),
+        );
+        pb
+    } else {
+        ProgressBar::hidden()
+    };
+
+    let filler = Bytes::from((0..a.entry_size).map(|i| i as u8).collect::<Vec<u8>>());
+    let (tx, rx) = mpsc::channel::<Result<Duration, StorageError>>();
+    let mut latencies = Latencies::new();
+    let before = counts.snapshot();
+    let start = Instant::now();
+    let (mut sent, mut done) = (0u64, 0u64);
+    let outcome: anyhow::Result<()> = loop {
+        if done == a.entries {
+            break Ok(());
+        }
+        while sent < a.entries && sent - done < a.in_flight {
+            let ledger = (sent % a.ledgers) as i64;
+            let entry = (sent / a.ledgers) as i64;
+            let data = entry_bytes(ledger, entry, &filler);
+            let tx = tx.clone();
+            let t0 = Instant::now();
+            storage.add_entry(
+                ledger,
+                entry,
+                &MASTER_KEY,
+                data,
+                false,
+                Box::new(move |r| {
+                    let _ = tx.send(r.map(|()| t0.elapsed()));
+                }),
+            );
+            sent += 1;
+        }
+        match rx.recv_timeout(STALL_TIMEOUT) {
+            Ok(Ok(d)) => latencies.record(d),
+            Ok(Err(e)) => break Err(e).context(format!("add {done} of {} failed", a.entries)),
+            Err(_) => {
+                break Err(anyhow::anyhow!(
+                    "no add completed for {} s ({done} of {} done)",
+                    STALL_TIMEOUT.as_secs(),
+                    a.entries
+                ));
+            }
+        }
+        done += 1;
+        progress.inc(1);
+    };
+    let elapsed = start.elapsed();
+    let syncs = counts.snapshot() - before;
+    progress.finish_and_clear();
+    storage.shutdown();
+    outcome?;
+
+    let summary = Summary {
+        entries: a.entries,
+        bytes: a.entries * a.entry_size as u64,
+        elapsed,
+        latencies,
+    };
+    let per_sync = (syncs.journal > 0).then(|| a.entries as f64 / syncs.journal as f64);
+    let per_group = (syncs.journal_data > 0).then(|| a.entries as f64 / syncs.journal_data as f64);
+    let round2 = |x: Option<f64>| x.map(|x| (x * 100.0).round() / 100.0);
+    if a.json {
+        let mut extra = Map::new();
+        extra.insert("bench".into(), json!("journal"));
+        extra.insert("entry_size".into(), json!(a.entry_size));
+        extra.insert("in_flight".into(), json!(a.in_flight));
+        extra.insert("journal_dirs".into(), json!(a.journal_dirs));
+        extra.insert("ledgers".into(), json!(a.ledgers));
+        extra.insert("sync".into(), json!(!a.no_sync));
+        extra.insert("journal_fdatasyncs".into(), json!(syncs.journal));
+        extra.insert("entries_per_fdatasync".into(), json!(round2(per_sync)));
+        extra.insert("journal_group_fdatasyncs".into(), json!(syncs.journal_data));
+        extra.insert(
+            "journal_prealloc_fdatasyncs".into(),
+            json!(syncs.journal - syncs.journal_data),
+        );
+        extra.insert("entries_per_group".into(), json!(round2(per_group)));
+        extra.insert("other_fdatasyncs".into(), json!(syncs.other));
+        extra.insert("dir_fsyncs".into(), json!(syncs.dirs));
+        extra.insert("dir".into(), json!(a.dir.display().to_string()));
+        return Ok(summary.to_json(extra).to_string());
+    }
+    let per_sync = per_sync.map_or("-".to_string(), |x| format!("{x:.1}"));
+    let per_group = per_group.map_or("-".to_string(), |x| format!("{x:.1}"));
+    Ok(format!(
+        "folio bench journal: {} entries of {} B, {} in flight, {} journal dir(s), {} ledgers, \
+         fdatasync {}\n{}\njournal fdatasyncs {} ({per_sync} entries per fdatasync): {} after records \
+         ({per_group} entries per group commit), {} after zero fill only; \
+         other fdatasyncs {}, directory fsyncs {}",
+        a.entries,
+        a.entry_size,
+        a.in_flight,
+        a.journal_dirs,
+        a.ledgers,
+        if a.no_sync { "OFF (unsafe)" } else { "on" },
+        summary.to_text(),
+        syncs.journal,
+        syncs.journal_data,
+        syncs.journal - syncs.journal_data,
+        syncs.other,
+        syncs.dirs,
+    ))
+}
+
+/// An entry as a client would send it: ledger, entry, LAC (entry - 1), length, then
+/// filler up to `filler.len()` bytes in total.
+fn entry_bytes(ledger: i64, entry: i64, filler: &[u8]) -> Bytes {
+    let mut b = BytesMut::with_capacity(filler.len());
+    b.put_i64(ledger);
+    b.put_i64(entry);
+    b.put_i64(entry - 1);
+    b.put_i64(filler.len() as i64);
+    b.put_slice(&filler[MIN_ENTRY_SIZE..]);
+    b.freeze()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entries_have_the_header_and_the_requested_size() {
+        let filler = vec![7u8; 100];
+        let e = entry_bytes(3, 9, &filler);
+        assert_eq!(e.len(), 100);
+        assert_eq!(i64::from_be_bytes(e[0..8].try_into().unwrap()), 3);
+        assert_eq!(i64::from_be_bytes(e[8..16].try_into().unwrap()), 9);
+        assert_eq!(i64::from_be_bytes(e[16..24].try_into().unwrap()), 8);
+        assert_eq!(&e[32..], &filler[32..]);
+    }
+}

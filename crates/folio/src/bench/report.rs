@@ -1,0 +1,162 @@
+//! What every `folio bench` subcommand prints: throughput and latency percentiles
+//! from an HDR histogram, as text or as the one JSON object of DESIGN.md section 7
+//! (`entries`, `seconds`, `entries_per_sec`, `mb_per_sec`, `latency_ms`), to which a
+//! subcommand adds its own fields.
+
+use std::time::Duration;
+
+use hdrhistogram::Histogram;
+use serde_json::{Map, Value, json};
+
+/// Per-operation latencies in microseconds, 1 µs to 10 minutes, 3 significant digits.
+pub struct Latencies {
+    hist: Histogram<u64>,
+}
+
+impl Latencies {
+    pub fn new() -> Self {
+        Latencies {
+            hist: Histogram::new_with_bounds(1, 600_000_000, 3)
+                .expect("static histogram bounds are valid"),
+        }
+    }
+
+    pub fn record(&mut self, d: Duration) {
+        // Past the upper bound (10 minutes) the value is clamped rather than lost.
+        let us = (d.as_micros() as u64).clamp(1, self.hist.high());
+        self.hist.saturating_record(us);
+    }
+
+    #[cfg(test)]
+    pub fn len(&self) -> u64 {
+        self.hist.len()
+    }
+
+    /// The latency at quantile `q` (0..=1), in milliseconds.
+    pub fn quantile_ms(&self, q: f64) -> f64 {
+        self.hist.value_at_quantile(q) as f64 / 1000.0
+    }
+
+    pub fn max_ms(&self) -> f64 {
+        self.hist.max() as f64 / 1000.0
+    }
+
+    pub fn mean_ms(&self) -> f64 {
+        self.hist.mean() / 1000.0
+    }
+}
+
+impl Default for Latencies {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// The outcome of a run: `entries` operations of `bytes` payload bytes in total.
+pub struct Summary {
+    pub entries: u64,
+    pub bytes: u64,
+    pub elapsed: Duration,
+    pub latencies: Latencies,
+}
+
+impl Summary {
+    pub fn seconds(&self) -> f64 {
+        self.elapsed.as_secs_f64().max(1e-9)
+    }
+
+    pub fn entries_per_sec(&self) -> f64 {
+        self.entries as f64 / self.seconds()
+    }
+
+    /// Megabytes (10^6 bytes, as fio reports) per second.
+    pub fn mb_per_sec(&self) -> f64 {
+        self.bytes as f64 / 1e6 / self.seconds()
+    }
+
+    /// The JSON object of DESIGN.md section 7, plus `extra` fields.
+    pub fn to_json(&self, extra: Map<String, Value>) -> Value {
+        let l = &self.latencies;
+        let mut v = json!({
+            "entries": self.entries,
+            "seconds": round(self.seconds(), 3),
+            "entries_per_sec": round(self.entries_per_sec(), 1),
+            "mb_per_sec": round(self.mb_per_sec(), 2),
+            "latency_ms": {
+                "p50": round(l.quantile_ms(0.50), 3),
+                "p99": round(l.quantile_ms(0.99), 3),
+                "p999": round(l.quantile_ms(0.999), 3),
+                "max": round(l.max_ms(), 3),
+                "mean": round(l.mean_ms(), 3),
+            },
+        });
+        let obj = v.as_object_mut().expect("a JSON object");
+        obj.extend(extra);
+        v
+    }
+
+    /// Two human-readable lines: throughput, then latency.
+    pub fn to_text(&self) -> String {
+        let l = &self.latencies;
+        format!(
+            "{} entries in {:.2} s: {:.0} entries/s, {:.2} MB/s\n\
+             latency ms: p50 {:.3}  p99 {:.3}  p99.9 {:.3}  max {:.3}  mean {:.3}",
+            self.entries,
+            self.seconds(),
+            self.entries_per_sec(),
+            self.mb_per_sec(),
+            l.quantile_ms(0.50),
+            l.quantile_ms(0.99),
+            l.quantile_ms(0.999),
+            l.max_ms(),
+            l.mean_ms(),
+        )
+    }
+}
+
+fn round(x: f64, digits: i32) -> f64 {
+    let f = 10f64.powi(digits);
+    (x * f).round() / f
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_has_the_design_fields_and_the_extra_ones() {
+        let mut latencies = Latencies::new();
+        for ms in 1..=100u64 {
+            latencies.record(Duration::from_millis(ms));
+        }
+        let s = Summary {
+            entries: 100,
+            bytes: 100 * 1_000_000,
+            elapsed: Duration::from_secs(4),
+            latencies,
+        };
+        let mut extra = Map::new();
+        extra.insert("entry_size".into(), json!(1_000_000));
+        let v = s.to_json(extra);
+        assert_eq!(v["entries"], 100);
+        assert_eq!(v["seconds"], 4.0);
+        assert_eq!(v["entries_per_sec"], 25.0);
+        assert_eq!(v["mb_per_sec"], 25.0);
+        assert_eq!(v["entry_size"], 1_000_000);
+        let p50 = v["latency_ms"]["p50"].as_f64().unwrap();
+        assert!((49.9..=50.1).contains(&p50), "p50 {p50}");
+        let max = v["latency_ms"]["max"].as_f64().unwrap();
+        assert!((99.9..=100.1).contains(&max), "max {max}");
+        assert!(v["latency_ms"]["p99"].as_f64().unwrap() <= max);
+        assert!(v["latency_ms"]["p999"].as_f64().unwrap() <= max);
+    }
+
+    #[test]
+    fn latencies_past_the_bound_are_clamped_not_lost() {
+        let mut l = Latencies::new();
+        l.record(Duration::from_secs(3600));
+        l.record(Duration::ZERO);
+        assert_eq!(l.len(), 2);
+        assert!(l.max_ms() >= 599_000.0);
+    }
+}
