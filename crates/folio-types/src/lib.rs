@@ -6,6 +6,7 @@
 //! (an empty ledger's LAC, the "last entry" read). Keeping BookKeeper's signed
 //! representation avoids a conversion at every protocol boundary.
 
+pub mod metadata;
 pub mod quorum;
 
 use std::fmt;

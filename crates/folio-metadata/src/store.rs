@@ -1,0 +1,347 @@
+//! The metadata contract: what the client, the bookie and autorecovery need from a
+//! metadata service, whatever it is (ZooKeeper in BookKeeper's layout, etcd, the
+//! embedded sqlite database, or the in-process `mem://` store).
+//!
+//! One `MetadataStore` value is one *session* with the service, like one ZooKeeper
+//! client: bookie registrations, under-replication locks and Auditor votes made
+//! through it are ephemeral and vanish when the session ends (closed with
+//! [`MetadataStore::close`], expired, or its process dead). Everything else
+//! (cluster identity, cookies, ledger metadata, the under-replication marks, the
+//! autorecovery settings) is persistent.
+//!
+//! Records that BookKeeper serializes (ledger metadata, bookie service info) are
+//! serialized by this crate (`crate::format`), so every driver stores the same bytes.
+
+use std::collections::BTreeSet;
+use std::fmt;
+
+use async_trait::async_trait;
+use folio_types::metadata::LedgerMetadata;
+use folio_types::{BookieId, LedgerId};
+use tokio::sync::watch;
+
+use crate::Result;
+
+/// A record's version, for compare-and-set: a ZooKeeper znode version, an etcd mod
+/// revision, a sqlite row version. Opaque to callers: only compare it for equality
+/// and hand it back to the store it came from.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Version(i64);
+
+impl Version {
+    /// Wraps a driver's native version number. Only drivers call this.
+    pub const fn from_raw(raw: i64) -> Self {
+        Version(raw)
+    }
+
+    /// The driver's native version number. Only drivers call this.
+    pub const fn raw(self) -> i64 {
+        self.0
+    }
+}
+
+impl fmt::Display for Version {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+impl fmt::Debug for Version {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Version({})", self.0)
+    }
+}
+
+/// A value with the version it was read at.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Versioned<T> {
+    pub value: T,
+    pub version: Version,
+}
+
+/// What identifies a cluster: its instance id (a UUID string, BookKeeper's
+/// `INSTANCEID`, written into every bookie's cookie) and its layout text
+/// (BookKeeper's `LAYOUT`, e.g. `2\norg.apache.bookkeeper.meta.HierarchicalLedgerManagerFactory:1`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterInfo {
+    pub instance_id: String,
+    pub layout: String,
+}
+
+/// Whether a bookie takes writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum BookieMode {
+    Writable,
+    ReadOnly,
+}
+
+/// One network endpoint a bookie publishes (BookKeeper's `BookieServiceInfoFormat.Endpoint`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Endpoint {
+    /// "bookie" for the bookie port, "http" for the admin endpoint.
+    pub id: String,
+    pub host: String,
+    pub port: u16,
+    /// "bookie-rpc" for the bookie protocol.
+    pub protocol: String,
+    pub auth: Vec<String>,
+    /// "tls" when the endpoint speaks TLS.
+    pub extensions: Vec<String>,
+}
+
+/// What a bookie publishes at registration (BookKeeper's `BookieServiceInfo`).
+/// Empty means "the bookie id is `host:port`" (BookKeeper's legacy resolution).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BookieServiceInfo {
+    pub endpoints: Vec<Endpoint>,
+    pub properties: std::collections::BTreeMap<String, String>,
+}
+
+/// The registered bookies at one moment.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BookieSet {
+    pub writable: BTreeSet<BookieId>,
+    pub readonly: BTreeSet<BookieId>,
+}
+
+/// A ledger waiting for re-replication, with the bookies it lost.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnderreplicatedLedger {
+    pub ledger_id: LedgerId,
+    /// The bookies whose copies are missing (BookKeeper's `replica` list).
+    pub missing_replicas: BTreeSet<BookieId>,
+    /// When it was first marked, ms since the epoch, if recorded.
+    pub ctime: Option<i64>,
+}
+
+/// One page of [`MetadataStore::list_ledgers`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LedgerPage {
+    /// Ledger ids in ascending order.
+    pub ledgers: Vec<LedgerId>,
+    /// Pass as `start_after` to get the next page; `None` when this was the last one.
+    pub next: Option<LedgerId>,
+}
+
+/// The state of this client's session with the service.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SessionState {
+    /// Connected; ephemeral records are held.
+    Connected,
+    /// Connection lost, the session may still be recovered (ZooKeeper `Disconnected`);
+    /// ephemeral records may still exist but this client cannot vouch for them.
+    Disconnected,
+    /// The session expired: every ephemeral record of it is gone (the bookie must
+    /// re-register, the Auditor must stop acting).
+    Expired,
+    /// [`MetadataStore::close`] was called.
+    Closed,
+}
+
+/// A bookie's registration. Dropping it or calling [`BookieRegistration::unregister`]
+/// removes it; it also disappears when the session ends.
+#[async_trait]
+pub trait BookieRegistration: Send + Sync + fmt::Debug {
+    fn bookie_id(&self) -> &BookieId;
+
+    /// The mode it is registered in now.
+    fn mode(&self) -> BookieMode;
+
+    /// Moves the registration between writable and read-only (BookKeeper: create the
+    /// read-only node first, then delete the writable one, so the bookie is never absent).
+    async fn set_mode(&mut self, mode: BookieMode) -> Result<()>;
+
+    /// Removes the registration now and waits until it is gone.
+    async fn unregister(self: Box<Self>) -> Result<()>;
+}
+
+/// A held under-replication lock on one ledger. Dropping it releases the lock (the
+/// ledger stays marked); so does the end of the session.
+#[async_trait]
+pub trait UnderreplicationLock: Send + Sync + fmt::Debug {
+    fn ledger_id(&self) -> LedgerId;
+
+    /// Releases the lock, leaving the ledger marked (another worker will retry it).
+    async fn release(self: Box<Self>) -> Result<()>;
+
+    /// The ledger is fully replicated again: removes its mark and releases the lock.
+    async fn mark_replicated(self: Box<Self>) -> Result<()>;
+}
+
+/// A candidacy in an election (the Auditor election). Dropping it or calling
+/// [`LeaderCandidacy::resign`] withdraws; so does the end of the session.
+#[async_trait]
+pub trait LeaderCandidacy: Send + Sync + fmt::Debug {
+    /// `true` while this candidate is the leader. Starts `false`; becomes `true` when
+    /// elected; becomes `false` again if the session is lost (stop acting at once).
+    fn leadership(&self) -> watch::Receiver<bool>;
+
+    /// Withdraws from the election (and gives up leadership if held).
+    async fn resign(self: Box<Self>) -> Result<()>;
+}
+
+/// The metadata contract. See the module documentation for the session model.
+///
+/// Every method is cancel-safe in the sense that dropping its future leaves the store
+/// consistent (an operation either happened or did not); none panics on bad input.
+#[async_trait]
+pub trait MetadataStore: Send + Sync + fmt::Debug {
+    /// The URI this store was connected with (for messages).
+    fn uri(&self) -> &str;
+
+    /// The state of this client's session; the receiver sees every change.
+    fn session_state(&self) -> watch::Receiver<SessionState>;
+
+    /// Ends the session: every registration, lock and candidacy of it disappears.
+    /// Later calls on this store fail with [`crate::MetadataError::SessionExpired`].
+    async fn close(&self) -> Result<()>;
+
+    // ---- cluster ----------------------------------------------------------------
+
+    /// Initialises a new cluster (BookKeeper's `initNewCluster`): creates the layout
+    /// and a fresh instance id. `AlreadyExists` if the cluster is initialised.
+    async fn init_cluster(&self) -> Result<ClusterInfo>;
+
+    /// The cluster's identity; `NotFound` if it was never initialised.
+    async fn read_cluster(&self) -> Result<ClusterInfo>;
+
+    /// Deletes every record of the cluster (ledgers, cookies, marks, registrations)
+    /// and initialises it again with a new instance id (BookKeeper's `metaformat`).
+    async fn format_cluster(&self) -> Result<ClusterInfo>;
+
+    // ---- bookies ----------------------------------------------------------------
+
+    /// Registers a bookie in `mode`, publishing `info`. Ephemeral: tied to this
+    /// session. `AlreadyExists` if the id is registered by a live session (in either
+    /// mode); a registration of an expired session is replaced.
+    async fn register_bookie(
+        &self,
+        bookie: &BookieId,
+        mode: BookieMode,
+        info: &BookieServiceInfo,
+    ) -> Result<Box<dyn BookieRegistration>>;
+
+    /// The bookies registered now.
+    async fn list_bookies(&self) -> Result<BookieSet>;
+
+    /// What a registered bookie published; `NotFound` if it is not registered.
+    async fn bookie_service_info(&self, bookie: &BookieId) -> Result<BookieServiceInfo>;
+
+    /// Follows membership: the receiver holds the current set and sees changes
+    /// (possibly coalesced). Dropping the receiver stops the watch.
+    async fn watch_bookies(&self) -> Result<watch::Receiver<BookieSet>>;
+
+    // ---- cookies ----------------------------------------------------------------
+
+    /// A bookie's cookie (opaque bytes, BookKeeper's cookie text); `NotFound` if none.
+    async fn read_cookie(&self, bookie: &BookieId) -> Result<Versioned<Vec<u8>>>;
+
+    /// Writes a cookie: `expected = None` creates it (`AlreadyExists` if present);
+    /// `Some(v)` replaces it if its version is still `v` (`BadVersion` otherwise,
+    /// `NotFound` if it is gone). Returns the new version.
+    async fn write_cookie(
+        &self,
+        bookie: &BookieId,
+        cookie: &[u8],
+        expected: Option<Version>,
+    ) -> Result<Version>;
+
+    /// Deletes a cookie if its version is still `expected`.
+    async fn delete_cookie(&self, bookie: &BookieId, expected: Version) -> Result<()>;
+
+    /// Every bookie with a cookie (BookKeeper's "all bookies", live or not).
+    async fn list_cookies(&self) -> Result<Vec<BookieId>>;
+
+    // ---- ledger ids -------------------------------------------------------------
+
+    /// A new ledger id, never returned before by any client of this cluster
+    /// (unique under concurrency), non-negative.
+    async fn generate_ledger_id(&self) -> Result<LedgerId>;
+
+    // ---- ledger metadata --------------------------------------------------------
+
+    /// Stores the metadata of a new ledger. `AlreadyExists` if the id is taken, except
+    /// that a retried create finding a record with the same `c_token` succeeds
+    /// (returns that record's version), as BookKeeper does.
+    async fn create_ledger(&self, ledger: LedgerId, metadata: &LedgerMetadata) -> Result<Version>;
+
+    /// A ledger's metadata and version; `NotFound` if there is no such ledger,
+    /// `Corrupt` (naming the ledger) if its record cannot be decoded.
+    async fn read_ledger(&self, ledger: LedgerId) -> Result<Versioned<LedgerMetadata>>;
+
+    /// Replaces a ledger's metadata if its version is still `expected`; returns the new
+    /// version. `BadVersion` if somebody else wrote it, `NotFound` if it is gone.
+    async fn write_ledger(
+        &self,
+        ledger: LedgerId,
+        metadata: &LedgerMetadata,
+        expected: Version,
+    ) -> Result<Version>;
+
+    /// Deletes a ledger's metadata; with `Some(v)` only if its version is still `v`.
+    /// `NotFound` if there is no such ledger.
+    async fn delete_ledger(&self, ledger: LedgerId, expected: Option<Version>) -> Result<()>;
+
+    /// One page of at most `limit` (>= 1) ledger ids greater than `start_after`, ascending.
+    async fn list_ledgers(&self, start_after: Option<LedgerId>, limit: usize)
+    -> Result<LedgerPage>;
+
+    /// Follows one ledger's metadata: the receiver holds the current value (`None`
+    /// once deleted, or if it does not exist yet) and sees every change, possibly
+    /// coalesced. Dropping the receiver stops the watch.
+    async fn watch_ledger(
+        &self,
+        ledger: LedgerId,
+    ) -> Result<watch::Receiver<Option<Versioned<LedgerMetadata>>>>;
+
+    // ---- under-replication --------------------------------------------------------
+
+    /// Marks a ledger under-replicated, adding `missing` to the bookies it already
+    /// lists as missing (creating the mark if needed).
+    async fn mark_underreplicated(&self, ledger: LedgerId, missing: &[BookieId]) -> Result<()>;
+
+    /// Every under-replicated ledger, ascending by id.
+    async fn list_underreplicated(&self) -> Result<Vec<UnderreplicatedLedger>>;
+
+    /// One ledger's mark; `NotFound` if it is not marked.
+    async fn get_underreplicated(&self, ledger: LedgerId) -> Result<UnderreplicatedLedger>;
+
+    /// Locks a marked ledger for one worker (`holder` names it, e.g. its bookie id).
+    /// `Ok(None)` if another live session holds the lock; `NotFound` if not marked.
+    async fn try_lock_underreplicated(
+        &self,
+        ledger: LedgerId,
+        holder: &str,
+    ) -> Result<Option<Box<dyn UnderreplicationLock>>>;
+
+    /// Locks some marked ledger that nobody holds; `Ok(None)` if there is none.
+    async fn lock_next_underreplicated(
+        &self,
+        holder: &str,
+    ) -> Result<Option<(UnderreplicatedLedger, Box<dyn UnderreplicationLock>)>>;
+
+    /// Removes a ledger's mark whoever holds its lock (e.g. the ledger was deleted).
+    /// Removing an absent mark is not an error.
+    async fn remove_underreplicated(&self, ledger: LedgerId) -> Result<()>;
+
+    /// Whether autorecovery (re-replication) is enabled cluster-wide (default: yes).
+    async fn is_autorecovery_enabled(&self) -> Result<bool>;
+
+    async fn set_autorecovery_enabled(&self, enabled: bool) -> Result<()>;
+
+    /// Seconds the Auditor waits after a bookie disappears before marking its ledgers
+    /// (BookKeeper's `lostBookieRecoveryDelay`); `None` if never set (use the config's).
+    async fn lost_bookie_recovery_delay(&self) -> Result<Option<u32>>;
+
+    async fn set_lost_bookie_recovery_delay(&self, seconds: u32) -> Result<()>;
+
+    // ---- Auditor election -------------------------------------------------------
+
+    /// Joins the Auditor election as `candidate`. Exactly one live candidate is leader
+    /// at a time; when it resigns or its session ends, another is elected.
+    async fn join_auditor_election(&self, candidate: &BookieId)
+    -> Result<Box<dyn LeaderCandidacy>>;
+
+    /// The current Auditor, if any candidate is elected.
+    async fn current_auditor(&self) -> Result<Option<BookieId>>;
+}
