@@ -1,0 +1,5 @@
+//! Folio's client.
+pub mod coverage;
+pub mod error;
+pub mod pending;
+pub mod recovery;
