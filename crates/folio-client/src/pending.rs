@@ -67,6 +67,7 @@ struct PendingAdd {
     /// Bookies that stored the entry (whatever their position was when they answered).
     acks: BTreeSet<BookieId>,
     added_at: Instant,
+    payload_len: u64,
 }
 
 /// The writer of one ledger.
@@ -84,6 +85,8 @@ pub struct WriterState {
     last_added: EntryId,
     /// Cumulative length of every entry added (BookKeeper's `length` header field).
     length: u64,
+    /// Payload bytes of the acknowledged entries: the length a close records.
+    acked_length: u64,
     /// Ensemble positions whose bookie failed and is not yet replaced.
     failed: BTreeMap<usize, BookieId>,
     changing: bool,
@@ -123,6 +126,7 @@ impl WriterState {
             lac: -1,
             last_added: -1,
             length: 0,
+            acked_length: 0,
             failed: BTreeMap::new(),
             changing: false,
             ensemble_changes: 0,
@@ -142,10 +146,9 @@ impl WriterState {
         self.lac
     }
 
-    /// Cumulative length of the acknowledged prefix is not tracked separately: this is the
-    /// length of everything added, equal to the acknowledged length once nothing is pending.
-    pub fn length(&self) -> u64 {
-        self.length
+    /// Payload bytes of the acknowledged entries (what a close records as the length).
+    pub fn acked_length(&self) -> u64 {
+        self.acked_length
     }
 
     pub fn ensemble(&self) -> &[BookieId] {
@@ -238,6 +241,7 @@ impl WriterState {
                 body,
                 acks: BTreeSet::new(),
                 added_at: now,
+                payload_len: payload.len() as u64,
             },
         );
         Ok((id, actions))
@@ -388,7 +392,9 @@ impl WriterState {
             if entry != self.lac + 1 || self.ack_count(entry, add) < self.quorum.ack_quorum {
                 break;
             }
-            self.pending.remove(&entry);
+            if let Some(add) = self.pending.remove(&entry) {
+                self.acked_length += add.payload_len;
+            }
             self.lac = entry;
             actions.push(WriterAction::Acked { entry });
         }
@@ -521,6 +527,7 @@ mod tests {
             vec![0, 1, 2]
         );
         assert_eq!(w.lac(), 2);
+        assert_eq!(w.acked_length(), 3);
         // The next entry piggybacks LAC 2.
         let (_, a) = w.add(None, b"x", now).unwrap();
         let WriterAction::SendAdd { body, .. } = &a[0] else {
@@ -680,14 +687,12 @@ mod tests {
         let mut w = writer(3, 2, 2);
         let now = Instant::now();
         w.add(None, b"x", now).unwrap();
-        let mut next = 3;
-        for _ in 0..3 {
+        for next in 3..6 {
             let bad = w.ensemble()[0].clone();
             let a = w.on_add_response(0, &bad, AddOutcome::Failed("x".into()));
             assert!(matches!(a[0], WriterAction::ChangeEnsemble { .. }));
             let mut e = w.ensemble().to_vec();
             e[0] = b(next);
-            next += 1;
             w.on_ensemble_changed(e);
         }
         let bad = w.ensemble()[0].clone();
