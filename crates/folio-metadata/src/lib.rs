@@ -1,9 +1,100 @@
 //! Folio's metadata layer: the contract every metadata service driver implements
 //! ([`MetadataStore`]), BookKeeper's serialization of the records it holds
-//! ([`format`]), the metadata service URI ([`MetadataUri`]), and the embedded drivers.
+//! ([`format`]), the metadata service URI ([`MetadataUri`]), and the embedded drivers
+//! (`mem://` in [`mem`], `sqlite://` in [`sqlite`]).
 
+#[cfg(feature = "conformance")]
+pub mod conformance;
 pub mod error;
+pub mod format;
+pub mod mem;
+pub mod sqlite;
 pub mod store;
+pub mod uri;
+
+use std::sync::Arc;
+
+use folio_types::LedgerId;
+use folio_types::metadata::LedgerMetadata;
 
 pub use error::{MetadataError, Result};
 pub use store::*;
+pub use uri::MetadataUri;
+
+/// Connects to an embedded store (`sqlite://` or `mem://`) with default options.
+/// `zk://` and `etcd://` live in their own crates (`folio-metadata-zk`,
+/// `folio-metadata-etcd`); asked for one of those, this says so.
+pub async fn connect_embedded(uri: &str) -> Result<Arc<dyn MetadataStore>> {
+    match MetadataUri::parse(uri)? {
+        MetadataUri::Mem { name } => Ok(Arc::new(mem::MemMetadataStore::connect(&name))),
+        MetadataUri::Sqlite { path } => {
+            let store =
+                sqlite::SqliteMetadataStore::open(&path, sqlite::SqliteOptions::default()).await?;
+            Ok(Arc::new(store))
+        }
+        other => Err(MetadataError::Unsupported {
+            what: format!(
+                "connecting to {other} here (use the folio-metadata-{} crate)",
+                other.scheme()
+            ),
+            driver: "embedded".into(),
+        }),
+    }
+}
+
+/// A fresh cluster instance id: a random (version 4) UUID string, as BookKeeper's.
+pub fn new_instance_id() -> String {
+    let mut b: [u8; 16] = std::array::from_fn(|_| fastrand::u8(..));
+    b[6] = (b[6] & 0x0f) | 0x40;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[0..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..32]
+    )
+}
+
+/// Milliseconds since the Unix epoch (ctime of under-replication marks, leases).
+pub(crate) fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+pub(crate) fn check_limit(limit: usize) -> Result<usize> {
+    if limit == 0 {
+        return Err(MetadataError::InvalidArgument(
+            "a ledger list page needs a limit of at least 1".into(),
+        ));
+    }
+    Ok(limit.min(1_000_000))
+}
+
+/// Builds a page from up to `limit + 1` ascending ids (the extra one says "more").
+pub(crate) fn page(mut ids: Vec<LedgerId>, limit: usize) -> LedgerPage {
+    let more = ids.len() > limit;
+    ids.truncate(limit);
+    let next = if more { ids.last().copied() } else { None };
+    LedgerPage { ledgers: ids, next }
+}
+
+/// A create found a record already there: BookKeeper's rule is that it is our own
+/// earlier attempt (success) when it carries the same `cToken`, else `AlreadyExists`.
+pub(crate) fn retried_create(
+    ledger: LedgerId,
+    existing: &[u8],
+    rev: i64,
+    metadata: &LedgerMetadata,
+) -> Result<Version> {
+    let exists = || MetadataError::already_exists(format!("ledger {ledger}"));
+    match format::decode_ledger_metadata(ledger, existing) {
+        Ok(m) if metadata.c_token != 0 && m.c_token == metadata.c_token => {
+            Ok(Version::from_raw(rev))
+        }
+        _ => Err(exists()),
+    }
+}

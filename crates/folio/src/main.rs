@@ -2,6 +2,8 @@
 //! wires the real implementations of the seams, and runs one subcommand. Each
 //! subcommand lives in its own module; this file only dispatches.
 
+mod shell;
+
 use clap::{Parser, Subcommand};
 
 #[derive(Parser, Debug)]
@@ -24,6 +26,8 @@ struct Cli {
 enum Command {
     /// Print the version and exit.
     Version,
+    /// BookKeeper's shell commands (listbookies, listledgers, ledgermetadata, ...).
+    Shell(shell::ShellArgs),
 }
 
 fn main() {
@@ -40,6 +44,7 @@ fn main() {
             println!("folio {}", env!("CARGO_PKG_VERSION"));
             Ok(())
         }
+        Command::Shell(args) => shell::run(args, cli.metadata.as_deref()),
     };
     if let Err(e) = result {
         // One line on stderr that names the cause, and a non-zero status (DESIGN.md section 4).

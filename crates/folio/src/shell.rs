@@ -1,0 +1,228 @@
+//! `folio shell <command>`: BookKeeper's shell commands, under their BookKeeper
+//! names. This module holds the metadata commands (`initnewcluster`, `listbookies`,
+//! `listledgers`, `ledgermetadata`, `whatisinstanceid`); output lines follow
+//! BookKeeper's shell where it has a fixed shape (`ledgerID: 7`).
+//!
+//! The metadata store is reached through `folio_metadata::connect_embedded`, so
+//! `sqlite://` and `mem://` work here; `zk://` and `etcd://` are wired in when their
+//! drivers land.
+
+use std::sync::Arc;
+
+use anyhow::{Context, anyhow, bail};
+use clap::{Args, Subcommand};
+use folio_metadata::{MetadataError, MetadataStore, MetadataUri};
+use folio_types::LedgerId;
+use folio_types::metadata::LedgerMetadata;
+
+#[derive(Args, Debug)]
+pub struct ShellArgs {
+    #[command(subcommand)]
+    command: ShellCommand,
+}
+
+#[derive(Subcommand, Debug)]
+enum ShellCommand {
+    /// Initialise a new cluster's metadata (layout and instance id).
+    #[command(name = "initnewcluster")]
+    InitNewCluster,
+    /// List the registered bookies (writable by default).
+    #[command(name = "listbookies")]
+    ListBookies {
+        /// List read-only bookies instead (BookKeeper: -ro).
+        #[arg(long, visible_alias = "ro", conflicts_with = "all")]
+        readonly: bool,
+        /// List writable and read-only bookies (BookKeeper: -a).
+        #[arg(long, visible_alias = "a")]
+        all: bool,
+        /// Writable bookies (the default; BookKeeper: -rw).
+        #[arg(long, visible_alias = "rw", hide = true)]
+        readwrite: bool,
+    },
+    /// List every ledger id.
+    #[command(name = "listledgers")]
+    ListLedgers,
+    /// Print a ledger's metadata: `ledgermetadata <id>` or `ledgermetadata -ledgerid <id>`.
+    #[command(name = "ledgermetadata")]
+    LedgerMetadata {
+        /// The ledger id, alone or after -ledgerid / --ledgerid / -l.
+        #[arg(allow_hyphen_values = true, num_args = 1..=2, required = true)]
+        args: Vec<String>,
+    },
+    /// Print the cluster's instance id.
+    #[command(name = "whatisinstanceid")]
+    WhatIsInstanceId,
+}
+
+/// Runs one shell command against the metadata service `metadata`.
+pub fn run(args: ShellArgs, metadata: Option<&str>) -> anyhow::Result<()> {
+    let Some(uri) = metadata else {
+        bail!("no metadata service given: pass --metadata URI or set FOLIO_METADATA");
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(async {
+        let store = connect(uri).await?;
+        let result = execute(args.command, store.as_ref()).await;
+        // End the session cleanly, whatever happened (best effort).
+        let _ = store.close().await;
+        result
+    })
+}
+
+async fn connect(uri: &str) -> anyhow::Result<Arc<dyn MetadataStore>> {
+    match MetadataUri::parse(uri)? {
+        MetadataUri::Zk { .. } | MetadataUri::Etcd { .. } => {
+            let scheme = MetadataUri::parse(uri)?.scheme();
+            bail!(
+                "{scheme}:// metadata is not available in the shell yet: it arrives with the {scheme} driver; use a sqlite:// URI"
+            )
+        }
+        _ => Ok(folio_metadata::connect_embedded(uri).await?),
+    }
+}
+
+async fn execute(command: ShellCommand, store: &dyn MetadataStore) -> anyhow::Result<()> {
+    match command {
+        ShellCommand::InitNewCluster => match store.init_cluster().await {
+            Ok(info) => {
+                println!("Initialized new cluster: instance id {}", info.instance_id);
+                Ok(())
+            }
+            Err(MetadataError::AlreadyExists { .. }) => {
+                bail!("cluster already initialised at {}", store.uri())
+            }
+            Err(e) => Err(e.into()),
+        },
+        ShellCommand::ListBookies { readonly, all, .. } => {
+            let set = store.list_bookies().await?;
+            let mut printed = false;
+            if !readonly || all {
+                println!("ReadWrite Bookies :");
+                for b in &set.writable {
+                    println!("{b}");
+                    printed = true;
+                }
+            }
+            if readonly || all {
+                println!("Readonly Bookies :");
+                for b in &set.readonly {
+                    println!("{b}");
+                    printed = true;
+                }
+            }
+            if !printed {
+                eprintln!("No bookie exists!");
+            }
+            Ok(())
+        }
+        ShellCommand::ListLedgers => {
+            let mut start = None;
+            loop {
+                let page = store.list_ledgers(start, 1000).await?;
+                for id in &page.ledgers {
+                    println!("ledgerID: {id}");
+                }
+                match page.next {
+                    Some(n) => start = Some(n),
+                    None => return Ok(()),
+                }
+            }
+        }
+        ShellCommand::LedgerMetadata { args } => {
+            let id = parse_ledger_id_args(&args)?;
+            let m = match store.read_ledger(id).await {
+                Ok(m) => m,
+                Err(MetadataError::NotFound { .. }) => bail!("no such ledger {id}"),
+                Err(e) => return Err(e.into()),
+            };
+            println!("ledgerID: {id}");
+            print!("{}", describe(&m.value));
+            println!("version: {}", m.version);
+            Ok(())
+        }
+        ShellCommand::WhatIsInstanceId => {
+            let info = store.read_cluster().await?;
+            println!(
+                "Metadata Service Uri: {} InstanceId: {}",
+                store.uri(),
+                info.instance_id
+            );
+            Ok(())
+        }
+    }
+}
+
+/// `<id>`, `-ledgerid <id>`, `--ledgerid <id>` or `-l <id>`.
+fn parse_ledger_id_args(args: &[String]) -> anyhow::Result<LedgerId> {
+    let value = match args {
+        [id] => id,
+        [flag, id] if matches!(flag.as_str(), "-ledgerid" | "--ledgerid" | "-l") => id,
+        _ => bail!("usage: ledgermetadata <ledger id> (or -ledgerid <ledger id>), got {args:?}"),
+    };
+    let id: LedgerId = value
+        .parse()
+        .map_err(|_| anyhow!("invalid ledger id {value:?}: expected a non-negative integer"))?;
+    if id < 0 {
+        bail!("invalid ledger id {id}: ledger ids are non-negative");
+    }
+    Ok(id)
+}
+
+/// A readable rendering of ledger metadata, one `key: value` per line.
+fn describe(m: &LedgerMetadata) -> String {
+    let mut out = String::new();
+    let mut line = |k: &str, v: String| {
+        out.push_str(k);
+        out.push_str(": ");
+        out.push_str(&v);
+        out.push('\n');
+    };
+    line("formatVersion", m.metadata_format_version.to_string());
+    line("state", m.state.to_string());
+    line("ensembleSize", m.ensemble_size.to_string());
+    line("writeQuorumSize", m.write_quorum.to_string());
+    line("ackQuorumSize", m.ack_quorum.to_string());
+    line("lastEntryId", m.last_entry_id.to_string());
+    line("length", m.length.to_string());
+    line("digestType", m.digest_type.to_string());
+    line(
+        "password",
+        match &m.password {
+            Some(p) if p.is_empty() => "(empty)".into(),
+            Some(_) => "(set)".into(),
+            None => "(none)".into(),
+        },
+    );
+    line("ctime", m.ctime.map_or("(unset)".into(), |c| c.to_string()));
+    for (first, ensemble) in &m.ensembles {
+        let members: Vec<_> = ensemble.iter().map(|b| b.to_string()).collect();
+        line(&format!("ensemble[{first}]"), members.join(","));
+    }
+    for (k, v) in &m.custom_metadata {
+        line(
+            &format!("customMetadata[{k}]"),
+            String::from_utf8_lossy(v).into_owned(),
+        );
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ledger_id_arguments_in_both_spellings() {
+        let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        assert_eq!(parse_ledger_id_args(&s(&["7"])).unwrap(), 7);
+        assert_eq!(parse_ledger_id_args(&s(&["-ledgerid", "8"])).unwrap(), 8);
+        assert_eq!(parse_ledger_id_args(&s(&["--ledgerid", "9"])).unwrap(), 9);
+        let e = parse_ledger_id_args(&s(&["x"])).unwrap_err().to_string();
+        assert!(e.contains("invalid ledger id \"x\""), "{e}");
+        assert!(parse_ledger_id_args(&s(&["-5"])).is_err());
+        assert!(parse_ledger_id_args(&s(&["-bogus", "5"])).is_err());
+    }
+}

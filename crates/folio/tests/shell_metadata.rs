@@ -1,0 +1,164 @@
+//! `folio shell` metadata commands, run as the built binary against a real sqlite
+//! metadata database in a temporary directory. Ledgers and bookies are put there
+//! through the folio-metadata API (the bookie's registration stays alive while this
+//! test's session does).
+
+use std::process::{Command, Output};
+
+use folio_metadata::sqlite::{SqliteMetadataStore, SqliteOptions};
+use folio_metadata::{BookieMode, BookieServiceInfo, MetadataStore};
+use folio_types::BookieId;
+use folio_types::metadata::{DigestType, LedgerMetadata};
+use folio_types::quorum::QuorumConfig;
+
+fn folio(uri: &str, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_folio"))
+        .arg("--metadata")
+        .arg(uri)
+        .args(args)
+        .env_remove("FOLIO_METADATA")
+        .output()
+        .expect("running folio")
+}
+
+fn ok_stdout(uri: &str, args: &[&str]) -> String {
+    let out = folio(uri, args);
+    assert!(
+        out.status.success(),
+        "folio {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn failure(uri: &str, args: &[&str]) -> String {
+    let out = folio(uri, args);
+    assert!(!out.status.success(), "folio {args:?} should have failed");
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(
+        stderr.trim_end().lines().count(),
+        1,
+        "errors are one line: {stderr:?}"
+    );
+    stderr
+}
+
+fn bookie(s: &str) -> BookieId {
+    BookieId::new(s).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shell_metadata_commands_against_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("metadata.db");
+    let uri = format!("sqlite://{}", db.display());
+
+    // Before initialisation.
+    let e = failure(&uri, &["shell", "whatisinstanceid"]);
+    assert!(e.contains("not initialised"), "{e}");
+
+    let out = ok_stdout(&uri, &["shell", "initnewcluster"]);
+    let instance = out.trim().rsplit(' ').next().unwrap().to_owned();
+    assert_eq!(instance.len(), 36, "not a UUID: {out}");
+    let e = failure(&uri, &["shell", "initnewcluster"]);
+    assert!(e.contains("already initialised"), "{e}");
+    let out = ok_stdout(&uri, &["shell", "whatisinstanceid"]);
+    assert_eq!(
+        out.trim(),
+        format!("Metadata Service Uri: {uri} InstanceId: {instance}")
+    );
+
+    // Content through the library.
+    let store = SqliteMetadataStore::open(&db, SqliteOptions::default())
+        .await
+        .unwrap();
+    let ensemble = vec![
+        bookie("10.0.0.1:3181"),
+        bookie("10.0.0.2:3181"),
+        bookie("10.0.0.3:3181"),
+    ];
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        let id = store.generate_ledger_id().await.unwrap();
+        let m = LedgerMetadata::new_open(
+            QuorumConfig::new(3, 2, 2).unwrap(),
+            ensemble.clone(),
+            DigestType::Crc32c,
+            b"pw".to_vec(),
+        );
+        store.create_ledger(id, &m).await.unwrap();
+        ids.push(id);
+    }
+    let _w = store
+        .register_bookie(
+            &bookie("10.0.0.1:3181"),
+            BookieMode::Writable,
+            &BookieServiceInfo::default(),
+        )
+        .await
+        .unwrap();
+    let _r = store
+        .register_bookie(
+            &bookie("10.0.0.9:3181"),
+            BookieMode::ReadOnly,
+            &BookieServiceInfo::default(),
+        )
+        .await
+        .unwrap();
+
+    let out = ok_stdout(&uri, &["shell", "listledgers"]);
+    let want: Vec<String> = ids.iter().map(|id| format!("ledgerID: {id}")).collect();
+    assert_eq!(out.lines().collect::<Vec<_>>(), want);
+
+    for args in [
+        vec!["shell", "ledgermetadata", &*ids[1].to_string()],
+        vec!["shell", "ledgermetadata", "-ledgerid", &*ids[1].to_string()],
+    ] {
+        let out = ok_stdout(&uri, &args);
+        assert!(out.starts_with(&format!("ledgerID: {}\n", ids[1])), "{out}");
+        assert!(out.contains("state: OPEN"), "{out}");
+        assert!(
+            out.contains("ensemble[0]: 10.0.0.1:3181,10.0.0.2:3181,10.0.0.3:3181"),
+            "{out}"
+        );
+        assert!(out.contains("digestType: CRC32C"), "{out}");
+    }
+    let e = failure(&uri, &["shell", "ledgermetadata", "999999"]);
+    assert!(e.contains("no such ledger 999999"), "{e}");
+    let e = failure(&uri, &["shell", "ledgermetadata", "abc"]);
+    assert!(e.contains("invalid ledger id"), "{e}");
+
+    let out = ok_stdout(&uri, &["shell", "listbookies"]);
+    assert_eq!(
+        out.lines().collect::<Vec<_>>(),
+        ["ReadWrite Bookies :", "10.0.0.1:3181"]
+    );
+    let out = ok_stdout(&uri, &["shell", "listbookies", "--readonly"]);
+    assert_eq!(
+        out.lines().collect::<Vec<_>>(),
+        ["Readonly Bookies :", "10.0.0.9:3181"]
+    );
+    let out = ok_stdout(&uri, &["shell", "listbookies", "--all"]);
+    assert!(
+        out.contains("10.0.0.1:3181") && out.contains("10.0.0.9:3181"),
+        "{out}"
+    );
+    store.close().await.unwrap();
+}
+
+#[test]
+fn shell_refuses_bad_and_not_yet_supported_uris() {
+    let e = failure("sqlite://relative/metadata.db", &["shell", "listledgers"]);
+    assert!(e.contains("absolute"), "{e}");
+    let e = failure("zk://localhost:2181/ledgers", &["shell", "listbookies"]);
+    assert!(e.contains("zk driver"), "{e}");
+    let e = failure("etcd://localhost:2379/ledgers", &["shell", "listbookies"]);
+    assert!(e.contains("etcd driver"), "{e}");
+    let out = Command::new(env!("CARGO_BIN_EXE_folio"))
+        .args(["shell", "listledgers"])
+        .env_remove("FOLIO_METADATA")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--metadata"));
+}
