@@ -9,6 +9,8 @@
 pub mod clock;
 pub mod fs;
 pub mod rand;
+#[cfg(feature = "sim")]
+pub mod sim;
 
 pub use clock::{Clock, SystemClock};
 pub use fs::{DiskSpace, File, FileSystem, OpenOptions, RealFileSystem};

@@ -1,0 +1,24 @@
+//! The bookie: BookKeeper's request processing over the local storage engine.
+//!
+//! The core ([`processor`]) is a sans-IO state machine: it takes one decoded request (v3 or v2,
+//! already converted to the protocol-neutral [`request`] model), talks to storage through the
+//! [`storage::BookieStorage`] trait and hands back responses through a callback, so it can be
+//! tested with the in-memory [`memory::MemoryStorage`] and driven by the simulator. The async shell
+//! ([`server`]) only moves frames between sockets and the processor.
+
+pub mod availability;
+pub mod config;
+pub mod engine;
+pub mod memory;
+pub mod processor;
+pub mod request;
+pub mod server;
+pub mod storage;
+pub mod wire;
+
+pub use processor::{LongPollTimer, Processor, ProcessorConfig, Reply};
+pub use request::{Request, Response, Status};
+pub use storage::{BookieStorage, StorageError, WriteCallback};
+
+#[cfg(test)]
+mod processor_tests;

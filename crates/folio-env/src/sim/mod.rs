@@ -1,0 +1,752 @@
+//! The simulated disk: a `FileSystem` that remembers what a power loss would keep.
+//!
+//! Every file (an inode) has a *live* image, what reads see, and a *durable* image,
+//! what survives a crash. `sync_data` copies the live image to the durable one.
+//! Directory entries follow the same rule one level up: a create, rename or remove
+//! changes the live namespace at once and the durable namespace only when the
+//! parent directory is synced with `sync_dir`. Directories themselves are treated
+//! as durable once created (the storage engine creates them at start-up, before any
+//! acknowledged write).
+//!
+//! [`SimFileSystem::crash`] returns the file system a power loss would leave: the
+//! durable namespace with durable images, optionally with a torn last write (a
+//! seeded prefix of the writes issued since the file's last sync survives, the last
+//! of them possibly cut in the middle). Faults are injected by operation count:
+//! fail an fsync with EIO, or fail writes with ENOSPC. Everything is deterministic:
+//! the same calls and seeds give the same results.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use crate::fs::{DiskSpace, File, FileSystem, OpenOptions};
+
+/// A fault that hits the first matching operation after `after_ops` more
+/// mutating operations (writes, syncs, creations, renames, removals, truncations).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// The first `sync_data` or `sync_dir` at or after the point fails with EIO and
+    /// makes nothing durable. Later syncs succeed again (as on Linux, where the
+    /// error is reported once and the dirty pages may be dropped).
+    SyncEio { after_ops: u64 },
+    /// Every write or extension at or after the point fails with ENOSPC, until
+    /// [`SimFileSystem::clear_faults`].
+    WriteEnospc { after_ops: u64 },
+}
+
+/// How [`SimFileSystem::crash`] treats writes that were never synced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CrashMode {
+    /// Only durable images survive.
+    Clean,
+    /// A seeded prefix of each file's unsynced writes survives, the last one possibly
+    /// cut at a seeded byte.
+    Torn { seed: u64 },
+}
+
+#[derive(Debug, Clone)]
+enum PendingOp {
+    Write { offset: u64, data: Vec<u8> },
+    SetLen(u64),
+}
+
+#[derive(Debug, Clone, Default)]
+struct Inode {
+    live: Vec<u8>,
+    durable: Vec<u8>,
+    /// Operations since the last successful sync, in order, for torn crashes.
+    pending: Vec<PendingOp>,
+}
+
+#[derive(Default)]
+struct State {
+    inodes: HashMap<u64, Inode>,
+    next_inode: u64,
+    live_names: BTreeMap<PathBuf, u64>,
+    durable_names: BTreeMap<PathBuf, u64>,
+    dirs: BTreeSet<PathBuf>,
+    ops: u64,
+    faults: Vec<(u64, Fault)>,
+    enospc: bool,
+    capacity: u64,
+    syncs: u64,
+    failed_syncs: u64,
+    /// Take a crash image before every operation (for crash-at-every-step tests).
+    capture: Option<CrashMode>,
+    captures: Vec<(u64, SimFileSystem)>,
+}
+
+impl State {
+    fn tick(&mut self) {
+        if let Some(mode) = self.capture {
+            let mode = match mode {
+                CrashMode::Clean => CrashMode::Clean,
+                CrashMode::Torn { seed } => CrashMode::Torn {
+                    seed: seed ^ self.ops.wrapping_mul(0x9E37_79B9_7F4A_7C15),
+                },
+            };
+            let image = crash_image(self, mode);
+            self.captures.push((self.ops, image));
+        }
+        self.ops += 1;
+    }
+
+    /// Whether a sync now must fail; consumes the fault.
+    fn take_sync_fault(&mut self) -> bool {
+        let ops = self.ops;
+        if let Some(i) = self
+            .faults
+            .iter()
+            .position(|(at, f)| matches!(f, Fault::SyncEio { .. }) && *at < ops)
+        {
+            self.faults.remove(i);
+            return true;
+        }
+        false
+    }
+
+    fn check_space(&mut self, path_hint: &str, growth: u64) -> io::Result<()> {
+        let ops = self.ops;
+        if let Some(i) = self
+            .faults
+            .iter()
+            .position(|(at, f)| matches!(f, Fault::WriteEnospc { .. }) && *at < ops)
+        {
+            self.faults.remove(i);
+            self.enospc = true;
+        }
+        let used: u64 = self.inodes.values().map(|i| i.live.len() as u64).sum();
+        if self.enospc || used.saturating_add(growth) > self.capacity {
+            return Err(io::Error::new(
+                io::ErrorKind::StorageFull,
+                format!("write {path_hint}: No space left on device (os error 28)"),
+            ));
+        }
+        Ok(())
+    }
+
+    fn inode_for(&self, path: &Path) -> io::Result<u64> {
+        self.live_names.get(path).copied().ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::NotFound,
+                format!("{}: No such file or directory", path.display()),
+            )
+        })
+    }
+
+    fn check_parent(&self, path: &Path) -> io::Result<()> {
+        let parent = path.parent().unwrap_or(Path::new("/"));
+        if parent.as_os_str().is_empty() || self.dirs.contains(parent) {
+            Ok(())
+        } else {
+            Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                format!("{}: parent directory does not exist", path.display()),
+            ))
+        }
+    }
+}
+
+/// The simulated disk. Cloning shares the same disk.
+#[derive(Clone)]
+pub struct SimFileSystem {
+    state: Arc<Mutex<State>>,
+}
+
+impl Default for SimFileSystem {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl std::fmt::Debug for SimFileSystem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let s = self.state.lock();
+        write!(
+            f,
+            "SimFileSystem({} files, {} ops)",
+            s.live_names.len(),
+            s.ops
+        )
+    }
+}
+
+impl SimFileSystem {
+    /// An empty disk of (practically) unlimited capacity.
+    pub fn new() -> Self {
+        Self::with_capacity(u64::MAX / 2)
+    }
+
+    /// An empty disk holding at most `capacity` bytes of file data; writes beyond it
+    /// fail with ENOSPC.
+    pub fn with_capacity(capacity: u64) -> Self {
+        let state = State {
+            capacity,
+            dirs: [PathBuf::from("/")].into_iter().collect(),
+            ..Default::default()
+        };
+        SimFileSystem {
+            state: Arc::new(Mutex::new(state)),
+        }
+    }
+
+    /// Schedules a fault, counted from now.
+    pub fn inject(&self, fault: Fault) {
+        let mut s = self.state.lock();
+        let at = s.ops
+            + match fault {
+                Fault::SyncEio { after_ops } | Fault::WriteEnospc { after_ops } => after_ops,
+            };
+        s.faults.push((at, fault));
+    }
+
+    /// Removes scheduled faults and ends an ENOSPC condition.
+    pub fn clear_faults(&self) {
+        let mut s = self.state.lock();
+        s.faults.clear();
+        s.enospc = false;
+    }
+
+    /// Mutating operations performed so far.
+    pub fn ops(&self) -> u64 {
+        self.state.lock().ops
+    }
+
+    /// Successful and failed syncs (`sync_data` and `sync_dir`) so far.
+    pub fn sync_counts(&self) -> (u64, u64) {
+        let s = self.state.lock();
+        (s.syncs, s.failed_syncs)
+    }
+
+    /// The file system a power loss now would leave behind. This disk is unchanged
+    /// (threads still writing to it do not affect the returned one).
+    pub fn crash(&self, mode: CrashMode) -> SimFileSystem {
+        crash_image(&self.state.lock(), mode)
+    }
+
+    /// From now on, takes a crash image just before every mutating operation, labelled
+    /// with the number of operations completed when it was taken. With
+    /// `CrashMode::Torn`, each image is torn with its own seed derived from `mode`'s.
+    pub fn capture_every_op(&self, mode: CrashMode) {
+        self.state.lock().capture = Some(mode);
+    }
+
+    /// Stops capturing and returns the images taken: `(ops completed, image)`.
+    pub fn take_captures(&self) -> Vec<(u64, SimFileSystem)> {
+        let mut s = self.state.lock();
+        s.capture = None;
+        std::mem::take(&mut s.captures)
+    }
+
+    fn with_inode<T>(
+        &self,
+        ino: u64,
+        f: impl FnOnce(&mut State, u64) -> io::Result<T>,
+    ) -> io::Result<T> {
+        let mut s = self.state.lock();
+        if !s.inodes.contains_key(&ino) {
+            return Err(io::Error::other("stale simulated file handle"));
+        }
+        f(&mut s, ino)
+    }
+}
+
+/// The state a power loss would leave (see [`SimFileSystem::crash`]).
+fn crash_image(s: &State, mode: CrashMode) -> SimFileSystem {
+    let mut rng = match mode {
+        CrashMode::Clean => None,
+        CrashMode::Torn { seed } => Some(fastrand::Rng::with_seed(seed)),
+    };
+    let mut inodes = HashMap::new();
+    // Iterate in path order so the seeded choices do not depend on hash order.
+    for ino in s.durable_names.values() {
+        if inodes.contains_key(ino) {
+            continue;
+        }
+        let node = &s.inodes[ino];
+        let mut image = node.durable.clone();
+        if let Some(rng) = rng.as_mut() {
+            apply_torn(&mut image, &node.pending, rng);
+        }
+        inodes.insert(
+            *ino,
+            Inode {
+                live: image.clone(),
+                durable: image,
+                pending: Vec::new(),
+            },
+        );
+    }
+    let state = State {
+        inodes,
+        next_inode: s.next_inode,
+        live_names: s.durable_names.clone(),
+        durable_names: s.durable_names.clone(),
+        dirs: s.dirs.clone(),
+        capacity: s.capacity,
+        ..Default::default()
+    };
+    SimFileSystem {
+        state: Arc::new(Mutex::new(state)),
+    }
+}
+
+/// Applies a seeded prefix of `pending` to `image`, the last applied op possibly cut.
+fn apply_torn(image: &mut Vec<u8>, pending: &[PendingOp], rng: &mut fastrand::Rng) {
+    if pending.is_empty() {
+        return;
+    }
+    let keep = rng.usize(0..=pending.len());
+    for (i, op) in pending.iter().take(keep).enumerate() {
+        let last = i + 1 == keep;
+        match op {
+            PendingOp::Write { offset, data } => {
+                let n = if last {
+                    rng.usize(0..=data.len())
+                } else {
+                    data.len()
+                };
+                write_into(image, *offset, &data[..n]);
+            }
+            PendingOp::SetLen(len) => image.resize(*len as usize, 0),
+        }
+    }
+}
+
+fn write_into(image: &mut Vec<u8>, offset: u64, data: &[u8]) {
+    let offset = offset as usize;
+    let end = offset + data.len();
+    if image.len() < end {
+        image.resize(end, 0);
+    }
+    image[offset..end].copy_from_slice(data);
+}
+
+struct SimFile {
+    fs: SimFileSystem,
+    ino: u64,
+    path: PathBuf,
+    writable: bool,
+}
+
+impl SimFile {
+    fn check_writable(&self) -> io::Result<()> {
+        if self.writable {
+            Ok(())
+        } else {
+            Err(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                format!("{}: file not opened for writing", self.path.display()),
+            ))
+        }
+    }
+}
+
+impl File for SimFile {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        self.fs.with_inode(self.ino, |s, ino| {
+            let live = &s.inodes[&ino].live;
+            let start = (offset as usize).min(live.len());
+            let n = buf.len().min(live.len() - start);
+            buf[..n].copy_from_slice(&live[start..start + n]);
+            Ok(n)
+        })
+    }
+
+    fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        self.check_writable()?;
+        let hint = self.path.display().to_string();
+        self.fs.with_inode(self.ino, |s, ino| {
+            s.tick();
+            let len = s.inodes[&ino].live.len() as u64;
+            let growth = (offset + buf.len() as u64).saturating_sub(len);
+            s.check_space(&hint, growth)?;
+            let node = s.inodes.get_mut(&ino).expect("checked");
+            write_into(&mut node.live, offset, buf);
+            node.pending.push(PendingOp::Write {
+                offset,
+                data: buf.to_vec(),
+            });
+            Ok(())
+        })
+    }
+
+    fn sync_data(&self) -> io::Result<()> {
+        let hint = self.path.display().to_string();
+        self.fs.with_inode(self.ino, |s, ino| {
+            s.tick();
+            if s.take_sync_fault() {
+                s.failed_syncs += 1;
+                // As with Linux writeback errors: the error is reported once and the
+                // unsynced data may never reach the disk.
+                let node = s.inodes.get_mut(&ino).expect("checked");
+                node.pending.clear();
+                return Err(io::Error::other(format!(
+                    "fdatasync {hint}: Input/output error (os error 5)"
+                )));
+            }
+            s.syncs += 1;
+            let node = s.inodes.get_mut(&ino).expect("checked");
+            node.durable.clone_from(&node.live);
+            node.pending.clear();
+            Ok(())
+        })
+    }
+
+    fn len(&self) -> io::Result<u64> {
+        self.fs
+            .with_inode(self.ino, |s, ino| Ok(s.inodes[&ino].live.len() as u64))
+    }
+
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        self.check_writable()?;
+        let hint = self.path.display().to_string();
+        self.fs.with_inode(self.ino, |s, ino| {
+            s.tick();
+            let cur = s.inodes[&ino].live.len() as u64;
+            s.check_space(&hint, len.saturating_sub(cur))?;
+            let node = s.inodes.get_mut(&ino).expect("checked");
+            node.live.resize(len as usize, 0);
+            node.pending.push(PendingOp::SetLen(len));
+            Ok(())
+        })
+    }
+
+    fn allocate(&self, _len: u64) -> io::Result<()> {
+        // Reservation without a visible change; the simulated disk has nothing to do.
+        Ok(())
+    }
+}
+
+impl FileSystem for SimFileSystem {
+    fn open(&self, path: &Path, opts: OpenOptions) -> io::Result<Arc<dyn File>> {
+        let mut s = self.state.lock();
+        let existing = s.live_names.get(path).copied();
+        let ino = match existing {
+            Some(_) if opts.create_new => {
+                return Err(io::Error::new(
+                    io::ErrorKind::AlreadyExists,
+                    format!("open {}: File exists", path.display()),
+                ));
+            }
+            Some(ino) => {
+                if opts.truncate {
+                    s.tick();
+                    let node = s.inodes.get_mut(&ino).expect("named inode exists");
+                    node.live.clear();
+                    node.pending.push(PendingOp::SetLen(0));
+                }
+                ino
+            }
+            None if opts.create || opts.create_new => {
+                s.check_parent(path)?;
+                s.tick();
+                let ino = s.next_inode;
+                s.next_inode += 1;
+                s.inodes.insert(ino, Inode::default());
+                s.live_names.insert(path.to_path_buf(), ino);
+                ino
+            }
+            None => return Err(s.inode_for(path).unwrap_err()),
+        };
+        let writable = opts.write || opts.create || opts.create_new || opts.truncate;
+        Ok(Arc::new(SimFile {
+            fs: self.clone(),
+            ino,
+            path: path.to_path_buf(),
+            writable,
+        }))
+    }
+
+    fn create_dir_all(&self, path: &Path) -> io::Result<()> {
+        let mut s = self.state.lock();
+        s.tick();
+        for a in path.ancestors() {
+            if !a.as_os_str().is_empty() {
+                s.dirs.insert(a.to_path_buf());
+            }
+        }
+        Ok(())
+    }
+
+    fn list_dir(&self, path: &Path) -> io::Result<Vec<String>> {
+        let s = self.state.lock();
+        if !s.dirs.contains(path) {
+            return Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                format!("list {}: No such file or directory", path.display()),
+            ));
+        }
+        let mut names: Vec<String> = s
+            .live_names
+            .keys()
+            .chain(s.dirs.iter())
+            .filter(|p| p.parent() == Some(path))
+            .filter_map(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+            .collect();
+        names.sort();
+        names.dedup();
+        Ok(names)
+    }
+
+    fn remove_file(&self, path: &Path) -> io::Result<()> {
+        let mut s = self.state.lock();
+        s.inode_for(path)?;
+        s.tick();
+        s.live_names.remove(path);
+        Ok(())
+    }
+
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        let mut s = self.state.lock();
+        let ino = s.inode_for(from)?;
+        s.check_parent(to)?;
+        s.tick();
+        s.live_names.remove(from);
+        s.live_names.insert(to.to_path_buf(), ino);
+        Ok(())
+    }
+
+    fn exists(&self, path: &Path) -> bool {
+        let s = self.state.lock();
+        s.live_names.contains_key(path) || s.dirs.contains(path)
+    }
+
+    fn sync_dir(&self, path: &Path) -> io::Result<()> {
+        let mut s = self.state.lock();
+        if !s.dirs.contains(path) {
+            return Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                format!(
+                    "open directory {}: No such file or directory",
+                    path.display()
+                ),
+            ));
+        }
+        s.tick();
+        if s.take_sync_fault() {
+            s.failed_syncs += 1;
+            return Err(io::Error::other(format!(
+                "fsync directory {}: Input/output error (os error 5)",
+                path.display()
+            )));
+        }
+        s.syncs += 1;
+        let in_dir = |p: &PathBuf| p.parent() == Some(path);
+        let State {
+            live_names,
+            durable_names,
+            ..
+        } = &mut *s;
+        durable_names.retain(|p, _| !in_dir(p));
+        for (p, ino) in live_names.iter().filter(|(p, _)| in_dir(p)) {
+            durable_names.insert(p.clone(), *ino);
+        }
+        Ok(())
+    }
+
+    fn space(&self, _path: &Path) -> io::Result<DiskSpace> {
+        let s = self.state.lock();
+        let used: u64 = s.inodes.values().map(|i| i.live.len() as u64).sum();
+        Ok(DiskSpace {
+            free: s.capacity.saturating_sub(used),
+            total: s.capacity,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(s: &str) -> PathBuf {
+        PathBuf::from(s)
+    }
+
+    fn setup() -> SimFileSystem {
+        let fs = SimFileSystem::new();
+        fs.create_dir_all(&p("/d")).unwrap();
+        fs
+    }
+
+    #[test]
+    fn unsynced_data_is_lost_synced_data_survives() {
+        let fs = setup();
+        let f = fs.open(&p("/d/a"), OpenOptions::create_new()).unwrap();
+        fs.sync_dir(&p("/d")).unwrap();
+        f.write_all_at(b"hello", 0).unwrap();
+        f.sync_data().unwrap();
+        f.write_all_at(b" world", 5).unwrap();
+        assert_eq!(fs.read_file(&p("/d/a")).unwrap(), b"hello world");
+        let after = fs.crash(CrashMode::Clean);
+        assert_eq!(after.read_file(&p("/d/a")).unwrap(), b"hello");
+    }
+
+    #[test]
+    fn a_created_file_needs_its_directory_synced() {
+        let fs = setup();
+        let f = fs.open(&p("/d/a"), OpenOptions::create_new()).unwrap();
+        f.write_all_at(b"x", 0).unwrap();
+        f.sync_data().unwrap();
+        assert!(!fs.crash(CrashMode::Clean).exists(&p("/d/a")));
+        fs.sync_dir(&p("/d")).unwrap();
+        assert_eq!(
+            fs.crash(CrashMode::Clean).read_file(&p("/d/a")).unwrap(),
+            b"x"
+        );
+    }
+
+    #[test]
+    fn rename_and_remove_are_durable_only_after_sync_dir() {
+        let fs = setup();
+        fs.write_file_atomic(&p("/d/m"), b"v1").unwrap();
+        let f = fs.open(&p("/d/m.tmp"), OpenOptions::create_new()).unwrap();
+        f.write_all_at(b"v2", 0).unwrap();
+        f.sync_data().unwrap();
+        fs.rename(&p("/d/m.tmp"), &p("/d/m")).unwrap();
+        assert_eq!(fs.read_file(&p("/d/m")).unwrap(), b"v2");
+        assert_eq!(
+            fs.crash(CrashMode::Clean).read_file(&p("/d/m")).unwrap(),
+            b"v1"
+        );
+        fs.sync_dir(&p("/d")).unwrap();
+        assert_eq!(
+            fs.crash(CrashMode::Clean).read_file(&p("/d/m")).unwrap(),
+            b"v2"
+        );
+
+        fs.remove_file(&p("/d/m")).unwrap();
+        assert!(!fs.exists(&p("/d/m")));
+        assert!(fs.crash(CrashMode::Clean).exists(&p("/d/m")));
+        fs.sync_dir(&p("/d")).unwrap();
+        assert!(!fs.crash(CrashMode::Clean).exists(&p("/d/m")));
+        assert_eq!(fs.list_dir(&p("/d")).unwrap(), Vec::<String>::new());
+    }
+
+    #[test]
+    fn torn_crash_keeps_a_prefix_of_unsynced_writes() {
+        let fs = setup();
+        let f = fs.open(&p("/d/a"), OpenOptions::create_new()).unwrap();
+        fs.sync_dir(&p("/d")).unwrap();
+        f.write_all_at(b"base", 0).unwrap();
+        f.sync_data().unwrap();
+        f.write_all_at(b"0123456789", 4).unwrap();
+        f.write_all_at(b"abcdefghij", 14).unwrap();
+        let full = b"base0123456789abcdefghij";
+        let mut lengths = BTreeSet::new();
+        for seed in 0..200 {
+            let img = fs
+                .crash(CrashMode::Torn { seed })
+                .read_file(&p("/d/a"))
+                .unwrap();
+            assert!(
+                full.starts_with(&img),
+                "seed {seed}: {img:?} is not a prefix"
+            );
+            assert!(img.len() >= 4, "synced bytes must survive");
+            lengths.insert(img.len());
+        }
+        assert!(
+            lengths.len() > 5,
+            "tearing should vary with the seed: {lengths:?}"
+        );
+        // Same seed, same result.
+        let a = fs.crash(CrashMode::Torn { seed: 9 }).read_file(&p("/d/a"));
+        let b = fs.crash(CrashMode::Torn { seed: 9 }).read_file(&p("/d/a"));
+        assert_eq!(a.unwrap(), b.unwrap());
+    }
+
+    #[test]
+    fn injected_fsync_failure_fails_once_and_keeps_nothing() {
+        let fs = setup();
+        let f = fs.open(&p("/d/a"), OpenOptions::create_new()).unwrap();
+        fs.sync_dir(&p("/d")).unwrap();
+        fs.inject(Fault::SyncEio { after_ops: 1 });
+        f.write_all_at(b"lost", 0).unwrap();
+        let e = f.sync_data().unwrap_err();
+        assert!(e.to_string().contains("/d/a"), "{e}");
+        assert_eq!(fs.sync_counts().1, 1);
+        assert_eq!(
+            fs.crash(CrashMode::Torn { seed: 1 })
+                .read_file(&p("/d/a"))
+                .unwrap(),
+            b""
+        );
+        f.write_all_at(b"kept", 0).unwrap();
+        f.sync_data().unwrap();
+        assert_eq!(
+            fs.crash(CrashMode::Clean).read_file(&p("/d/a")).unwrap(),
+            b"kept"
+        );
+    }
+
+    #[test]
+    fn enospc_after_n_ops_and_on_capacity() {
+        let fs = setup();
+        let f = fs.open(&p("/d/a"), OpenOptions::create_new()).unwrap();
+        fs.inject(Fault::WriteEnospc { after_ops: 2 });
+        f.write_all_at(b"1", 0).unwrap();
+        f.write_all_at(b"2", 1).unwrap();
+        let e = f.write_all_at(b"3", 2).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::StorageFull);
+        assert!(e.to_string().contains("/d/a"), "{e}");
+        assert!(f.write_all_at(b"4", 3).is_err(), "ENOSPC persists");
+        fs.clear_faults();
+        f.write_all_at(b"3", 2).unwrap();
+
+        let small = SimFileSystem::with_capacity(10);
+        small.create_dir_all(&p("/d")).unwrap();
+        let g = small.open(&p("/d/b"), OpenOptions::create_new()).unwrap();
+        g.write_all_at(&[1; 10], 0).unwrap();
+        assert_eq!(small.space(&p("/d")).unwrap().free, 0);
+        assert_eq!(
+            g.write_all_at(&[1], 10).unwrap_err().kind(),
+            io::ErrorKind::StorageFull
+        );
+        g.write_all_at(&[2; 10], 0).unwrap(); // overwriting needs no space
+    }
+
+    #[test]
+    fn captures_show_each_step_durable_or_not() {
+        let fs = setup();
+        let f = fs.open(&p("/d/a"), OpenOptions::create_new()).unwrap();
+        fs.sync_dir(&p("/d")).unwrap();
+        let start = fs.ops();
+        fs.capture_every_op(CrashMode::Clean);
+        f.write_all_at(b"one", 0).unwrap();
+        f.sync_data().unwrap();
+        f.write_all_at(b"two", 3).unwrap();
+        let caps = fs.take_captures();
+        let seen: Vec<(u64, Vec<u8>)> = caps
+            .iter()
+            .map(|(n, img)| (n - start, img.read_file(&p("/d/a")).unwrap()))
+            .collect();
+        assert_eq!(
+            seen,
+            vec![(0, b"".to_vec()), (1, b"".to_vec()), (2, b"one".to_vec())]
+        );
+        f.sync_data().unwrap();
+        assert!(fs.take_captures().is_empty(), "capturing stopped");
+    }
+
+    #[test]
+    fn errors_for_missing_files_and_parents() {
+        let fs = setup();
+        assert_eq!(
+            fs.open(&p("/d/none"), OpenOptions::read())
+                .err()
+                .unwrap()
+                .kind(),
+            io::ErrorKind::NotFound
+        );
+        assert!(fs.open(&p("/nodir/x"), OpenOptions::create_new()).is_err());
+        let f = fs.open(&p("/d/a"), OpenOptions::create_new()).unwrap();
+        assert!(fs.open(&p("/d/a"), OpenOptions::create_new()).is_err());
+        drop(f);
+        let r = fs.open(&p("/d/a"), OpenOptions::read()).unwrap();
+        assert!(r.write_all_at(b"x", 0).is_err());
+    }
+}

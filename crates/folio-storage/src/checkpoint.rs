@@ -1,0 +1,89 @@
+//! Checkpoints: make the ledger store durable, then let the journal forget.
+//!
+//! Order matters. (1) Take, per journal directory, the end of the last durable group:
+//! every record before it was applied to the ledger store before it was queued.
+//! (2) `flush` the ledger store. (3) Persist each directory's mark atomically, only
+//! forward. (4) Delete the journal files wholly before the mark. A crash between any
+//! two steps leaves an older mark, so the replay covers at least what the ledger store
+//! may have lost. One checkpoint runs at a time (marks only move forward).
+
+use std::io;
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use crate::error::StorageError;
+use crate::storage::Inner;
+
+/// One checkpoint. A failure makes the engine read-only: after a failed fsync the
+/// kernel may have dropped the data it could not write, and a later "successful"
+/// flush would then move the mark past data that never reached the disk.
+pub(crate) fn checkpoint(inner: &Inner) -> Result<(), StorageError> {
+    let _one_at_a_time = inner.checkpoint_lock.lock();
+    if let Some(reason) = inner.journal.read_only_reason() {
+        return Err(StorageError::ReadOnly { reason });
+    }
+    let r = checkpoint_steps(inner);
+    if let Err(e) = &r {
+        inner.journal.poison(
+            "checkpoint",
+            PathBuf::from("checkpoint"),
+            &io::Error::other(e.to_string()),
+        );
+    }
+    r
+}
+
+fn checkpoint_steps(inner: &Inner) -> Result<(), StorageError> {
+    let marks = inner.journal.synced_positions();
+    inner.store.flush()?;
+    for (i, mark) in marks.into_iter().enumerate() {
+        inner.journal.persist_mark(i, mark)?;
+    }
+    Ok(())
+}
+
+/// Asks the checkpoint thread for a checkpoint now (the write cache is full).
+pub(crate) fn request(inner: &Inner) {
+    inner.checkpoint_requested.store(true, Ordering::SeqCst);
+    let _stop = inner.stop.lock();
+    inner.stop_cv.notify_all();
+}
+
+/// The checkpoint thread: every `flush_interval` (if not zero), when the write cache
+/// passes its threshold, and when the ledger store asks for room.
+pub(crate) fn run_thread(inner: &Inner) {
+    let interval = inner.config.flush_interval;
+    let poll = if interval.is_zero() {
+        Duration::from_millis(100)
+    } else {
+        interval.min(Duration::from_millis(100))
+    };
+    let mut last = inner.env.clock.now();
+    loop {
+        {
+            let mut stop = inner.stop.lock();
+            if *stop {
+                return;
+            }
+            if !inner.checkpoint_requested.load(Ordering::SeqCst) {
+                inner.stop_cv.wait_for(&mut stop, poll);
+            }
+            if *stop {
+                return;
+            }
+        }
+        let now = inner.env.clock.now();
+        let requested = inner.checkpoint_requested.swap(false, Ordering::SeqCst);
+        let due = requested
+            || (!interval.is_zero() && now.duration_since(last) >= interval)
+            || inner.store.write_cache_used() >= inner.config.checkpoint_write_cache_bytes;
+        if !due || inner.journal.read_only_reason().is_some() {
+            continue;
+        }
+        last = now;
+        if let Err(e) = checkpoint(inner) {
+            tracing::error!("checkpoint failed: {e}");
+        }
+    }
+}

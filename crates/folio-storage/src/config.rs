@@ -1,0 +1,90 @@
+//! Settings of the journal and the engine, with BookKeeper's defaults.
+//!
+//! Each field names the BookKeeper `ServerConfiguration` key it mirrors, so an operator's
+//! `bk_server.conf` knowledge carries over.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// The journal: where it lives and how group commit batches.
+#[derive(Debug, Clone)]
+pub struct JournalConfig {
+    /// `journalDirectories`. Ledgers are hashed onto the directories; each has its own
+    /// writer thread, its own files (`<dir>/current/*.txn`) and its own mark.
+    pub dirs: Vec<PathBuf>,
+    /// `journalMaxGroupWaitMSec` (2 ms): the longest an add waits for others to share
+    /// its fdatasync.
+    pub max_group_wait: Duration,
+    /// `journalBufferedWritesThreshold` (512 KiB): a group is written once it holds this
+    /// many bytes.
+    pub max_group_bytes: u64,
+    /// `journalBufferedEntriesThreshold` (0 = off): a group is written once it holds this
+    /// many records.
+    pub max_group_entries: u64,
+    /// `journalFlushWhenQueueEmpty` (false): write the group as soon as the queue is
+    /// empty instead of waiting for `max_group_wait`.
+    pub flush_when_queue_empty: bool,
+    /// `journalMaxSizeMB` (2048 MiB): a journal file is closed and a new one started past
+    /// this size.
+    pub max_file_size: u64,
+    /// `journalPreAllocSizeMB` (16 MiB): the file is extended with written zeroes in steps
+    /// of this size, so that group commits overwrite already-written blocks (an
+    /// fdatasync then costs about half: spec/rust-crates.md section 5).
+    pub prealloc_size: u64,
+    /// `journalSyncData` (true). **Unsafe when false**: adds are acknowledged without an
+    /// fdatasync, so a power loss loses acknowledged entries. For benchmarks only.
+    pub sync_data: bool,
+    /// Test-only fault: run completion callbacks *before* the fdatasync. Exists to prove
+    /// the crash checker detects lost acknowledged writes. Never set it otherwise.
+    #[doc(hidden)]
+    pub unsafe_ack_before_sync: bool,
+}
+
+impl Default for JournalConfig {
+    fn default() -> Self {
+        JournalConfig {
+            dirs: vec![PathBuf::from("/tmp/folio-journal")],
+            max_group_wait: Duration::from_millis(2),
+            max_group_bytes: 512 * 1024,
+            max_group_entries: 0,
+            flush_when_queue_empty: false,
+            max_file_size: 2048 * 1024 * 1024,
+            prealloc_size: 16 * 1024 * 1024,
+            sync_data: true,
+            unsafe_ack_before_sync: false,
+        }
+    }
+}
+
+impl JournalConfig {
+    pub fn with_dirs(dirs: Vec<PathBuf>) -> Self {
+        JournalConfig {
+            dirs,
+            ..Default::default()
+        }
+    }
+}
+
+/// The engine: the journal plus when to checkpoint.
+#[derive(Debug, Clone)]
+pub struct StorageConfig {
+    pub journal: JournalConfig,
+    /// `flushInterval` (10 s): a checkpoint runs at least this often. Zero turns the
+    /// periodic checkpoint off; the write-cache threshold and the ledger store's requests
+    /// for room still trigger checkpoints, and `Storage::checkpoint` runs one on demand.
+    pub flush_interval: Duration,
+    /// A checkpoint also runs when the ledger store's write cache holds more than this
+    /// many bytes (default 32 MiB, half of the 64 MiB default write cache, so that a
+    /// flush frees room before adds block on a full cache).
+    pub checkpoint_write_cache_bytes: u64,
+}
+
+impl Default for StorageConfig {
+    fn default() -> Self {
+        StorageConfig {
+            journal: JournalConfig::default(),
+            flush_interval: Duration::from_secs(10),
+            checkpoint_write_cache_bytes: 32 * 1024 * 1024,
+        }
+    }
+}

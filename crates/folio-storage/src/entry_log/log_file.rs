@@ -1,0 +1,443 @@
+//! One entry log file: the writer that appends records to it, and the reads of a record
+//! or of the ledgers map from it.
+//!
+//! The writer buffers records in memory and hands them to the file with positional
+//! writes (`write_all_at`) once the buffer is large or a sync is asked for. Nothing is
+//! durable until `sync`; the index must only ever point at synced records.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use bytes::{Bytes, BytesMut};
+use folio_env::{File, FileSystem, OpenOptions};
+
+use super::format::{self, HEADER_LEN, MapLocation, PATCH_OFFSET, RECORD_HEADER_LEN};
+use crate::ledger_store::{LedgerStoreError, io_error};
+
+/// Where a record is: which log file and the offset of the record's first byte.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Location {
+    pub log_id: u64,
+    pub offset: u64,
+    /// Payload length (the record is `RECORD_HEADER_LEN + len` bytes).
+    pub len: u32,
+}
+
+/// The name of log `log_id`'s file: 16 hex digits, so names sort by id.
+pub fn file_name(log_id: u64) -> String {
+    format!("{log_id:016x}.log")
+}
+
+/// The log id of a file name made by [`file_name`], or `None` for any other name.
+pub fn parse_file_name(name: &str) -> Option<u64> {
+    let hex = name.strip_suffix(".log")?;
+    if hex.len() != 16 {
+        return None;
+    }
+    u64::from_str_radix(hex, 16).ok()
+}
+
+/// Pending bytes are handed to the file once they reach this size.
+const WRITE_BUFFER_BYTES: usize = 1 << 20;
+
+/// Appends records to one entry log file.
+pub struct LogWriter {
+    log_id: u64,
+    dir: PathBuf,
+    path: PathBuf,
+    file: Arc<dyn File>,
+    /// Bytes already handed to the file (the buffer starts here).
+    written: u64,
+    buf: Vec<u8>,
+    /// Bytes of records per ledger, for the ledgers map written at rotation.
+    ledger_bytes: BTreeMap<i64, u64>,
+    records: u64,
+}
+
+impl LogWriter {
+    /// Creates log file `log_id` in `dir` (an entry log directory, `<ledgerDir>/current`)
+    /// and makes its directory entry durable.
+    pub fn create(
+        fs: &dyn FileSystem,
+        dir: &Path,
+        log_id: u64,
+    ) -> Result<LogWriter, LedgerStoreError> {
+        let path = dir.join(file_name(log_id));
+        let file = fs
+            .open(&path, OpenOptions::create_new())
+            .map_err(|e| io_error("create entry log", dir, &path, None, e))?;
+        let header = format::encode_header(log_id);
+        file.write_all_at(&header, 0)
+            .map_err(|e| io_error("write entry log header", dir, &path, Some(0), e))?;
+        fs.sync_dir(dir)
+            .map_err(|e| io_error("sync directory", dir, dir, None, e))?;
+        Ok(LogWriter {
+            log_id,
+            dir: dir.to_path_buf(),
+            path,
+            file,
+            written: HEADER_LEN as u64,
+            buf: Vec::with_capacity(WRITE_BUFFER_BYTES),
+            ledger_bytes: BTreeMap::new(),
+            records: 0,
+        })
+    }
+
+    pub fn log_id(&self) -> u64 {
+        self.log_id
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The file handle, shared with readers.
+    pub fn file(&self) -> Arc<dyn File> {
+        self.file.clone()
+    }
+
+    /// The file's length once everything buffered is written.
+    pub fn end(&self) -> u64 {
+        self.written + self.buf.len() as u64
+    }
+
+    /// How many records were appended.
+    pub fn records(&self) -> u64 {
+        self.records
+    }
+
+    /// Buffers one record; returns where it will be.
+    pub fn append(
+        &mut self,
+        ledger: i64,
+        entry: i64,
+        payload: &[u8],
+    ) -> Result<Location, LedgerStoreError> {
+        let offset = self.end();
+        format::encode_record(&mut self.buf, ledger, entry, payload);
+        let record_len = (RECORD_HEADER_LEN + payload.len()) as u64;
+        *self.ledger_bytes.entry(ledger).or_insert(0) += record_len;
+        self.records += 1;
+        if self.buf.len() >= WRITE_BUFFER_BYTES {
+            self.write_buffer()?;
+        }
+        Ok(Location {
+            log_id: self.log_id,
+            offset,
+            len: payload.len() as u32,
+        })
+    }
+
+    /// Hands the buffered bytes to the file (not yet durable).
+    pub fn write_buffer(&mut self) -> Result<(), LedgerStoreError> {
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        self.file
+            .write_all_at(&self.buf, self.written)
+            .map_err(|e| {
+                io_error(
+                    "write entry log",
+                    &self.dir,
+                    &self.path,
+                    Some(self.written),
+                    e,
+                )
+            })?;
+        self.written += self.buf.len() as u64;
+        self.buf.clear();
+        Ok(())
+    }
+
+    /// Writes the buffer and makes the file's data durable (fdatasync).
+    pub fn sync(&mut self) -> Result<(), LedgerStoreError> {
+        self.write_buffer()?;
+        self.file
+            .sync_data()
+            .map_err(|e| io_error("sync entry log", &self.dir, &self.path, None, e))
+    }
+
+    /// Ends the file at rotation: writes the ledgers map after the last record, patches
+    /// the header to point at it, and syncs. A crash in between leaves a header whose
+    /// patch checksum fails (read as "no map"); the records stay readable.
+    pub fn close(mut self) -> Result<(), LedgerStoreError> {
+        self.write_buffer()?;
+        let items: Vec<(i64, u64)> = self.ledger_bytes.iter().map(|(&l, &b)| (l, b)).collect();
+        let map = format::encode_ledgers_map(&items);
+        let loc = MapLocation {
+            offset: self.written,
+            len: map.len() as u32,
+            count: items.len() as u32,
+            crc: crc32c::crc32c(&map),
+        };
+        self.file.write_all_at(&map, loc.offset).map_err(|e| {
+            io_error(
+                "write ledgers map",
+                &self.dir,
+                &self.path,
+                Some(loc.offset),
+                e,
+            )
+        })?;
+        self.file
+            .write_all_at(&format::encode_patch(loc), PATCH_OFFSET as u64)
+            .map_err(|e| {
+                io_error(
+                    "patch entry log header",
+                    &self.dir,
+                    &self.path,
+                    Some(PATCH_OFFSET as u64),
+                    e,
+                )
+            })?;
+        self.file
+            .sync_data()
+            .map_err(|e| io_error("sync entry log", &self.dir, &self.path, None, e))
+    }
+}
+
+fn corrupt(path: &Path, offset: u64, reason: impl Into<String>) -> LedgerStoreError {
+    LedgerStoreError::Corrupt {
+        path: path.to_path_buf(),
+        offset,
+        reason: reason.into(),
+    }
+}
+
+/// Reads the record at `loc` and checks that it is entry `entry` of ledger `ledger` with
+/// a good checksum. A short file or a mismatch is an error naming the file and offset.
+pub fn read_record(
+    file: &dyn File,
+    path: &Path,
+    loc: Location,
+    ledger: i64,
+    entry: i64,
+) -> Result<Bytes, LedgerStoreError> {
+    let record_len = RECORD_HEADER_LEN as u64 + u64::from(loc.len);
+    if loc.len > 1 << 20 {
+        // Check before allocating, so that a damaged location cannot ask for 4 GiB.
+        let file_len = file.len().map_err(|e| {
+            io_error(
+                "stat entry log",
+                path.parent().unwrap_or(path),
+                path,
+                None,
+                e,
+            )
+        })?;
+        if loc.offset.saturating_add(record_len) > file_len {
+            return Err(corrupt(
+                path,
+                loc.offset,
+                format!("file ends inside the record ({record_len} bytes expected)"),
+            ));
+        }
+    }
+    let mut buf = BytesMut::zeroed(record_len as usize);
+    file.read_exact_at(&mut buf, loc.offset).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::UnexpectedEof {
+            corrupt(
+                path,
+                loc.offset,
+                format!("file ends inside the record ({} bytes expected)", buf.len()),
+            )
+        } else {
+            io_error(
+                "read entry log",
+                path.parent().unwrap_or(path),
+                path,
+                Some(loc.offset),
+                e,
+            )
+        }
+    })?;
+    format::decode_record(buf.freeze(), ledger, entry).map_err(|r| corrupt(path, loc.offset, r))
+}
+
+/// Reads a file's header.
+pub fn read_header(file: &dyn File, path: &Path) -> Result<format::Header, LedgerStoreError> {
+    let mut h = [0u8; HEADER_LEN];
+    file.read_exact_at(&mut h, 0)
+        .map_err(|e| corrupt(path, 0, format!("cannot read header: {e}")))?;
+    format::decode_header(&h).map_err(|r| corrupt(path, 0, r))
+}
+
+/// Reads the ledgers map of a rotated file: `Ok(None)` if the file was never closed
+/// (still being written, or the process stopped before rotation).
+pub fn read_ledgers_map(
+    file: &dyn File,
+    path: &Path,
+) -> Result<Option<Vec<(i64, u64)>>, LedgerStoreError> {
+    let Some(map) = read_header(file, path)?.map else {
+        return Ok(None);
+    };
+    let mut buf = vec![0u8; map.len as usize];
+    file.read_exact_at(&mut buf, map.offset)
+        .map_err(|e| corrupt(path, map.offset, format!("cannot read ledgers map: {e}")))?;
+    if crc32c::crc32c(&buf) != map.crc {
+        return Err(corrupt(path, map.offset, "ledgers map checksum mismatch"));
+    }
+    format::decode_ledgers_map(&buf, map.count)
+        .map(Some)
+        .map_err(|r| corrupt(path, map.offset, r))
+}
+
+/// What a scan of a log's records found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogScan {
+    /// Bytes of records per ledger, ascending by ledger (as in a ledgers map).
+    pub ledgers: Vec<(i64, u64)>,
+    /// Number of valid records.
+    pub records: u64,
+    /// Offset just after the last valid record.
+    pub end: u64,
+}
+
+/// Rebuilds a log's per-ledger byte counts by reading its records in order, for logs
+/// without a ledgers map (the process stopped before rotating them). Stops at the
+/// ledgers map, at the end of the file, or at the first record that is incomplete or
+/// fails its checksum: the torn tail of a crash, which the index never points into.
+pub fn scan_records(file: &dyn File, path: &Path) -> Result<LogScan, LedgerStoreError> {
+    let header = read_header(file, path)?;
+    let dir = path.parent().unwrap_or(path);
+    let file_len = file
+        .len()
+        .map_err(|e| io_error("stat entry log", dir, path, None, e))?;
+    let limit = header.map.map_or(file_len, |m| m.offset.min(file_len));
+    let mut ledgers = BTreeMap::new();
+    let mut records = 0;
+    let mut offset = HEADER_LEN as u64;
+    while offset + RECORD_HEADER_LEN as u64 <= limit {
+        let mut head = [0u8; RECORD_HEADER_LEN];
+        file.read_exact_at(&mut head, offset)
+            .map_err(|e| io_error("read entry log", dir, path, Some(offset), e))?;
+        let len = u32::from_le_bytes(head[..4].try_into().expect("4 bytes"));
+        let end = offset + (RECORD_HEADER_LEN as u64) + u64::from(len);
+        if end > limit {
+            break;
+        }
+        let ledger = i64::from_le_bytes(head[8..16].try_into().expect("8 bytes"));
+        let entry = i64::from_le_bytes(head[16..24].try_into().expect("8 bytes"));
+        let loc = Location {
+            log_id: header.log_id,
+            offset,
+            len,
+        };
+        match read_record(file, path, loc, ledger, entry) {
+            Ok(_) => {}
+            Err(LedgerStoreError::Corrupt { .. }) => break,
+            Err(e) => return Err(e),
+        }
+        *ledgers.entry(ledger).or_insert(0) += end - offset;
+        records += 1;
+        offset = end;
+    }
+    Ok(LogScan {
+        ledgers: ledgers.into_iter().collect(),
+        records,
+        end: offset,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use folio_env::RealFileSystem;
+
+    #[test]
+    fn file_names_round_trip_and_reject_others() {
+        assert_eq!(file_name(0x2a), "000000000000002a.log");
+        assert_eq!(parse_file_name(&file_name(u64::MAX)), Some(u64::MAX));
+        assert_eq!(parse_file_name("2a.log"), None);
+        assert_eq!(parse_file_name("000000000000002a.txt"), None);
+        assert_eq!(parse_file_name("VERSION"), None);
+    }
+
+    #[test]
+    fn write_read_and_close_with_ledgers_map() {
+        let dir = tempfile::tempdir().unwrap();
+        let fs = RealFileSystem;
+        let mut w = LogWriter::create(&fs, dir.path(), 7).unwrap();
+        let a = w.append(1, 0, b"aaaa").unwrap();
+        let b = w.append(2, 0, b"bbbbbbbb").unwrap();
+        let c = w.append(1, 1, b"cc").unwrap();
+        assert_eq!(a.offset, HEADER_LEN as u64);
+        w.sync().unwrap();
+        let file = w.file();
+        let path = w.path().to_path_buf();
+        assert_eq!(read_ledgers_map(&*file, &path).unwrap(), None);
+        assert_eq!(
+            read_record(&*file, &path, b, 2, 0).unwrap(),
+            &b"bbbbbbbb"[..]
+        );
+        w.close().unwrap();
+        assert_eq!(read_record(&*file, &path, a, 1, 0).unwrap(), &b"aaaa"[..]);
+        assert_eq!(read_record(&*file, &path, c, 1, 1).unwrap(), &b"cc"[..]);
+        let rec = RECORD_HEADER_LEN as u64;
+        assert_eq!(
+            read_ledgers_map(&*file, &path).unwrap(),
+            Some(vec![(1, 2 * rec + 6), (2, rec + 8)])
+        );
+        assert_eq!(read_header(&*file, &path).unwrap().log_id, 7);
+    }
+
+    #[test]
+    fn scanning_matches_the_ledgers_map_and_stops_at_a_torn_tail() {
+        let dir = tempfile::tempdir().unwrap();
+        let fs = RealFileSystem;
+        let mut w = LogWriter::create(&fs, dir.path(), 3).unwrap();
+        for e in 0..5 {
+            w.append(e % 2, e, &vec![e as u8; 10 + e as usize]).unwrap();
+        }
+        w.sync().unwrap();
+        let (file, path) = (w.file(), w.path().to_path_buf());
+        let unclosed = scan_records(&*file, &path).unwrap();
+        assert_eq!(unclosed.records, 5);
+        assert_eq!(unclosed.end, w.end());
+        w.close().unwrap();
+        let map = read_ledgers_map(&*file, &path).unwrap().unwrap();
+        assert_eq!(unclosed.ledgers, map);
+        assert_eq!(
+            scan_records(&*file, &path).unwrap(),
+            unclosed,
+            "stops at the map"
+        );
+
+        // A torn tail: the last record is cut short and followed by zeros.
+        let mut w = LogWriter::create(&fs, dir.path(), 4).unwrap();
+        w.append(1, 0, b"first").unwrap();
+        let last = w.append(1, 1, b"second record").unwrap();
+        w.sync().unwrap();
+        let (file, path) = (w.file(), w.path().to_path_buf());
+        file.set_len(last.offset + 30).unwrap();
+        file.set_len(last.offset + 4096).unwrap();
+        let scan = scan_records(&*file, &path).unwrap();
+        assert_eq!(scan.records, 1);
+        assert_eq!(scan.end, last.offset);
+        assert_eq!(scan.ledgers, vec![(1, RECORD_HEADER_LEN as u64 + 5)]);
+    }
+
+    #[test]
+    fn a_location_past_the_end_is_corrupt_without_a_huge_allocation() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut w = LogWriter::create(&RealFileSystem, dir.path(), 5).unwrap();
+        let mut loc = w.append(1, 0, b"x").unwrap();
+        w.sync().unwrap();
+        loc.len = u32::MAX;
+        let e = read_record(&*w.file(), w.path(), loc, 1, 0).unwrap_err();
+        assert!(
+            matches!(e, LedgerStoreError::Corrupt { offset, .. } if offset == loc.offset),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_second_file_with_the_same_id_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let fs = RealFileSystem;
+        let _w = LogWriter::create(&fs, dir.path(), 1).unwrap();
+        let e = LogWriter::create(&fs, dir.path(), 1).err().unwrap();
+        assert!(e.to_string().contains("0000000000000001.log"), "{e}");
+    }
+}

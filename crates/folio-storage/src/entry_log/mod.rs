@@ -1,0 +1,324 @@
+//! Entry logs: large append-only files, shared by all ledgers, that hold entry payloads.
+//!
+//! Files live in `<ledgerDir>/current/` and are named by a log id unique across all
+//! ledger directories. Each record names its ledger and entry and carries a CRC32C, so a
+//! read verifies it got what the index promised. A log is rotated when it reaches the
+//! size limit; at rotation the file gets a ledgers map (bytes per ledger) that garbage
+//! collection will use. Which log an entry goes to is decided by an
+//! [`EntryLogPlacement`]; today all ledgers share one log (BookKeeper's default), and a
+//! later placement can give each ledger its own.
+//!
+//! Appends happen only from `LedgerStore::flush` (one flush at a time), reads from any
+//! thread.
+
+pub mod format;
+pub mod log_file;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use folio_env::{File, FileSystem, OpenOptions};
+use parking_lot::{Mutex, RwLock};
+
+pub use log_file::Location;
+use log_file::LogWriter;
+
+use crate::ledger_store::{LedgerStoreError, io_error};
+
+/// Identifies one open entry log being appended to. Entries mapped to the same slot go
+/// to the same file.
+pub type LogSlot = u64;
+
+/// Decides which entry log an entry of a ledger is appended to.
+pub trait EntryLogPlacement: Send + Sync {
+    fn slot_for(&self, ledger: i64) -> LogSlot;
+}
+
+/// All ledgers share one entry log (BookKeeper's DefaultEntryLogger behaviour).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct SharedEntryLog;
+
+impl EntryLogPlacement for SharedEntryLog {
+    fn slot_for(&self, _ledger: i64) -> LogSlot {
+        0
+    }
+}
+
+/// The entry log files of all ledger directories.
+pub struct EntryLogs {
+    fs: Arc<dyn FileSystem>,
+    /// `<ledgerDir>/current` for each ledger directory.
+    dirs: Vec<PathBuf>,
+    size_limit: u64,
+    placement: Box<dyn EntryLogPlacement>,
+    writers: Mutex<Writers>,
+    /// Every known log file (open lazily), by log id.
+    files: RwLock<HashMap<u64, LogFile>>,
+}
+
+struct Writers {
+    current: HashMap<LogSlot, LogWriter>,
+    next_log_id: u64,
+}
+
+#[derive(Clone)]
+struct LogFile {
+    path: PathBuf,
+    handle: Option<Arc<dyn File>>,
+}
+
+impl EntryLogs {
+    /// Opens (creating `current/` if needed) the entry log directories. Existing files
+    /// stay readable; new records always go to new files, so a file with a torn tail
+    /// from a crash is never appended to.
+    pub fn open(
+        fs: Arc<dyn FileSystem>,
+        ledger_dirs: &[PathBuf],
+        size_limit: u64,
+        placement: Box<dyn EntryLogPlacement>,
+    ) -> Result<EntryLogs, LedgerStoreError> {
+        if ledger_dirs.is_empty() {
+            return Err(LedgerStoreError::Config("no ledger directories".into()));
+        }
+        let mut dirs = Vec::new();
+        let mut files = HashMap::new();
+        let mut max_id = None;
+        for d in ledger_dirs {
+            let cur = d.join("current");
+            fs.create_dir_all(&cur)
+                .map_err(|e| io_error("create directory", &cur, &cur, None, e))?;
+            let names = fs
+                .list_dir(&cur)
+                .map_err(|e| io_error("list directory", &cur, &cur, None, e))?;
+            for name in names {
+                let Some(id) = log_file::parse_file_name(&name) else {
+                    continue;
+                };
+                let path = cur.join(&name);
+                if let Some(other) = files.insert(id, LogFile { path, handle: None }) {
+                    return Err(LedgerStoreError::Config(format!(
+                        "entry log {id:x} exists twice: {} and {}",
+                        other.path.display(),
+                        cur.join(&name).display()
+                    )));
+                }
+                max_id = max_id.max(Some(id));
+            }
+            dirs.push(cur);
+        }
+        Ok(EntryLogs {
+            fs,
+            dirs,
+            size_limit,
+            placement,
+            writers: Mutex::new(Writers {
+                current: HashMap::new(),
+                next_log_id: max_id.map_or(0, |m| m + 1),
+            }),
+            files: RwLock::new(files),
+        })
+    }
+
+    /// Buffers a record for `ledger`/`entry`, rotating the slot's log first if the record
+    /// would take it past the size limit. Not durable until [`EntryLogs::sync`].
+    pub fn append(
+        &self,
+        ledger: i64,
+        entry: i64,
+        payload: &[u8],
+    ) -> Result<Location, LedgerStoreError> {
+        let slot = self.placement.slot_for(ledger);
+        let record_len = (format::RECORD_HEADER_LEN + payload.len()) as u64;
+        let mut w = self.writers.lock();
+        let full = w
+            .current
+            .get(&slot)
+            // A record larger than the limit still goes into a file of its own.
+            .is_some_and(|cur| cur.records() > 0 && cur.end() + record_len > self.size_limit);
+        if full {
+            let old = w.current.remove(&slot).expect("checked above");
+            old.close()?;
+        }
+        if !w.current.contains_key(&slot) {
+            let id = w.next_log_id;
+            // Never reuse an id, even if creating the file fails half way (a retry must
+            // not trip over a file left behind).
+            w.next_log_id += 1;
+            // Spread new files over the ledger directories.
+            let dir = &self.dirs[(id % self.dirs.len() as u64) as usize];
+            let writer = LogWriter::create(&*self.fs, dir, id)?;
+            self.files.write().insert(
+                id,
+                LogFile {
+                    path: writer.path().to_path_buf(),
+                    handle: Some(writer.file()),
+                },
+            );
+            w.current.insert(slot, writer);
+        }
+        w.current
+            .get_mut(&slot)
+            .expect("inserted above")
+            .append(ledger, entry, payload)
+    }
+
+    /// Makes every record appended so far durable (rotated files were synced at close).
+    pub fn sync(&self) -> Result<(), LedgerStoreError> {
+        let mut w = self.writers.lock();
+        for writer in w.current.values_mut() {
+            writer.sync()?;
+        }
+        Ok(())
+    }
+
+    /// Rotates every open log now (writing its ledgers map), e.g. at shutdown.
+    pub fn close_all(&self) -> Result<(), LedgerStoreError> {
+        let mut w = self.writers.lock();
+        for (_, writer) in w.current.drain() {
+            writer.close()?;
+        }
+        Ok(())
+    }
+
+    fn file(&self, log_id: u64) -> Result<(PathBuf, Arc<dyn File>), LedgerStoreError> {
+        let known = self.files.read().get(&log_id).cloned();
+        let Some(lf) = known else {
+            return Err(LedgerStoreError::Corrupt {
+                path: self.dirs[0].join(log_file::file_name(log_id)),
+                offset: 0,
+                reason: "the index points into an entry log that does not exist".into(),
+            });
+        };
+        if let Some(h) = lf.handle {
+            return Ok((lf.path, h));
+        }
+        let dir = lf.path.parent().unwrap_or(&lf.path).to_path_buf();
+        let h = self
+            .fs
+            .open(&lf.path, OpenOptions::read())
+            .map_err(|e| io_error("open entry log", &dir, &lf.path, None, e))?;
+        if let Some(f) = self.files.write().get_mut(&log_id) {
+            f.handle = Some(h.clone());
+        }
+        Ok((lf.path, h))
+    }
+
+    /// Reads and verifies the record at `loc`, which the index says is `ledger`/`entry`.
+    pub fn read(&self, loc: Location, ledger: i64, entry: i64) -> Result<Bytes, LedgerStoreError> {
+        let (path, file) = self.file(loc.log_id)?;
+        log_file::read_record(&*file, &path, loc, ledger, entry)
+    }
+
+    /// The ledgers map of log `log_id`: `Ok(None)` if that log was not rotated.
+    pub fn ledgers_map(&self, log_id: u64) -> Result<Option<Vec<(i64, u64)>>, LedgerStoreError> {
+        let (path, file) = self.file(log_id)?;
+        log_file::read_ledgers_map(&*file, &path)
+    }
+
+    /// Rebuilds log `log_id`'s per-ledger byte counts by reading its records (for a log
+    /// without a ledgers map).
+    pub fn scan(&self, log_id: u64) -> Result<log_file::LogScan, LedgerStoreError> {
+        let (path, file) = self.file(log_id)?;
+        log_file::scan_records(&*file, &path)
+    }
+
+    /// Ids of all entry log files, ascending.
+    pub fn log_ids(&self) -> Vec<u64> {
+        let mut ids: Vec<u64> = self.files.read().keys().copied().collect();
+        ids.sort_unstable();
+        ids
+    }
+
+    /// Path of log `log_id`, if it exists.
+    pub fn path_of(&self, log_id: u64) -> Option<PathBuf> {
+        self.files.read().get(&log_id).map(|f| f.path.clone())
+    }
+
+    /// The entry log directories (`<ledgerDir>/current`).
+    pub fn dirs(&self) -> &[PathBuf] {
+        &self.dirs
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use folio_env::RealFileSystem;
+
+    fn open(dirs: &[PathBuf], limit: u64) -> EntryLogs {
+        EntryLogs::open(
+            Arc::new(RealFileSystem),
+            dirs,
+            limit,
+            Box::new(SharedEntryLog),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn rotation_writes_ledger_byte_counts() {
+        let d = tempfile::tempdir().unwrap();
+        let dirs = vec![d.path().to_path_buf()];
+        let logs = open(&dirs, 300);
+        let payload = [7u8; 50]; // 74-byte records: three fit after the 64-byte header
+        let mut locs = Vec::new();
+        for e in 0..7 {
+            locs.push(logs.append(e % 2, e, &payload).unwrap());
+        }
+        logs.sync().unwrap();
+        let ids = logs.log_ids();
+        assert_eq!(ids, vec![0, 1, 2]);
+        let rec = (format::RECORD_HEADER_LEN + 50) as u64;
+        // Log 0 holds entries 0,1,2 (ledgers 0,1,0); log 1 holds 3,4,5 (1,0,1).
+        assert_eq!(
+            logs.ledgers_map(0).unwrap(),
+            Some(vec![(0, 2 * rec), (1, rec)])
+        );
+        assert_eq!(
+            logs.ledgers_map(1).unwrap(),
+            Some(vec![(0, rec), (1, 2 * rec)])
+        );
+        assert_eq!(logs.ledgers_map(2).unwrap(), None, "log 2 is still open");
+        for (e, loc) in locs.iter().enumerate() {
+            let e = e as i64;
+            assert_eq!(logs.read(*loc, e % 2, e).unwrap(), &payload[..]);
+        }
+        logs.close_all().unwrap();
+        assert_eq!(logs.ledgers_map(2).unwrap(), Some(vec![(0, rec)]));
+    }
+
+    #[test]
+    fn reopen_continues_with_new_log_ids_across_dirs() {
+        let a = tempfile::tempdir().unwrap();
+        let b = tempfile::tempdir().unwrap();
+        let dirs = vec![a.path().to_path_buf(), b.path().to_path_buf()];
+        let loc = {
+            let logs = open(&dirs, 1 << 20);
+            let loc = logs.append(1, 0, b"x").unwrap();
+            logs.sync().unwrap();
+            loc
+        };
+        let logs = open(&dirs, 1 << 20);
+        assert_eq!(logs.read(loc, 1, 0).unwrap(), &b"x"[..]);
+        let loc2 = logs.append(1, 1, b"y").unwrap();
+        assert_eq!(loc2.log_id, 1);
+        logs.sync().unwrap();
+        assert!(logs.path_of(1).unwrap().starts_with(b.path()));
+        assert!(logs.path_of(0).unwrap().starts_with(a.path()));
+    }
+
+    #[test]
+    fn a_missing_log_is_an_error() {
+        let d = tempfile::tempdir().unwrap();
+        let logs = open(&[d.path().to_path_buf()], 1 << 20);
+        let loc = Location {
+            log_id: 9,
+            offset: 64,
+            len: 1,
+        };
+        let e = logs.read(loc, 1, 1).unwrap_err();
+        assert!(e.to_string().contains("does not exist"), "{e}");
+    }
+}

@@ -1,0 +1,291 @@
+//! The ledger index: where each entry is (ledger, entry -> entry log location) and the
+//! per-ledger state (fenced, master key, explicit LAC, last entry, deleted).
+//!
+//! It is a redb database (a copy-on-write B-tree; see docs/formats/index.md for why redb
+//! and not fjall, with benchmark figures). redb opens its own file, so the index does
+//! not go through `folio_env::FileSystem` and the simulated disk cannot fault it; only
+//! its directory is created through the seam. Every change is made by [`LedgerIndex::commit`],
+//! one durable write transaction, which `LedgerStore::flush` calls after the entry logs
+//! are synced, so the index never points at bytes that could vanish in a crash.
+
+pub mod codec;
+
+use std::path::{Path, PathBuf};
+
+use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+
+pub use codec::LedgerInfo;
+
+use crate::entry_log::Location;
+use crate::ledger_store::LedgerStoreError;
+
+/// (ledger, entry) -> location. Keys and values as in [`codec`].
+const ENTRIES: TableDefinition<&[u8], &[u8]> = TableDefinition::new("entries");
+/// ledger -> encoded [`LedgerInfo`].
+const LEDGERS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("ledgers");
+/// "format_version" -> the index format version this file was written with.
+const META: TableDefinition<&str, u32> = TableDefinition::new("meta");
+
+/// The index format version (keys and values of the tables above).
+pub const INDEX_FORMAT_VERSION: u32 = 1;
+/// The file name of the index database inside the index directory.
+pub const INDEX_FILE: &str = "ledger-index.redb";
+
+/// The changes one flush makes to the index, committed atomically.
+#[derive(Debug, Default)]
+pub struct IndexBatch {
+    pub locations: Vec<(i64, i64, Location)>,
+    pub ledgers: Vec<(i64, LedgerInfo)>,
+    /// Ledgers whose entry locations are removed (their info stays, marked deleted).
+    pub deleted: Vec<i64>,
+}
+
+/// The ledger index store.
+pub struct LedgerIndex {
+    db: Database,
+    path: PathBuf,
+}
+
+impl LedgerIndex {
+    /// Opens (or creates) the index in `dir` (which must exist).
+    pub fn open(dir: &Path) -> Result<LedgerIndex, LedgerStoreError> {
+        let path = dir.join(INDEX_FILE);
+        let db = Database::create(&path).map_err(|e| index_error(&path, e.into()))?;
+        let index = LedgerIndex { db, path };
+        index.check_version()?;
+        Ok(index)
+    }
+
+    fn err(&self, e: impl Into<redb::Error>) -> LedgerStoreError {
+        index_error(&self.path, e.into())
+    }
+
+    /// Records the format version in a new index; refuses an index of another version.
+    fn check_version(&self) -> Result<(), LedgerStoreError> {
+        let w = self.db.begin_write().map_err(|e| self.err(e))?;
+        {
+            let mut meta = w.open_table(META).map_err(|e| self.err(e))?;
+            let found = meta
+                .get("format_version")
+                .map_err(|e| self.err(e))?
+                .map(|v| v.value());
+            match found {
+                Some(INDEX_FORMAT_VERSION) => {}
+                Some(v) => {
+                    return Err(LedgerStoreError::Index {
+                        path: self.path.clone(),
+                        reason: format!(
+                            "index format version {v} unsupported (this build reads {INDEX_FORMAT_VERSION})"
+                        ),
+                    });
+                }
+                None => {
+                    meta.insert("format_version", INDEX_FORMAT_VERSION)
+                        .map_err(|e| self.err(e))?;
+                }
+            }
+            // Create the tables so that readers never see "table does not exist".
+            w.open_table(ENTRIES).map_err(|e| self.err(e))?;
+            w.open_table(LEDGERS).map_err(|e| self.err(e))?;
+        }
+        w.commit().map_err(|e| self.err(e))
+    }
+
+    fn corrupt(&self, reason: String) -> LedgerStoreError {
+        LedgerStoreError::Index {
+            path: self.path.clone(),
+            reason,
+        }
+    }
+
+    /// Where entry `entry` of `ledger` is, if the index has it.
+    pub fn get(&self, ledger: i64, entry: i64) -> Result<Option<Location>, LedgerStoreError> {
+        let r = self.db.begin_read().map_err(|e| self.err(e))?;
+        let t = r.open_table(ENTRIES).map_err(|e| self.err(e))?;
+        let key = codec::entry_key(ledger, entry);
+        let Some(v) = t.get(&key[..]).map_err(|e| self.err(e))? else {
+            return Ok(None);
+        };
+        codec::decode_location(v.value())
+            .map(Some)
+            .map_err(|r| self.corrupt(format!("entry {ledger}:{entry}: {r}")))
+    }
+
+    /// The entry ids the index holds for `ledger`, ascending.
+    pub fn entry_ids(&self, ledger: i64) -> Result<Vec<i64>, LedgerStoreError> {
+        let r = self.db.begin_read().map_err(|e| self.err(e))?;
+        let t = r.open_table(ENTRIES).map_err(|e| self.err(e))?;
+        let lo = codec::entry_key(ledger, i64::MIN);
+        let hi = codec::entry_key(ledger, i64::MAX);
+        let mut ids = Vec::new();
+        for kv in t.range(&lo[..]..=&hi[..]).map_err(|e| self.err(e))? {
+            let (k, _) = kv.map_err(|e| self.err(e))?;
+            let (_, entry) = codec::decode_entry_key(k.value()).map_err(|r| self.corrupt(r))?;
+            ids.push(entry);
+        }
+        Ok(ids)
+    }
+
+    /// Every ledger's info, ascending by ledger id.
+    pub fn ledger_infos(&self) -> Result<Vec<(i64, LedgerInfo)>, LedgerStoreError> {
+        let r = self.db.begin_read().map_err(|e| self.err(e))?;
+        let t = r.open_table(LEDGERS).map_err(|e| self.err(e))?;
+        let mut out = Vec::new();
+        for kv in t.iter().map_err(|e| self.err(e))? {
+            let (k, v) = kv.map_err(|e| self.err(e))?;
+            let ledger = codec::decode_ledger_key(k.value()).map_err(|r| self.corrupt(r))?;
+            let info = codec::decode_ledger_info(v.value())
+                .map_err(|r| self.corrupt(format!("ledger {ledger}: {r}")))?;
+            out.push((ledger, info));
+        }
+        Ok(out)
+    }
+
+    /// Applies `batch` in one write transaction and makes it durable before returning.
+    pub fn commit(&self, batch: &IndexBatch) -> Result<(), LedgerStoreError> {
+        let w = self.db.begin_write().map_err(|e| self.err(e))?;
+        {
+            let mut entries = w.open_table(ENTRIES).map_err(|e| self.err(e))?;
+            for &(ledger, entry, loc) in &batch.locations {
+                entries
+                    .insert(
+                        &codec::entry_key(ledger, entry)[..],
+                        &codec::encode_location(loc)[..],
+                    )
+                    .map_err(|e| self.err(e))?;
+            }
+            for &ledger in &batch.deleted {
+                let lo = codec::entry_key(ledger, i64::MIN);
+                let hi = codec::entry_key(ledger, i64::MAX);
+                entries
+                    .retain_in(&lo[..]..=&hi[..], |_, _| false)
+                    .map_err(|e| self.err(e))?;
+            }
+            let mut ledgers = w.open_table(LEDGERS).map_err(|e| self.err(e))?;
+            for (ledger, info) in &batch.ledgers {
+                ledgers
+                    .insert(
+                        &codec::ledger_key(*ledger)[..],
+                        &codec::encode_ledger_info(info)[..],
+                    )
+                    .map_err(|e| self.err(e))?;
+            }
+        }
+        // redb's default durability is Immediate: durable once commit returns.
+        w.commit().map_err(|e| self.err(e))
+    }
+}
+
+/// Maps a redb error to ours; a full disk becomes `NoSpace` naming the index directory.
+fn index_error(path: &Path, e: redb::Error) -> LedgerStoreError {
+    match e {
+        redb::Error::Io(io) if io.kind() == std::io::ErrorKind::StorageFull => {
+            LedgerStoreError::NoSpace {
+                dir: path.parent().unwrap_or(path).to_path_buf(),
+                source: io,
+            }
+        }
+        redb::Error::Backend(b) => match b.downcast::<std::io::Error>() {
+            Ok(io) if io.kind() == std::io::ErrorKind::StorageFull => LedgerStoreError::NoSpace {
+                dir: path.parent().unwrap_or(path).to_path_buf(),
+                source: *io,
+            },
+            Ok(io) => LedgerStoreError::Index {
+                path: path.to_path_buf(),
+                reason: io.to_string(),
+            },
+            Err(other) => LedgerStoreError::Index {
+                path: path.to_path_buf(),
+                reason: other.to_string(),
+            },
+        },
+        other => LedgerStoreError::Index {
+            path: path.to_path_buf(),
+            reason: other.to_string(),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+    use folio_env::FileSystem;
+
+    fn loc(n: u64) -> Location {
+        Location {
+            log_id: n,
+            offset: 64 + n,
+            len: n as u32,
+        }
+    }
+
+    #[test]
+    fn commit_get_scan_and_reopen() {
+        let d = tempfile::tempdir().unwrap();
+        {
+            let idx = LedgerIndex::open(d.path()).unwrap();
+            assert_eq!(idx.get(1, 0).unwrap(), None);
+            let info = LedgerInfo {
+                fenced: true,
+                master_key: Some(Bytes::from_static(b"k")),
+                last_entry_id: Some(2),
+                ..Default::default()
+            };
+            idx.commit(&IndexBatch {
+                locations: vec![
+                    (1, 2, loc(2)),
+                    (1, 0, loc(0)),
+                    (2, 0, loc(5)),
+                    (0, 9, loc(9)),
+                ],
+                ledgers: vec![(1, info.clone())],
+                deleted: vec![],
+            })
+            .unwrap();
+            assert_eq!(idx.get(1, 2).unwrap(), Some(loc(2)));
+            assert_eq!(idx.entry_ids(1).unwrap(), vec![0, 2]);
+            assert_eq!(idx.ledger_infos().unwrap(), vec![(1, info)]);
+        }
+        let idx = LedgerIndex::open(d.path()).unwrap();
+        assert_eq!(idx.get(2, 0).unwrap(), Some(loc(5)));
+        assert_eq!(idx.entry_ids(0).unwrap(), vec![9]);
+        assert_eq!(idx.ledger_infos().unwrap()[0].1.last_entry_id, Some(2));
+    }
+
+    #[test]
+    fn delete_removes_only_that_ledgers_entries() {
+        let d = tempfile::tempdir().unwrap();
+        let idx = LedgerIndex::open(d.path()).unwrap();
+        idx.commit(&IndexBatch {
+            locations: vec![(1, 0, loc(0)), (1, 1, loc(1)), (2, 0, loc(2))],
+            ..Default::default()
+        })
+        .unwrap();
+        idx.commit(&IndexBatch {
+            deleted: vec![1],
+            ledgers: vec![(
+                1,
+                LedgerInfo {
+                    deleted: true,
+                    ..Default::default()
+                },
+            )],
+            ..Default::default()
+        })
+        .unwrap();
+        assert_eq!(idx.entry_ids(1).unwrap(), Vec::<i64>::new());
+        assert_eq!(idx.get(2, 0).unwrap(), Some(loc(2)));
+        assert!(idx.ledger_infos().unwrap()[0].1.deleted);
+    }
+
+    #[test]
+    fn a_garbage_index_file_is_an_error_naming_it() {
+        let d = tempfile::tempdir().unwrap();
+        folio_env::RealFileSystem
+            .write_file_atomic(&d.path().join(INDEX_FILE), &[0x5a; 8192])
+            .unwrap();
+        let e = LedgerIndex::open(d.path()).err().unwrap();
+        assert!(e.to_string().contains(INDEX_FILE), "{e}");
+    }
+}

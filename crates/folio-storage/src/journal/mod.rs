@@ -1,0 +1,291 @@
+//! The journal: every add, fence, master key and explicit LAC is appended here and
+//! acknowledged once an fdatasync covers it (group commit, see `writer`).
+//!
+//! There may be several journal directories (BookKeeper's `journalDirectories`);
+//! each ledger is hashed onto one, so a ledger's records stay in order. Each
+//! directory has its own writer thread, its own files `current/<id>.txn` and its own
+//! mark `current/lastMark` (BookKeeper PR 3329: one directory's checkpoint must never
+//! move another's mark). At start-up each directory is replayed from its mark.
+
+pub mod format;
+pub mod reader;
+pub(crate) mod writer;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use bytes::Bytes;
+use folio_env::{Clock, Env, FileSystem};
+use parking_lot::Mutex;
+
+pub use format::{Position, RecordKind};
+pub use reader::{FileReplay, ReplayRecord};
+pub use writer::RequestKind;
+use writer::{DirShared, Request, Writer};
+
+use crate::config::JournalConfig;
+use crate::error::StorageError;
+use crate::storage::WriteCallback;
+
+/// What start-up replay found, per journal directory.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReplayStats {
+    pub files: u64,
+    pub records: u64,
+    pub torn_tails: u64,
+}
+
+/// The journal of a bookie: one or more directories with a writer thread each.
+pub struct Journal {
+    dirs: Vec<Arc<DirShared>>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+    fs: Arc<dyn FileSystem>,
+    clock: Arc<dyn Clock>,
+}
+
+impl Journal {
+    /// Replays every directory from its mark through `apply`, then starts a fresh
+    /// journal file and a writer thread in each.
+    pub fn open(
+        env: &Env,
+        cfg: &JournalConfig,
+        apply: &mut dyn FnMut(ReplayRecord) -> Result<(), StorageError>,
+    ) -> Result<(Journal, ReplayStats), StorageError> {
+        if cfg.dirs.is_empty() {
+            return Err(StorageError::BadRequest(
+                "no journal directory configured".into(),
+            ));
+        }
+        let mut stats = ReplayStats::default();
+        let mut prepared = Vec::new();
+        let poison = Arc::new(Mutex::new(None));
+        for d in &cfg.dirs {
+            let current = d.join("current");
+            env.fs.create_dir_all(&current).map_err(|e| {
+                StorageError::io_dir("create journal directory", current.clone(), e)
+            })?;
+            let (mark, next_id) = replay_dir(&*env.fs, &current, apply, &mut stats)?;
+            prepared.push((
+                Arc::new(DirShared::new(current, mark, Arc::clone(&poison))),
+                next_id,
+            ));
+        }
+        let mut threads = Vec::new();
+        let mut dirs = Vec::new();
+        for (i, (shared, next_id)) in prepared.into_iter().enumerate() {
+            let w = Writer::create(
+                Arc::clone(&shared),
+                Arc::clone(&env.fs),
+                Arc::clone(&env.clock),
+                cfg.clone(),
+                next_id,
+            )?;
+            let t = std::thread::Builder::new()
+                .name(format!("journal-{i}"))
+                .spawn(move || w.run())
+                .map_err(|e| StorageError::io("spawn journal thread", shared.dir.clone(), e))?;
+            threads.push(t);
+            dirs.push(shared);
+        }
+        Ok((
+            Journal {
+                dirs,
+                threads: Mutex::new(threads),
+                fs: Arc::clone(&env.fs),
+                clock: Arc::clone(&env.clock),
+            },
+            stats,
+        ))
+    }
+
+    /// The directory a ledger's records go to.
+    pub fn dir_index(&self, ledger: i64) -> usize {
+        dir_for(ledger, self.dirs.len())
+    }
+
+    /// Appends a record; `done` runs after the fdatasync covering it (or with the error).
+    pub fn append(
+        &self,
+        kind: RecordKind,
+        ledger: i64,
+        entry: i64,
+        payload: Bytes,
+        done: Option<WriteCallback>,
+    ) {
+        self.submit(RequestKind::Record(kind), ledger, entry, payload, done);
+    }
+
+    /// `done` runs once everything queued before for this ledger's directory is durable.
+    pub fn force(&self, ledger: i64, done: WriteCallback) {
+        self.submit(RequestKind::Force, ledger, 0, Bytes::new(), Some(done));
+    }
+
+    fn submit(
+        &self,
+        kind: RequestKind,
+        ledger: i64,
+        entry: i64,
+        payload: Bytes,
+        done: Option<WriteCallback>,
+    ) {
+        let req = Request {
+            kind,
+            ledger,
+            entry,
+            payload,
+            done,
+            enqueued: self.clock.now(),
+        };
+        self.dirs[self.dir_index(ledger)].submit(req);
+    }
+
+    /// Why the journal takes no more writes, if it does not (a failed write or fsync).
+    pub fn read_only_reason(&self) -> Option<String> {
+        self.dirs[0].poison.lock().as_ref().map(|p| p.reason())
+    }
+
+    /// Stops all writes (invariant 9) because something outside the journal failed in
+    /// a way that may have lost data, e.g. an fsync of the ledger store during a
+    /// checkpoint. The first reason is kept.
+    pub(crate) fn poison(&self, op: &'static str, path: PathBuf, e: &std::io::Error) {
+        let mut p = self.dirs[0].poison.lock();
+        if p.is_none() {
+            let poison = writer::Poison::new(op, path, e);
+            tracing::error!("storage read-only: {}", poison.reason());
+            *p = Some(poison);
+        }
+    }
+
+    /// The error a write gets when the journal is poisoned.
+    pub(crate) fn poison_error(&self, ledger: i64) -> Option<StorageError> {
+        self.dirs[self.dir_index(ledger)]
+            .poison
+            .lock()
+            .as_ref()
+            .map(|p| p.later_error())
+    }
+
+    /// Per directory, the end of the last durable group: the candidate marks.
+    pub fn synced_positions(&self) -> Vec<Position> {
+        self.dirs.iter().map(|d| d.synced()).collect()
+    }
+
+    /// Per directory, the persisted marks.
+    pub fn marks(&self) -> Vec<Position> {
+        self.dirs.iter().map(|d| *d.persisted_mark.lock()).collect()
+    }
+
+    /// Persists directory `i`'s mark atomically if it moves forward, then deletes the
+    /// journal files wholly before it. Callers hold the checkpoint lock.
+    pub fn persist_mark(&self, i: usize, mark: Position) -> Result<(), StorageError> {
+        let d = &self.dirs[i];
+        let mut persisted = d.persisted_mark.lock();
+        if mark <= *persisted {
+            return Ok(());
+        }
+        let path = d.dir.join(format::MARK_FILE);
+        self.fs
+            .write_file_atomic(&path, &format::encode_mark(mark))
+            .map_err(|e| StorageError::io("write journal mark", path.clone(), e))?;
+        *persisted = mark;
+        drop(persisted);
+        let names = self
+            .fs
+            .list_dir(&d.dir)
+            .map_err(|e| StorageError::io_dir("list journal directory", d.dir.clone(), e))?;
+        for id in names.iter().filter_map(|n| format::parse_file_name(n)) {
+            if id < mark.file_id {
+                let p = d.dir.join(format::file_name(id));
+                self.fs
+                    .remove_file(&p)
+                    .map_err(|e| StorageError::io("delete journal file", p.clone(), e))?;
+                tracing::debug!(file = %p.display(), "deleted journal file before the mark");
+            }
+        }
+        Ok(())
+    }
+
+    /// Stops the writer threads after they write what is queued.
+    pub fn shutdown(&self) {
+        for d in &self.dirs {
+            d.shutdown();
+        }
+        for t in self.threads.lock().drain(..) {
+            if t.join().is_err() {
+                tracing::error!("a journal writer thread panicked");
+            }
+        }
+    }
+
+    /// The `current/` directories, in configuration order.
+    pub fn dirs(&self) -> Vec<PathBuf> {
+        self.dirs.iter().map(|d| d.dir.clone()).collect()
+    }
+}
+
+impl Drop for Journal {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+/// Hashes a ledger onto one of `n` journal directories.
+pub fn dir_for(ledger: i64, n: usize) -> usize {
+    let h = (ledger as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    ((h >> 32) % n as u64) as usize
+}
+
+/// Reads a directory's mark (absent = the beginning).
+fn read_mark(fs: &dyn FileSystem, dir: &Path) -> Result<Position, StorageError> {
+    let path = dir.join(format::MARK_FILE);
+    if !fs.exists(&path) {
+        return Ok(Position::default());
+    }
+    let bytes = fs
+        .read_file(&path)
+        .map_err(|e| StorageError::io("read journal mark", path.clone(), e))?;
+    format::decode_mark(&bytes).map_err(|reason| StorageError::CorruptJournal {
+        file: path,
+        offset: 0,
+        reason,
+    })
+}
+
+/// Replays one directory from its mark; returns the mark and the next file id.
+fn replay_dir(
+    fs: &dyn FileSystem,
+    dir: &Path,
+    apply: &mut dyn FnMut(ReplayRecord) -> Result<(), StorageError>,
+    stats: &mut ReplayStats,
+) -> Result<(Position, u64), StorageError> {
+    let mark = read_mark(fs, dir)?;
+    let names = fs
+        .list_dir(dir)
+        .map_err(|e| StorageError::io_dir("list journal directory", dir.to_path_buf(), e))?;
+    let mut ids: Vec<u64> = names
+        .iter()
+        .filter_map(|n| format::parse_file_name(n))
+        .collect();
+    ids.sort_unstable();
+    if mark.file_id > 0 && !ids.contains(&mark.file_id) {
+        return Err(StorageError::CorruptJournal {
+            file: dir.join(format::file_name(mark.file_id)),
+            offset: mark.offset,
+            reason: "the journal file named by the mark is missing".into(),
+        });
+    }
+    for &id in ids.iter().filter(|&&id| id >= mark.file_id) {
+        let start = if id == mark.file_id { mark.offset } else { 0 };
+        let path = dir.join(format::file_name(id));
+        let r = reader::replay_file(fs, &path, id, start, apply)?;
+        stats.files += 1;
+        stats.records += r.records;
+        stats.torn_tails += u64::from(r.torn_tail.is_some());
+    }
+    let next = ids.last().copied().unwrap_or(0).max(mark.file_id) + 1;
+    Ok((mark, next))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,205 @@
+//! Replay: reading a journal file's records back at start-up.
+//!
+//! A crash can cut the last group commit of a file short: the file then ends in a
+//! partial record, or in the zeroes written by preallocation. That torn tail held
+//! nothing acknowledged (a group is acknowledged only after its fdatasync) and is
+//! dropped. A damaged record *followed by a valid one* is different: acknowledged
+//! data may sit behind it, so replay stops with an error naming the file and offset.
+
+use std::io;
+use std::path::Path;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use folio_env::{File, FileSystem, OpenOptions};
+
+use super::format::{self, HEADER_LEN, RECORD_HEADER_LEN, RecordHeader, RecordKind};
+use crate::error::StorageError;
+
+/// One record read back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplayRecord {
+    pub kind: RecordKind,
+    pub ledger: i64,
+    pub entry: i64,
+    pub payload: Bytes,
+}
+
+/// What replaying one file found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct FileReplay {
+    pub records: u64,
+    /// Offset after the last valid record.
+    pub end: u64,
+    /// Where a torn tail (dropped) starts, if the file has one.
+    pub torn_tail: Option<u64>,
+}
+
+const WINDOW: usize = 1 << 20;
+
+/// Reads a file through a window so records are parsed without a syscall each.
+struct Window {
+    file: Arc<dyn File>,
+    len: u64,
+    buf: Vec<u8>,
+    start: u64,
+}
+
+impl Window {
+    fn get(&mut self, off: u64, n: usize) -> io::Result<&[u8]> {
+        let end = off + n as u64;
+        debug_assert!(end <= self.len);
+        let have_end = self.start + self.buf.len() as u64;
+        if off < self.start || end > have_end {
+            let want = (n.max(WINDOW) as u64).min(self.len - off) as usize;
+            self.buf.resize(want, 0);
+            self.file.read_exact_at(&mut self.buf, off)?;
+            self.start = off;
+        }
+        let s = (off - self.start) as usize;
+        Ok(&self.buf[s..s + n])
+    }
+}
+
+/// Replays the records of `path` from `start`, calling `apply` for each in order.
+pub fn replay_file(
+    fs: &dyn FileSystem,
+    path: &Path,
+    file_id: u64,
+    start: u64,
+    apply: &mut dyn FnMut(ReplayRecord) -> Result<(), StorageError>,
+) -> Result<FileReplay, StorageError> {
+    let io_err = |e| StorageError::io("read journal", path, e);
+    let file = fs.open(path, OpenOptions::read()).map_err(io_err)?;
+    let len = file.len().map_err(io_err)?;
+    let mut w = Window {
+        file,
+        len,
+        buf: Vec::new(),
+        start: 0,
+    };
+    let corrupt = |offset: u64, reason: String| StorageError::CorruptJournal {
+        file: path.to_path_buf(),
+        offset,
+        reason,
+    };
+
+    // A header that never became durable (the file was created, then the machine
+    // crashed before its first fdatasync) leaves a short or zeroed file: no records.
+    if len < HEADER_LEN {
+        return Ok(FileReplay {
+            end: len,
+            torn_tail: Some(0),
+            ..Default::default()
+        });
+    }
+    let header = w.get(0, HEADER_LEN as usize).map_err(io_err)?;
+    if header.iter().all(|&b| b == 0) {
+        if let Some(q) = find_valid_record(&mut w, file_id, HEADER_LEN).map_err(io_err)? {
+            return Err(corrupt(
+                0,
+                format!("zeroed header but a valid record at {q}"),
+            ));
+        }
+        return Ok(FileReplay {
+            end: 0,
+            torn_tail: Some(0),
+            ..Default::default()
+        });
+    }
+    format::decode_header(header, file_id).map_err(|r| corrupt(0, r))?;
+
+    let mut out = FileReplay {
+        end: start.max(HEADER_LEN),
+        ..Default::default()
+    };
+    let mut pos = out.end;
+    while pos < len {
+        let room = len - pos;
+        let bad = match check_record(&mut w, file_id, pos).map_err(io_err)? {
+            Ok(h) => {
+                let body = w
+                    .get(pos + RECORD_HEADER_LEN as u64, h.len as usize)
+                    .map_err(io_err)?;
+                let kind = RecordKind::from_u8(h.kind).expect("checked by plausible");
+                apply(ReplayRecord {
+                    kind,
+                    ledger: h.ledger,
+                    entry: h.entry,
+                    payload: Bytes::copy_from_slice(body),
+                })?;
+                out.records += 1;
+                pos += RECORD_HEADER_LEN as u64 + u64::from(h.len);
+                out.end = pos;
+                continue;
+            }
+            Err(reason) => reason,
+        };
+        debug_assert!(room > 0);
+        if let Some(q) = find_valid_record(&mut w, file_id, pos + 1).map_err(io_err)? {
+            return Err(corrupt(
+                pos,
+                format!("{bad}, yet a valid record follows at offset {q}"),
+            ));
+        }
+        tracing::info!(file = %path.display(), offset = pos, "dropping torn journal tail: {bad}");
+        out.torn_tail = Some(pos);
+        break;
+    }
+    Ok(out)
+}
+
+/// Ok(Ok(header)) when a whole, valid record starts at `pos`; Ok(Err(why)) if not.
+fn check_record(
+    w: &mut Window,
+    file_id: u64,
+    pos: u64,
+) -> io::Result<Result<RecordHeader, String>> {
+    let room = w.len - pos;
+    if room < RECORD_HEADER_LEN as u64 {
+        return Ok(Err(format!("record header cut off ({room} bytes left)")));
+    }
+    let hb = w.get(pos, RECORD_HEADER_LEN)?;
+    if hb.iter().all(|&b| b == 0) {
+        return Ok(Err("zeroes where a record should start".into()));
+    }
+    let h = RecordHeader::parse(hb);
+    if !h.plausible(room - RECORD_HEADER_LEN as u64) {
+        return Ok(Err(format!(
+            "invalid record header (kind {}, length {}, {} bytes left)",
+            h.kind, h.len, room
+        )));
+    }
+    let rec = w.get(pos, RECORD_HEADER_LEN + h.len as usize)?;
+    if !h.checksum_ok(file_id, rec) {
+        return Ok(Err("record checksum mismatch".into()));
+    }
+    Ok(Ok(h))
+}
+
+/// The offset of the first valid record at or after `from`. Only offsets whose kind
+/// byte is a known kind are checked, found a window at a time, so runs of
+/// preallocated zeroes are skipped at memory speed.
+fn find_valid_record(w: &mut Window, file_id: u64, from: u64) -> io::Result<Option<u64>> {
+    let hdr = RECORD_HEADER_LEN as u64;
+    let mut r = from;
+    while r + hdr <= w.len {
+        // Candidate starts r .. r + n; their kind bytes sit at r + 8 .. r + 8 + n.
+        let n = (w.len - hdr - r + 1).min(WINDOW as u64 / 2) as usize;
+        let hit = w
+            .get(r + 8, n)?
+            .iter()
+            .position(|&b| RecordKind::from_u8(b).is_some());
+        match hit {
+            None => r += n as u64,
+            Some(i) => {
+                let candidate = r + i as u64;
+                if check_record(w, file_id, candidate)?.is_ok() {
+                    return Ok(Some(candidate));
+                }
+                r = candidate + 1;
+            }
+        }
+    }
+    Ok(None)
+}

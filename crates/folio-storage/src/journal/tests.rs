@@ -1,0 +1,407 @@
+//! Journal tests on real files (tempdir) and on the simulated disk.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::mpsc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use folio_env::sim::{Fault, SimFileSystem};
+use folio_env::{Env, FileSystem, OpenOptions, SystemClock, SystemRng};
+
+use super::*;
+use crate::error::StorageError;
+
+fn sim_env(fs: &SimFileSystem) -> Env {
+    Env {
+        clock: Arc::new(SystemClock),
+        fs: Arc::new(fs.clone()),
+        rng: Arc::new(SystemRng::with_seed(1)),
+    }
+}
+
+fn cfg(dirs: Vec<PathBuf>) -> JournalConfig {
+    JournalConfig {
+        prealloc_size: 4096,
+        ..JournalConfig::with_dirs(dirs)
+    }
+}
+
+fn open(env: &Env, c: &JournalConfig) -> Result<(Journal, Vec<ReplayRecord>), StorageError> {
+    let mut seen = Vec::new();
+    let (j, _) = Journal::open(env, c, &mut |r| {
+        seen.push(r);
+        Ok(())
+    })?;
+    Ok((j, seen))
+}
+
+type Done = mpsc::Receiver<Result<(), StorageError>>;
+
+fn append(j: &Journal, ledger: i64, entry: i64, payload: &[u8]) -> Done {
+    let (tx, rx) = mpsc::channel();
+    j.append(
+        RecordKind::Add,
+        ledger,
+        entry,
+        Bytes::copy_from_slice(payload),
+        Some(Box::new(move |r| {
+            let _ = tx.send(r);
+        })),
+    );
+    rx
+}
+
+fn wait(rx: Done) -> Result<(), StorageError> {
+    rx.recv_timeout(Duration::from_secs(60))
+        .expect("callback never ran")
+}
+
+fn payload(ledger: i64, entry: i64) -> Vec<u8> {
+    format!("ledger {ledger} entry {entry} ")
+        .repeat((entry as usize % 7) + 1)
+        .into_bytes()
+}
+
+fn journal_files(fs: &dyn FileSystem, dir: &Path) -> Vec<PathBuf> {
+    fs.list_dir(&dir.join("current"))
+        .unwrap()
+        .into_iter()
+        .filter(|n| n.ends_with(".txn"))
+        .map(|n| dir.join("current").join(n))
+        .collect()
+}
+
+#[test]
+fn acknowledged_records_replay_byte_for_byte_on_real_files() {
+    let tmp = tempfile::tempdir().unwrap();
+    let env = Env::real();
+    let c = cfg(vec![tmp.path().join("j1"), tmp.path().join("j2")]);
+    let (j, seen) = open(&env, &c).unwrap();
+    assert!(seen.is_empty());
+    let rxs: Vec<_> = (0..50)
+        .map(|i| append(&j, i % 5, i / 5, &payload(i % 5, i / 5)))
+        .collect();
+    for rx in rxs {
+        wait(rx).unwrap();
+    }
+    j.shutdown();
+    drop(j);
+    let (j2, seen) = open(&env, &c).unwrap();
+    assert_eq!(seen.len(), 50);
+    for l in 0..5 {
+        let mine: Vec<_> = seen.iter().filter(|r| r.ledger == l).collect();
+        assert_eq!(mine.len(), 10, "ledger {l}");
+        for (e, r) in mine.iter().enumerate() {
+            assert_eq!(r.entry, e as i64, "a ledger's records keep their order");
+            assert_eq!(r.payload.as_ref(), payload(l, e as i64).as_slice());
+        }
+    }
+    // Each directory got some ledgers, and a restart starts new files.
+    assert!(journal_files(&RealFileSystem, &tmp.path().join("j1")).len() == 2);
+    assert!(journal_files(&RealFileSystem, &tmp.path().join("j2")).len() == 2);
+    drop(j2);
+}
+
+use folio_env::RealFileSystem;
+
+#[test]
+fn group_commit_shares_one_fdatasync() {
+    let fs = SimFileSystem::new();
+    let env = sim_env(&fs);
+    let c = JournalConfig {
+        max_group_wait: Duration::from_secs(600),
+        max_group_entries: 100,
+        ..cfg(vec![PathBuf::from("/j")])
+    };
+    let (j, _) = open(&env, &c).unwrap();
+    let (syncs_before, _) = fs.sync_counts();
+    let rxs: Vec<_> = (0..100).map(|i| append(&j, 1, i, b"x")).collect();
+    for rx in rxs {
+        wait(rx).unwrap();
+    }
+    let (syncs_after, _) = fs.sync_counts();
+    assert_eq!(
+        syncs_after - syncs_before,
+        1,
+        "100 adds, one group, one fdatasync"
+    );
+}
+
+#[test]
+fn groups_are_bounded_by_entries_and_bytes() {
+    for (entries, bytes, expect) in [(10, u64::MAX, 10), (0, 10 * 29, 10)] {
+        let fs = SimFileSystem::new();
+        let c = JournalConfig {
+            max_group_wait: Duration::from_secs(600),
+            max_group_entries: entries,
+            max_group_bytes: bytes,
+            ..cfg(vec![PathBuf::from("/j")])
+        };
+        let (j, _) = open(&sim_env(&fs), &c).unwrap();
+        let (before, _) = fs.sync_counts();
+        // 29-byte records (28-byte header + 1): ten make a group either way.
+        let rxs: Vec<_> = (0..100).map(|i| append(&j, 1, i, b"x")).collect();
+        for rx in rxs {
+            wait(rx).unwrap();
+        }
+        assert_eq!(
+            fs.sync_counts().0 - before,
+            expect,
+            "entries {entries} bytes {bytes}"
+        );
+    }
+}
+
+#[test]
+fn callbacks_wait_for_the_fdatasync_and_a_failed_one_poisons() {
+    let fs = SimFileSystem::new();
+    let env = sim_env(&fs);
+    let c = cfg(vec![PathBuf::from("/j")]);
+    let (j, _) = open(&env, &c).unwrap();
+    wait(append(&j, 1, 0, b"ok")).unwrap();
+    // The 4 KiB preallocation already covers the next record: its ops are write, fdatasync.
+    fs.inject(Fault::SyncEio { after_ops: 1 });
+    let e = wait(append(&j, 1, 1, b"lost")).unwrap_err();
+    assert!(
+        matches!(e, StorageError::Io { .. }) && e.to_string().contains("/j/current/"),
+        "{e}"
+    );
+    assert!(j.read_only_reason().unwrap().contains("fdatasync"));
+    // Every later write fails at once, even though the disk works again.
+    let e = wait(append(&j, 1, 2, b"later")).unwrap_err();
+    assert!(matches!(e, StorageError::ReadOnly { .. }), "{e}");
+    let (tx, rx) = mpsc::channel();
+    j.force(1, Box::new(move |r| tx.send(r).unwrap()));
+    assert!(wait(rx).is_err());
+    drop(j);
+    // After a restart only the acknowledged record is certain to be there.
+    let (_, seen) = open(&sim_env(&fs.crash(folio_env::sim::CrashMode::Clean)), &c).unwrap();
+    assert_eq!(seen.len(), 1);
+    assert_eq!(seen[0].payload.as_ref(), b"ok");
+}
+
+#[test]
+fn a_full_disk_fails_the_write_naming_the_directory() {
+    let fs = SimFileSystem::with_capacity(64 * 1024);
+    let env = sim_env(&fs);
+    let c = cfg(vec![PathBuf::from("/jfull")]);
+    let (j, _) = open(&env, &c).unwrap();
+    let big = vec![7u8; 8000];
+    let mut acked = 0;
+    let err = loop {
+        match wait(append(&j, 1, acked, &big)) {
+            Ok(()) => acked += 1,
+            Err(e) => break e,
+        }
+        assert!(acked < 100, "the disk never filled");
+    };
+    match &err {
+        StorageError::NoSpace { dir, .. } => assert_eq!(dir, Path::new("/jfull/current")),
+        other => panic!("expected NoSpace, got {other:?}"),
+    }
+    assert!(err.to_string().contains("/jfull/current"), "{err}");
+    drop(j);
+    let (_, seen) = open(&sim_env(&fs.crash(folio_env::sim::CrashMode::Clean)), &c)
+        .map(|(j, s)| {
+            drop(j);
+            (0, s)
+        })
+        .unwrap_or_else(|e| panic!("restart after ENOSPC failed: {e}"));
+    assert!(seen.len() as i64 >= acked, "acknowledged records lost");
+    for (i, r) in seen.iter().enumerate().take(acked as usize) {
+        assert_eq!((r.entry, r.payload.len()), (i as i64, big.len()));
+    }
+}
+
+/// Writes `n` acknowledged records to a fresh journal in `/j` and returns the file.
+fn journal_with_records(fs: &SimFileSystem, n: i64) -> PathBuf {
+    let c = cfg(vec![PathBuf::from("/j")]);
+    let (j, _) = open(&sim_env(fs), &c).unwrap();
+    for i in 0..n {
+        wait(append(&j, 3, i, &payload(3, i))).unwrap();
+    }
+    drop(j);
+    journal_files(fs, Path::new("/j"))[0].clone()
+}
+
+fn record_offsets(n: i64) -> Vec<u64> {
+    let mut at = format::HEADER_LEN;
+    (0..n)
+        .map(|i| {
+            let o = at;
+            at += (format::RECORD_HEADER_LEN + payload(3, i).len()) as u64;
+            o
+        })
+        .collect()
+}
+
+#[test]
+fn a_truncated_journal_drops_only_the_cut_record() {
+    for cut in [1usize, 10, 27, 28, 40] {
+        let fs = SimFileSystem::new();
+        let file = journal_with_records(&fs, 5);
+        let offs = record_offsets(5);
+        let f = fs.open(&file, OpenOptions::write_create()).unwrap();
+        f.set_len(offs[4] + cut as u64).unwrap();
+        let (_, seen) = open(&sim_env(&fs), &cfg(vec![PathBuf::from("/j")])).unwrap();
+        assert_eq!(seen.len(), 4, "cut {cut}");
+        assert_eq!(seen[3].payload.as_ref(), payload(3, 3).as_slice());
+    }
+}
+
+#[test]
+fn a_torn_record_before_preallocated_zeroes_is_dropped() {
+    let fs = SimFileSystem::new();
+    let file = journal_with_records(&fs, 5);
+    let offs = record_offsets(5);
+    let f = fs.open(&file, OpenOptions::write_create()).unwrap();
+    // Zero the second half of the last record, as if its write was torn.
+    let end = offs[4] + (format::RECORD_HEADER_LEN + payload(3, 4).len()) as u64;
+    let mid = offs[4] + 20;
+    f.write_all_at(&vec![0; (end - mid) as usize], mid).unwrap();
+    let (_, seen) = open(&sim_env(&fs), &cfg(vec![PathBuf::from("/j")])).unwrap();
+    assert_eq!(seen.len(), 4);
+}
+
+#[test]
+fn junk_in_the_middle_stops_start_up_naming_file_and_offset() {
+    let fs = SimFileSystem::new();
+    let file = journal_with_records(&fs, 5);
+    let offs = record_offsets(5);
+    let f = fs.open(&file, OpenOptions::write_create()).unwrap();
+    f.write_all_at(&[0xff], offs[2] + 30).unwrap();
+    let err = open(&sim_env(&fs), &cfg(vec![PathBuf::from("/j")]))
+        .err()
+        .unwrap();
+    match &err {
+        StorageError::CorruptJournal {
+            file: ef,
+            offset,
+            reason,
+        } => {
+            assert_eq!(ef, &file);
+            assert_eq!(*offset, offs[2]);
+            assert!(reason.contains(&format!("{}", offs[3])), "{reason}");
+        }
+        other => panic!("expected CorruptJournal, got {other:?}"),
+    }
+    assert!(
+        err.to_string().contains(&file.display().to_string()),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_bad_header_or_mark_is_an_error() {
+    let fs = SimFileSystem::new();
+    let file = journal_with_records(&fs, 2);
+    let f = fs.open(&file, OpenOptions::write_create()).unwrap();
+    f.write_all_at(b"NOTAJRNL", 0).unwrap();
+    let err = open(&sim_env(&fs), &cfg(vec![PathBuf::from("/j")]))
+        .err()
+        .unwrap();
+    assert!(err.to_string().contains("bad magic"), "{err}");
+
+    let fs = SimFileSystem::new();
+    journal_with_records(&fs, 2);
+    fs.write_file_atomic(Path::new("/j/current/lastMark"), b"garbage")
+        .unwrap();
+    let err = open(&sim_env(&fs), &cfg(vec![PathBuf::from("/j")]))
+        .err()
+        .unwrap();
+    assert!(err.to_string().contains("lastMark"), "{err}");
+}
+
+#[test]
+fn files_roll_at_the_size_limit_and_marks_delete_old_files() {
+    let fs = SimFileSystem::new();
+    let env = sim_env(&fs);
+    let c = JournalConfig {
+        max_file_size: 1024,
+        ..cfg(vec![PathBuf::from("/j")])
+    };
+    let (j, _) = open(&env, &c).unwrap();
+    for i in 0..40 {
+        wait(append(&j, 1, i, &[i as u8; 100])).unwrap();
+    }
+    let files = journal_files(&fs, Path::new("/j"));
+    assert!(files.len() >= 3, "{files:?}");
+    let mark = j.synced_positions()[0];
+    j.persist_mark(0, mark).unwrap();
+    assert_eq!(journal_files(&fs, Path::new("/j")).len(), 1);
+    assert_eq!(j.marks()[0], mark);
+    // Marks only move forward.
+    j.persist_mark(0, Position::default()).unwrap();
+    assert_eq!(j.marks()[0], mark);
+    drop(j);
+    // Replay from the mark: nothing before it comes back.
+    let (_, seen) = open(&env, &c).unwrap();
+    assert!(seen.is_empty(), "{} records replayed", seen.len());
+}
+
+#[test]
+fn a_missing_file_named_by_the_mark_is_an_error() {
+    let fs = SimFileSystem::new();
+    let env = sim_env(&fs);
+    let c = cfg(vec![PathBuf::from("/j")]);
+    let (j, _) = open(&env, &c).unwrap();
+    wait(append(&j, 1, 0, b"x")).unwrap();
+    let mark = j.synced_positions()[0];
+    j.persist_mark(0, mark).unwrap();
+    drop(j);
+    fs.remove_file(&Path::new("/j/current").join(format::file_name(mark.file_id)))
+        .unwrap();
+    let err = open(&env, &c).err().unwrap();
+    assert!(err.to_string().contains("missing"), "{err}");
+}
+
+#[test]
+fn unsafe_no_sync_mode_still_writes_records() {
+    let fs = SimFileSystem::new();
+    let env = sim_env(&fs);
+    let c = JournalConfig {
+        sync_data: false,
+        ..cfg(vec![PathBuf::from("/j")])
+    };
+    let (j, _) = open(&env, &c).unwrap();
+    let (s0, _) = fs.sync_counts();
+    wait(append(&j, 1, 0, b"fast")).unwrap();
+    assert_eq!(
+        fs.sync_counts().0,
+        s0,
+        "no fdatasync with sync_data = false"
+    );
+    drop(j);
+    let (_, seen) = open(&env, &c).unwrap();
+    assert_eq!(seen.len(), 1);
+}
+
+#[test]
+fn a_valid_record_far_behind_the_damage_is_still_found() {
+    let fs = SimFileSystem::new();
+    let file = journal_with_records(&fs, 3);
+    let offs = record_offsets(3);
+    let f = fs.open(&file, OpenOptions::write_create()).unwrap();
+    // Damage record 1, zero the rest, and put one valid record 3 MiB further on.
+    f.write_all_at(&vec![0; 4 << 20], offs[1] + 4).unwrap();
+    let mut rec = Vec::new();
+    let id = format::parse_file_name(file.file_name().unwrap().to_str().unwrap()).unwrap();
+    format::encode_record(&mut rec, id, RecordKind::Fence, 3, 0, b"");
+    let far = offs[1] + (3 << 20) + 7;
+    f.write_all_at(&rec, far).unwrap();
+    let err = open(&sim_env(&fs), &cfg(vec![PathBuf::from("/j")]))
+        .err()
+        .unwrap();
+    match &err {
+        StorageError::CorruptJournal { offset, reason, .. } => {
+            assert_eq!(*offset, offs[1]);
+            assert!(reason.contains(&far.to_string()), "{reason}");
+        }
+        other => panic!("expected CorruptJournal, got {other:?}"),
+    }
+    // Without that record, the same damage is a torn tail: two records back.
+    f.write_all_at(&vec![0; rec.len()], far).unwrap();
+    let (_, seen) = open(&sim_env(&fs), &cfg(vec![PathBuf::from("/j")])).unwrap();
+    assert_eq!(seen.len(), 1, "only the record before the damage");
+}

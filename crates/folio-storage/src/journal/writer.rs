@@ -1,0 +1,404 @@
+//! The group-commit writer: one thread per journal directory.
+//!
+//! The thread takes whatever requests are queued, waits (up to `max_group_wait`
+//! counted from the oldest request) for more unless the group is already big enough,
+//! encodes them into one reused buffer, writes it with one positional write, and
+//! calls fdatasync once. Only when that fdatasync returns Ok do the group's
+//! completion callbacks run, in queue order. Requests arriving during the fdatasync
+//! form the next group. A failed write or fdatasync poisons the directory: the
+//! group's callbacks get the error and every later request fails at once.
+
+use std::collections::VecDeque;
+use std::io;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use folio_env::{Clock, File, FileSystem, OpenOptions};
+use parking_lot::{Condvar, Mutex};
+
+use super::format::{self, HEADER_LEN, Position, RECORD_HEADER_LEN, RecordKind};
+use crate::config::JournalConfig;
+use crate::error::StorageError;
+use crate::storage::WriteCallback;
+
+/// What a request asks of the journal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RequestKind {
+    /// Append a record.
+    Record(RecordKind),
+    /// Append nothing; complete once everything queued before is durable (force ledger).
+    Force,
+}
+
+/// One queued write.
+pub struct Request {
+    pub kind: RequestKind,
+    pub ledger: i64,
+    pub entry: i64,
+    pub payload: Bytes,
+    pub done: Option<WriteCallback>,
+    pub(crate) enqueued: Instant,
+}
+
+impl Request {
+    fn encoded_len(&self) -> usize {
+        match self.kind {
+            RequestKind::Record(_) => RECORD_HEADER_LEN + self.payload.len(),
+            RequestKind::Force => 0,
+        }
+    }
+}
+
+/// Why a directory stopped taking writes, kept so each later caller gets an error
+/// of the right kind naming the right path.
+#[derive(Debug, Clone)]
+pub(crate) struct Poison {
+    op: &'static str,
+    path: PathBuf,
+    kind: io::ErrorKind,
+    message: String,
+}
+
+impl Poison {
+    pub(crate) fn new(op: &'static str, path: PathBuf, e: &io::Error) -> Self {
+        Poison {
+            op,
+            path,
+            kind: e.kind(),
+            message: e.to_string(),
+        }
+    }
+
+    /// The error of the group whose write or fdatasync failed.
+    fn group_error(&self) -> StorageError {
+        StorageError::io(
+            self.op,
+            self.path.clone(),
+            io::Error::new(self.kind, self.message.clone()),
+        )
+    }
+
+    /// The error of every write after it.
+    pub(crate) fn later_error(&self) -> StorageError {
+        StorageError::ReadOnly {
+            reason: self.reason(),
+        }
+    }
+
+    pub(crate) fn reason(&self) -> String {
+        format!(
+            "journal {} of {} failed: {}",
+            self.op,
+            self.path.display(),
+            self.message
+        )
+    }
+}
+
+#[derive(Default)]
+struct Queue {
+    reqs: VecDeque<Request>,
+    shutdown: bool,
+}
+
+/// State shared by a directory's writer thread and the engine.
+pub(crate) struct DirShared {
+    /// `<journal dir>/current`
+    pub dir: PathBuf,
+    queue: Mutex<Queue>,
+    cv: Condvar,
+    /// Shared by all directories: one failed write or fdatasync stops them all.
+    pub(crate) poison: Arc<Mutex<Option<Poison>>>,
+    /// End of the last group made durable: every record before it was applied to the
+    /// ledger store before it was queued, so a checkpoint may take it as its mark.
+    synced: Mutex<Position>,
+    /// The mark last persisted (marks only move forward).
+    pub(crate) persisted_mark: Mutex<Position>,
+}
+
+impl DirShared {
+    pub(crate) fn new(dir: PathBuf, mark: Position, poison: Arc<Mutex<Option<Poison>>>) -> Self {
+        DirShared {
+            dir,
+            queue: Mutex::new(Queue::default()),
+            cv: Condvar::new(),
+            poison,
+            synced: Mutex::new(mark),
+            persisted_mark: Mutex::new(mark),
+        }
+    }
+
+    pub(crate) fn synced(&self) -> Position {
+        *self.synced.lock()
+    }
+
+    /// Queues a request, or fails it at once if the directory is poisoned or shut down.
+    pub(crate) fn submit(&self, req: Request) {
+        if let Some(p) = self.poison.lock().clone() {
+            fail(req, p.later_error());
+            return;
+        }
+        let mut q = self.queue.lock();
+        if q.shutdown {
+            drop(q);
+            fail(req, StorageError::ShutDown);
+            return;
+        }
+        q.reqs.push_back(req);
+        drop(q);
+        self.cv.notify_one();
+    }
+
+    pub(crate) fn shutdown(&self) {
+        self.queue.lock().shutdown = true;
+        self.cv.notify_all();
+    }
+}
+
+fn fail(req: Request, e: StorageError) {
+    if let Some(done) = req.done {
+        done(Err(e));
+    }
+}
+
+/// The writer thread's own state: the open file and reused buffers.
+pub(crate) struct Writer {
+    shared: Arc<DirShared>,
+    fs: Arc<dyn FileSystem>,
+    clock: Arc<dyn Clock>,
+    cfg: JournalConfig,
+    file: Arc<dyn File>,
+    path: PathBuf,
+    file_id: u64,
+    offset: u64,
+    prealloc_end: u64,
+    buf: Vec<u8>,
+    zeros: Vec<u8>,
+    batch: Vec<Request>,
+    /// Records written since the last successful fdatasync.
+    dirty: bool,
+}
+
+impl Writer {
+    /// Creates journal file `file_id` (header written, synced, directory entry synced),
+    /// ready to append.
+    pub(crate) fn create(
+        shared: Arc<DirShared>,
+        fs: Arc<dyn FileSystem>,
+        clock: Arc<dyn Clock>,
+        cfg: JournalConfig,
+        file_id: u64,
+    ) -> Result<Writer, StorageError> {
+        let zeros = vec![0u8; cfg.prealloc_size.min(1 << 20) as usize];
+        let (file, path) = new_file(&*fs, &shared.dir, file_id)?;
+        *shared.synced.lock() = Position {
+            file_id,
+            offset: HEADER_LEN,
+        };
+        Ok(Writer {
+            shared,
+            fs,
+            clock,
+            cfg,
+            file,
+            path,
+            file_id,
+            offset: HEADER_LEN,
+            prealloc_end: HEADER_LEN,
+            buf: Vec::with_capacity(1 << 16),
+            zeros,
+            batch: Vec::new(),
+            dirty: false,
+        })
+    }
+
+    /// The thread's loop; returns at shutdown once the queue is drained.
+    pub(crate) fn run(mut self) {
+        loop {
+            if !self.take_batch() {
+                return;
+            }
+            self.commit_batch();
+        }
+    }
+
+    /// Fills `self.batch` following the group-commit policy; false at shutdown with
+    /// nothing left to do.
+    fn take_batch(&mut self) -> bool {
+        let shared = Arc::clone(&self.shared);
+        let mut q = shared.queue.lock();
+        while q.reqs.is_empty() {
+            if q.shutdown {
+                return false;
+            }
+            shared.cv.wait(&mut q);
+        }
+        let first_enqueued = q.reqs.front().expect("non-empty").enqueued;
+        let deadline = first_enqueued + self.cfg.max_group_wait;
+        let mut bytes = 0u64;
+        let cfg = &self.cfg;
+        let full = |bytes: u64, n: usize| {
+            bytes >= cfg.max_group_bytes
+                || (cfg.max_group_entries > 0 && n as u64 >= cfg.max_group_entries)
+        };
+        loop {
+            // Take what is queued, up to the group bounds; the rest forms the next group.
+            while !full(bytes, self.batch.len()) {
+                let Some(r) = q.reqs.pop_front() else { break };
+                bytes += r.encoded_len() as u64;
+                self.batch.push(r);
+            }
+            if full(bytes, self.batch.len()) || q.shutdown || cfg.flush_when_queue_empty {
+                return true;
+            }
+            let now = self.clock.now();
+            if now >= deadline {
+                return true;
+            }
+            shared.cv.wait_for(&mut q, deadline - now);
+        }
+    }
+
+    fn commit_batch(&mut self) {
+        let poison = self.shared.poison.lock().clone();
+        if let Some(p) = poison {
+            for r in self.batch.drain(..) {
+                fail(r, p.later_error());
+            }
+            return;
+        }
+        let result = self.write_and_sync();
+        match result {
+            Ok(()) => {
+                if !self.cfg.unsafe_ack_before_sync {
+                    self.complete_ok();
+                }
+            }
+            Err(p) => {
+                tracing::error!("journal poisoned: {}", p.reason());
+                *self.shared.poison.lock() = Some(p.clone());
+                for r in self.batch.drain(..) {
+                    fail(r, p.group_error());
+                }
+                // Fail what queued up meanwhile too; later submits fail in `submit`.
+                let rest: Vec<Request> = self.shared.queue.lock().reqs.drain(..).collect();
+                for r in rest {
+                    fail(r, p.later_error());
+                }
+            }
+        }
+    }
+
+    fn complete_ok(&mut self) {
+        for r in self.batch.drain(..) {
+            if let Some(done) = r.done {
+                done(Ok(()));
+            }
+        }
+    }
+
+    fn write_and_sync(&mut self) -> Result<(), Poison> {
+        let len: usize = self.batch.iter().map(Request::encoded_len).sum();
+        if len > 0 {
+            if self.offset + len as u64 > self.cfg.max_file_size && self.offset > HEADER_LEN {
+                self.roll()?;
+            }
+            self.buf.clear();
+            for r in &self.batch {
+                if let RequestKind::Record(kind) = r.kind {
+                    format::encode_record(
+                        &mut self.buf,
+                        self.file_id,
+                        kind,
+                        r.ledger,
+                        r.entry,
+                        &r.payload,
+                    );
+                }
+            }
+            self.preallocate(self.offset + len as u64)?;
+            self.file
+                .write_all_at(&self.buf, self.offset)
+                .map_err(|e| Poison::new("write", self.path.clone(), &e))?;
+            self.offset += len as u64;
+            self.dirty = true;
+        }
+        if self.cfg.unsafe_ack_before_sync {
+            self.complete_ok();
+        }
+        if self.dirty && self.cfg.sync_data {
+            self.file
+                .sync_data()
+                .map_err(|e| Poison::new("fdatasync", self.path.clone(), &e))?;
+        }
+        self.dirty = false;
+        *self.shared.synced.lock() = Position {
+            file_id: self.file_id,
+            offset: self.offset,
+        };
+        Ok(())
+    }
+
+    /// Extends the file with written zeroes so fdatasyncs overwrite allocated blocks.
+    fn preallocate(&mut self, need: u64) -> Result<(), Poison> {
+        if self.cfg.prealloc_size == 0 {
+            return Ok(());
+        }
+        while self.prealloc_end < need {
+            let end = self.prealloc_end + self.cfg.prealloc_size;
+            let mut at = self.prealloc_end;
+            while at < end {
+                let n = (end - at).min(self.zeros.len() as u64) as usize;
+                self.file
+                    .write_all_at(&self.zeros[..n], at)
+                    .map_err(|e| Poison::new("preallocate", self.path.clone(), &e))?;
+                at += n as u64;
+            }
+            self.prealloc_end = end;
+        }
+        Ok(())
+    }
+
+    /// Starts the next journal file. Everything in the current one is already durable.
+    fn roll(&mut self) -> Result<(), Poison> {
+        let next = self.file_id + 1;
+        let (file, path) = new_file(&*self.fs, &self.shared.dir, next).map_err(|e| Poison {
+            op: "create",
+            path: self.shared.dir.join(format::file_name(next)),
+            kind: match e {
+                StorageError::NoSpace { .. } => io::ErrorKind::StorageFull,
+                _ => io::ErrorKind::Other,
+            },
+            message: e.to_string(),
+        })?;
+        tracing::debug!(file = %path.display(), "journal rolled");
+        self.file = file;
+        self.path = path;
+        self.file_id = next;
+        self.offset = HEADER_LEN;
+        self.prealloc_end = HEADER_LEN;
+        Ok(())
+    }
+}
+
+/// Creates a journal file with its header durable and its directory entry durable,
+/// so a record acknowledged in it can never vanish with the file.
+fn new_file(
+    fs: &dyn FileSystem,
+    dir: &std::path::Path,
+    file_id: u64,
+) -> Result<(Arc<dyn File>, PathBuf), StorageError> {
+    let path = dir.join(format::file_name(file_id));
+    let file = fs
+        .open(&path, OpenOptions::create_new())
+        .map_err(|e| StorageError::io("create journal file", path.clone(), e))?;
+    file.write_all_at(&format::encode_header(file_id), 0)
+        .map_err(|e| StorageError::io("write journal header", path.clone(), e))?;
+    file.sync_data()
+        .map_err(|e| StorageError::io("fdatasync journal header", path.clone(), e))?;
+    fs.sync_dir(dir)
+        .map_err(|e| StorageError::io_dir("fsync journal directory", dir.to_path_buf(), e))?;
+    Ok((file, path))
+}

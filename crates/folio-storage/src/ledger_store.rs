@@ -1,0 +1,484 @@
+//! `LedgerStore`: the entry logs, the ledger index and the write cache put together;
+//! everything a bookie stores except the journal.
+//!
+//! A put lands in the write cache and is readable at once. Nothing is durable until
+//! [`LedgerStore::flush`]: it writes the cached entries to the entry logs in (ledger,
+//! entry) order, fdatasyncs them, and only then commits the index durably, so the index
+//! never points at bytes a crash could lose. The journal (not here) makes puts durable
+//! before that. Reads look in the cache first, then the index and the entry logs; a read
+//! that fails on disk is an error, never "no such entry" (DESIGN invariant 5).
+
+use std::collections::{BTreeSet, HashMap};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use folio_env::Env;
+use parking_lot::{Condvar, Mutex, MutexGuard, RwLock};
+
+use crate::entry_log::{EntryLogPlacement, EntryLogs, SharedEntryLog};
+use crate::index::{IndexBatch, LedgerIndex};
+use crate::write_cache::WriteCache;
+
+pub use crate::index::LedgerInfo;
+
+/// BookKeeper's `logSizeLimit` default (1 GiB).
+pub const DEFAULT_ENTRY_LOG_SIZE_LIMIT: u64 = 1 << 30;
+/// Default bound on unflushed entry bytes held in memory (64 MiB).
+pub const DEFAULT_WRITE_CACHE_BYTES: u64 = 64 << 20;
+
+/// Where and how the ledger store keeps its data.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LedgerStoreConfig {
+    /// Entry logs live in `<dir>/current/`.
+    pub ledger_dirs: Vec<PathBuf>,
+    /// The index store lives in `<index_dir>/current/`.
+    pub index_dir: PathBuf,
+    /// Rotate an entry log when it would grow past this size.
+    pub entry_log_size_limit: u64,
+    /// Bound on unflushed entry bytes held in memory.
+    pub write_cache_bytes: u64,
+}
+
+impl LedgerStoreConfig {
+    /// A configuration with BookKeeper's default sizes.
+    pub fn new(ledger_dirs: Vec<PathBuf>, index_dir: PathBuf) -> LedgerStoreConfig {
+        LedgerStoreConfig {
+            ledger_dirs,
+            index_dir,
+            entry_log_size_limit: DEFAULT_ENTRY_LOG_SIZE_LIMIT,
+            write_cache_bytes: DEFAULT_WRITE_CACHE_BYTES,
+        }
+    }
+}
+
+/// What went wrong in the ledger store, and where.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LedgerStoreError {
+    #[error("no space left on device in directory {}: {source}", dir.display())]
+    NoSpace {
+        dir: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("{op} {}{}: {source}", path.display(), offset.map(|o| format!(" at offset {o}")).unwrap_or_default())]
+    Io {
+        op: &'static str,
+        path: PathBuf,
+        offset: Option<u64>,
+        #[source]
+        source: io::Error,
+    },
+    /// fdatasync failed: what the OS holds for the file is unknown, so the store stops
+    /// accepting writes (see `Poisoned`).
+    #[error("fdatasync of {} failed: {source}", path.display())]
+    SyncFailed {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("corrupt entry log {} at offset {offset}: {reason}", path.display())]
+    Corrupt {
+        path: PathBuf,
+        offset: u64,
+        reason: String,
+    },
+    #[error("ledger index {}: {reason}", path.display())]
+    Index { path: PathBuf, reason: String },
+    #[error("invalid ledger store configuration: {0}")]
+    Config(String),
+    #[error("invalid entry id {entry} for ledger {ledger}")]
+    InvalidEntryId { ledger: i64, entry: i64 },
+    #[error("ledger store refuses writes after an earlier failure ({0}); restart the bookie")]
+    Poisoned(String),
+    /// A put waited for write-cache room and the flush that should have made it failed.
+    #[error("write cache full and the flush meant to free it failed: {0}")]
+    WriteCacheFull(String),
+}
+
+/// Builds the error for a failed file operation: a full disk becomes `NoSpace` naming
+/// `dir`, a failed sync `SyncFailed`, anything else `Io` naming the file and offset.
+pub(crate) fn io_error(
+    op: &'static str,
+    dir: &Path,
+    path: &Path,
+    offset: Option<u64>,
+    e: io::Error,
+) -> LedgerStoreError {
+    if e.kind() == io::ErrorKind::StorageFull {
+        LedgerStoreError::NoSpace {
+            dir: dir.to_path_buf(),
+            source: e,
+        }
+    } else if op.starts_with("sync") {
+        LedgerStoreError::SyncFailed {
+            path: path.to_path_buf(),
+            source: e,
+        }
+    } else {
+        LedgerStoreError::Io {
+            op,
+            path: path.to_path_buf(),
+            offset,
+            source: e,
+        }
+    }
+}
+
+/// Called when a put has to wait for room in the write cache. It must not flush on the
+/// calling thread (the put holds no lock while calling it, but it is the journal's
+/// completion thread); it should wake whatever runs checkpoints.
+pub type FlushRequester = Arc<dyn Fn() + Send + Sync>;
+
+/// In-memory state changed by puts and sets, under one mutex so that a flush takes a
+/// consistent cut of the cache and the ledger infos.
+struct State {
+    cache: WriteCache,
+    ledgers: HashMap<i64, LedgerInfo>,
+    /// Ledgers whose info changed since the last flush.
+    dirty: BTreeSet<i64>,
+    /// Ledgers deleted since the last flush (their index entries are still there).
+    deleted_pending: BTreeSet<i64>,
+    poisoned: Option<String>,
+    /// Failed flushes so far, and the last one's error: a put waiting for room gives up
+    /// (with that error) when a flush fails, instead of blocking forever.
+    flush_failures: u64,
+    last_flush_error: String,
+}
+
+/// Entry logs + ledger index + write cache. `Send + Sync`; all methods take `&self`.
+pub struct LedgerStore {
+    logs: EntryLogs,
+    index: LedgerIndex,
+    state: Mutex<State>,
+    /// Signalled when a flush or delete frees cache room.
+    room: Condvar,
+    /// One flush at a time.
+    flush_lock: Mutex<()>,
+    flush_requester: RwLock<Option<FlushRequester>>,
+}
+
+impl LedgerStore {
+    /// Opens the store, creating its directories if needed.
+    pub fn open(env: &Env, config: LedgerStoreConfig) -> Result<Self, LedgerStoreError> {
+        Self::open_with_placement(env, config, Box::new(SharedEntryLog))
+    }
+
+    /// Opens the store with a given entry log placement.
+    pub fn open_with_placement(
+        env: &Env,
+        config: LedgerStoreConfig,
+        placement: Box<dyn EntryLogPlacement>,
+    ) -> Result<Self, LedgerStoreError> {
+        if config.entry_log_size_limit <= crate::entry_log::format::HEADER_LEN as u64 {
+            return Err(LedgerStoreError::Config(format!(
+                "entry_log_size_limit {} is not larger than the entry log header",
+                config.entry_log_size_limit
+            )));
+        }
+        if config.write_cache_bytes == 0 {
+            return Err(LedgerStoreError::Config(
+                "write_cache_bytes must be positive".into(),
+            ));
+        }
+        let logs = EntryLogs::open(
+            env.fs.clone(),
+            &config.ledger_dirs,
+            config.entry_log_size_limit,
+            placement,
+        )?;
+        let index_dir = config.index_dir.join("current");
+        env.fs
+            .create_dir_all(&index_dir)
+            .map_err(|e| io_error("create directory", &index_dir, &index_dir, None, e))?;
+        let index = LedgerIndex::open(&index_dir)?;
+        let ledgers = index.ledger_infos()?.into_iter().collect();
+        Ok(LedgerStore {
+            logs,
+            index,
+            state: Mutex::new(State {
+                cache: WriteCache::new(config.write_cache_bytes),
+                ledgers,
+                dirty: BTreeSet::new(),
+                deleted_pending: BTreeSet::new(),
+                poisoned: None,
+                flush_failures: 0,
+                last_flush_error: String::new(),
+            }),
+            room: Condvar::new(),
+            flush_lock: Mutex::new(()),
+            flush_requester: RwLock::new(None),
+        })
+    }
+
+    /// Sets the callback a put runs when it must wait for room (see [`FlushRequester`]).
+    pub fn set_flush_requester(&self, requester: FlushRequester) {
+        *self.flush_requester.write() = Some(requester);
+    }
+
+    fn check_poisoned(st: &State) -> Result<(), LedgerStoreError> {
+        match &st.poisoned {
+            Some(why) => Err(LedgerStoreError::Poisoned(why.clone())),
+            None => Ok(()),
+        }
+    }
+
+    /// Stores an entry (the whole "entry with digest" bytes, opaque). Readable at once,
+    /// durable after the next [`LedgerStore::flush`]. Putting the same entry again (journal
+    /// replay) replaces it. Entries of a deleted ledger are dropped. Blocks while the
+    /// write cache is full, until a flush (or a delete) frees room; if a flush fails
+    /// meanwhile, returns `WriteCacheFull` with that flush's error.
+    pub fn put_entry(&self, ledger: i64, entry: i64, data: Bytes) -> Result<(), LedgerStoreError> {
+        if entry < 0 {
+            return Err(LedgerStoreError::InvalidEntryId { ledger, entry });
+        }
+        let len = data.len() as u64;
+        let mut st = self.state.lock();
+        let mut asked = false;
+        let failures_before = st.flush_failures;
+        loop {
+            Self::check_poisoned(&st)?;
+            if st.flush_failures != failures_before {
+                return Err(LedgerStoreError::WriteCacheFull(
+                    st.last_flush_error.clone(),
+                ));
+            }
+            if st.ledgers.get(&ledger).is_some_and(|i| i.deleted) {
+                tracing::debug!(ledger, entry, "dropping a put to a deleted ledger");
+                return Ok(());
+            }
+            if st.cache.has_room(len) {
+                break;
+            }
+            let requester = self.flush_requester.read().clone();
+            match requester {
+                Some(f) if !asked => {
+                    asked = true;
+                    MutexGuard::unlocked(&mut st, || f());
+                }
+                _ => self.room.wait(&mut st),
+            }
+        }
+        st.cache.insert(ledger, entry, data);
+        let info = st.ledgers.entry(ledger).or_default();
+        info.last_entry_id = info.last_entry_id.max(Some(entry));
+        st.dirty.insert(ledger);
+        Ok(())
+    }
+
+    /// Reads an entry; `entry == -1` means the last entry stored. `Ok(None)` only when
+    /// the entry is absent; a failed or corrupt read is `Err`.
+    pub fn get_entry(&self, ledger: i64, entry: i64) -> Result<Option<Bytes>, LedgerStoreError> {
+        if entry < -1 {
+            return Err(LedgerStoreError::InvalidEntryId { ledger, entry });
+        }
+        let entry = {
+            let st = self.state.lock();
+            let Some(info) = st.ledgers.get(&ledger) else {
+                return Ok(None);
+            };
+            if info.deleted {
+                return Ok(None);
+            }
+            let entry = if entry == -1 {
+                match info.last_entry_id {
+                    Some(last) => last,
+                    None => return Ok(None),
+                }
+            } else {
+                entry
+            };
+            if let Some(data) = st.cache.get(ledger, entry) {
+                return Ok(Some(data));
+            }
+            entry
+        };
+        // The flush that removed the entry from the cache committed the index first.
+        match self.index.get(ledger, entry)? {
+            None => Ok(None),
+            Some(loc) => self.logs.read(loc, ledger, entry).map(Some),
+        }
+    }
+
+    /// The ledger's state, if the store knows the ledger (a deleted one included).
+    pub fn ledger_info(&self, ledger: i64) -> Result<Option<LedgerInfo>, LedgerStoreError> {
+        Ok(self.state.lock().ledgers.get(&ledger).cloned())
+    }
+
+    fn update_info(
+        &self,
+        ledger: i64,
+        f: impl FnOnce(&mut LedgerInfo),
+    ) -> Result<(), LedgerStoreError> {
+        let mut st = self.state.lock();
+        Self::check_poisoned(&st)?;
+        f(st.ledgers.entry(ledger).or_default());
+        st.dirty.insert(ledger);
+        Ok(())
+    }
+
+    pub fn set_master_key(&self, ledger: i64, key: Bytes) -> Result<(), LedgerStoreError> {
+        self.update_info(ledger, |i| i.master_key = Some(key))
+    }
+
+    pub fn set_fenced(&self, ledger: i64) -> Result<(), LedgerStoreError> {
+        self.update_info(ledger, |i| i.fenced = true)
+    }
+
+    pub fn set_explicit_lac(&self, ledger: i64, body: Bytes) -> Result<(), LedgerStoreError> {
+        self.update_info(ledger, |i| i.explicit_lac = Some(body))
+    }
+
+    /// Marks the ledger deleted: its entries become unreadable at once and leave the
+    /// index at the next flush; its info stays, marked deleted. (Their bytes in the entry
+    /// logs are reclaimed by garbage collection, using the logs' ledgers maps.)
+    pub fn delete_ledger(&self, ledger: i64) -> Result<(), LedgerStoreError> {
+        let mut st = self.state.lock();
+        Self::check_poisoned(&st)?;
+        st.ledgers.entry(ledger).or_default().deleted = true;
+        st.cache.remove_ledger(ledger);
+        st.dirty.insert(ledger);
+        st.deleted_pending.insert(ledger);
+        self.room.notify_all();
+        Ok(())
+    }
+
+    /// Entry ids held for a ledger, ascending (for GetListOfEntriesOfLedger).
+    pub fn entry_ids(&self, ledger: i64) -> Result<Vec<i64>, LedgerStoreError> {
+        let cached = {
+            let st = self.state.lock();
+            match st.ledgers.get(&ledger) {
+                Some(i) if !i.deleted => st.cache.entry_ids(ledger),
+                _ => return Ok(Vec::new()),
+            }
+        };
+        let mut ids = self.index.entry_ids(ledger)?;
+        ids.extend(cached);
+        ids.sort_unstable();
+        ids.dedup();
+        Ok(ids)
+    }
+
+    /// The ledgers the store holds (not deleted), ascending.
+    pub fn ledgers(&self) -> Result<Vec<i64>, LedgerStoreError> {
+        let st = self.state.lock();
+        let mut ids: Vec<i64> = st
+            .ledgers
+            .iter()
+            .filter(|(_, i)| !i.deleted)
+            .map(|(&l, _)| l)
+            .collect();
+        ids.sort_unstable();
+        Ok(ids)
+    }
+
+    /// Makes every put/set issued before this call durable (entry logs fdatasync'd, then
+    /// the index committed durably), then releases the write cache memory they used.
+    pub fn flush(&self) -> Result<(), LedgerStoreError> {
+        let _one_at_a_time = self.flush_lock.lock();
+        let (entries, batch_ledgers, deleted) = {
+            let mut st = self.state.lock();
+            Self::check_poisoned(&st)?;
+            let entries = st.cache.start_flush();
+            let dirty = std::mem::take(&mut st.dirty);
+            let ledgers: Vec<(i64, LedgerInfo)> = dirty
+                .iter()
+                .filter_map(|&l| Some((l, st.ledgers.get(&l)?.clone())))
+                .collect();
+            let deleted = std::mem::take(&mut st.deleted_pending);
+            (entries, ledgers, deleted)
+        };
+        let result = self.write_out(&entries, batch_ledgers.clone(), &deleted);
+        let mut st = self.state.lock();
+        match result {
+            Ok(()) => {
+                st.cache.finish_flush();
+                self.room.notify_all();
+                Ok(())
+            }
+            Err(e) => {
+                // Keep what was not committed for the next flush; the cache keeps the
+                // flushing generation, so nothing becomes unreadable.
+                st.dirty.extend(batch_ledgers.iter().map(|(l, _)| *l));
+                st.deleted_pending.extend(deleted);
+                if matches!(e, LedgerStoreError::SyncFailed { .. }) {
+                    st.poisoned = Some(e.to_string());
+                }
+                st.flush_failures += 1;
+                st.last_flush_error = e.to_string();
+                self.room.notify_all();
+                Err(e)
+            }
+        }
+    }
+
+    fn write_out(
+        &self,
+        entries: &crate::write_cache::EntryMap,
+        ledgers: Vec<(i64, LedgerInfo)>,
+        deleted: &BTreeSet<i64>,
+    ) -> Result<(), LedgerStoreError> {
+        if entries.is_empty() && ledgers.is_empty() && deleted.is_empty() {
+            return Ok(());
+        }
+        let mut locations = Vec::with_capacity(entries.len());
+        for (&(ledger, entry), data) in entries {
+            if deleted.contains(&ledger) {
+                continue;
+            }
+            locations.push((ledger, entry, self.logs.append(ledger, entry, data)?));
+        }
+        self.logs.sync()?;
+        self.index.commit(&IndexBatch {
+            locations,
+            ledgers,
+            deleted: deleted.iter().copied().collect(),
+        })
+    }
+
+    /// Bytes currently held in the write cache (for metrics and flush triggering).
+    pub fn write_cache_used(&self) -> u64 {
+        self.state.lock().cache.used()
+    }
+
+    /// Flushes, then rotates the open entry logs so they get their ledgers maps. The
+    /// store stays usable (new entries go to new logs).
+    pub fn close(&self) -> Result<(), LedgerStoreError> {
+        self.flush()?;
+        let _one_at_a_time = self.flush_lock.lock();
+        self.logs.close_all()
+    }
+
+    /// Ids of the entry log files, ascending (for garbage collection and tools).
+    pub fn entry_log_ids(&self) -> Vec<u64> {
+        self.logs.log_ids()
+    }
+
+    /// Bytes per ledger in entry log `log_id`, from its ledgers map; `Ok(None)` for a log
+    /// that was not rotated (still open, or the bookie stopped before rotating it).
+    pub fn entry_log_ledgers(
+        &self,
+        log_id: u64,
+    ) -> Result<Option<Vec<(i64, u64)>>, LedgerStoreError> {
+        self.logs.ledgers_map(log_id)
+    }
+
+    /// Bytes per ledger in entry log `log_id`, rebuilt by reading its records (for a log
+    /// without a ledgers map; stops at a torn tail).
+    pub fn scan_entry_log(
+        &self,
+        log_id: u64,
+    ) -> Result<crate::entry_log::log_file::LogScan, LedgerStoreError> {
+        self.logs.scan(log_id)
+    }
+
+    /// The file of entry log `log_id`.
+    pub fn entry_log_path(&self, log_id: u64) -> Option<PathBuf> {
+        self.logs.path_of(log_id)
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,597 @@
+//! Unit tests of `LedgerStore` on real files in temporary directories; a small
+//! fault-injecting `FileSystem` wrapper stands in for a full disk and a failing fsync.
+
+use super::*;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use folio_env::{File, FileSystem, OpenOptions, RealFileSystem};
+
+/// Generous: the machine is slow and shared.
+const PATIENCE: Duration = Duration::from_secs(60);
+
+struct Dirs {
+    _tmp: tempfile::TempDir,
+    config: LedgerStoreConfig,
+}
+
+fn dirs(limit: u64, cache: u64) -> Dirs {
+    let tmp = tempfile::tempdir().unwrap();
+    let config = LedgerStoreConfig {
+        ledger_dirs: vec![tmp.path().join("ledgers")],
+        index_dir: tmp.path().join("index"),
+        entry_log_size_limit: limit,
+        write_cache_bytes: cache,
+    };
+    Dirs { _tmp: tmp, config }
+}
+
+fn open(d: &Dirs) -> LedgerStore {
+    LedgerStore::open(&Env::real(), d.config.clone()).unwrap()
+}
+
+fn data(ledger: i64, entry: i64) -> Bytes {
+    Bytes::from(format!("ledger {ledger} entry {entry} payload"))
+}
+
+#[test]
+fn ledger_store_is_send_and_sync() {
+    fn check<T: Send + Sync>() {}
+    check::<LedgerStore>();
+}
+
+#[test]
+fn entries_are_readable_before_and_after_flush() {
+    let d = dirs(1 << 20, 1 << 20);
+    let s = open(&d);
+    assert_eq!(s.get_entry(1, 0).unwrap(), None, "unknown ledger");
+    for e in 0..3 {
+        s.put_entry(1, e, data(1, e)).unwrap();
+    }
+    assert_eq!(s.get_entry(1, 1).unwrap(), Some(data(1, 1)));
+    assert!(s.write_cache_used() > 0);
+    s.flush().unwrap();
+    assert_eq!(s.write_cache_used(), 0);
+    assert_eq!(s.get_entry(1, 1).unwrap(), Some(data(1, 1)));
+    assert_eq!(
+        s.get_entry(1, -1).unwrap(),
+        Some(data(1, 2)),
+        "-1 = last entry"
+    );
+    assert_eq!(s.get_entry(1, 3).unwrap(), None);
+    assert_eq!(s.entry_ids(1).unwrap(), vec![0, 1, 2]);
+    assert!(matches!(
+        s.get_entry(1, -2),
+        Err(LedgerStoreError::InvalidEntryId { .. })
+    ));
+    assert!(matches!(
+        s.put_entry(1, -1, data(1, 1)),
+        Err(LedgerStoreError::InvalidEntryId { .. })
+    ));
+}
+
+#[test]
+fn reopen_after_flush_finds_entries_and_ledger_state() {
+    let d = dirs(1 << 20, 1 << 20);
+    {
+        let s = open(&d);
+        s.put_entry(1, 0, data(1, 0)).unwrap();
+        s.put_entry(1, 5, data(1, 5)).unwrap();
+        s.put_entry(2, 0, data(2, 0)).unwrap();
+        s.set_master_key(1, Bytes::from_static(&[9; 20])).unwrap();
+        s.set_fenced(1).unwrap();
+        s.set_explicit_lac(2, Bytes::from_static(b"lac body"))
+            .unwrap();
+        s.set_master_key(3, Bytes::from_static(&[3; 20])).unwrap();
+        s.flush().unwrap();
+        s.put_entry(2, 1, data(2, 1)).unwrap(); // never flushed: may be lost
+    }
+    let s = open(&d);
+    assert_eq!(s.ledgers().unwrap(), vec![1, 2, 3]);
+    assert_eq!(s.get_entry(1, 5).unwrap(), Some(data(1, 5)));
+    assert_eq!(s.get_entry(2, 0).unwrap(), Some(data(2, 0)));
+    assert_eq!(s.entry_ids(1).unwrap(), vec![0, 5]);
+    let one = s.ledger_info(1).unwrap().unwrap();
+    assert!(one.fenced && !one.deleted);
+    assert_eq!(one.master_key.as_deref(), Some(&[9u8; 20][..]));
+    assert_eq!(one.last_entry_id, Some(5));
+    let two = s.ledger_info(2).unwrap().unwrap();
+    assert_eq!(two.explicit_lac.as_deref(), Some(&b"lac body"[..]));
+    assert!(!two.fenced);
+    assert_eq!(s.ledger_info(3).unwrap().unwrap().last_entry_id, None);
+    assert_eq!(s.ledger_info(4).unwrap(), None);
+}
+
+#[test]
+fn reput_is_idempotent_before_and_after_flush() {
+    let d = dirs(1 << 20, 1 << 20);
+    {
+        let s = open(&d);
+        s.put_entry(1, 0, data(1, 0)).unwrap();
+        s.put_entry(1, 0, data(1, 0)).unwrap();
+        assert_eq!(s.write_cache_used(), data(1, 0).len() as u64);
+        s.flush().unwrap();
+        // Journal replay puts it again after it was flushed.
+        s.put_entry(1, 0, data(1, 0)).unwrap();
+        s.flush().unwrap();
+        assert_eq!(s.entry_ids(1).unwrap(), vec![0]);
+    }
+    let s = open(&d);
+    assert_eq!(s.entry_ids(1).unwrap(), vec![0]);
+    assert_eq!(s.get_entry(1, 0).unwrap(), Some(data(1, 0)));
+}
+
+/// Finds the only entry log file and the offset of the record of `ledger`/`entry`.
+fn only_log(s: &LedgerStore) -> PathBuf {
+    let ids = s.entry_log_ids();
+    assert_eq!(ids.len(), 1, "{ids:?}");
+    s.entry_log_path(ids[0]).unwrap()
+}
+
+#[test]
+fn a_flipped_byte_is_a_read_error_naming_file_and_offset() {
+    let d = dirs(1 << 20, 1 << 20);
+    let s = open(&d);
+    s.put_entry(1, 0, data(1, 0)).unwrap();
+    s.put_entry(1, 1, data(1, 1)).unwrap();
+    s.flush().unwrap();
+    let path = only_log(&s);
+    let f = RealFileSystem
+        .open(&path, OpenOptions::write_create())
+        .unwrap();
+    // Entry 1's record starts after the header and entry 0's record; flip a payload byte.
+    let rec0 = crate::entry_log::format::RECORD_HEADER_LEN as u64 + data(1, 0).len() as u64;
+    let offset = crate::entry_log::format::HEADER_LEN as u64 + rec0;
+    let at = offset + crate::entry_log::format::RECORD_HEADER_LEN as u64 + 3;
+    let mut b = [0u8; 1];
+    f.read_exact_at(&mut b, at).unwrap();
+    f.write_all_at(&[b[0] ^ 0x01], at).unwrap();
+    let e = s.get_entry(1, 1).unwrap_err();
+    let msg = e.to_string();
+    assert!(
+        matches!(e, LedgerStoreError::Corrupt { offset: o, .. } if o == offset),
+        "{msg}"
+    );
+    assert!(msg.contains(&path.display().to_string()), "{msg}");
+    assert!(msg.contains("checksum"), "{msg}");
+    assert_eq!(
+        s.get_entry(1, 0).unwrap(),
+        Some(data(1, 0)),
+        "entry 0 intact"
+    );
+}
+
+#[test]
+fn a_truncated_log_is_a_read_error_not_a_missing_entry() {
+    let d = dirs(1 << 20, 1 << 20);
+    {
+        let s = open(&d);
+        s.put_entry(7, 0, data(7, 0)).unwrap();
+        s.put_entry(7, 1, data(7, 1)).unwrap();
+        s.flush().unwrap();
+        let path = only_log(&s);
+        let f = RealFileSystem
+            .open(&path, OpenOptions::write_create())
+            .unwrap();
+        let len = f.len().unwrap();
+        f.set_len(len - 5).unwrap();
+    }
+    let s = open(&d);
+    let e = s.get_entry(7, 1).unwrap_err();
+    assert!(matches!(e, LedgerStoreError::Corrupt { .. }), "{e}");
+    assert!(e.to_string().contains("file ends inside the record"), "{e}");
+    assert_eq!(s.get_entry(7, 0).unwrap(), Some(data(7, 0)));
+}
+
+#[test]
+fn rotation_records_bytes_per_ledger_and_entries_stay_readable() {
+    let payload = Bytes::from(vec![1u8; 100]);
+    let rec = (crate::entry_log::format::RECORD_HEADER_LEN + 100) as u64;
+    // Header (64) + 3 records (372) = 436 <= 450 < 560: three records per log.
+    let d = dirs(450, 1 << 20);
+    {
+        let s = open(&d);
+        for e in 0..4 {
+            s.put_entry(1, e, payload.clone()).unwrap();
+            s.put_entry(2, e, payload.clone()).unwrap();
+        }
+        s.flush().unwrap();
+        // The flush writes in (ledger, entry) order: 1:0..3, 2:0..3.
+        assert_eq!(s.entry_log_ids(), vec![0, 1, 2]);
+        assert_eq!(s.entry_log_ledgers(0).unwrap(), Some(vec![(1, 3 * rec)]));
+        assert_eq!(
+            s.entry_log_ledgers(1).unwrap(),
+            Some(vec![(1, rec), (2, 2 * rec)])
+        );
+        assert_eq!(s.entry_log_ledgers(2).unwrap(), None, "still open");
+        s.close().unwrap();
+        assert_eq!(s.entry_log_ledgers(2).unwrap(), Some(vec![(2, 2 * rec)]));
+    }
+    let s = open(&d);
+    assert_eq!(
+        s.entry_log_ledgers(1).unwrap(),
+        Some(vec![(1, rec), (2, 2 * rec)])
+    );
+    for e in 0..4 {
+        assert_eq!(s.get_entry(1, e).unwrap(), Some(payload.clone()));
+        assert_eq!(s.get_entry(2, e).unwrap(), Some(payload.clone()));
+    }
+}
+
+#[test]
+fn deleted_ledger_disappears_and_stays_deleted() {
+    let d = dirs(1 << 20, 1 << 20);
+    {
+        let s = open(&d);
+        s.put_entry(1, 0, data(1, 0)).unwrap();
+        s.put_entry(2, 0, data(2, 0)).unwrap();
+        s.flush().unwrap();
+        s.put_entry(1, 1, data(1, 1)).unwrap();
+        s.delete_ledger(1).unwrap();
+        assert_eq!(s.get_entry(1, 0).unwrap(), None);
+        assert_eq!(s.get_entry(1, 1).unwrap(), None);
+        assert_eq!(s.entry_ids(1).unwrap(), Vec::<i64>::new());
+        assert_eq!(s.ledgers().unwrap(), vec![2]);
+        s.put_entry(1, 2, data(1, 2)).unwrap(); // replay of an old put: dropped
+        assert_eq!(s.get_entry(1, 2).unwrap(), None);
+        s.flush().unwrap();
+    }
+    let s = open(&d);
+    assert_eq!(s.ledgers().unwrap(), vec![2]);
+    assert!(s.ledger_info(1).unwrap().unwrap().deleted);
+    assert_eq!(s.get_entry(1, 0).unwrap(), None);
+    assert_eq!(s.get_entry(2, 0).unwrap(), Some(data(2, 0)));
+}
+
+#[test]
+fn a_full_cache_blocks_a_put_until_another_thread_flushes() {
+    let d = dirs(1 << 20, 100);
+    let s = Arc::new(open(&d));
+    s.put_entry(1, 0, Bytes::from(vec![0u8; 60])).unwrap();
+    let (waiting_tx, waiting_rx) = mpsc::channel();
+    let waiting_tx = Mutex::new(waiting_tx);
+    s.set_flush_requester(Arc::new(move || {
+        let _ = waiting_tx.lock().send(());
+    }));
+    let (done_tx, done_rx) = mpsc::channel();
+    let s2 = s.clone();
+    let t = std::thread::spawn(move || {
+        let r = s2.put_entry(1, 1, Bytes::from(vec![1u8; 60]));
+        done_tx.send(r.is_ok()).unwrap();
+    });
+    // The put asked for a flush, so it found the cache full and is waiting.
+    waiting_rx.recv_timeout(PATIENCE).unwrap();
+    assert!(
+        done_rx.try_recv().is_err(),
+        "the put must not complete while the cache is full"
+    );
+    assert_eq!(
+        s.write_cache_used(),
+        60,
+        "the cache never grows past its bound"
+    );
+    s.flush().unwrap();
+    assert!(done_rx.recv_timeout(PATIENCE).unwrap());
+    t.join().unwrap();
+    assert_eq!(s.write_cache_used(), 60);
+    assert_eq!(s.get_entry(1, 0).unwrap(), Some(Bytes::from(vec![0u8; 60])));
+    assert_eq!(s.get_entry(1, 1).unwrap(), Some(Bytes::from(vec![1u8; 60])));
+}
+
+#[test]
+fn deleting_a_ledger_frees_room_for_a_blocked_put() {
+    let d = dirs(1 << 20, 100);
+    let s = Arc::new(open(&d));
+    s.put_entry(1, 0, Bytes::from(vec![0u8; 80])).unwrap();
+    let (waiting_tx, waiting_rx) = mpsc::channel();
+    let waiting_tx = Mutex::new(waiting_tx);
+    s.set_flush_requester(Arc::new(move || {
+        let _ = waiting_tx.lock().send(());
+    }));
+    let s2 = s.clone();
+    let t = std::thread::spawn(move || s2.put_entry(2, 0, Bytes::from(vec![2u8; 80])));
+    waiting_rx.recv_timeout(PATIENCE).unwrap();
+    s.delete_ledger(1).unwrap();
+    t.join().unwrap().unwrap();
+    assert_eq!(s.write_cache_used(), 80);
+    assert_eq!(s.get_entry(2, 0).unwrap(), Some(Bytes::from(vec![2u8; 80])));
+}
+
+/// A placement giving each ledger its own entry log (what a later issue adds).
+struct LogPerLedger;
+
+impl crate::entry_log::EntryLogPlacement for LogPerLedger {
+    fn slot_for(&self, ledger: i64) -> crate::entry_log::LogSlot {
+        ledger as u64
+    }
+}
+
+#[test]
+fn placement_decides_which_log_an_entry_goes_to() {
+    let d = dirs(1 << 20, 1 << 20);
+    let s =
+        LedgerStore::open_with_placement(&Env::real(), d.config.clone(), Box::new(LogPerLedger))
+            .unwrap();
+    for e in 0..3 {
+        s.put_entry(10, e, data(10, e)).unwrap();
+        s.put_entry(20, e, data(20, e)).unwrap();
+    }
+    s.close().unwrap();
+    let ids = s.entry_log_ids();
+    assert_eq!(ids.len(), 2);
+    let mut per_log: Vec<Vec<i64>> = ids
+        .iter()
+        .map(|&id| {
+            let map = s.entry_log_ledgers(id).unwrap().unwrap();
+            map.into_iter().map(|(l, _)| l).collect()
+        })
+        .collect();
+    per_log.sort();
+    assert_eq!(per_log, vec![vec![10], vec![20]]);
+    assert_eq!(s.get_entry(20, 2).unwrap(), Some(data(20, 2)));
+}
+
+#[test]
+fn an_unrotated_log_can_be_scanned_after_a_restart() {
+    let d = dirs(1 << 20, 1 << 20);
+    {
+        let s = open(&d);
+        s.put_entry(1, 0, data(1, 0)).unwrap();
+        s.put_entry(2, 0, data(2, 0)).unwrap();
+        s.flush().unwrap();
+        // Dropped without close(): the log keeps no ledgers map, as after a crash.
+    }
+    let s = open(&d);
+    assert_eq!(s.entry_log_ledgers(0).unwrap(), None);
+    let scan = s.scan_entry_log(0).unwrap();
+    let rec = |l, e| (crate::entry_log::format::RECORD_HEADER_LEN + data(l, e).len()) as u64;
+    assert_eq!(scan.ledgers, vec![(1, rec(1, 0)), (2, rec(2, 0))]);
+    assert_eq!(scan.records, 2);
+}
+
+#[test]
+fn an_entry_larger_than_the_cache_is_taken_when_the_cache_is_empty() {
+    let d = dirs(1 << 20, 10);
+    let s = open(&d);
+    s.put_entry(1, 0, Bytes::from(vec![5u8; 50])).unwrap();
+    assert_eq!(s.write_cache_used(), 50);
+    s.flush().unwrap();
+    s.put_entry(1, 1, Bytes::from(vec![6u8; 50])).unwrap();
+    assert_eq!(s.get_entry(1, 0).unwrap(), Some(Bytes::from(vec![5u8; 50])));
+    assert_eq!(s.get_entry(1, 1).unwrap(), Some(Bytes::from(vec![6u8; 50])));
+}
+
+#[test]
+fn concurrent_puts_reads_and_flushes() {
+    const LEDGERS: i64 = 3;
+    const ENTRIES: i64 = 300;
+    // A small cache and log limit so that backpressure and rotation both happen.
+    let d = dirs(4096, 2048);
+    let s = Arc::new(open(&d));
+    let written: Arc<Vec<AtomicI64>> = Arc::new((0..LEDGERS).map(|_| AtomicI64::new(-1)).collect());
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut threads = Vec::new();
+    for l in 0..LEDGERS {
+        let (s, written) = (s.clone(), written.clone());
+        threads.push(std::thread::spawn(move || {
+            for e in 0..ENTRIES {
+                s.put_entry(l, e, data(l, e)).unwrap();
+                written[l as usize].store(e, Ordering::SeqCst);
+            }
+        }));
+    }
+    let mut helpers = Vec::new();
+    {
+        let (s, stop) = (s.clone(), stop.clone());
+        helpers.push(std::thread::spawn(move || {
+            while !stop.load(Ordering::SeqCst) {
+                s.flush().unwrap();
+                std::thread::yield_now();
+            }
+        }));
+    }
+    for r in 0..2 {
+        let (s, written, stop) = (s.clone(), written.clone(), stop.clone());
+        helpers.push(std::thread::spawn(move || {
+            let mut i = r;
+            while !stop.load(Ordering::SeqCst) {
+                let l = i % LEDGERS;
+                let hi = written[l as usize].load(Ordering::SeqCst);
+                if hi >= 0 {
+                    let e = (i * 7919) % (hi + 1);
+                    assert_eq!(s.get_entry(l, e).unwrap(), Some(data(l, e)), "{l}:{e}");
+                }
+                i += 1;
+            }
+        }));
+    }
+    for t in threads {
+        t.join().unwrap();
+    }
+    stop.store(true, Ordering::SeqCst);
+    for t in helpers {
+        t.join().unwrap();
+    }
+    s.flush().unwrap();
+    assert!(
+        s.entry_log_ids().len() > 1,
+        "the small limit forces rotation"
+    );
+    for l in 0..LEDGERS {
+        assert_eq!(s.entry_ids(l).unwrap(), (0..ENTRIES).collect::<Vec<_>>());
+        for e in 0..ENTRIES {
+            assert_eq!(s.get_entry(l, e).unwrap(), Some(data(l, e)));
+        }
+    }
+}
+
+#[test]
+fn bad_configuration_is_refused() {
+    let mut d = dirs(10, 1 << 20);
+    let e = LedgerStore::open(&Env::real(), d.config.clone())
+        .err()
+        .unwrap();
+    assert!(e.to_string().contains("entry_log_size_limit"), "{e}");
+    d.config.entry_log_size_limit = 1 << 20;
+    d.config.ledger_dirs.clear();
+    let e = LedgerStore::open(&Env::real(), d.config.clone())
+        .err()
+        .unwrap();
+    assert!(e.to_string().contains("no ledger directories"), "{e}");
+}
+
+/// A real file system whose writes or syncs can be made to fail.
+#[derive(Default)]
+struct Faults {
+    full: AtomicBool,
+    sync_fails: AtomicBool,
+}
+
+struct FaultyFs(Arc<Faults>);
+struct FaultyFile(Arc<dyn File>, Arc<Faults>);
+
+impl File for FaultyFile {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        self.0.read_at(buf, offset)
+    }
+    fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        if self.1.full.load(Ordering::SeqCst) {
+            return Err(io::Error::new(
+                io::ErrorKind::StorageFull,
+                "injected ENOSPC",
+            ));
+        }
+        self.0.write_all_at(buf, offset)
+    }
+    fn sync_data(&self) -> io::Result<()> {
+        if self.1.sync_fails.load(Ordering::SeqCst) {
+            return Err(io::Error::other("injected EIO"));
+        }
+        self.0.sync_data()
+    }
+    fn len(&self) -> io::Result<u64> {
+        self.0.len()
+    }
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        self.0.set_len(len)
+    }
+    fn allocate(&self, len: u64) -> io::Result<()> {
+        self.0.allocate(len)
+    }
+}
+
+impl FileSystem for FaultyFs {
+    fn open(&self, path: &Path, opts: OpenOptions) -> io::Result<Arc<dyn File>> {
+        Ok(Arc::new(FaultyFile(
+            RealFileSystem.open(path, opts)?,
+            self.0.clone(),
+        )))
+    }
+    fn create_dir_all(&self, path: &Path) -> io::Result<()> {
+        RealFileSystem.create_dir_all(path)
+    }
+    fn list_dir(&self, path: &Path) -> io::Result<Vec<String>> {
+        RealFileSystem.list_dir(path)
+    }
+    fn remove_file(&self, path: &Path) -> io::Result<()> {
+        RealFileSystem.remove_file(path)
+    }
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        RealFileSystem.rename(from, to)
+    }
+    fn exists(&self, path: &Path) -> bool {
+        RealFileSystem.exists(path)
+    }
+    fn sync_dir(&self, path: &Path) -> io::Result<()> {
+        RealFileSystem.sync_dir(path)
+    }
+    fn space(&self, path: &Path) -> io::Result<folio_env::DiskSpace> {
+        RealFileSystem.space(path)
+    }
+}
+
+fn faulty(d: &Dirs) -> (LedgerStore, Arc<Faults>) {
+    let faults = Arc::new(Faults::default());
+    let mut env = Env::real();
+    env.fs = Arc::new(FaultyFs(faults.clone()));
+    (LedgerStore::open(&env, d.config.clone()).unwrap(), faults)
+}
+
+#[test]
+fn a_full_disk_is_no_space_naming_the_directory_and_flush_retries() {
+    let d = dirs(1 << 20, 1 << 20);
+    let (s, faults) = faulty(&d);
+    s.put_entry(1, 0, data(1, 0)).unwrap();
+    s.flush().unwrap();
+    // Large enough to leave the 1 MiB write buffer, so the write happens in the flush.
+    let big = Bytes::from(vec![4u8; 2 << 20]);
+    s.put_entry(1, 1, big.clone()).unwrap();
+    faults.full.store(true, Ordering::SeqCst);
+    let e = s.flush().unwrap_err();
+    let dir = d.config.ledger_dirs[0].join("current");
+    assert!(
+        matches!(&e, LedgerStoreError::NoSpace { dir: got, .. } if *got == dir),
+        "{e}"
+    );
+    assert!(e.to_string().contains(&dir.display().to_string()), "{e}");
+    assert_eq!(
+        s.get_entry(1, 1).unwrap(),
+        Some(big.clone()),
+        "still cached"
+    );
+    faults.full.store(false, Ordering::SeqCst);
+    s.flush().unwrap();
+    assert_eq!(s.write_cache_used(), 0);
+    drop(s);
+    let s = open(&d);
+    assert_eq!(s.get_entry(1, 1).unwrap(), Some(big));
+    assert_eq!(s.get_entry(1, 0).unwrap(), Some(data(1, 0)));
+}
+
+#[test]
+fn a_failed_fsync_poisons_writes_but_reads_go_on() {
+    let d = dirs(1 << 20, 1 << 20);
+    let (s, faults) = faulty(&d);
+    s.put_entry(1, 0, data(1, 0)).unwrap();
+    faults.sync_fails.store(true, Ordering::SeqCst);
+    let e = s.flush().unwrap_err();
+    assert!(matches!(e, LedgerStoreError::SyncFailed { .. }), "{e}");
+    faults.sync_fails.store(false, Ordering::SeqCst);
+    assert!(matches!(
+        s.put_entry(1, 1, data(1, 1)),
+        Err(LedgerStoreError::Poisoned(_))
+    ));
+    assert!(matches!(s.flush(), Err(LedgerStoreError::Poisoned(_))));
+    assert_eq!(s.get_entry(1, 0).unwrap(), Some(data(1, 0)));
+}
+
+#[test]
+fn a_put_waiting_for_room_gets_an_error_when_the_flush_fails() {
+    let mut d = dirs(1 << 20, 1 << 20);
+    d.config.write_cache_bytes = 3 << 20;
+    let (s, faults) = faulty(&d);
+    let s = Arc::new(s);
+    // 2 MiB: more than the 1 MiB write buffer, so the flush really writes.
+    s.put_entry(1, 0, Bytes::from(vec![1u8; 2 << 20])).unwrap();
+    let (waiting_tx, waiting_rx) = mpsc::channel();
+    let waiting_tx = Mutex::new(waiting_tx);
+    s.set_flush_requester(Arc::new(move || {
+        let _ = waiting_tx.lock().send(());
+    }));
+    let s2 = s.clone();
+    let t = std::thread::spawn(move || s2.put_entry(1, 1, Bytes::from(vec![2u8; 2 << 20])));
+    waiting_rx.recv_timeout(PATIENCE).unwrap();
+    faults.full.store(true, Ordering::SeqCst);
+    assert!(matches!(s.flush(), Err(LedgerStoreError::NoSpace { .. })));
+    let e = t.join().unwrap().unwrap_err();
+    assert!(matches!(e, LedgerStoreError::WriteCacheFull(_)), "{e}");
+    assert!(e.to_string().contains("no space left"), "{e}");
+    faults.full.store(false, Ordering::SeqCst);
+    s.flush().unwrap();
+    s.put_entry(1, 1, Bytes::from(vec![2u8; 2 << 20])).unwrap();
+    assert_eq!(
+        s.get_entry(1, 0).unwrap(),
+        Some(Bytes::from(vec![1u8; 2 << 20]))
+    );
+}

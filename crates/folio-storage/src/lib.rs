@@ -1,0 +1,24 @@
+//! The bookie's disk.
+//!
+//! Every write (add, fence, master key, explicit LAC) is appended to a journal and
+//! acknowledged only after the journal's group-commit fdatasync covers it; the same
+//! write goes to a ledger store (entry logs, index, write cache) that is made durable
+//! later, by checkpoints. A checkpoint flushes the ledger store and then moves each
+//! journal directory's mark forward, so a restart replays only what the ledger store
+//! may have lost. [`Storage`] is the engine the bookie calls.
+
+pub mod checkpoint;
+pub mod config;
+pub mod cookie;
+pub mod entry_log;
+pub mod error;
+pub mod index;
+pub mod journal;
+pub mod ledger_store;
+pub mod mem_store;
+pub mod storage;
+pub mod write_cache;
+
+pub use config::{JournalConfig, StorageConfig};
+pub use error::{BackendError, StorageError};
+pub use storage::{LacRead, LedgerBackend, Storage, StoredLedger, WriteCallback};

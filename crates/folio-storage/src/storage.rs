@@ -1,0 +1,435 @@
+//! `Storage`: the engine the bookie calls for every add, fence, LAC and read.
+//!
+//! A write is applied to the ledger store (so it is readable at once), then queued
+//! on the journal; its completion callback runs after the journal's fdatasync covers
+//! it. Per-ledger checks (master key, fence) and the queueing happen under one
+//! per-ledger lock, so a fence and an add of the same ledger reach the journal in the
+//! order they were decided: an add that passed the fence check before a fence is
+//! acknowledged before that fence is.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use bytes::Bytes;
+use folio_env::Env;
+use parking_lot::{Condvar, Mutex};
+
+use crate::checkpoint;
+use crate::config::StorageConfig;
+use crate::error::{BackendError, StorageError};
+use crate::journal::{Journal, RecordKind, ReplayRecord, ReplayStats};
+
+/// The completion of a write: runs once, on the journal's thread, after the
+/// fdatasync covering the write returned (or with the reason it failed). Keep it
+/// short (send on a channel).
+pub type WriteCallback = Box<dyn FnOnce(Result<(), StorageError>) + Send>;
+
+/// A ledger's state as the ledger store keeps it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StoredLedger {
+    pub fenced: bool,
+    pub master_key: Option<Bytes>,
+    pub explicit_lac: Option<Bytes>,
+}
+
+/// The ledger store under the journal (entry logs, index, write cache): its writes are
+/// durable only once `flush` returns Ok. Implemented by `LedgerStore`; a small
+/// file-backed store in `mem_store` serves the crash tests.
+pub trait LedgerBackend: Send + Sync + 'static {
+    /// Stores an entry; readable at once; idempotent (replay puts entries again).
+    fn put_entry(&self, ledger: i64, entry: i64, data: Bytes) -> Result<(), BackendError>;
+    /// `entry == -1`: the last entry. Ok(None) only when the entry is absent.
+    fn get_entry(&self, ledger: i64, entry: i64) -> Result<Option<Bytes>, BackendError>;
+    fn ledger(&self, ledger: i64) -> Result<Option<StoredLedger>, BackendError>;
+    fn set_master_key(&self, ledger: i64, key: Bytes) -> Result<(), BackendError>;
+    fn set_fenced(&self, ledger: i64) -> Result<(), BackendError>;
+    fn set_explicit_lac(&self, ledger: i64, body: Bytes) -> Result<(), BackendError>;
+    /// Entry ids held for a ledger, ascending.
+    fn entry_ids(&self, ledger: i64) -> Result<Vec<i64>, BackendError>;
+    /// Makes every write issued before the call durable.
+    fn flush(&self) -> Result<(), BackendError>;
+    /// Bytes held in the write cache, not yet flushed.
+    fn write_cache_used(&self) -> u64;
+    /// Installs what a put calls when it must wait for write-cache room: it asks the
+    /// checkpoint thread for a checkpoint (it must not flush on the calling thread).
+    fn set_flush_requester(&self, _requester: Arc<dyn Fn() + Send + Sync>) {}
+}
+
+/// What ReadLac answers: the explicit LAC body and the last entry, each if present,
+/// and the highest LAC either carries.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LacRead {
+    pub explicit_lac: Option<Bytes>,
+    pub last_entry: Option<Bytes>,
+    /// max(LAC field at offset 16 of the last entry, LAC at offset 8 of the explicit
+    /// LAC body); None when neither exists.
+    pub lac: Option<i64>,
+}
+
+/// Bytes of the entry header a stored entry must have (ledger, entry, LAC, length).
+const ENTRY_HEADER_LEN: usize = 32;
+const SHARDS: usize = 16;
+
+#[derive(Debug, Clone)]
+struct LedgerState {
+    master_key: Option<Bytes>,
+    fenced: bool,
+}
+
+pub(crate) struct Inner {
+    pub(crate) journal: Journal,
+    pub(crate) store: Arc<dyn LedgerBackend>,
+    shards: Vec<Mutex<HashMap<i64, LedgerState>>>,
+    pub(crate) checkpoint_lock: Mutex<()>,
+    pub(crate) stop: Mutex<bool>,
+    /// Set by the ledger store's flush requester: checkpoint now.
+    pub(crate) checkpoint_requested: std::sync::atomic::AtomicBool,
+    pub(crate) stop_cv: Condvar,
+    pub(crate) config: StorageConfig,
+    pub(crate) env: Env,
+}
+
+/// The storage engine of a bookie.
+pub struct Storage {
+    inner: Arc<Inner>,
+    checkpointer: Mutex<Option<JoinHandle<()>>>,
+    replay: ReplayStats,
+}
+
+impl Storage {
+    /// Opens the engine over `store`: replays each journal directory from its mark
+    /// into the store, starts the journal writers and the checkpoint thread.
+    pub fn open(
+        env: &Env,
+        config: StorageConfig,
+        store: Arc<dyn LedgerBackend>,
+    ) -> Result<Storage, StorageError> {
+        let mut apply = |r: ReplayRecord| apply_record(&*store, r);
+        let (journal, replay) = Journal::open(env, &config.journal, &mut apply)?;
+        tracing::info!(?replay, "journal replayed");
+        let inner = Arc::new(Inner {
+            journal,
+            store,
+            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            checkpoint_lock: Mutex::new(()),
+            stop: Mutex::new(false),
+            checkpoint_requested: std::sync::atomic::AtomicBool::new(false),
+            stop_cv: Condvar::new(),
+            config,
+            env: env.clone(),
+        });
+        let weak = Arc::downgrade(&inner);
+        inner.store.set_flush_requester(Arc::new(move || {
+            if let Some(i) = weak.upgrade() {
+                checkpoint::request(&i);
+            }
+        }));
+        let i = Arc::clone(&inner);
+        let checkpointer = Some(
+            std::thread::Builder::new()
+                .name("checkpoint".into())
+                .spawn(move || checkpoint::run_thread(&i))
+                .map_err(|e| StorageError::io("spawn checkpoint thread", "checkpoint", e))?,
+        );
+        Ok(Storage {
+            inner,
+            checkpointer: Mutex::new(checkpointer),
+            replay,
+        })
+    }
+
+    /// What start-up replay found.
+    pub fn replay_stats(&self) -> &ReplayStats {
+        &self.replay
+    }
+
+    /// Adds an entry (`data` = the entry with digest; its first 16 bytes must carry
+    /// `ledger` and `entry`). The first add of a ledger records its master key; a later
+    /// mismatch is `Unauthorized`. A fenced ledger takes only recovery adds.
+    pub fn add_entry(
+        &self,
+        ledger: i64,
+        entry: i64,
+        master_key: &[u8],
+        data: Bytes,
+        recovery: bool,
+        done: WriteCallback,
+    ) {
+        if let Err(e) = check_entry(ledger, entry, &data) {
+            return done(Err(e));
+        }
+        if let Some(e) = self.inner.journal.poison_error(ledger) {
+            return done(Err(e));
+        }
+        let r = self.with_ledger(ledger, master_key, |inner, st| {
+            if st.fenced && !recovery {
+                return Err(StorageError::Fenced { ledger });
+            }
+            inner.store.put_entry(ledger, entry, data.clone())?;
+            Ok(())
+        });
+        match r {
+            Ok(((), guard)) => {
+                self.inner
+                    .journal
+                    .append(RecordKind::Add, ledger, entry, data, Some(done));
+                drop(guard);
+            }
+            Err(e) => done(Err(e)),
+        }
+    }
+
+    /// Fences a ledger (creating its state with `master_key` if absent). `done` runs
+    /// once the fence is durable; a restart never un-fences.
+    pub fn fence(&self, ledger: i64, master_key: &[u8], done: WriteCallback) {
+        if let Some(e) = self.inner.journal.poison_error(ledger) {
+            return done(Err(e));
+        }
+        let r = self.with_ledger(ledger, master_key, |inner, st| {
+            if st.fenced {
+                return Ok(false);
+            }
+            inner.store.set_fenced(ledger)?;
+            st.fenced = true;
+            Ok(true)
+        });
+        match r {
+            Ok((true, guard)) => {
+                self.inner
+                    .journal
+                    .append(RecordKind::Fence, ledger, 0, Bytes::new(), Some(done));
+                drop(guard);
+            }
+            // Already fenced: the fence record is queued or durable; complete after the
+            // next fdatasync of the ledger's directory so it is durable either way.
+            Ok((false, guard)) => {
+                self.inner.journal.force(ledger, done);
+                drop(guard);
+            }
+            Err(e) => done(Err(e)),
+        }
+    }
+
+    /// Records a ledger's master key if it has none (first key wins); `Unauthorized` if
+    /// it has another. `done` runs once the key is durable.
+    pub fn set_master_key(&self, ledger: i64, master_key: &[u8], done: WriteCallback) {
+        if let Some(e) = self.inner.journal.poison_error(ledger) {
+            return done(Err(e));
+        }
+        match self.with_ledger(ledger, master_key, |_, _| Ok(())) {
+            Ok(((), guard)) => {
+                self.inner.journal.force(ledger, done);
+                drop(guard);
+            }
+            Err(e) => done(Err(e)),
+        }
+    }
+
+    /// Stores an explicit LAC body (WriteLac); `done` runs once it is durable.
+    pub fn write_lac(&self, ledger: i64, master_key: &[u8], body: Bytes, done: WriteCallback) {
+        if let Some(e) = self.inner.journal.poison_error(ledger) {
+            return done(Err(e));
+        }
+        let r = self.with_ledger(ledger, master_key, |inner, _| {
+            inner.store.set_explicit_lac(ledger, body.clone())?;
+            Ok(())
+        });
+        match r {
+            Ok(((), guard)) => {
+                self.inner
+                    .journal
+                    .append(RecordKind::ExplicitLac, ledger, 0, body, Some(done));
+                drop(guard);
+            }
+            Err(e) => done(Err(e)),
+        }
+    }
+
+    /// `done` runs once every write queued before for the ledger is durable.
+    pub fn force_ledger(&self, ledger: i64, done: WriteCallback) {
+        self.inner.journal.force(ledger, done);
+    }
+
+    /// An entry (`entry == -1`: the last one). Ok(None) only when it is absent.
+    pub fn read_entry(&self, ledger: i64, entry: i64) -> Result<Option<Bytes>, StorageError> {
+        Ok(self.inner.store.get_entry(ledger, entry)?)
+    }
+
+    /// Whether the bookie holds any state for the ledger.
+    pub fn ledger_exists(&self, ledger: i64) -> Result<bool, StorageError> {
+        if self.inner.shards[shard_of(ledger)]
+            .lock()
+            .contains_key(&ledger)
+        {
+            return Ok(true);
+        }
+        Ok(self.inner.store.ledger(ledger)?.is_some())
+    }
+
+    pub fn is_fenced(&self, ledger: i64) -> Result<bool, StorageError> {
+        if let Some(st) = self.inner.shards[shard_of(ledger)].lock().get(&ledger) {
+            return Ok(st.fenced);
+        }
+        Ok(self.inner.store.ledger(ledger)?.is_some_and(|l| l.fenced))
+    }
+
+    /// The master key recorded for a ledger.
+    pub fn master_key(&self, ledger: i64) -> Result<Option<Bytes>, StorageError> {
+        Ok(self.inner.store.ledger(ledger)?.and_then(|l| l.master_key))
+    }
+
+    /// The explicit LAC body last written, if any.
+    pub fn explicit_lac(&self, ledger: i64) -> Result<Option<Bytes>, StorageError> {
+        Ok(self
+            .inner
+            .store
+            .ledger(ledger)?
+            .and_then(|l| l.explicit_lac))
+    }
+
+    /// ReadLac: explicit LAC and last entry, and the LAC they carry.
+    pub fn read_lac(&self, ledger: i64) -> Result<LacRead, StorageError> {
+        let explicit_lac = self.explicit_lac(ledger)?;
+        let last_entry = self.inner.store.get_entry(ledger, -1)?;
+        let from_entry = last_entry.as_deref().and_then(|e| be_i64_at(e, 16));
+        let from_body = explicit_lac.as_deref().and_then(|b| be_i64_at(b, 8));
+        let lac = from_entry.max(from_body);
+        Ok(LacRead {
+            explicit_lac,
+            last_entry,
+            lac,
+        })
+    }
+
+    /// Entry ids held for a ledger, ascending.
+    pub fn entry_ids(&self, ledger: i64) -> Result<Vec<i64>, StorageError> {
+        Ok(self.inner.store.entry_ids(ledger)?)
+    }
+
+    /// Runs a checkpoint now: flush the ledger store, then move the journal marks.
+    pub fn checkpoint(&self) -> Result<(), StorageError> {
+        checkpoint::checkpoint(&self.inner)
+    }
+
+    /// Why the engine takes no more writes (a journal write or fsync failed), if so.
+    pub fn read_only_reason(&self) -> Option<String> {
+        self.inner.journal.read_only_reason()
+    }
+
+    pub fn is_read_only(&self) -> bool {
+        self.read_only_reason().is_some()
+    }
+
+    /// The persisted journal marks, per journal directory.
+    pub fn journal_marks(&self) -> Vec<crate::journal::Position> {
+        self.inner.journal.marks()
+    }
+
+    /// Stops the checkpoint thread and the journal writers (which first write and
+    /// sync what is queued). No final checkpoint: a restart replays the journal.
+    pub fn shutdown(&self) {
+        *self.inner.stop.lock() = true;
+        self.inner.stop_cv.notify_all();
+        if let Some(t) = self.checkpointer.lock().take()
+            && t.join().is_err()
+        {
+            tracing::error!("the checkpoint thread panicked");
+        }
+        self.inner.journal.shutdown();
+    }
+
+    /// Runs `f` with the ledger's state locked, after checking `master_key` (or
+    /// recording it, journaled, for a new ledger). Returns the shard guard so the
+    /// caller queues its journal record before another writer of the ledger can.
+    fn with_ledger<T>(
+        &self,
+        ledger: i64,
+        master_key: &[u8],
+        f: impl FnOnce(&Inner, &mut LedgerState) -> Result<T, StorageError>,
+    ) -> Result<(T, parking_lot::MutexGuard<'_, HashMap<i64, LedgerState>>), StorageError> {
+        let inner = &*self.inner;
+        let mut map = inner.shards[shard_of(ledger)].lock();
+        let st = match map.entry(ledger) {
+            std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
+            std::collections::hash_map::Entry::Vacant(v) => {
+                let loaded = inner.store.ledger(ledger)?;
+                v.insert(LedgerState {
+                    master_key: loaded.as_ref().and_then(|l| l.master_key.clone()),
+                    fenced: loaded.is_some_and(|l| l.fenced),
+                })
+            }
+        };
+        match &st.master_key {
+            Some(k) if k.as_ref() != master_key => {
+                return Err(StorageError::Unauthorized { ledger });
+            }
+            Some(_) => {}
+            None => {
+                let key = Bytes::copy_from_slice(master_key);
+                inner.store.set_master_key(ledger, key.clone())?;
+                inner
+                    .journal
+                    .append(RecordKind::MasterKey, ledger, 0, key.clone(), None);
+                st.master_key = Some(key);
+            }
+        }
+        let t = f(inner, st)?;
+        Ok((t, map))
+    }
+}
+
+impl Drop for Storage {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+fn shard_of(ledger: i64) -> usize {
+    (ledger as u64 % SHARDS as u64) as usize
+}
+
+fn be_i64_at(b: &[u8], at: usize) -> Option<i64> {
+    b.get(at..at + 8)
+        .map(|s| i64::from_be_bytes(s.try_into().expect("8 bytes")))
+}
+
+fn check_entry(ledger: i64, entry: i64, data: &[u8]) -> Result<(), StorageError> {
+    if ledger < 0 || entry < 0 {
+        return Err(StorageError::BadRequest(format!(
+            "invalid ledger {ledger} / entry {entry} for an add"
+        )));
+    }
+    if data.len() < ENTRY_HEADER_LEN {
+        return Err(StorageError::BadRequest(format!(
+            "entry {ledger}/{entry} is {} bytes, shorter than the {ENTRY_HEADER_LEN}-byte entry header",
+            data.len()
+        )));
+    }
+    let (l, e) = (be_i64_at(data, 0), be_i64_at(data, 8));
+    if l != Some(ledger) || e != Some(entry) {
+        return Err(StorageError::BadRequest(format!(
+            "entry bytes name ledger {l:?} entry {e:?}, request says {ledger}/{entry}"
+        )));
+    }
+    Ok(())
+}
+
+/// Re-applies one journal record to the ledger store at start-up.
+fn apply_record(store: &dyn LedgerBackend, r: ReplayRecord) -> Result<(), StorageError> {
+    match r.kind {
+        RecordKind::Add => store.put_entry(r.ledger, r.entry, r.payload)?,
+        RecordKind::MasterKey => {
+            // First key wins, as when it was written.
+            let has_key = store
+                .ledger(r.ledger)?
+                .is_some_and(|l| l.master_key.is_some());
+            if !has_key {
+                store.set_master_key(r.ledger, r.payload)?;
+            }
+        }
+        RecordKind::Fence => store.set_fenced(r.ledger)?,
+        RecordKind::ExplicitLac => store.set_explicit_lac(r.ledger, r.payload)?,
+    }
+    Ok(())
+}

@@ -1,0 +1,358 @@
+//! The engine's semantics through its public API, on real files in a temp directory.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use folio_env::{Env, FileSystem};
+use folio_storage::journal::Position;
+use folio_storage::mem_store::MemLedgerStore;
+use folio_storage::{JournalConfig, Storage, StorageConfig, StorageError};
+
+const KEY: &[u8] = &[5; 20];
+
+fn config(dir: &Path) -> StorageConfig {
+    StorageConfig {
+        journal: JournalConfig {
+            prealloc_size: 64 * 1024,
+            ..JournalConfig::with_dirs(vec![dir.join("journal0"), dir.join("journal1")])
+        },
+        flush_interval: Duration::ZERO,
+        ..StorageConfig::default()
+    }
+}
+
+fn open(dir: &Path, cfg: StorageConfig) -> Storage {
+    let env = Env::real();
+    let store = MemLedgerStore::open(Arc::clone(&env.fs), &dir.join("store")).unwrap();
+    Storage::open(&env, cfg, Arc::new(store)).unwrap()
+}
+
+fn entry(ledger: i64, entry: i64, lac: i64, payload: &[u8]) -> Bytes {
+    let mut b = Vec::new();
+    for v in [ledger, entry, lac, payload.len() as i64] {
+        b.extend_from_slice(&v.to_be_bytes());
+    }
+    b.extend_from_slice(payload);
+    Bytes::from(b)
+}
+
+fn done() -> (
+    folio_storage::WriteCallback,
+    mpsc::Receiver<Result<(), StorageError>>,
+) {
+    let (tx, rx) = mpsc::channel();
+    (
+        Box::new(move |r| {
+            let _ = tx.send(r);
+        }),
+        rx,
+    )
+}
+
+fn wait(rx: mpsc::Receiver<Result<(), StorageError>>) -> Result<(), StorageError> {
+    rx.recv_timeout(Duration::from_secs(60))
+        .expect("no completion")
+}
+
+fn add(s: &Storage, ledger: i64, e: i64, key: &[u8], recovery: bool) -> Result<(), StorageError> {
+    let (cb, rx) = done();
+    s.add_entry(
+        ledger,
+        e,
+        key,
+        entry(ledger, e, e - 1, b"data"),
+        recovery,
+        cb,
+    );
+    wait(rx)
+}
+
+fn fence(s: &Storage, ledger: i64) -> Result<(), StorageError> {
+    let (cb, rx) = done();
+    s.fence(ledger, KEY, cb);
+    wait(rx)
+}
+
+fn write_lac(s: &Storage, ledger: i64, lac: i64) -> Result<(), StorageError> {
+    let mut body = ledger.to_be_bytes().to_vec();
+    body.extend_from_slice(&lac.to_be_bytes());
+    let (cb, rx) = done();
+    s.write_lac(ledger, KEY, Bytes::from(body), cb);
+    wait(rx)
+}
+
+/// Polls `cond` (no timing assertion: only a generous upper bound).
+fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !cond() {
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "never happened: {what}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn adds_reads_last_entry_and_entry_list() {
+    let tmp = tempfile::tempdir().unwrap();
+    let s = open(tmp.path(), config(tmp.path()));
+    for e in [0, 1, 2, 5] {
+        add(&s, 7, e, KEY, false).unwrap();
+    }
+    assert_eq!(
+        s.read_entry(7, 2).unwrap().unwrap(),
+        entry(7, 2, 1, b"data")
+    );
+    assert_eq!(
+        s.read_entry(7, -1).unwrap().unwrap(),
+        entry(7, 5, 4, b"data")
+    );
+    assert_eq!(s.read_entry(7, 3).unwrap(), None);
+    assert_eq!(s.read_entry(8, 0).unwrap(), None);
+    assert_eq!(s.entry_ids(7).unwrap(), vec![0, 1, 2, 5]);
+    assert!(s.ledger_exists(7).unwrap());
+    assert!(!s.ledger_exists(8).unwrap());
+    assert_eq!(s.master_key(7).unwrap().unwrap().as_ref(), KEY);
+    let (cb, rx) = done();
+    s.force_ledger(7, cb);
+    wait(rx).unwrap();
+}
+
+#[test]
+fn a_wrong_master_key_or_malformed_entry_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let s = open(tmp.path(), config(tmp.path()));
+    add(&s, 1, 0, KEY, false).unwrap();
+    let e = add(&s, 1, 1, &[9; 20], false).unwrap_err();
+    assert!(matches!(e, StorageError::Unauthorized { ledger: 1 }), "{e}");
+    assert_eq!(
+        s.read_entry(1, 1).unwrap(),
+        None,
+        "refused add must not be stored"
+    );
+    let (cb, rx) = done();
+    s.fence(1, &[9; 20], cb);
+    assert!(matches!(wait(rx), Err(StorageError::Unauthorized { .. })));
+
+    let (cb, rx) = done();
+    s.add_entry(1, 2, KEY, Bytes::from_static(b"short"), false, cb);
+    assert!(matches!(wait(rx), Err(StorageError::BadRequest(_))));
+    let (cb, rx) = done();
+    s.add_entry(1, 3, KEY, entry(1, 4, 0, b"x"), false, cb);
+    let e = wait(rx).unwrap_err();
+    assert!(e.to_string().contains("entry Some(4)"), "{e}");
+}
+
+#[test]
+fn fencing_survives_restarts_and_admits_only_recovery_adds() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = config(tmp.path());
+    {
+        let s = open(tmp.path(), cfg.clone());
+        add(&s, 3, 0, KEY, false).unwrap();
+        fence(&s, 3).unwrap();
+        assert!(matches!(
+            add(&s, 3, 1, KEY, false),
+            Err(StorageError::Fenced { ledger: 3 })
+        ));
+        add(&s, 3, 1, KEY, true).unwrap();
+        fence(&s, 3).unwrap(); // fencing twice is fine
+        // A fence of an unknown ledger creates it with the key.
+        fence(&s, 4).unwrap();
+        s.shutdown();
+    }
+    {
+        // Restart without a checkpoint: the journal brings the fence back.
+        let s = open(tmp.path(), cfg.clone());
+        assert!(s.replay_stats().records >= 5, "{:?}", s.replay_stats());
+        assert!(s.is_fenced(3).unwrap());
+        assert!(s.is_fenced(4).unwrap());
+        assert_eq!(s.master_key(4).unwrap().unwrap().as_ref(), KEY);
+        assert!(matches!(
+            add(&s, 3, 2, KEY, false),
+            Err(StorageError::Fenced { .. })
+        ));
+        assert!(s.read_entry(3, 1).unwrap().is_some());
+        s.checkpoint().unwrap();
+        s.shutdown();
+    }
+    // Restart after a checkpoint: the ledger store brings it back.
+    let s = open(tmp.path(), cfg);
+    assert_eq!(s.replay_stats().records, 0, "{:?}", s.replay_stats());
+    assert!(s.is_fenced(3).unwrap());
+    assert!(matches!(
+        add(&s, 3, 2, KEY, false),
+        Err(StorageError::Fenced { .. })
+    ));
+}
+
+#[test]
+fn read_lac_combines_last_entry_and_explicit_lac() {
+    let tmp = tempfile::tempdir().unwrap();
+    let s = open(tmp.path(), config(tmp.path()));
+    let r = s.read_lac(2).unwrap();
+    assert_eq!((r.lac, r.last_entry, r.explicit_lac), (None, None, None));
+    add(&s, 2, 0, KEY, false).unwrap();
+    add(&s, 2, 1, KEY, false).unwrap(); // carries LAC 0
+    assert_eq!(s.read_lac(2).unwrap().lac, Some(0));
+    write_lac(&s, 2, 1).unwrap();
+    let r = s.read_lac(2).unwrap();
+    assert_eq!(r.lac, Some(1));
+    assert!(r.last_entry.is_some() && r.explicit_lac.is_some());
+    s.shutdown();
+    let s = open(tmp.path(), config(tmp.path()));
+    assert_eq!(s.read_lac(2).unwrap().lac, Some(1), "explicit LAC replayed");
+}
+
+fn journal_files(dir: &Path) -> usize {
+    ["journal0", "journal1"]
+        .iter()
+        .map(|j| {
+            folio_env::RealFileSystem
+                .list_dir(&dir.join(j).join("current"))
+                .unwrap()
+                .iter()
+                .filter(|n| n.ends_with(".txn"))
+                .count()
+        })
+        .sum()
+}
+
+#[test]
+fn checkpoints_move_each_mark_and_delete_old_journal_files() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = config(tmp.path());
+    for _ in 0..3 {
+        let s = open(tmp.path(), cfg.clone());
+        for l in 0..6 {
+            add(&s, l, s.entry_ids(l).unwrap().len() as i64, KEY, false).unwrap();
+        }
+        s.shutdown();
+    }
+    assert_eq!(journal_files(tmp.path()), 6, "three runs, two directories");
+    let s = open(tmp.path(), cfg.clone());
+    assert_eq!(s.replay_stats().records, 3 * 6 + 6, "entries + master keys");
+    let before = s.journal_marks();
+    s.checkpoint().unwrap();
+    let after = s.journal_marks();
+    assert!(
+        after.iter().zip(&before).all(|(a, b)| a > b),
+        "{before:?} -> {after:?}"
+    );
+    assert_eq!(
+        journal_files(tmp.path()),
+        2,
+        "only the current files remain"
+    );
+    s.shutdown();
+    let s = open(tmp.path(), cfg);
+    assert_eq!(s.replay_stats().records, 0);
+    for l in 0..6 {
+        assert_eq!(s.entry_ids(l).unwrap(), vec![0, 1, 2]);
+    }
+}
+
+#[test]
+fn the_checkpoint_thread_runs_on_its_interval() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = StorageConfig {
+        flush_interval: Duration::from_millis(20),
+        ..config(tmp.path())
+    };
+    let s = open(tmp.path(), cfg);
+    add(&s, 1, 0, KEY, false).unwrap();
+    let start = s.journal_marks();
+    eventually("a periodic checkpoint moves the mark", || {
+        s.journal_marks() != start
+    });
+}
+
+#[test]
+fn a_full_write_cache_triggers_a_checkpoint() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = StorageConfig {
+        flush_interval: Duration::from_secs(3600),
+        checkpoint_write_cache_bytes: 100,
+        ..config(tmp.path())
+    };
+    let s = open(tmp.path(), cfg);
+    let zero = vec![Position::default(); 2];
+    assert_eq!(s.journal_marks(), zero);
+    for e in 0..4 {
+        add(&s, 1, e, KEY, false).unwrap();
+    }
+    eventually("the write cache threshold triggers a checkpoint", || {
+        s.journal_marks() != zero
+    });
+}
+
+fn only_journal_file(dir: &Path) -> std::path::PathBuf {
+    let mut files = Vec::new();
+    for j in ["journal0", "journal1"] {
+        let cur = dir.join(j).join("current");
+        for n in folio_env::RealFileSystem.list_dir(&cur).unwrap() {
+            let p = cur.join(&n);
+            if n.ends_with(".txn") && std::fs::metadata(&p).unwrap().len() > 32 {
+                files.push(p);
+            }
+        }
+    }
+    assert_eq!(files.len(), 1, "{files:?}");
+    files.pop().unwrap()
+}
+
+#[test]
+fn real_journal_files_truncated_or_corrupted() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = StorageConfig {
+        journal: JournalConfig {
+            prealloc_size: 0,
+            ..config(tmp.path()).journal
+        },
+        ..config(tmp.path())
+    };
+    {
+        let s = open(tmp.path(), cfg.clone());
+        for e in 0..4 {
+            add(&s, 9, e, KEY, false).unwrap();
+        }
+        s.shutdown();
+    }
+    let file = only_journal_file(tmp.path());
+    let len = std::fs::metadata(&file).unwrap().len();
+    // Records: master key (28 + 20), then 4 adds of 28 + 36 bytes.
+    assert_eq!(len, 32 + 48 + 4 * 64);
+    let pristine = std::fs::read(&file).unwrap();
+
+    // Cut in the middle of the last add: the three before it come back.
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&file)
+        .unwrap()
+        .set_len(len - 10)
+        .unwrap();
+    {
+        let s = open(tmp.path(), cfg.clone());
+        assert_eq!(s.entry_ids(9).unwrap(), vec![0, 1, 2]);
+        assert_eq!(s.replay_stats().torn_tails, 1);
+        s.shutdown();
+    }
+
+    // A flipped byte in the second add, with valid records after it: refuse to start.
+    let mut bad = pristine.clone();
+    bad[32 + 48 + 64 + 40] ^= 0x55;
+    std::fs::write(&file, &bad).unwrap();
+    let env = Env::real();
+    let store = MemLedgerStore::open(Arc::clone(&env.fs), &tmp.path().join("store")).unwrap();
+    let err = Storage::open(&env, cfg, Arc::new(store)).err().unwrap();
+    let msg = err.to_string();
+    assert!(
+        matches!(err, StorageError::CorruptJournal { offset, .. } if offset == 32 + 48 + 64),
+        "{msg}"
+    );
+    assert!(msg.contains(&file.display().to_string()), "{msg}");
+}
