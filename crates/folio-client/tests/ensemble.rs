@@ -1,0 +1,196 @@
+//! Ensemble changes and add timeouts on an in-process cluster of real bookies over TCP.
+
+mod common;
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::*;
+use folio_client::{ClientConfig, ClientError, CreateOptions, DigestType, OpenOptions};
+
+fn opts(e: usize, w: usize, a: usize) -> CreateOptions {
+    CreateOptions::default()
+        .quorum(e, w, a)
+        .digest(DigestType::Crc32c)
+        .password("pw")
+}
+
+/// Writes entries `from..to`, all pipelined, and checks their acknowledgements.
+async fn write(w: &folio_client::LedgerHandle, from: i64, to: i64) {
+    let acks: Vec<_> = (from..to).map(|e| w.append(payload(e))).collect();
+    for (i, ack) in acks.into_iter().enumerate() {
+        assert_eq!(patient(ack).await.unwrap(), from + i as i64);
+    }
+}
+
+async fn read_all(cluster: &Cluster, ledger: i64, last: i64) {
+    let r = patient(
+        cluster
+            .client()
+            .await
+            .open_ledger(ledger, b"pw", OpenOptions::recovery()),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.last_add_confirmed(), last);
+    let entries = patient(r.read(0, last)).await.unwrap();
+    for (i, e) in entries.iter().enumerate() {
+        assert_eq!(e.payload, Bytes::from(payload(i as i64)), "entry {i}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_bookie_failure_changes_the_ensemble_and_loses_nothing() {
+    let mut cluster = Cluster::start(4).await;
+    let client = cluster.client().await;
+    let w = patient(client.create_ledger(opts(3, 2, 2))).await.unwrap();
+    write(&w, 0, 10).await;
+    let before = client.ledger_metadata(w.id()).await.unwrap();
+    let victim = before.current_ensemble().unwrap().1[1].clone();
+    cluster.kill(&victim).await;
+    write(&w, 10, 30).await;
+    patient(w.close()).await.unwrap();
+    let meta = client.ledger_metadata(w.id()).await.unwrap();
+    assert_eq!(meta.ensembles.len(), 2, "{:?}", meta.ensembles);
+    let (start, ensemble) = meta.current_ensemble().unwrap();
+    assert!(start >= 10 && start <= 30, "fragment starts at {start}");
+    assert!(!ensemble.contains(&victim));
+    assert_eq!(meta.last_entry_id, 29);
+    read_all(&cluster, w.id(), 29).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_bookie_failures_change_the_ensemble_twice() {
+    let mut cluster = Cluster::start(5).await;
+    let client = cluster.client().await;
+    let w = patient(client.create_ledger(opts(3, 3, 2))).await.unwrap();
+    write(&w, 0, 10).await;
+    let first = client.ledger_metadata(w.id()).await.unwrap();
+    let a = first.current_ensemble().unwrap().1[0].clone();
+    cluster.kill(&a).await;
+    write(&w, 10, 20).await;
+    let second = client.ledger_metadata(w.id()).await.unwrap();
+    let b = second.current_ensemble().unwrap().1[2].clone();
+    assert_ne!(a, b);
+    cluster.kill(&b).await;
+    write(&w, 20, 30).await;
+    patient(w.close()).await.unwrap();
+    let meta = client.ledger_metadata(w.id()).await.unwrap();
+    assert!(meta.ensembles.len() >= 3, "{:?}", meta.ensembles);
+    let (_, last) = meta.current_ensemble().unwrap();
+    assert!(!last.contains(&a) && !last.contains(&b));
+    read_all(&cluster, w.id(), 29).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_replacement_bookie_fails_the_writer_and_keeps_acknowledged_entries() {
+    let mut cluster = Cluster::start(3).await;
+    let client = cluster.client().await;
+    let w = patient(client.create_ledger(opts(3, 2, 2))).await.unwrap();
+    write(&w, 0, 5).await;
+    let victim = cluster.bookies[0].id.clone();
+    cluster.kill(&victim).await;
+    // Some of the next entries have the dead bookie in their write set.
+    let acks: Vec<_> = (5..8).map(|e| w.append(payload(e))).collect();
+    let mut errors = Vec::new();
+    let mut acked = 4;
+    for ack in acks {
+        match patient(ack).await {
+            Ok(e) => acked = e,
+            Err(e) => errors.push(e),
+        }
+    }
+    assert!(!errors.is_empty());
+    assert_eq!(
+        errors[0].to_string(),
+        "not enough bookies: need 3, have 2",
+        "{errors:?}"
+    );
+    // Every acknowledged entry survives recovery.
+    let r = patient(client.open_ledger(w.id(), b"pw", OpenOptions::recovery())).await;
+    // Recovery needs the dead bookie's write sets only for write-back; with Qw = Qa = 2 an
+    // entry whose write set lost a bookie cannot be written back, so recovery may fail.
+    if let Ok(r) = r {
+        assert!(r.last_add_confirmed() >= acked);
+    }
+}
+
+/// A bookie that never completes its writes (its journal "sleeps") holds every entry
+/// below Qa = Qw = E: the add-quorum timeout fails the writer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn add_quorum_timeout_with_a_sleeping_bookie() {
+    let cluster = Cluster::start_with_memory(3, &[0, 1, 2]).await;
+    let client = cluster
+        .client_with(ClientConfig {
+            add_entry_quorum_timeout: Some(Duration::from_millis(500)),
+            // Long enough that the per-bookie timeout does not replace the bookie first.
+            add_entry_timeout: Duration::from_secs(600),
+            ..test_config()
+        })
+        .await;
+    let w = patient(client.create_ledger(opts(3, 3, 3))).await.unwrap();
+    write(&w, 0, 3).await;
+    let sleeper = client.ledger_metadata(w.id()).await.unwrap().ensembles[&0][1].clone();
+    cluster.bookie(&sleeper).memory().hold_completions(true);
+    let err = patient(w.append("never acknowledged")).await.unwrap_err();
+    assert!(
+        matches!(&err, ClientError::Timeout { what } if what.contains("entry 3")),
+        "{err}"
+    );
+    assert_eq!(w.last_add_confirmed(), 2);
+    cluster.bookie(&sleeper).memory().release_completions();
+}
+
+/// A bookie that does not answer within the per-bookie add timeout is replaced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_bookie_is_replaced_after_the_add_timeout() {
+    let cluster = Cluster::start_with_memory(4, &[0, 1, 2, 3]).await;
+    let client = cluster
+        .client_with(ClientConfig {
+            add_entry_timeout: Duration::from_millis(500),
+            ..test_config()
+        })
+        .await;
+    let w = patient(client.create_ledger(opts(3, 3, 3))).await.unwrap();
+    write(&w, 0, 3).await;
+    let sleeper = client.ledger_metadata(w.id()).await.unwrap().ensembles[&0][2].clone();
+    cluster.bookie(&sleeper).memory().hold_completions(true);
+    write(&w, 3, 6).await;
+    let meta = client.ledger_metadata(w.id()).await.unwrap();
+    assert!(!meta.current_ensemble().unwrap().1.contains(&sleeper));
+    patient(w.close()).await.unwrap();
+    cluster.bookie(&sleeper).memory().release_completions();
+    read_all(&cluster, w.id(), 5).await;
+}
+
+/// Metadata changed by someone else (the ledger put in recovery) makes the writer's
+/// ensemble change fail with a fenced error, overwriting nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ensemble_change_on_a_ledger_in_recovery_is_fenced() {
+    let mut cluster = Cluster::start(4).await;
+    let client = cluster.client().await;
+    let w = patient(client.create_ledger(opts(3, 2, 2))).await.unwrap();
+    write(&w, 0, 3).await;
+    let id = w.id();
+    let meta = cluster.metadata.read_ledger(id).await.unwrap();
+    let mut in_recovery = meta.value.clone();
+    in_recovery.state = folio_types::metadata::LedgerState::InRecovery;
+    cluster
+        .metadata
+        .write_ledger(id, &in_recovery, meta.version)
+        .await
+        .unwrap();
+    let victim = meta.value.ensembles[&0][0].clone();
+    cluster.kill(&victim).await;
+    // Entries 3 and 5 have the victim (position 0) in their write set.
+    let acks: Vec<_> = (3..6).map(|e| w.append(payload(e))).collect();
+    let mut fenced = false;
+    for ack in acks {
+        if let Err(e) = patient(ack).await {
+            fenced |= e.is_fenced();
+        }
+    }
+    assert!(fenced);
+    let after = cluster.metadata.read_ledger(id).await.unwrap();
+    assert_eq!(after.value, in_recovery, "the metadata was not overwritten");
+}
