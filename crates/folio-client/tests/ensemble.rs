@@ -53,7 +53,7 @@ async fn one_bookie_failure_changes_the_ensemble_and_loses_nothing() {
     let meta = client.ledger_metadata(w.id()).await.unwrap();
     assert_eq!(meta.ensembles.len(), 2, "{:?}", meta.ensembles);
     let (start, ensemble) = meta.current_ensemble().unwrap();
-    assert!(start >= 10 && start <= 30, "fragment starts at {start}");
+    assert!((10..=30).contains(&start), "fragment starts at {start}");
     assert!(!ensemble.contains(&victim));
     assert_eq!(meta.last_entry_id, 29);
     read_all(&cluster, w.id(), 29).await;
