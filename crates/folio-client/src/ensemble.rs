@@ -63,15 +63,17 @@ pub fn replace_bookies(
 
 /// The metadata with a fragment starting at `fragment_start` using `ensemble`. If the
 /// last fragment already starts there (no entry of it was acknowledged), its ensemble is
-/// replaced instead. Refuses metadata that is no longer open: a recovery or a close by
-/// someone else means this writer is fenced, and nothing may be overwritten.
+/// replaced instead. Refuses metadata not in `expected_state` (`Open` for a writer,
+/// `InRecovery` for a recovery's write-backs): a recovery or a close by someone else means
+/// the writer is fenced, and nothing may be overwritten.
 pub fn with_new_fragment(
     ledger: LedgerId,
     meta: &LedgerMetadata,
+    expected_state: LedgerState,
     fragment_start: EntryId,
     ensemble: Vec<BookieId>,
 ) -> Result<LedgerMetadata, ClientError> {
-    if meta.state != LedgerState::Open {
+    if meta.state != expected_state {
         return Err(ClientError::Fenced { ledger });
     }
     let Some((last_start, _)) = meta.current_ensemble() else {
@@ -154,20 +156,21 @@ mod tests {
             DigestType::Crc32c,
             b"pw".to_vec(),
         );
-        let m = with_new_fragment(7, &meta, 5, vec![b(0), b(3), b(2)]).unwrap();
+        let m = with_new_fragment(7, &meta, LedgerState::Open, 5, vec![b(0), b(3), b(2)]).unwrap();
         assert_eq!(m.ensembles.len(), 2);
         assert_eq!(m.ensemble_for_entry(4).unwrap()[1], b(1));
-        let m2 = with_new_fragment(7, &m, 5, vec![b(0), b(4), b(2)]).unwrap();
+        let m2 = with_new_fragment(7, &m, LedgerState::Open, 5, vec![b(0), b(4), b(2)]).unwrap();
         assert_eq!(m2.ensembles.len(), 2);
         assert_eq!(m2.ensemble_for_entry(5).unwrap()[1], b(4));
         assert!(matches!(
-            with_new_fragment(7, &m, 3, vec![b(0), b(4), b(2)]),
+            with_new_fragment(7, &m, LedgerState::Open, 3, vec![b(0), b(4), b(2)]),
             Err(ClientError::MetadataConflict { .. })
         ));
         let mut closed = meta.clone();
         closed.state = LedgerState::InRecovery;
         assert_eq!(
-            with_new_fragment(7, &closed, 0, vec![b(0), b(4), b(2)]).unwrap_err(),
+            with_new_fragment(7, &closed, LedgerState::Open, 0, vec![b(0), b(4), b(2)])
+                .unwrap_err(),
             ClientError::Fenced { ledger: 7 }
         );
     }

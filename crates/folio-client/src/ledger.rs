@@ -459,7 +459,8 @@ async fn change_ensemble(
     loop {
         let writable = inner.metadata.list_bookies().await?.writable;
         let next = replace_bookies(&ensemble, &failed, &writable, &excluded, inner.rng.as_ref())?;
-        let value = with_new_fragment(ledger, &meta.value, fragment_start, next)?;
+        let value =
+            with_new_fragment(ledger, &meta.value, LedgerState::Open, fragment_start, next)?;
         match inner
             .metadata
             .write_ledger(ledger, &value, meta.version)

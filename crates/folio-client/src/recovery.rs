@@ -21,7 +21,11 @@
 //!    answers run out undecided, recovery fails rather than guess.
 //! 3. Write every recovered entry back to its write set with the recovery flag, carrying
 //!    the LAC frozen at the start of recovery (so a concurrent recovery cannot make an
-//!    unrecovered entry look confirmed), and wait for `Qa` acknowledgements each.
+//!    unrecovered entry look confirmed), and wait for `Qa` acknowledgements each, in entry
+//!    order. A bookie that fails a write-back is replaced as a writer would: a new fragment
+//!    starting at the first entry not yet written back (never below the last fragment:
+//!    issue 2615), recorded in the metadata before anything after it counts (issue 1591).
+//!    Reads keep going to the fragment's original ensemble, where the writer put the data.
 //! 4. Close: the ledger ends at the entry before the first absent one.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -86,7 +90,8 @@ pub enum RecoveryAction {
         position: usize,
         bookie: BookieId,
     },
-    /// Add `body` with the recovery flag to the bookie at this position.
+    /// Add `body` with the recovery flag to the bookie at this position of the current
+    /// write-back ensemble; answer with [`Recovery::on_write_answer`].
     WriteBack {
         entry: EntryId,
         position: usize,
@@ -97,6 +102,13 @@ pub enum RecoveryAction {
     /// [`Recovery::on_length`]. Only needed when nothing was recovered and no fence answer
     /// carried the last entry's length.
     ReadLength { entry: EntryId },
+    /// Replace the `failed` positions of the write-back ensemble in a new fragment starting
+    /// at `fragment_start` (the ledger stays IN_RECOVERY), by CAS; then call
+    /// [`Recovery::on_ensemble_changed`] or [`Recovery::on_ensemble_change_failed`].
+    ChangeEnsemble {
+        fragment_start: EntryId,
+        failed: BTreeMap<usize, BookieId>,
+    },
     /// Recovery is complete: close the ledger by CAS with this last entry and length.
     Close { last_entry: EntryId, length: u64 },
     /// Recovery failed; the ledger stays IN_RECOVERY.
@@ -119,10 +131,11 @@ struct EntryRead {
     errors: Vec<String>,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct WriteBack {
-    acks: BTreeSet<usize>,
-    failed: BTreeMap<usize, String>,
+    body: Bytes,
+    /// Bookies that stored it (counted only while they hold a position of its write set).
+    acks: BTreeSet<BookieId>,
 }
 
 /// The recovery of one ledger's last fragment.
@@ -146,6 +159,12 @@ pub struct Recovery {
     last_recovered: Option<(EntryId, u64)>,
     write_backs: BTreeMap<EntryId, WriteBack>,
     end: Option<EntryId>,
+    /// Where write-backs go: the fragment's ensemble until a bookie fails a write-back.
+    write_ensemble: Vec<BookieId>,
+    failed: BTreeMap<usize, BookieId>,
+    changing: bool,
+    ensemble_changes: u32,
+    max_ensemble_changes: u32,
 }
 
 impl Recovery {
@@ -171,7 +190,7 @@ impl Recovery {
         let r = Recovery {
             ledger,
             quorum,
-            ensemble,
+            ensemble: ensemble.clone(),
             fragment_start,
             digest,
             phase: Phase::Fencing,
@@ -185,8 +204,18 @@ impl Recovery {
             last_recovered: None,
             write_backs: BTreeMap::new(),
             end: None,
+            write_ensemble: ensemble,
+            failed: BTreeMap::new(),
+            changing: false,
+            ensemble_changes: 0,
+            max_ensemble_changes: 10,
         };
         (r, actions)
+    }
+
+    /// Bounds the ensemble changes of the write-backs (default 10).
+    pub fn set_max_ensemble_changes(&mut self, max: u32) {
+        self.max_ensemble_changes = max;
     }
 
     /// The LAC write-backs carry (valid once fencing is complete).
@@ -295,14 +324,22 @@ impl Recovery {
                     .quorum
                     .write_set(entry)
                     .into_iter()
+                    // A failed position gets the entry from its replacement.
+                    .filter(|p| !self.failed.contains_key(p))
                     .map(|position| RecoveryAction::WriteBack {
                         entry,
                         position,
-                        bookie: self.ensemble[position].clone(),
+                        bookie: self.write_ensemble[position].clone(),
                         body: body.clone(),
                     })
                     .collect();
-                self.write_backs.insert(entry, WriteBack::default());
+                self.write_backs.insert(
+                    entry,
+                    WriteBack {
+                        body,
+                        acks: BTreeSet::new(),
+                    },
+                );
                 actions.extend(self.read_entry(entry + 1));
                 actions
             }
@@ -344,45 +381,139 @@ impl Recovery {
     pub fn on_write_answer(
         &mut self,
         entry: EntryId,
-        position: usize,
+        bookie: &BookieId,
         answer: WriteAnswer,
     ) -> Vec<RecoveryAction> {
+        if matches!(self.phase, Phase::Done) || !self.write_backs.contains_key(&entry) {
+            return Vec::new();
+        }
+        match answer {
+            WriteAnswer::Ok => {
+                if let Some(wb) = self.write_backs.get_mut(&entry) {
+                    wb.acks.insert(bookie.clone());
+                }
+                self.drain()
+            }
+            WriteAnswer::Unauthorized => {
+                self.phase = Phase::Done;
+                vec![RecoveryAction::Fail(ClientError::Unauthorized {
+                    ledger: self.ledger,
+                    bookie: Some(bookie.clone()),
+                })]
+            }
+            WriteAnswer::Error(e) => {
+                let position = self
+                    .quorum
+                    .write_set(entry)
+                    .into_iter()
+                    .find(|&p| &self.write_ensemble[p] == bookie);
+                match position {
+                    Some(p) => {
+                        tracing::debug!(ledger = self.ledger, entry, %bookie, "write-back failed: {e}");
+                        self.failed.entry(p).or_insert_with(|| bookie.clone());
+                        self.maybe_start_change()
+                    }
+                    None => Vec::new(),
+                }
+            }
+        }
+    }
+
+    fn ack_count(&self, entry: EntryId, wb: &WriteBack) -> usize {
+        self.quorum
+            .write_set(entry)
+            .into_iter()
+            .filter(|&p| wb.acks.contains(&self.write_ensemble[p]))
+            .count()
+    }
+
+    /// Completes write-backs in entry order while they have an ack quorum.
+    fn drain(&mut self) -> Vec<RecoveryAction> {
+        if self.changing {
+            return Vec::new();
+        }
+        while let Some((&entry, wb)) = self.write_backs.iter().next() {
+            if self.ack_count(entry, wb) < self.quorum.ack_quorum {
+                break;
+            }
+            self.write_backs.remove(&entry);
+        }
+        self.try_finish()
+    }
+
+    fn maybe_start_change(&mut self) -> Vec<RecoveryAction> {
+        if self.changing || self.failed.is_empty() {
+            return Vec::new();
+        }
+        let Some(&first_pending) = self.write_backs.keys().next() else {
+            return Vec::new();
+        };
+        if self.ensemble_changes >= self.max_ensemble_changes {
+            return self.fail(format!(
+                "write-backs needed more than {} ensemble changes",
+                self.max_ensemble_changes
+            ));
+        }
+        // Entries below `first_pending` are written back on the current ensemble; the new
+        // fragment can never start before the last fragment (write-backs are above the LAC
+        // frozen at or after its first entry - 1).
+        debug_assert!(first_pending >= self.fragment_start);
+        self.changing = true;
+        self.ensemble_changes += 1;
+        vec![RecoveryAction::ChangeEnsemble {
+            fragment_start: first_pending,
+            failed: self.failed.clone(),
+        }]
+    }
+
+    /// The write-back ensemble change is in the metadata.
+    pub fn on_ensemble_changed(&mut self, new_ensemble: Vec<BookieId>) -> Vec<RecoveryAction> {
         if matches!(self.phase, Phase::Done) {
             return Vec::new();
         }
-        let Some(wb) = self.write_backs.get_mut(&entry) else {
-            return Vec::new();
-        };
-        match answer {
-            WriteAnswer::Ok => {
-                wb.acks.insert(position);
-                if wb.acks.len() >= self.quorum.ack_quorum {
-                    self.write_backs.remove(&entry);
-                    return self.try_finish();
+        self.changing = false;
+        let replaced: Vec<usize> = (0..self.write_ensemble.len())
+            .filter(|&p| self.write_ensemble[p] != new_ensemble[p])
+            .collect();
+        self.write_ensemble = new_ensemble;
+        let ensemble = &self.write_ensemble;
+        self.failed.retain(|p, b| &ensemble[*p] == b);
+        let mut actions = Vec::new();
+        for (&entry, wb) in &self.write_backs {
+            for p in self.quorum.write_set(entry) {
+                if replaced.contains(&p)
+                    && !self.failed.contains_key(&p)
+                    && !wb.acks.contains(&self.write_ensemble[p])
+                {
+                    actions.push(RecoveryAction::WriteBack {
+                        entry,
+                        position: p,
+                        bookie: self.write_ensemble[p].clone(),
+                        body: wb.body.clone(),
+                    });
                 }
-                Vec::new()
-            }
-            WriteAnswer::Unauthorized => self.unauthorized(position),
-            WriteAnswer::Error(e) => {
-                wb.failed
-                    .insert(position, format!("{}: {e}", self.ensemble[position]));
-                if self.quorum.write_quorum - wb.failed.len() < self.quorum.ack_quorum {
-                    let errors: Vec<String> = wb.failed.values().cloned().collect();
-                    return self.fail(format!(
-                        "entry {entry} could not be written back to an ack quorum: {}",
-                        errors.join("; ")
-                    ));
-                }
-                Vec::new()
             }
         }
+        actions.extend(self.drain());
+        actions.extend(self.maybe_start_change());
+        actions
+    }
+
+    /// The write-back ensemble change could not be made.
+    pub fn on_ensemble_change_failed(&mut self, error: ClientError) -> Vec<RecoveryAction> {
+        if matches!(self.phase, Phase::Done) {
+            return Vec::new();
+        }
+        self.phase = Phase::Done;
+        vec![RecoveryAction::Fail(error)]
     }
 
     fn try_finish(&mut self) -> Vec<RecoveryAction> {
         let Some(last) = self.end else {
             return Vec::new();
         };
-        if !matches!(self.phase, Phase::Finishing) || !self.write_backs.is_empty() {
+        if !matches!(self.phase, Phase::Finishing) || !self.write_backs.is_empty() || self.changing
+        {
             return Vec::new();
         }
         let length = match self.last_recovered {

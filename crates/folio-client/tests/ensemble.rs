@@ -106,13 +106,77 @@ async fn no_replacement_bookie_fails_the_writer_and_keeps_acknowledged_entries()
         "not enough bookies: need 3, have 2",
         "{errors:?}"
     );
-    // Every acknowledged entry survives recovery.
-    let r = patient(client.open_ledger(w.id(), b"pw", OpenOptions::recovery())).await;
-    // Recovery needs the dead bookie's write sets only for write-back; with Qw = Qa = 2 an
-    // entry whose write set lost a bookie cannot be written back, so recovery may fail.
-    if let Ok(r) = r {
-        assert!(r.last_add_confirmed() >= acked);
+    // A replacement bookie appears; recovery (whose write-backs may need it, with
+    // Qw = Qa = 2) keeps every acknowledged entry and leaves all of them readable.
+    cluster.add_bookie(false).await;
+    let r = patient(
+        cluster
+            .client()
+            .await
+            .open_ledger(w.id(), b"pw", OpenOptions::recovery()),
+    )
+    .await
+    .unwrap();
+    let last = r.last_add_confirmed();
+    assert!(last >= acked, "last {last} < acknowledged {acked}");
+    let entries = patient(r.read(0, last)).await.unwrap();
+    for (i, e) in entries.iter().enumerate() {
+        assert_eq!(e.payload, Bytes::from(payload(i as i64)), "entry {i}");
     }
+}
+
+/// Recovery whose write-back hits a dead bookie changes the ensemble (a new fragment in
+/// the metadata of the ledger in recovery) instead of failing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recovery_write_back_replaces_a_dead_bookie() {
+    let mut cluster = Cluster::start(4).await;
+    let client = cluster.client().await;
+    // Qa = Qw: every write-back needs the whole write set, so the dead bookie must go.
+    let w = patient(client.create_ledger(opts(3, 3, 3))).await.unwrap();
+    write(&w, 0, 5).await;
+    let id = w.id();
+    drop(w);
+    let meta = client.ledger_metadata(id).await.unwrap();
+    let ensemble = meta.ensembles[&0].clone();
+    // Entry 5 is on two bookies only; the third is dead.
+    let raw = folio_client::conn::Bookies::new(
+        std::sync::Arc::new(folio_client::conn::TcpConnector),
+        std::sync::Arc::new(test_config()),
+    );
+    let dm = folio_proto::DigestManager::new(id, folio_proto::DigestType::Crc32c, b"pw");
+    let total: usize = (0..=5).map(|e| payload(e).len()).sum();
+    let body = dm.compute(5, 4, total as i64, &payload(5));
+    let key = folio_proto::master_key(b"pw");
+    for b in &ensemble[..2] {
+        patient(raw.call(
+            b,
+            folio_client::conn::req::add(id, 5, &key, body.clone(), false),
+            PATIENCE,
+        ))
+        .await
+        .unwrap();
+    }
+    cluster.kill(&ensemble[2]).await;
+    let r = patient(
+        cluster
+            .client()
+            .await
+            .open_ledger(id, b"pw", OpenOptions::recovery()),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.last_add_confirmed(), 5);
+    let meta = r.metadata();
+    assert!(meta.is_closed());
+    assert_eq!(meta.ensembles.len(), 2, "{:?}", meta.ensembles);
+    let (start, tail) = meta.current_ensemble().unwrap();
+    assert_eq!(
+        start, 5,
+        "the write-back fragment starts at the first recovered entry"
+    );
+    assert!(!tail.contains(&ensemble[2]));
+    let entries = patient(r.read(0, 5)).await.unwrap();
+    assert_eq!(entries[5].payload, Bytes::from(payload(5)));
 }
 
 /// A bookie that never completes its writes (its journal "sleeps") holds every entry

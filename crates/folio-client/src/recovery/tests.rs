@@ -116,8 +116,8 @@ fn reading_starts_after_the_highest_lac_and_write_backs_carry_it() {
     // Entry 8 is absent (Qw - Qa + 1 = 1 negative), but the ledger closes only after the
     // write-back of 7 reached Qa.
     assert!(r.on_read_answer(8, 0, ReadAnswer::NoEntry).is_empty());
-    assert!(r.on_write_answer(7, 1, WriteAnswer::Ok).is_empty());
-    let a = r.on_write_answer(7, 2, WriteAnswer::Ok);
+    assert!(r.on_write_answer(7, &b(1), WriteAnswer::Ok).is_empty());
+    let a = r.on_write_answer(7, &b(2), WriteAnswer::Ok);
     assert_eq!(
         a,
         vec![RecoveryAction::Close {
@@ -177,21 +177,82 @@ fn one_copy_recovers_an_entry_even_after_negatives() {
     );
 }
 
+fn write_backs(actions: &[RecoveryAction]) -> Vec<(EntryId, BookieId)> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            RecoveryAction::WriteBack { entry, bookie, .. } => Some((*entry, bookie.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
 #[test]
-fn write_back_failing_on_too_many_bookies_fails_recovery() {
+fn a_failed_write_back_changes_the_ensemble_from_the_first_pending_entry() {
+    // Last fragment starts at 10 on b0 b1 b2; nothing above 9 is confirmed.
+    let (mut r, _) = start(3, 2, 2, 10);
+    r.on_fence_answer(0, FenceAnswer::Empty);
+    r.on_fence_answer(1, FenceAnswer::Empty);
+    let a = r.on_read_answer(10, 1, entry(b"ten", 3));
+    assert_eq!(write_backs(&a), vec![(10, b(1)), (10, b(2))]);
+    let a = r.on_read_answer(11, 2, entry(b"eleven", 9));
+    assert_eq!(write_backs(&a), vec![(11, b(2)), (11, b(0))]);
+    assert!(r.on_read_answer(12, 0, ReadAnswer::NoEntry).is_empty());
+    r.on_write_answer(10, &b(1), WriteAnswer::Ok);
+    r.on_write_answer(11, &b(0), WriteAnswer::Ok);
+    r.on_write_answer(11, &b(2), WriteAnswer::Ok);
+    // Entry 11 has its quorum but waits for 10 (in order).
+    let a = r.on_write_answer(10, &b(2), WriteAnswer::Error("EIO".into()));
+    assert_eq!(
+        a,
+        vec![RecoveryAction::ChangeEnsemble {
+            fragment_start: 10,
+            failed: [(2, b(2))].into_iter().collect(),
+        }]
+    );
+    // b2's acknowledgement of 11 no longer counts once b2 is replaced.
+    let a = r.on_ensemble_changed(vec![b(0), b(1), b(3)]);
+    assert_eq!(write_backs(&a), vec![(10, b(3)), (11, b(3))]);
+    assert!(r.on_write_answer(10, &b(3), WriteAnswer::Ok).is_empty());
+    let a = r.on_write_answer(11, &b(3), WriteAnswer::Ok);
+    assert_eq!(
+        a,
+        vec![RecoveryAction::Close {
+            last_entry: 11,
+            length: 9
+        }]
+    );
+}
+
+#[test]
+fn a_failed_write_back_ensemble_change_fails_recovery() {
     let (mut r, _) = start(3, 3, 2, 0);
     r.on_fence_answer(0, FenceAnswer::Empty);
     r.on_fence_answer(1, FenceAnswer::Empty);
     r.on_read_answer(0, 0, entry(b"x", 1));
-    r.on_write_answer(0, 0, WriteAnswer::Ok);
+    r.on_write_answer(0, &b(0), WriteAnswer::Ok);
+    let a = r.on_write_answer(0, &b(1), WriteAnswer::Error("EIO".into()));
+    assert!(matches!(
+        a[..],
+        [RecoveryAction::ChangeEnsemble {
+            fragment_start: 0,
+            ..
+        }]
+    ));
+    // A second failure during the change waits for it.
     assert!(
-        r.on_write_answer(0, 1, WriteAnswer::Error("EIO".into()))
+        r.on_write_answer(0, &b(2), WriteAnswer::Error("EIO".into()))
             .is_empty()
     );
-    let a = r.on_write_answer(0, 2, WriteAnswer::Error("EIO".into()));
-    assert!(
-        matches!(&a[..], [RecoveryAction::Fail(ClientError::RecoveryFailed { reason, .. })] if reason.contains("entry 0"))
+    let a = r.on_ensemble_change_failed(ClientError::NotEnoughBookies { need: 3, have: 1 });
+    assert_eq!(
+        a,
+        vec![RecoveryAction::Fail(ClientError::NotEnoughBookies {
+            need: 3,
+            have: 1
+        })]
     );
+    assert!(r.is_done());
 }
 
 #[test]
@@ -525,6 +586,13 @@ impl World {
                         self.closed = Some(last_entry);
                     }
                 }
+                // The model has no spare bookies.
+                RecoveryAction::ChangeEnsemble { .. } => {
+                    let more = self.recoveries[who].on_ensemble_change_failed(
+                        ClientError::NotEnoughBookies { need: 1, have: 0 },
+                    );
+                    self.recovery_actions(who, more);
+                }
                 RecoveryAction::Fail(_) => {}
             }
         }
@@ -612,7 +680,7 @@ impl World {
                 bookie,
                 answer,
             } => {
-                let a = self.recoveries[who].on_write_answer(entry, bookie, answer);
+                let a = self.recoveries[who].on_write_answer(entry, &b(bookie), answer);
                 self.recovery_actions(who, a);
             }
         }
