@@ -340,3 +340,55 @@ async fn every_digest_type_round_trips() {
         );
     }
 }
+
+/// A replica with a bad digest is skipped for the next one; when every replica is bad the
+/// error names the ledger, the entry and a bookie.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_digest_mismatch_tries_the_next_replica() {
+    let cluster = Cluster::start(3).await;
+    let client = cluster.client().await;
+    let w = patient(client.create_ledger(opts())).await.unwrap();
+    let id = w.id();
+    let meta = client.ledger_metadata(id).await.unwrap();
+    let ensemble = meta.ensembles[&0].clone();
+    let raw = Bookies::new(Arc::new(TcpConnector), Arc::new(test_config()));
+    let key = folio_proto::master_key(b"pw");
+    let good = DigestManager::new(id, folio_proto::DigestType::Crc32c, b"pw");
+    // A copy damaged after its digest was computed (one payload byte flipped).
+    let bad = |entry: i64, length: i64, payload: &[u8]| {
+        let mut b = good.compute(entry, -1, length, payload).to_vec();
+        *b.last_mut().unwrap() ^= 0x55;
+        Bytes::from(b)
+    };
+    // Entry 0 (write set: positions 0 and 1): a bad copy first, a good one second.
+    // Entry 1 (positions 1 and 2): bad everywhere.
+    let copies = [
+        (0, &ensemble[0], bad(0, 5, b"hello")),
+        (0, &ensemble[1], good.compute(0, -1, 5, b"hello")),
+        (1, &ensemble[1], bad(1, 10, b"world")),
+        (1, &ensemble[2], bad(1, 10, b"world")),
+    ];
+    for (entry, bookie, body) in copies {
+        patient(raw.call(bookie, req::add(id, entry, &key, body, false), PATIENCE))
+            .await
+            .unwrap();
+    }
+    let r = patient(client.open_ledger(id, b"pw", OpenOptions::no_recovery()))
+        .await
+        .unwrap();
+    let got = patient(r.read_unconfirmed(0, 0)).await.unwrap();
+    assert_eq!(&got[0].payload[..], b"hello");
+    let err = patient(r.read_unconfirmed(1, 1)).await.unwrap_err();
+    match &err {
+        ClientError::DigestMismatch {
+            ledger,
+            entry,
+            bookie,
+        } => {
+            assert_eq!((*ledger, *entry), (id, 1));
+            assert!(ensemble[1..].contains(bookie));
+        }
+        other => panic!("expected a digest mismatch, got {other}"),
+    }
+    drop(w);
+}
