@@ -186,7 +186,8 @@ async fn add_quorum_timeout_with_a_sleeping_bookie() {
     let cluster = Cluster::start_with_memory(3, &[0, 1, 2]).await;
     let client = cluster
         .client_with(ClientConfig {
-            add_entry_quorum_timeout: Some(Duration::from_millis(500)),
+            // Long enough for healthy bookies on a loaded machine; the sleeper never answers.
+            add_entry_quorum_timeout: Some(Duration::from_secs(3)),
             // Long enough that the per-bookie timeout does not replace the bookie first.
             add_entry_timeout: Duration::from_secs(600),
             ..test_config()
@@ -211,7 +212,8 @@ async fn a_slow_bookie_is_replaced_after_the_add_timeout() {
     let cluster = Cluster::start_with_memory(4, &[0, 1, 2, 3]).await;
     let client = cluster
         .client_with(ClientConfig {
-            add_entry_timeout: Duration::from_millis(500),
+            // Long enough for healthy bookies on a loaded machine; the sleeper never answers.
+            add_entry_timeout: Duration::from_secs(3),
             ..test_config()
         })
         .await;
