@@ -112,6 +112,7 @@ impl LedgerHandle {
             },
         );
         let actor = Actor {
+            last_add: inner.clock.now(),
             inner,
             ledger,
             key: master_key(&password),
@@ -121,7 +122,6 @@ impl LedgerHandle {
             callbacks: HashMap::new(),
             lac: lac.clone(),
             failed_bookies: BTreeSet::new(),
-            last_add: Instant::now(),
             piggybacked_lac: -1,
             explicit_lac_sent: -1,
         };
@@ -217,10 +217,10 @@ impl Actor {
                         self.state.start_closing();
                     }
                     Some(Cmd::Append { entry, payload, reply }) => {
-                        match self.state.add(entry, &payload, Instant::now()) {
+                        match self.state.add(entry, &payload, self.inner.clock.now()) {
                             Ok((id, actions)) => {
                                 self.callbacks.insert(id, reply);
-                                self.last_add = Instant::now();
+                                self.last_add = self.inner.clock.now();
                                 self.piggybacked_lac = self.state.lac();
                                 self.perform(actions, &events_tx);
                             }
@@ -260,7 +260,7 @@ impl Actor {
                     self.perform(actions, &events_tx);
                 }
                 _ = tick.tick() => {
-                    let actions = self.state.on_tick(Instant::now());
+                    let actions = self.state.on_tick(self.inner.clock.now());
                     self.perform(actions, &events_tx);
                     self.maybe_send_explicit_lac();
                 }
@@ -364,7 +364,12 @@ impl Actor {
         if self.state.error().is_some()
             || lac <= self.piggybacked_lac
             || lac <= self.explicit_lac_sent
-            || self.last_add.elapsed() < interval
+            || self
+                .inner
+                .clock
+                .now()
+                .saturating_duration_since(self.last_add)
+                < interval
         {
             return;
         }

@@ -207,12 +207,32 @@ impl ReadHandle {
     }
 
     async fn read_range(&self, first: EntryId, last: EntryId) -> Result<Vec<LedgerEntry>> {
-        if first < 0 || last < first {
+        if first < 0 {
             return Err(ClientError::InvalidArgument(format!(
-                "bad entry range {first}..={last} for ledger {}",
+                "bad entry range {first}..={last} for ledger {}: negative first entry",
                 self.ledger
             )));
         }
+        if last < first {
+            // An empty range (e.g. 0..=-1 of an empty ledger).
+            return Ok(Vec::new());
+        }
+        match self.read_range_once(first, last).await {
+            // The writer of an open ledger may have moved to a new fragment since this
+            // handle read the metadata: look again once.
+            Err(e) if !self.is_closed() => {
+                tracing::debug!(
+                    ledger = self.ledger,
+                    "read failed ({e}); re-reading the metadata"
+                );
+                self.refresh_metadata().await?;
+                self.read_range_once(first, last).await
+            }
+            other => other,
+        }
+    }
+
+    async fn read_range_once(&self, first: EntryId, last: EntryId) -> Result<Vec<LedgerEntry>> {
         let meta = Arc::new(self.metadata());
         if meta.is_closed() && last > meta.last_entry_id {
             return Err(ClientError::NoSuchEntry {

@@ -260,3 +260,51 @@ async fn ensemble_change_on_a_ledger_in_recovery_is_fenced() {
     let after = cluster.metadata.read_ledger(id).await.unwrap();
     assert_eq!(after.value, in_recovery, "the metadata was not overwritten");
 }
+
+/// A reader tailing an open ledger follows the writer onto a new fragment: a read that
+/// fails on the ensemble it knew re-reads the metadata.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tailing_reader_follows_an_ensemble_change() {
+    let mut cluster = Cluster::start(4).await;
+    let client = cluster.client().await;
+    // Qw = Qa = 1: an entry lives on one bookie only, so the old ensemble cannot serve it.
+    let w = patient(client.create_ledger(opts(3, 1, 1))).await.unwrap();
+    // One at a time, so that each entry carries the LAC before it.
+    for e in 0..6 {
+        write(&w, e, e + 1).await;
+    }
+    let reader_client = cluster.client().await;
+    let r = patient(reader_client.open_ledger(w.id(), b"pw", OpenOptions::no_recovery()))
+        .await
+        .unwrap();
+    assert_eq!(r.last_add_confirmed(), 4);
+    let victim = client.ledger_metadata(w.id()).await.unwrap().ensembles[&0][0].clone();
+    cluster.kill(&victim).await;
+    for e in 6..12 {
+        write(&w, e, e + 1).await;
+    }
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    let mut lac = r.last_add_confirmed();
+    while lac < 10 {
+        assert!(tokio::time::Instant::now() < deadline, "LAC stuck at {lac}");
+        lac = patient(r.wait_for_lac_beyond(lac, Duration::from_millis(200)))
+            .await
+            .unwrap();
+    }
+    // (Entries 0 and 3 lived only on the dead bookie: read from the new fragment on.)
+    let entries = patient(r.read(6, lac)).await.unwrap();
+    for e in &entries {
+        assert_eq!(
+            e.payload,
+            Bytes::from(payload(e.entry_id)),
+            "entry {}",
+            e.entry_id
+        );
+    }
+    assert_eq!(entries.len() as i64, lac - 5);
+    assert!(
+        r.metadata().ensembles.len() >= 2,
+        "the reader learnt the new fragment"
+    );
+    patient(w.close()).await.unwrap();
+}
