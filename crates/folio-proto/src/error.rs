@@ -37,6 +37,9 @@ pub enum ProtoError {
     /// v2 batch-read response: an entry length is negative or runs past the frame.
     #[error("bad entry length {len} in v2 batch read response with {remaining} bytes left")]
     BadBatchEntryLength { len: i32, remaining: usize },
+    /// `availabilityOfEntriesOfLedger` bytes that do not describe a set of entries.
+    #[error("bad availabilityOfEntriesOfLedger: {0}")]
+    BadAvailability(String),
     /// The protobuf bytes are not a valid encoding of the message.
     #[error("invalid protobuf {message}: {reason}")]
     Protobuf {

@@ -88,8 +88,8 @@ impl FrameDecoder {
         }
         let total = total as usize;
         if self.buf.len() < total {
-            // Reserve once for the whole frame (bounded by the maximum checked above).
-            self.buf.reserve(total - self.buf.len());
+            // No reservation for the announced length: a peer sending only a prefix must not
+            // make us allocate up to the maximum frame size.
             return Ok(None);
         }
         self.buf.advance(LENGTH_PREFIX_SIZE);

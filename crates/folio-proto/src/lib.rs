@@ -9,10 +9,12 @@
 //! * [`v2`]: the binary protocol (header word, add / read / batch read / auth layouts).
 //! * [`digest`]: "entry with digest" and LAC bodies for CRC32, CRC32C, HMAC-SHA1 and dummy
 //!   digests ([`DigestManager`]), and the master key.
+//! * [`availability`]: the entry-list encoding of GetListOfEntriesOfLedger responses.
 //! * [`status`]: v3 status codes, v2 return codes and the protocol-neutral [`Status`].
 //!
 //! [`decode_request`] / [`decode_response`] combine detection and decoding for one frame.
 
+pub mod availability;
 pub mod digest;
 pub mod error;
 pub mod frame;

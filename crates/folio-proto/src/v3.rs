@@ -16,6 +16,7 @@ use crate::frame::encode_frame;
 use crate::pb::{
     self, BkPacketHeader, OperationType, ProtocolVersion, Request, Response, StatusCode,
 };
+use crate::status::Status;
 
 /// `AddRequest.writeFlags` bit: ack before the entry is durable (`WriteFlag.DEFERRED_SYNC`).
 pub const WRITE_FLAG_DEFERRED_SYNC: i32 = 0x1;
@@ -204,6 +205,10 @@ fn skip_field<'a>(
     Ok(None)
 }
 
+/// Checks that every required field of `schema` occurs in `p`, recursing into sub-messages.
+/// Each occurrence of a sub-message is checked on its own: a sub-message split over several
+/// occurrences (legal protobuf, merged on parse, never produced by BookKeeper's encoders) whose
+/// parts each lack a required field is rejected.
 fn check_required(mut p: &[u8], schema: &Schema) -> Result<(), ProtoError> {
     let mut seen: u32 = 0;
     while !p.is_empty() {
@@ -384,6 +389,79 @@ impl Response {
             header: response_header(request),
             status: status as i32,
             ..Default::default()
+        }
+    }
+}
+
+impl Response {
+    /// An add response: the per-op status is copied to the top level, as the Java bookie does.
+    pub fn for_add(
+        request: &BkPacketHeader,
+        status: StatusCode,
+        ledger_id: i64,
+        entry_id: i64,
+    ) -> Response {
+        Response {
+            header: response_header(request),
+            status: status as i32,
+            add_response: Some(pb::AddResponse {
+                status: status as i32,
+                ledger_id,
+                entry_id,
+            }),
+            ..Default::default()
+        }
+    }
+
+    /// A read response; `body` is the stored entry (absent on error), `max_lac` the bookie's
+    /// known LAC for the ledger.
+    pub fn for_read(
+        request: &BkPacketHeader,
+        status: StatusCode,
+        ledger_id: i64,
+        entry_id: i64,
+        body: Option<Bytes>,
+        max_lac: Option<i64>,
+    ) -> Response {
+        Response {
+            header: response_header(request),
+            status: status as i32,
+            read_response: Some(pb::ReadResponse {
+                status: status as i32,
+                ledger_id,
+                entry_id,
+                body,
+                max_lac,
+                lac_update_timestamp: None,
+            }),
+            ..Default::default()
+        }
+    }
+
+    /// The status a client acts on (BookKeeper's client logic): the sub-response's status when
+    /// the top-level status is EOK and a sub-response is present, else the top-level status.
+    pub fn effective_status(&self) -> Result<Status, ProtoError> {
+        let top = Status::from_v3_value(self.status)?;
+        if top != Status::Ok {
+            return Ok(top);
+        }
+        let sub = [
+            self.read_response.as_ref().map(|r| r.status),
+            self.add_response.as_ref().map(|r| r.status),
+            self.write_lac_response.as_ref().map(|r| r.status),
+            self.read_lac_response.as_ref().map(|r| r.status),
+            self.get_bookie_info_response.as_ref().map(|r| r.status),
+            self.force_ledger_response.as_ref().map(|r| r.status),
+            self.get_list_of_entries_of_ledger_response
+                .as_ref()
+                .map(|r| r.status),
+        ]
+        .into_iter()
+        .flatten()
+        .next();
+        match sub {
+            Some(v) => Status::from_v3_value(v),
+            None => Ok(top),
         }
     }
 }

@@ -1,0 +1,293 @@
+//! Framing (incremental decoding, maximum frame size, protocol detection) and hostile input:
+//! garbage, truncation, huge length prefixes and random bytes all end in errors, never panics.
+
+use bytes::{Bytes, BytesMut};
+use folio_proto::frame::{DEFAULT_MAX_FRAME_SIZE, FrameDecoder, WireProtocol, detect_protocol};
+use folio_proto::{ProtoError, encode_frame, v2, v3};
+use proptest::prelude::*;
+
+#[test]
+fn frames_arrive_byte_by_byte() {
+    let mut wire = BytesMut::new();
+    encode_frame(b"first", &mut wire);
+    encode_frame(b"", &mut wire);
+    encode_frame(&[7u8; 300], &mut wire);
+    let mut d = FrameDecoder::new();
+    let mut frames = Vec::new();
+    for b in wire.iter() {
+        d.feed(&[*b]);
+        while let Some(f) = d.next_frame().unwrap() {
+            frames.push(f);
+        }
+    }
+    assert_eq!(
+        frames,
+        vec![
+            Bytes::from_static(b"first"),
+            Bytes::new(),
+            Bytes::from(vec![7u8; 300])
+        ]
+    );
+    assert_eq!(d.buffered(), 0);
+}
+
+#[test]
+fn several_frames_in_one_feed() {
+    let mut wire = BytesMut::new();
+    for i in 0..10u8 {
+        encode_frame(&[i; 3], &mut wire);
+    }
+    // Plus half of another frame.
+    wire.extend_from_slice(&[0, 0, 0, 9, 1, 2]);
+    let mut d = FrameDecoder::new();
+    d.feed(&wire);
+    for i in 0..10u8 {
+        assert_eq!(d.next_frame().unwrap().unwrap(), Bytes::from(vec![i; 3]));
+    }
+    assert_eq!(d.next_frame().unwrap(), None);
+    assert_eq!(d.buffered(), 6);
+}
+
+#[test]
+fn encode_frame_writes_big_endian_length() {
+    let mut out = BytesMut::new();
+    encode_frame(&[0xaa; 0x0102], &mut out);
+    assert_eq!(&out[..4], &[0, 0, 1, 2]);
+    assert_eq!(out.len(), 4 + 0x0102);
+}
+
+#[test]
+fn huge_length_prefixes_are_errors_without_allocation() {
+    for prefix in [
+        [0x80, 0, 0, 0],          // 2^31
+        [0xff, 0xff, 0xff, 0xff], // -1 as Java reads it
+        [0x7f, 0xff, 0xff, 0xff], // 2^31 - 1
+        [0x00, 0x50, 0x00, 0x00], // 5 MiB exactly: plus the prefix it is over
+    ] {
+        let mut d = FrameDecoder::new();
+        d.feed(&prefix);
+        let err = d.next_frame().unwrap_err();
+        assert!(
+            matches!(err, ProtoError::FrameTooLarge { max, .. } if max == DEFAULT_MAX_FRAME_SIZE),
+            "{prefix:?}: {err:?}"
+        );
+        // The stream is broken for good.
+        d.feed(&[0, 0, 0, 1, 9]);
+        assert_eq!(d.next_frame().unwrap_err(), err);
+        assert_eq!(d.buffered(), 0);
+    }
+}
+
+#[test]
+fn maximum_frame_size_counts_the_prefix() {
+    let mut d = FrameDecoder::with_max_frame_size(16);
+    d.feed(&[0, 0, 0, 12]);
+    d.feed(&[1; 12]);
+    assert_eq!(d.next_frame().unwrap().unwrap().len(), 12);
+    d.feed(&[0, 0, 0, 13]);
+    assert_eq!(
+        d.next_frame(),
+        Err(ProtoError::FrameTooLarge { len: 13, max: 16 })
+    );
+    // The default accepts 5 MiB - 4.
+    let mut d = FrameDecoder::new();
+    let len = (DEFAULT_MAX_FRAME_SIZE - 4) as u32;
+    d.feed(&len.to_be_bytes());
+    assert_eq!(d.next_frame(), Ok(None));
+}
+
+#[test]
+fn truncated_frames_wait_for_more_bytes() {
+    let mut d = FrameDecoder::new();
+    d.feed(&[0, 0]);
+    assert_eq!(d.next_frame(), Ok(None));
+    d.feed(&[0, 5, 1, 2, 3, 4]);
+    assert_eq!(d.next_frame(), Ok(None));
+    d.feed(&[5]);
+    assert_eq!(
+        d.next_frame().unwrap().unwrap(),
+        Bytes::from_static(&[1, 2, 3, 4, 5])
+    );
+}
+
+#[test]
+fn protocol_detection_by_first_byte() {
+    assert_eq!(detect_protocol(&[0x0a, 0x06]), Ok(WireProtocol::V3));
+    assert_eq!(detect_protocol(&[0x02, 0x01, 0, 0]), Ok(WireProtocol::V2));
+    assert_eq!(detect_protocol(&[0x01]), Ok(WireProtocol::V2));
+    assert_eq!(detect_protocol(&[0x00, 0, 0, 1]), Ok(WireProtocol::V2));
+    assert_eq!(detect_protocol(&[]), Err(ProtoError::EmptyFrame));
+    // Anything else goes to the v3 decoder, which rejects garbage.
+    assert_eq!(detect_protocol(&[0xff]), Ok(WireProtocol::V3));
+    assert!(folio_proto::decode_request(Bytes::from_static(&[0xff, 0xff])).is_err());
+    // v2 header with an unknown version never reaches v2 (first byte 3 is not v2): v3 rejects.
+    assert!(folio_proto::decode_request(Bytes::from_static(&[3, 1, 0, 0])).is_err());
+}
+
+fn roundtrip_v2_request(req: &v2::Request) -> v2::Request {
+    v2::decode_request(req.to_bytes()).unwrap()
+}
+
+fn arb_key() -> impl Strategy<Value = [u8; 20]> {
+    proptest::array::uniform20(any::<u8>())
+}
+
+fn arb_v2_request() -> impl Strategy<Value = v2::Request> {
+    prop_oneof![
+        (
+            any::<u16>(),
+            arb_key(),
+            any::<i64>(),
+            any::<i64>(),
+            proptest::collection::vec(any::<u8>(), 0..64)
+        )
+            .prop_map(|(flags, master_key, ledger_id, entry_id, tail)| {
+                let mut entry = ledger_id.to_be_bytes().to_vec();
+                entry.extend_from_slice(&entry_id.to_be_bytes());
+                entry.extend(tail);
+                v2::Request::Add(v2::AddRequest {
+                    version: 2,
+                    flags: v2::Flags(flags),
+                    master_key,
+                    ledger_id,
+                    entry_id,
+                    entry: Bytes::from(entry),
+                })
+            }),
+        (
+            any::<bool>(),
+            any::<bool>(),
+            arb_key(),
+            any::<i64>(),
+            any::<i64>()
+        )
+            .prop_map(|(fence, high, key, ledger_id, entry_id)| {
+                let mut flags = v2::Flags::NONE;
+                if fence {
+                    flags = flags | v2::Flags::DO_FENCING;
+                }
+                if high {
+                    flags = flags | v2::Flags::HIGH_PRIORITY;
+                }
+                v2::Request::Read(v2::ReadRequest {
+                    version: 2,
+                    flags,
+                    ledger_id,
+                    entry_id,
+                    master_key: fence.then_some(key),
+                })
+            }),
+        (any::<bool>(), arb_key(), any::<(i64, i64, i64, i32, i64)>()).prop_map(
+            |(fence, key, (ledger_id, start_entry_id, request_id, max_count, max_size))| {
+                v2::Request::BatchRead(v2::BatchReadRequest {
+                    version: 2,
+                    flags: if fence {
+                        v2::Flags::DO_FENCING
+                    } else {
+                        v2::Flags::NONE
+                    },
+                    ledger_id,
+                    start_entry_id,
+                    request_id,
+                    max_count,
+                    max_size,
+                    master_key: fence.then_some(key),
+                })
+            }
+        ),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+    /// Random bytes through the frame decoder and both top-level decoders: errors allowed,
+    /// panics not.
+    #[test]
+    fn random_streams_never_panic(data in proptest::collection::vec(any::<u8>(), 0..512), chunk in 1usize..64) {
+        let mut d = FrameDecoder::with_max_frame_size(1024);
+        for piece in data.chunks(chunk) {
+            d.feed(piece);
+            while let Ok(Some(frame)) = d.next_frame() {
+                let _ = folio_proto::decode_request(frame.clone());
+                let _ = folio_proto::decode_response(frame);
+            }
+        }
+    }
+
+    /// Random bodies straight into each decoder.
+    #[test]
+    fn random_bodies_never_panic(data in proptest::collection::vec(any::<u8>(), 0..256)) {
+        let b = Bytes::from(data);
+        let _ = v2::decode_request(b.clone());
+        let _ = v2::decode_response(b.clone());
+        let _ = v3::decode_request(b.clone());
+        let _ = v3::decode_response(b);
+    }
+
+    /// Random bodies behind a valid v2 header word reach the op-specific parsers.
+    #[test]
+    fn random_v2_bodies_never_panic(op in 0u8..9, flags in any::<u16>(), version in 0u8..3, tail in proptest::collection::vec(any::<u8>(), 0..80)) {
+        let mut body = if version == 0 { u32::from(op).to_be_bytes().to_vec() } else {
+            vec![version, op, (flags >> 8) as u8, flags as u8]
+        };
+        body.extend(tail);
+        let b = Bytes::from(body);
+        let _ = v2::decode_request(b.clone());
+        let _ = v2::decode_response(b);
+    }
+
+    /// Every v2 request we encode decodes to itself.
+    #[test]
+    fn v2_requests_round_trip(req in arb_v2_request()) {
+        prop_assert_eq!(roundtrip_v2_request(&req), req);
+    }
+
+    /// Every header word with a known version and opcode round-trips.
+    #[test]
+    fn v2_header_words_round_trip(version in 1u8..3, op in 1u8..8, flags in any::<u16>()) {
+        let word = (u32::from(version) << 24) | (u32::from(op) << 16) | u32::from(flags);
+        let h = v2::PacketHeader::from_word(word).unwrap();
+        prop_assert_eq!(h.to_word(), word);
+    }
+}
+
+fn valid_v3_request_bytes() -> Vec<u8> {
+    let req = folio_proto::pb::Request {
+        header: v3::request_header(folio_proto::pb::OperationType::AddEntry, 77, Some(100)),
+        add_request: Some(folio_proto::pb::AddRequest {
+            flag: Some(1),
+            ledger_id: 5,
+            entry_id: 6,
+            master_key: Bytes::from_static(&[1; 20]),
+            body: Bytes::from_static(b"entry with digest"),
+            write_flags: Some(1),
+        }),
+        request_context: vec![folio_proto::pb::ContextPair {
+            key: "a".into(),
+            value: "b".into(),
+        }],
+        ..Default::default()
+    };
+    v3::encode_request(&req).to_vec()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+    /// Valid v3 bytes with one byte changed or cut short: decoded or rejected, never a panic,
+    /// and whatever decodes re-encodes to something that decodes again.
+    #[test]
+    fn mutated_v3_requests_never_panic(pos in any::<prop::sample::Index>(), byte in any::<u8>(), cut in any::<prop::sample::Index>()) {
+        let mut bytes = valid_v3_request_bytes();
+        let i = pos.index(bytes.len());
+        bytes[i] = byte;
+        let n = cut.index(bytes.len() + 1);
+        for candidate in [&bytes[..], &bytes[..n]] {
+            if let Ok(req) = v3::decode_request(Bytes::copy_from_slice(candidate)) {
+                prop_assert!(v3::decode_request(v3::encode_request(&req)).is_ok());
+            }
+            let _ = v3::decode_response(Bytes::copy_from_slice(candidate));
+        }
+    }
+}
