@@ -399,6 +399,34 @@ mod tests {
     }
 
     #[test]
+    fn mutated_records_never_panic() {
+        let good = encode_ledger_metadata(&vector_metadata()).unwrap();
+        let mut rng = fastrand::Rng::with_seed(0x5eed);
+        for _ in 0..20_000 {
+            let mut bytes = good.clone();
+            for _ in 0..rng.usize(1..4) {
+                let i = rng.usize(..bytes.len());
+                match rng.u8(..3) {
+                    0 => bytes[i] = rng.u8(..),
+                    1 => {
+                        bytes.remove(i);
+                    }
+                    _ => bytes.insert(i, rng.u8(..)),
+                }
+            }
+            // Whatever the damage: a value or a Corrupt error naming the ledger.
+            if let Err(e) = decode_ledger_metadata(5, &bytes) {
+                assert!(
+                    matches!(&e, MetadataError::Corrupt { what, .. } if what == "metadata of ledger 5"),
+                    "{e}"
+                );
+            }
+            let _ = decode_bookie_service_info(&BookieId::new("b:1").unwrap(), &bytes);
+            let _ = decode_underreplicated(5, &bytes);
+        }
+    }
+
+    #[test]
     fn refuses_to_encode_invalid_metadata() {
         let mut m = vector_metadata();
         m.ensembles.clear();

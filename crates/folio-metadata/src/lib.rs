@@ -1,12 +1,13 @@
 //! Folio's metadata layer: the contract every metadata service driver implements
 //! ([`MetadataStore`]), BookKeeper's serialization of the records it holds
-//! ([`format`]), the metadata service URI ([`MetadataUri`]), and the embedded drivers
+//! ([`mod@format`]), the metadata service URI ([`MetadataUri`]), and the embedded drivers
 //! (`mem://` in [`mem`], `sqlite://` in [`sqlite`]).
 
 #[cfg(feature = "conformance")]
 pub mod conformance;
 pub mod error;
 pub mod format;
+pub mod layout;
 pub mod mem;
 pub mod sqlite;
 pub mod store;
@@ -44,7 +45,12 @@ pub async fn connect_embedded(uri: &str) -> Result<Arc<dyn MetadataStore>> {
 
 /// A fresh cluster instance id: a random (version 4) UUID string, as BookKeeper's.
 pub fn new_instance_id() -> String {
-    let mut b: [u8; 16] = std::array::from_fn(|_| fastrand::u8(..));
+    instance_id_from(&mut fastrand::Rng::new())
+}
+
+/// A random (version 4) UUID string drawn from `rng`.
+pub fn instance_id_from(rng: &mut fastrand::Rng) -> String {
+    let mut b: [u8; 16] = std::array::from_fn(|_| rng.u8(..));
     b[6] = (b[6] & 0x0f) | 0x40;
     b[8] = (b[8] & 0x3f) | 0x80;
     let h: String = b.iter().map(|x| format!("{x:02x}")).collect();

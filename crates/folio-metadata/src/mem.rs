@@ -124,12 +124,24 @@ pub struct MemCluster {
     inner: Arc<ClusterInner>,
 }
 
-#[derive(Debug)]
 struct ClusterInner {
     name: String,
     state: Mutex<State>,
     /// Bumped on every change; watches recompute their value when it moves.
     changes: watch::Sender<u64>,
+    /// Draws instance ids; seeded, so a simulation replays the same ids.
+    rng: Mutex<fastrand::Rng>,
+    /// Milliseconds since the epoch for recorded creation times (a simulated clock
+    /// in the simulator).
+    clock_ms: Arc<dyn Fn() -> i64 + Send + Sync>,
+}
+
+impl std::fmt::Debug for ClusterInner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemCluster")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
 }
 
 fn registry() -> &'static Mutex<HashMap<String, MemCluster>> {
@@ -140,12 +152,31 @@ fn registry() -> &'static Mutex<HashMap<String, MemCluster>> {
 impl MemCluster {
     /// A new cluster, not registered under any name.
     pub fn new(name: impl Into<String>) -> Self {
+        MemCluster::deterministic(name, fastrand::u64(..), Arc::new(crate::now_ms))
+    }
+
+    /// A new cluster whose instance ids come from `seed` and whose recorded creation
+    /// times come from `clock_ms`, so that a simulation run replays exactly.
+    pub fn deterministic(
+        name: impl Into<String>,
+        seed: u64,
+        clock_ms: Arc<dyn Fn() -> i64 + Send + Sync>,
+    ) -> Self {
         MemCluster {
             inner: Arc::new(ClusterInner {
                 name: name.into(),
                 state: Mutex::new(State::default()),
                 changes: watch::Sender::new(0),
+                rng: Mutex::new(fastrand::Rng::with_seed(seed)),
+                clock_ms,
             }),
+        }
+    }
+
+    fn new_cluster_info(&self) -> ClusterInfo {
+        ClusterInfo {
+            instance_id: crate::instance_id_from(&mut self.inner.rng.lock()),
+            layout: EMBEDDED_LAYOUT.to_owned(),
         }
     }
 
@@ -318,14 +349,12 @@ impl MetadataStore for MemMetadataStore {
     }
 
     async fn init_cluster(&self) -> Result<ClusterInfo> {
+        let cluster = &self.session.cluster;
         self.session.with(|st| {
             if st.cluster.is_some() {
                 return Err(MetadataError::already_exists("cluster"));
             }
-            let info = ClusterInfo {
-                instance_id: crate::new_instance_id(),
-                layout: EMBEDDED_LAYOUT.to_owned(),
-            };
+            let info = cluster.new_cluster_info();
             st.cluster = Some(info.clone());
             st.bump();
             Ok(info)
@@ -341,6 +370,7 @@ impl MetadataStore for MemMetadataStore {
     }
 
     async fn format_cluster(&self) -> Result<ClusterInfo> {
+        let cluster = &self.session.cluster;
         self.session.with(|st| {
             st.bookies.clear();
             st.cookies.clear();
@@ -353,10 +383,7 @@ impl MetadataStore for MemMetadataStore {
                 c.leader.send_replace(false);
             }
             st.election.clear();
-            let info = ClusterInfo {
-                instance_id: crate::new_instance_id(),
-                layout: EMBEDDED_LAYOUT.to_owned(),
-            };
+            let info = cluster.new_cluster_info();
             st.cluster = Some(info.clone());
             st.bump();
             Ok(info)
@@ -578,7 +605,7 @@ impl MetadataStore for MemMetadataStore {
 
     async fn mark_underreplicated(&self, ledger: LedgerId, missing: &[BookieId]) -> Result<()> {
         check_ledger_id(ledger)?;
-        let now = crate::now_ms();
+        let now = (self.session.cluster.inner.clock_ms)();
         self.session.with(|st| {
             let mark = st
                 .underreplicated

@@ -6,7 +6,8 @@
 //! (bookie registrations, under-replication locks, Auditor votes) belong to a
 //! *session*: a row whose `expires_at` a heartbeat task pushes forward. A process that
 //! dies stops renewing, and after the session timeout its records count as gone
-//! (readers ignore them, the next writer deletes them). Watches poll.
+//! (readers ignore them, the next writer deletes them). Leases are measured on the
+//! machine's wall clock, which every process sharing the file shares. Watches poll.
 //! Versions are a database-wide revision, so a deleted and recreated record never
 //! reuses a version. Blocking calls run on `spawn_blocking`.
 
@@ -138,9 +139,20 @@ impl Inner {
             })
             .await;
         if matches!(r, Err(MetadataError::SessionExpired)) {
-            self.state.send_replace(SessionState::Expired);
+            self.mark_expired();
         }
         r
+    }
+
+    /// Records that the session expired, unless it already ended; true if it changed.
+    fn mark_expired(&self) -> bool {
+        self.state.send_if_modified(|s| {
+            let live = matches!(s, SessionState::Connected | SessionState::Disconnected);
+            if live {
+                *s = SessionState::Expired;
+            }
+            live
+        })
     }
 
     /// Ends the session now (deleting its ephemeral records), inline.
@@ -496,8 +508,10 @@ async fn heartbeat(weak: Weak<Inner>) {
         .await;
         match r {
             Ok(0) => {
-                tracing::warn!("sqlite metadata session {session} expired");
-                inner.state.send_replace(SessionState::Expired);
+                // Not a warning when close() ended the session while this ran.
+                if inner.mark_expired() {
+                    tracing::warn!("sqlite metadata session {session} expired");
+                }
                 return;
             }
             Ok(_) => {
@@ -543,11 +557,13 @@ impl MetadataStore for SqliteMetadataStore {
         if self.inner.live().is_err() {
             return Ok(());
         }
+        // Closed first, so the heartbeat does not mistake the deleted session for
+        // an expired one.
+        self.inner.state.send_replace(SessionState::Closed);
         let inner = self.inner.clone();
         tokio::task::spawn_blocking(move || inner.end_blocking())
             .await
             .map_err(|e| MetadataError::Internal(format!("sqlite task failed: {e}")))?;
-        self.inner.state.send_replace(SessionState::Closed);
         Ok(())
     }
 

@@ -214,6 +214,21 @@ mod tests {
     }
 
     #[test]
+    fn arbitrary_strings_never_panic() {
+        let alphabet: Vec<char> = "sqlitezketcdm:/,;.?#[]0123456789+ab é".chars().collect();
+        let mut rng = fastrand::Rng::with_seed(7);
+        for _ in 0..20_000 {
+            let s: String = (0..rng.usize(0..24))
+                .map(|_| alphabet[rng.usize(..alphabet.len())])
+                .collect();
+            if let Ok(uri) = MetadataUri::parse(&s) {
+                // Whatever parses prints back to something that parses the same.
+                assert_eq!(MetadataUri::parse(&uri.to_string()).unwrap(), uri, "{s:?}");
+            }
+        }
+    }
+
+    #[test]
     fn malformed_uris_name_the_problem() {
         let cases = [
             ("metadata.db", "scheme://"),

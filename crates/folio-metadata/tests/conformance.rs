@@ -39,7 +39,7 @@ impl SqliteHarness {
 
     fn options() -> SqliteOptions {
         SqliteOptions {
-            session_timeout: Duration::from_secs(3),
+            session_timeout: Duration::from_secs(10),
             poll_interval: Duration::from_millis(50),
             ..SqliteOptions::default()
         }

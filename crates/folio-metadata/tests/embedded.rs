@@ -114,3 +114,85 @@ async fn dropping_every_handle_of_a_mem_session_ends_it() {
     }
     assert!(!b.list_bookies().await.unwrap().writable.contains(&id));
 }
+
+#[tokio::test]
+async fn a_deterministic_mem_cluster_replays_ids_and_times() {
+    let run = |seed| async move {
+        let cluster = MemCluster::deterministic("sim", seed, std::sync::Arc::new(|| 1_000));
+        let s = cluster.connect();
+        let info = s.init_cluster().await.unwrap();
+        s.mark_underreplicated(3, &[BookieId::new("b:1").unwrap()])
+            .await
+            .unwrap();
+        (
+            info.instance_id,
+            s.get_underreplicated(3).await.unwrap().ctime,
+        )
+    };
+    let (a, ctime) = run(7).await;
+    assert_eq!(
+        ctime,
+        Some(1_000),
+        "the mark's ctime must come from the given clock"
+    );
+    assert_eq!(
+        run(7).await.0,
+        a,
+        "the same seed must give the same instance id"
+    );
+    assert_ne!(
+        run(8).await.0,
+        a,
+        "another seed must give another instance id"
+    );
+    let parts: Vec<_> = a.split('-').map(str::len).collect();
+    assert_eq!(parts, [8, 4, 4, 4, 12], "not a UUID: {a}");
+    assert_eq!(&a[14..15], "4", "not a version 4 UUID: {a}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sqlite_session_expired_behind_its_back_notices_and_stops() {
+    use folio_metadata::sqlite::{SqliteMetadataStore, SqliteOptions};
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("metadata.db");
+    let opts = SqliteOptions {
+        session_timeout: std::time::Duration::from_secs(10),
+        poll_interval: std::time::Duration::from_millis(50),
+        ..SqliteOptions::default()
+    };
+    let a = SqliteMetadataStore::open(&db, opts.clone()).await.unwrap();
+    let b = SqliteMetadataStore::open(&db, opts).await.unwrap();
+    a.init_cluster().await.unwrap();
+    let id = BookieId::new("stalled:3181").unwrap();
+    let _reg = a
+        .register_bookie(&id, BookieMode::Writable, &BookieServiceInfo::default())
+        .await
+        .unwrap();
+    let mut state = a.session_state();
+
+    // Expire every session but b's, as a stall past the timeout would.
+    let raw = rusqlite::Connection::open(&db).unwrap();
+    raw.busy_timeout(std::time::Duration::from_secs(30))
+        .unwrap();
+    raw.execute(
+        "UPDATE sessions SET expires_at = 0 WHERE id <> (SELECT max(id) FROM sessions)",
+        [],
+    )
+    .unwrap();
+    drop(raw);
+
+    tokio::time::timeout(
+        std::time::Duration::from_secs(60),
+        state.wait_for(|s| *s == SessionState::Expired),
+    )
+    .await
+    .expect("the session never noticed it expired")
+    .unwrap();
+    assert!(!b.list_bookies().await.unwrap().writable.contains(&id));
+    assert_eq!(
+        a.generate_ledger_id().await.unwrap_err(),
+        MetadataError::SessionExpired
+    );
+    // The surviving session is unaffected.
+    b.generate_ledger_id().await.unwrap();
+}

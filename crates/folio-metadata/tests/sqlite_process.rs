@@ -19,7 +19,7 @@ const PATIENCE: Duration = Duration::from_secs(60);
 
 fn options() -> SqliteOptions {
     SqliteOptions {
-        session_timeout: Duration::from_secs(3),
+        session_timeout: Duration::from_secs(6),
         poll_interval: Duration::from_millis(50),
         ..SqliteOptions::default()
     }

@@ -86,7 +86,9 @@ pub struct LedgerMetadata {
     /// Creation time in milliseconds since the epoch, when recorded.
     pub ctime: Option<i64>,
     /// A random token set at creation, so a retried create can tell its own record
-    /// from somebody else's (BookKeeper's `cToken`, format 3 only).
+    /// from somebody else's (BookKeeper's `cToken`, format 3 only). `new_open` leaves
+    /// it 0 ("no token": a retried create then reports the ledger as existing); a
+    /// creating client sets a random positive value.
     pub c_token: i64,
 }
 

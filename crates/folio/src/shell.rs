@@ -1,7 +1,8 @@
 //! `folio shell <command>`: BookKeeper's shell commands, under their BookKeeper
 //! names. This module holds the metadata commands (`initnewcluster`, `listbookies`,
-//! `listledgers`, `ledgermetadata`, `whatisinstanceid`); output lines follow
-//! BookKeeper's shell where it has a fixed shape (`ledgerID: 7`).
+//! `listledgers`, `ledgermetadata`, `whatisinstanceid`, `listunderreplicated`,
+//! `whoisauditor`, `lostbookierecoverydelay`, `autorecovery`, `cookie_get`); output
+//! lines follow BookKeeper's shell where it has a fixed shape (`ledgerID: 7`).
 //!
 //! The metadata store is reached through `folio_metadata::connect_embedded`, so
 //! `sqlite://` and `mem://` work here; `zk://` and `etcd://` are wired in when their
@@ -52,6 +53,33 @@ enum ShellCommand {
     /// Print the cluster's instance id.
     #[command(name = "whatisinstanceid")]
     WhatIsInstanceId,
+    /// List under-replicated ledgers (-printmissingreplica adds their missing bookies).
+    #[command(name = "listunderreplicated")]
+    ListUnderreplicated {
+        #[arg(allow_hyphen_values = true)]
+        flags: Vec<String>,
+    },
+    /// Print the elected Auditor.
+    #[command(name = "whoisauditor")]
+    WhoIsAuditor,
+    /// Get (-get) or set (-set <seconds>) the delay before lost bookies' ledgers are re-replicated.
+    #[command(name = "lostbookierecoverydelay")]
+    LostBookieRecoveryDelay {
+        #[arg(allow_hyphen_values = true, required = true)]
+        flags: Vec<String>,
+    },
+    /// Enable (-enable), disable (-disable) or show (-status) autorecovery cluster-wide.
+    #[command(name = "autorecovery")]
+    AutoRecovery {
+        #[arg(allow_hyphen_values = true)]
+        flags: Vec<String>,
+    },
+    /// Print a bookie's cookie as stored in the metadata service.
+    #[command(name = "cookie_get")]
+    CookieGet {
+        /// The bookie id (host:port).
+        bookie: String,
+    },
 }
 
 /// Runs one shell command against the metadata service `metadata`.
@@ -141,6 +169,72 @@ async fn execute(command: ShellCommand, store: &dyn MetadataStore) -> anyhow::Re
             println!("ledgerID: {id}");
             print!("{}", describe(&m.value));
             println!("version: {}", m.version);
+            Ok(())
+        }
+        ShellCommand::ListUnderreplicated { flags } => {
+            let print_missing = match flags.iter().map(String::as_str).collect::<Vec<_>>()[..] {
+                [] => false,
+                ["-printmissingreplica" | "--printmissingreplica" | "-c"] => true,
+                _ => bail!("usage: listunderreplicated [-printmissingreplica], got {flags:?}"),
+            };
+            for ur in store.list_underreplicated().await? {
+                println!("{}", ur.ledger_id);
+                if print_missing {
+                    let missing: Vec<_> =
+                        ur.missing_replicas.iter().map(|b| b.to_string()).collect();
+                    println!("\tMissingReplica : [{}]", missing.join(", "));
+                }
+            }
+            Ok(())
+        }
+        ShellCommand::WhoIsAuditor => match store.current_auditor().await? {
+            Some(auditor) => {
+                println!("Auditor: {auditor}");
+                Ok(())
+            }
+            None => bail!("no Auditor is elected"),
+        },
+        ShellCommand::LostBookieRecoveryDelay { flags } => {
+            match flags.iter().map(String::as_str).collect::<Vec<_>>()[..] {
+                ["-get" | "--get" | "-g"] => match store.lost_bookie_recovery_delay().await? {
+                    Some(v) => println!("LostBookieRecoveryDelay value: {v}"),
+                    None => println!(
+                        "LostBookieRecoveryDelay value: not set (the configured default applies)"
+                    ),
+                },
+                ["-set" | "--set" | "-s", value] => {
+                    let seconds: u32 = value.parse().map_err(|_| {
+                        anyhow!("invalid delay {value:?}: expected a number of seconds")
+                    })?;
+                    store.set_lost_bookie_recovery_delay(seconds).await?;
+                    println!("Successfully set LostBookieRecoveryDelay value to: {seconds}");
+                }
+                _ => bail!("usage: lostbookierecoverydelay -get | -set <seconds>, got {flags:?}"),
+            }
+            Ok(())
+        }
+        ShellCommand::AutoRecovery { flags } => {
+            match flags.iter().map(String::as_str).collect::<Vec<_>>()[..] {
+                ["-enable" | "--enable" | "-e"] => store.set_autorecovery_enabled(true).await?,
+                ["-disable" | "--disable" | "-d"] => store.set_autorecovery_enabled(false).await?,
+                [] | ["-status" | "--status" | "-s"] => {}
+                _ => bail!("usage: autorecovery [-enable | -disable | -status], got {flags:?}"),
+            }
+            let enabled = store.is_autorecovery_enabled().await?;
+            println!(
+                "AutoRecovery is {}",
+                if enabled { "enabled" } else { "disabled" }
+            );
+            Ok(())
+        }
+        ShellCommand::CookieGet { bookie } => {
+            let id = folio_types::BookieId::new(bookie.as_str())?;
+            let cookie = match store.read_cookie(&id).await {
+                Ok(c) => c,
+                Err(MetadataError::NotFound { .. }) => bail!("no cookie for bookie {id}"),
+                Err(e) => return Err(e.into()),
+            };
+            print!("{}", String::from_utf8_lossy(&cookie.value));
             Ok(())
         }
         ShellCommand::WhatIsInstanceId => {

@@ -143,6 +143,55 @@ async fn shell_metadata_commands_against_sqlite() {
         out.contains("10.0.0.1:3181") && out.contains("10.0.0.9:3181"),
         "{out}"
     );
+
+    // Autorecovery settings, under-replication and the Auditor.
+    let out = ok_stdout(&uri, &["shell", "autorecovery", "-status"]);
+    assert_eq!(out.trim(), "AutoRecovery is enabled");
+    let out = ok_stdout(&uri, &["shell", "autorecovery", "-disable"]);
+    assert_eq!(out.trim(), "AutoRecovery is disabled");
+    assert!(!store.is_autorecovery_enabled().await.unwrap());
+    ok_stdout(&uri, &["shell", "autorecovery", "-enable"]);
+    assert!(store.is_autorecovery_enabled().await.unwrap());
+    ok_stdout(&uri, &["shell", "lostbookierecoverydelay", "-set", "45"]);
+    let out = ok_stdout(&uri, &["shell", "lostbookierecoverydelay", "-get"]);
+    assert_eq!(out.trim(), "LostBookieRecoveryDelay value: 45");
+    let e = failure(&uri, &["shell", "lostbookierecoverydelay", "-set", "soon"]);
+    assert!(e.contains("invalid delay"), "{e}");
+
+    store
+        .mark_underreplicated(ids[2], &[bookie("10.0.0.2:3181")])
+        .await
+        .unwrap();
+    let out = ok_stdout(
+        &uri,
+        &["shell", "listunderreplicated", "-printmissingreplica"],
+    );
+    assert_eq!(
+        out,
+        format!("{}\n\tMissingReplica : [10.0.0.2:3181]\n", ids[2])
+    );
+
+    let e = failure(&uri, &["shell", "whoisauditor"]);
+    assert!(e.contains("no Auditor"), "{e}");
+    let _vote = store
+        .join_auditor_election(&bookie("10.0.0.1:3181"))
+        .await
+        .unwrap();
+    let out = ok_stdout(&uri, &["shell", "whoisauditor"]);
+    assert_eq!(out.trim(), "Auditor: 10.0.0.1:3181");
+
+    let e = failure(&uri, &["shell", "cookie_get", "10.0.0.1:3181"]);
+    assert!(e.contains("no cookie for bookie 10.0.0.1:3181"), "{e}");
+    store
+        .write_cookie(
+            &bookie("10.0.0.1:3181"),
+            b"5\nbookieHost: \"10.0.0.1:3181\"\n",
+            None,
+        )
+        .await
+        .unwrap();
+    let out = ok_stdout(&uri, &["shell", "cookie_get", "10.0.0.1:3181"]);
+    assert_eq!(out, "5\nbookieHost: \"10.0.0.1:3181\"\n");
     store.close().await.unwrap();
 }
 
