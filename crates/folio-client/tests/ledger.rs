@@ -392,3 +392,27 @@ async fn a_digest_mismatch_tries_the_next_replica() {
     }
     drop(w);
 }
+
+/// The same life cycle with `sqlite://` metadata: write, fence by recovery, read back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn works_with_sqlite_metadata() {
+    let cluster = Cluster::start_sqlite(3).await;
+    let client = cluster.client().await;
+    let w = patient(client.create_ledger(opts())).await.unwrap();
+    for e in 0..10 {
+        patient(w.append(payload(e))).await.unwrap();
+    }
+    let r = patient(
+        cluster
+            .client()
+            .await
+            .open_ledger(w.id(), b"pw", OpenOptions::recovery()),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.last_add_confirmed(), 9);
+    assert!(patient(w.append("late")).await.unwrap_err().is_fenced());
+    let entries = patient(r.read(0, 9)).await.unwrap();
+    assert_eq!(entries[3].payload, Bytes::from(payload(3)));
+    assert_eq!(client.list_ledgers().await.unwrap(), vec![w.id()]);
+}

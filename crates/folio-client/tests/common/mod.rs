@@ -54,6 +54,7 @@ impl TestBookie {
 pub struct Cluster {
     pub metadata: Arc<dyn MetadataStore>,
     pub bookies: Vec<TestBookie>,
+    _metadata_dir: Option<tempfile::TempDir>,
 }
 
 async fn serve<S: BookieStorage>(storage: S) -> ServerHandle {
@@ -70,18 +71,38 @@ impl Cluster {
         Cluster::start_with_memory(n, &[]).await
     }
 
+    /// `n` bookies over the real storage engine, with `sqlite://` metadata in a temp dir.
+    pub async fn start_sqlite(n: usize) -> Cluster {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let uri = format!("sqlite://{}", dir.path().join("metadata.db").display());
+        let metadata = folio_metadata::connect_embedded(&uri)
+            .await
+            .expect("open sqlite metadata");
+        Cluster::start_on(n, &[], metadata, Some(dir)).await
+    }
+
     /// `n` bookies; those whose index is in `memory` use the in-memory storage.
     pub async fn start_with_memory(n: usize, memory: &[usize]) -> Cluster {
+        let metadata: Arc<dyn MetadataStore> =
+            Arc::new(MemCluster::new(unique_name("client-test")).connect());
+        Cluster::start_on(n, memory, metadata, None).await
+    }
+
+    async fn start_on(
+        n: usize,
+        memory: &[usize],
+        metadata: Arc<dyn MetadataStore>,
+        metadata_dir: Option<tempfile::TempDir>,
+    ) -> Cluster {
         let _ = tracing_subscriber::fmt()
             .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
             .with_test_writer()
             .try_init();
-        let metadata: Arc<dyn MetadataStore> =
-            Arc::new(MemCluster::new(unique_name("client-test")).connect());
         metadata.init_cluster().await.expect("init cluster");
         let mut cluster = Cluster {
             metadata,
             bookies: Vec::new(),
+            _metadata_dir: metadata_dir,
         };
         for i in 0..n {
             cluster.add_bookie(memory.contains(&i)).await;
