@@ -305,11 +305,21 @@ fn spawn_conn(stream: Box<dyn Stream>, bookie: BookieId, max_frame: usize) -> Co
     let ws = shared.clone();
     let wb = bookie.clone();
     tokio::spawn(async move {
+        // Frames queued while the previous write was in progress go out in one write.
+        let mut batch = BytesMut::new();
         while let Some(f) = frames_rx.recv().await {
-            if let Err(e) = wr.write_all(&f).await {
+            batch.extend_from_slice(&f);
+            while batch.len() < 1 << 20 {
+                match frames_rx.try_recv() {
+                    Ok(f) => batch.extend_from_slice(&f),
+                    Err(_) => break,
+                }
+            }
+            if let Err(e) = wr.write_all(&batch).await {
                 ws.kill(&format!("write to {wb}: {e}"));
                 return;
             }
+            batch.clear();
         }
         let _ = wr.shutdown().await;
     });
