@@ -255,7 +255,7 @@ impl Client {
         if opts.recovery && !meta.value.is_closed() {
             meta = recover(inner, ledger, &digest, &key).await?;
         }
-        let handle = ReadHandle::new(self.inner.clone(), ledger, meta, digest, key);
+        let handle = ReadHandle::new(self.inner.clone(), ledger, meta, digest);
         if !handle.is_closed() {
             // Without recovery the reader starts at the LAC the bookies know now; if none
             // answer it starts at what the metadata proves (before the last fragment).

@@ -15,6 +15,7 @@ use folio_metadata::Versioned;
 use folio_proto::{DigestManager, Status, master_key};
 use folio_types::metadata::{LedgerMetadata, LedgerState};
 use folio_types::{BookieId, EntryId, LedgerId};
+use parking_lot::Mutex;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::client::{Inner, proto_digest};
@@ -72,6 +73,8 @@ pub struct LedgerHandle {
     adv: bool,
     cmds: mpsc::UnboundedSender<Cmd>,
     lac: Arc<AtomicI64>,
+    /// The outcome of the close, once the writer stopped.
+    closed: Arc<Mutex<Option<Result<()>>>>,
 }
 
 impl std::fmt::Debug for LedgerHandle {
@@ -93,6 +96,7 @@ impl LedgerHandle {
     ) -> LedgerHandle {
         let (cmds, cmd_rx) = mpsc::unbounded_channel();
         let lac = Arc::new(AtomicI64::new(-1));
+        let closed = Arc::new(Mutex::new(None));
         let quorum = meta.value.quorum().expect("created with a checked quorum");
         let ensemble = meta
             .value
@@ -121,6 +125,7 @@ impl LedgerHandle {
             state,
             callbacks: HashMap::new(),
             lac: lac.clone(),
+            closed: closed.clone(),
             failed_bookies: BTreeSet::new(),
             piggybacked_lac: -1,
             explicit_lac_sent: -1,
@@ -131,6 +136,7 @@ impl LedgerHandle {
             adv,
             cmds,
             lac,
+            closed,
         }
     }
 
@@ -178,10 +184,13 @@ impl LedgerHandle {
     /// recovered (or closed) by someone else. Closing twice is fine.
     pub async fn close(&self) -> Result<()> {
         let (reply, rx) = oneshot::channel();
-        if self.cmds.send(Cmd::Close { reply }).is_err() {
-            return Ok(());
+        if self.cmds.send(Cmd::Close { reply }).is_ok()
+            && let Ok(result) = rx.await
+        {
+            return result;
         }
-        rx.await.unwrap_or(Ok(()))
+        // The writer already stopped: report how its close went.
+        self.closed.lock().clone().unwrap_or(Ok(()))
     }
 }
 
@@ -194,6 +203,7 @@ struct Actor {
     state: WriterState,
     callbacks: HashMap<EntryId, oneshot::Sender<Result<EntryId>>>,
     lac: Arc<AtomicI64>,
+    closed: Arc<Mutex<Option<Result<()>>>>,
     /// Every bookie that failed this writer (never chosen again as a replacement).
     failed_bookies: BTreeSet<BookieId>,
     last_add: Instant,
@@ -268,6 +278,7 @@ impl Actor {
             let drained = self.state.pending_count() == 0 && !self.state.is_changing_ensemble();
             if drained && !close_waiters.is_empty() {
                 let result = self.close_metadata().await;
+                *self.closed.lock() = Some(result.clone());
                 for w in close_waiters.drain(..) {
                     let _ = w.send(result.clone());
                 }

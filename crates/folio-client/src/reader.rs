@@ -127,8 +127,6 @@ pub struct ReadHandle {
     ledger: LedgerId,
     meta: Mutex<Versioned<LedgerMetadata>>,
     digest: DigestManager,
-    #[allow(dead_code)]
-    master_key: [u8; 20],
     lac: AtomicI64,
 }
 
@@ -147,7 +145,6 @@ impl ReadHandle {
         ledger: LedgerId,
         meta: Versioned<LedgerMetadata>,
         digest: DigestManager,
-        master_key: [u8; 20],
     ) -> ReadHandle {
         let lac = metadata_lac(&meta.value);
         ReadHandle {
@@ -155,7 +152,6 @@ impl ReadHandle {
             ledger,
             meta: Mutex::new(meta),
             digest,
-            master_key,
             lac: AtomicI64::new(lac),
         }
     }

@@ -96,6 +96,10 @@ async fn open_with_recovery_fences_the_writer() {
     assert!(err.is_fenced(), "{err}");
     assert_eq!(err.to_string(), format!("ledger {} is fenced", w.id()));
     assert!(patient(w.close()).await.unwrap_err().is_fenced());
+    assert!(
+        patient(w.close()).await.unwrap_err().is_fenced(),
+        "a second close says the same"
+    );
     let entries = patient(r.read(0, 9)).await.unwrap();
     assert_eq!(entries[9].payload, Bytes::from(payload(9)));
     assert_eq!(
