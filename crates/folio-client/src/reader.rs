@@ -401,17 +401,70 @@ impl ReadHandle {
                     .and_then(|r| r.max_lac)
             });
         }
-        while let Some(r) = set.join_next().await {
-            if let Ok(Some(lac)) = r
-                && lac > previous
-            {
-                set.abort_all();
-                return Ok(self.raise_lac(lac));
+        let polls = async {
+            while let Some(r) = set.join_next().await {
+                if let Ok(Some(lac)) = r
+                    && lac > previous
+                {
+                    return Some(lac);
+                }
             }
+            None
+        };
+        // A close (or delete) of the ledger ends the wait at once: no bookie LAC will move.
+        let mut watch = self.inner.metadata.watch_ledger(self.ledger).await.ok();
+        let ended = async {
+            let Some(w) = watch.as_mut() else {
+                return std::future::pending().await;
+            };
+            loop {
+                let done = w
+                    .borrow_and_update()
+                    .as_ref()
+                    .is_none_or(|v| v.value.is_closed());
+                if done {
+                    return;
+                }
+                if w.changed().await.is_err() {
+                    return std::future::pending().await;
+                }
+            }
+        };
+        tokio::select! {
+            lac = polls => {
+                if let Some(lac) = lac {
+                    return Ok(self.raise_lac(lac));
+                }
+            }
+            () = ended => {}
         }
-        // Nothing moved: the writer may have closed the ledger.
+        // Nothing moved, or the ledger ended: look at the metadata.
         self.refresh_metadata().await?;
         Ok(self.last_add_confirmed())
+    }
+
+    /// Waits (long-polling the LAC) until `entry` is confirmed, then reads it; `None` if
+    /// `timeout` passes first or the ledger is closed below `entry`.
+    pub async fn wait_for_entry(
+        &self,
+        entry: EntryId,
+        timeout: Duration,
+    ) -> Result<Option<LedgerEntry>> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let lac = self.last_add_confirmed();
+            if lac >= entry {
+                return Ok(self.read(entry, entry).await?.pop());
+            }
+            if self.is_closed() {
+                return Ok(None);
+            }
+            let now = tokio::time::Instant::now();
+            if now >= deadline {
+                return Ok(None);
+            }
+            self.wait_for_lac_beyond(lac, deadline - now).await?;
+        }
     }
 
     /// Re-reads the metadata (to notice a close or a new fragment).

@@ -146,3 +146,34 @@ async fn adv_ledger_lac_advances_over_the_contiguous_prefix() {
         assert_eq!(e.payload, Bytes::from(payload(i as i64)));
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wait_for_entry_returns_it_once_confirmed_or_none_after_the_timeout() {
+    let cluster = Cluster::start(3).await;
+    let client = cluster.client().await;
+    let w = patient(client.create_ledger(opts())).await.unwrap();
+    patient(w.append(payload(0))).await.unwrap();
+    let r = std::sync::Arc::new(
+        patient(client.open_ledger(w.id(), b"pw", OpenOptions::no_recovery()))
+            .await
+            .unwrap(),
+    );
+    assert_eq!(
+        patient(r.wait_for_entry(0, Duration::from_millis(200)))
+            .await
+            .unwrap(),
+        None,
+        "entry 0 is not confirmed yet (no later entry carried its LAC)"
+    );
+    let waiter = {
+        let r = r.clone();
+        tokio::spawn(async move { r.wait_for_entry(1, PATIENCE).await })
+    };
+    for e in 1..3 {
+        patient(w.append(payload(e))).await.unwrap();
+    }
+    let got = patient(waiter).await.unwrap().unwrap().unwrap();
+    assert_eq!((got.entry_id, got.payload), (1, Bytes::from(payload(1))));
+    patient(w.close()).await.unwrap();
+    assert_eq!(patient(r.wait_for_entry(3, PATIENCE)).await.unwrap(), None);
+}
