@@ -205,12 +205,15 @@ impl Client {
         meta.custom_metadata = opts.custom_metadata.clone();
         meta.ctime = Some(inner.clock.unix_millis() as i64);
         meta.c_token = (inner.rng.next_u64() >> 1) as i64;
+        let mut attempts = 0;
         let (ledger, version) = loop {
             let id = inner.metadata.generate_ledger_id().await?;
             match inner.metadata.create_ledger(id, &meta).await {
                 Ok(v) => break (id, v),
-                // Someone holds this id (e.g. an adv id chosen by hand): take another.
-                Err(e) if e.is_already_exists() => continue,
+                // Someone holds this id (e.g. one created by hand): take another.
+                Err(e) if e.is_already_exists() && attempts < inner.config.metadata_retries => {
+                    attempts += 1;
+                }
                 Err(e) => return Err(e.into()),
             }
         };
@@ -242,6 +245,9 @@ impl Client {
             .read_ledger(ledger)
             .await
             .map_err(|e| ClientError::from_metadata(ledger, e))?;
+        meta.value
+            .validate()
+            .map_err(|reason| ClientError::MetadataConflict { ledger, reason })?;
         if let Some(pw) = &meta.value.password
             && pw.as_slice() != password
         {

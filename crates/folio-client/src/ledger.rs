@@ -227,6 +227,16 @@ impl Actor {
                         self.state.start_closing();
                     }
                     Some(Cmd::Append { entry, payload, reply }) => {
+                        // Header, digest and protobuf framing stay well under 256 bytes.
+                        let max = self.inner.config.max_frame_size.saturating_sub(256);
+                        if payload.len() > max {
+                            let _ = reply.send(Err(ClientError::InvalidArgument(format!(
+                                "an entry of {} bytes exceeds the {max} bytes a frame to a bookie can carry (ledger {})",
+                                payload.len(),
+                                self.ledger
+                            ))));
+                            continue;
+                        }
                         match self.state.add(entry, &payload, self.inner.clock.now()) {
                             Ok((id, actions)) => {
                                 self.callbacks.insert(id, reply);

@@ -475,6 +475,12 @@ impl ReadHandle {
             .read_ledger(self.ledger)
             .await
             .map_err(|e| ClientError::from_metadata(self.ledger, e))?;
+        m.value
+            .validate()
+            .map_err(|reason| ClientError::MetadataConflict {
+                ledger: self.ledger,
+                reason,
+            })?;
         let lac = metadata_lac(&m.value);
         let closed = m.value.is_closed();
         *self.meta.lock() = m;

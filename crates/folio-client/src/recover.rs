@@ -57,6 +57,10 @@ pub(crate) async fn recover(
             .read_ledger(ledger)
             .await
             .map_err(|e| ClientError::from_metadata(ledger, e))?;
+        current
+            .value
+            .validate()
+            .map_err(|reason| ClientError::MetadataConflict { ledger, reason })?;
         match current.value.state {
             LedgerState::Closed => return Ok(current),
             LedgerState::InRecovery => break current,

@@ -316,6 +316,11 @@ async fn creation_checks_quorums_and_bookie_count() {
     let w = patient(client.create_ledger(opts().quorum(2, 2, 1)))
         .await
         .unwrap();
+    let huge = vec![0u8; folio_proto::DEFAULT_MAX_FRAME_SIZE];
+    assert!(matches!(
+        patient(w.append(huge)).await,
+        Err(ClientError::InvalidArgument(m)) if m.contains("exceeds")
+    ));
     assert_eq!(patient(w.append("x")).await.unwrap(), 0);
     patient(w.close()).await.unwrap();
 }
