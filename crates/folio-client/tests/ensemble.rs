@@ -308,3 +308,33 @@ async fn a_tailing_reader_follows_an_ensemble_change() {
     );
     patient(w.close()).await.unwrap();
 }
+
+/// With two of three bookies gone no ack quorum can be fenced: recovery fails with a
+/// message saying so, and the ledger is left in recovery rather than closed at a guess.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recovery_without_enough_bookies_to_fence_fails_and_closes_nothing() {
+    let mut cluster = Cluster::start(3).await;
+    let client = cluster.client().await;
+    let w = patient(client.create_ledger(opts(3, 3, 2))).await.unwrap();
+    write(&w, 0, 5).await;
+    let id = w.id();
+    drop(w);
+    let ensemble = client.ledger_metadata(id).await.unwrap().ensembles[&0].clone();
+    cluster.kill(&ensemble[0]).await;
+    cluster.kill(&ensemble[1]).await;
+    let err = patient(
+        cluster
+            .client()
+            .await
+            .open_ledger(id, b"pw", OpenOptions::recovery()),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(&err, ClientError::RecoveryFailed { ledger, reason } if *ledger == id && reason.contains("fencing")),
+        "{err}"
+    );
+    let meta = client.ledger_metadata(id).await.unwrap();
+    assert!(meta.is_in_recovery());
+    assert!(!meta.is_closed());
+}
