@@ -27,6 +27,11 @@ pub struct ClientConfig {
     pub explicit_lac_interval: Option<Duration>,
     /// How many ensemble changes one writer may make. Default: 50.
     pub max_ensemble_changes: u32,
+    /// Keep writing to the surviving bookies of the ensemble while every entry can still
+    /// reach its ack quorum, and replace failed bookies only when one cannot
+    /// (`delayEnsembleChange`). Entries acknowledged meanwhile have `Qa` copies, not `Qw`.
+    /// Default: false.
+    pub delay_ensemble_change: bool,
     /// Largest frame accepted from a bookie (`nettyMaxFrameSizeBytes`). Default: 5 MiB.
     pub max_frame_size: usize,
     /// Entries read in parallel by a range read. Default: 32.
@@ -47,6 +52,7 @@ impl Default for ClientConfig {
             max_reconnect_backoff: Duration::from_secs(5),
             explicit_lac_interval: None,
             max_ensemble_changes: 50,
+            delay_ensemble_change: false,
             max_frame_size: folio_proto::DEFAULT_MAX_FRAME_SIZE,
             read_parallelism: 32,
             metadata_retries: 10,

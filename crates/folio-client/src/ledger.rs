@@ -113,6 +113,7 @@ impl LedgerHandle {
                 adv,
                 max_ensemble_changes: inner.config.max_ensemble_changes,
                 add_quorum_timeout: inner.config.add_entry_quorum_timeout,
+                delay_ensemble_change: inner.config.delay_ensemble_change,
             },
         );
         let actor = Actor {

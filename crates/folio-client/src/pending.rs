@@ -93,6 +93,7 @@ pub struct WriterState {
     ensemble_changes: u32,
     max_ensemble_changes: u32,
     add_quorum_timeout: Option<Duration>,
+    delay_ensemble_change: bool,
     error: Option<ClientError>,
     closing: bool,
 }
@@ -103,6 +104,11 @@ pub struct WriterSettings {
     pub adv: bool,
     pub max_ensemble_changes: u32,
     pub add_quorum_timeout: Option<Duration>,
+    /// BookKeeper's `delayEnsembleChange`: keep writing to the surviving bookies while
+    /// every pending entry can still reach its ack quorum; change the ensemble only when
+    /// one cannot. Entries acknowledged meanwhile have `Qa` copies in the ensemble the
+    /// metadata records (fewer than `Qw`).
+    pub delay_ensemble_change: bool,
 }
 
 impl WriterState {
@@ -132,6 +138,7 @@ impl WriterState {
             ensemble_changes: 0,
             max_ensemble_changes: settings.max_ensemble_changes,
             add_quorum_timeout: settings.add_quorum_timeout,
+            delay_ensemble_change: settings.delay_ensemble_change,
             error: None,
             closing: false,
         }
@@ -244,6 +251,9 @@ impl WriterState {
                 payload_len: payload.len() as u64,
             },
         );
+        // With a delayed ensemble change, this entry may be the first that cannot reach
+        // its ack quorum on the surviving bookies.
+        self.maybe_start_change(&mut actions);
         Ok((id, actions))
     }
 
@@ -400,8 +410,23 @@ impl WriterState {
         }
     }
 
+    /// Whether the failed positions must be replaced now: always, unless the change is
+    /// delayed and every pending entry can still reach its ack quorum without them.
+    fn change_needed(&self) -> bool {
+        !self.delay_ensemble_change
+            || self.pending.keys().any(|&e| {
+                self.quorum
+                    .write_set(e)
+                    .into_iter()
+                    .filter(|p| !self.failed.contains_key(p))
+                    .count()
+                    < self.quorum.ack_quorum
+            })
+    }
+
     fn maybe_start_change(&mut self, actions: &mut Vec<WriterAction>) {
-        if self.changing || self.failed.is_empty() || self.error.is_some() {
+        if self.changing || self.failed.is_empty() || self.error.is_some() || !self.change_needed()
+        {
             return;
         }
         if self.ensemble_changes >= self.max_ensemble_changes {
@@ -454,6 +479,7 @@ mod tests {
                 adv,
                 max_ensemble_changes: 3,
                 add_quorum_timeout: Some(Duration::from_secs(10)),
+                delay_ensemble_change: false,
             },
         )
     }
@@ -764,6 +790,36 @@ mod tests {
             w.add(Some(-4), b"x", now),
             Err(ClientError::InvalidArgument(_))
         ));
+    }
+
+    #[test]
+    fn delayed_ensemble_change_waits_until_an_entry_cannot_reach_its_ack_quorum() {
+        let mut w = writer(3, 3, 2);
+        w.delay_ensemble_change = true;
+        let now = Instant::now();
+        w.add(None, b"x", now).unwrap();
+        // Bookie 2 fails: entry 0 can still reach Qa = 2 on b0 and b1.
+        assert!(
+            w.on_add_response(0, &b(2), AddOutcome::Failed("x".into()))
+                .is_empty()
+        );
+        w.on_add_response(0, &b(0), AddOutcome::Ok);
+        assert_eq!(acked(&w.on_add_response(0, &b(1), AddOutcome::Ok)), vec![0]);
+        // Entry 1 goes to the survivors only.
+        let (_, a) = w.add(None, b"x", now).unwrap();
+        assert_eq!(sends(&a), vec![(1, b(1)), (1, b(0))]);
+        // A second failure leaves entry 1 one bookie short: now the ensemble changes,
+        // from the LAC + 1, replacing both.
+        let a = w.on_add_response(1, &b(1), AddOutcome::Failed("x".into()));
+        assert_eq!(
+            a,
+            vec![WriterAction::ChangeEnsemble {
+                fragment_start: 1,
+                failed: [(1, b(1)), (2, b(2))].into_iter().collect(),
+            }]
+        );
+        let a = w.on_ensemble_changed(vec![b(0), b(3), b(4)]);
+        assert_eq!(sends(&a), vec![(1, b(3)), (1, b(4))]);
     }
 
     #[test]

@@ -338,3 +338,39 @@ async fn recovery_without_enough_bookies_to_fence_fails_and_closes_nothing() {
     assert!(meta.is_in_recovery());
     assert!(!meta.is_closed());
 }
+
+/// With a delayed ensemble change, one failure out of Qw = 3, Qa = 2 does not change the
+/// ensemble; a second one does. Every acknowledged entry stays readable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delayed_ensemble_change_replaces_bookies_only_when_an_ack_quorum_is_out_of_reach() {
+    let mut cluster = Cluster::start(5).await;
+    let client = cluster
+        .client_with(ClientConfig {
+            delay_ensemble_change: true,
+            ..test_config()
+        })
+        .await;
+    let w = patient(client.create_ledger(opts(3, 3, 2))).await.unwrap();
+    write(&w, 0, 5).await;
+    let ensemble = client.ledger_metadata(w.id()).await.unwrap().ensembles[&0].clone();
+    cluster.kill(&ensemble[0]).await;
+    write(&w, 5, 10).await;
+    assert_eq!(
+        client
+            .ledger_metadata(w.id())
+            .await
+            .unwrap()
+            .ensembles
+            .len(),
+        1,
+        "one failure: the ensemble is kept"
+    );
+    cluster.kill(&ensemble[1]).await;
+    write(&w, 10, 15).await;
+    patient(w.close()).await.unwrap();
+    let meta = client.ledger_metadata(w.id()).await.unwrap();
+    assert_eq!(meta.ensembles.len(), 2, "{:?}", meta.ensembles);
+    let (_, tail) = meta.current_ensemble().unwrap();
+    assert!(!tail.contains(&ensemble[0]) && !tail.contains(&ensemble[1]));
+    read_all(&cluster, w.id(), 14).await;
+}

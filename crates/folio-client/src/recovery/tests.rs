@@ -487,6 +487,7 @@ impl World {
                     adv: false,
                     max_ensemble_changes: 0,
                     add_quorum_timeout: None,
+                    delay_ensemble_change: false,
                 },
             ),
             writer_acked: Vec::new(),
