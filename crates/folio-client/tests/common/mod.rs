@@ -112,6 +112,11 @@ impl Cluster {
 
     /// Starts one more bookie and registers it as writable.
     pub async fn add_bookie(&mut self, in_memory: bool) -> BookieId {
+        self.add_bookie_on_rack(in_memory, None).await
+    }
+
+    /// Starts one more bookie, registered as writable with a `rack` property if given.
+    pub async fn add_bookie_on_rack(&mut self, in_memory: bool, rack: Option<&str>) -> BookieId {
         let (store, server, dir) = if in_memory {
             let m = Arc::new(MemoryStorage::new());
             let server = serve(m.clone()).await;
@@ -130,9 +135,13 @@ impl Cluster {
             (Store::Engine(storage), server, Some(dir))
         };
         let id = BookieId::new(server.local_addr().to_string()).unwrap();
+        let mut info = BookieServiceInfo::default();
+        if let Some(rack) = rack {
+            info.properties.insert("rack".into(), rack.into());
+        }
         let registration = self
             .metadata
-            .register_bookie(&id, BookieMode::Writable, &BookieServiceInfo::default())
+            .register_bookie(&id, BookieMode::Writable, &info)
             .await
             .expect("register bookie");
         self.bookies.push(TestBookie {
