@@ -462,6 +462,16 @@ enum Msg {
         failed: BTreeMap<usize, BookieId>,
     },
     MetaChangeReply(Result<Vec<BookieId>, ClientError>),
+    /// A recovery's write-back ensemble change (the ledger stays in recovery).
+    RecoveryMetaChange {
+        who: usize,
+        fragment_start: EntryId,
+        failed: BTreeMap<usize, BookieId>,
+    },
+    RecoveryMetaChangeReply {
+        who: usize,
+        reply: Result<Vec<BookieId>, ClientError>,
+    },
 }
 
 /// The ledger's metadata record, changed atomically (as by CAS).
@@ -482,6 +492,10 @@ struct World {
     writer: WriterState,
     writer_acked: Vec<EntryId>,
     recoveries: Vec<Recovery>,
+    /// The ensembles each recovery last saw in the metadata (its CAS expectation).
+    recovery_views: Vec<BTreeMap<EntryId, Vec<usize>>>,
+    /// Write-back ensemble changes recorded in the metadata.
+    recovery_changes: usize,
     /// The metadata's last entry once closed (first close wins, as with CAS).
     closed: Option<EntryId>,
     closes: Vec<EntryId>,
@@ -531,6 +545,8 @@ impl World {
             ),
             writer_acked: Vec::new(),
             recoveries: Vec::new(),
+            recovery_views: Vec::new(),
+            recovery_changes: 0,
             closed: None,
             closes: Vec::new(),
             bag: Vec::new(),
@@ -576,6 +592,7 @@ impl World {
         // its ensemble.
         self.meta.in_recovery = true;
         let who = self.recoveries.len();
+        self.recovery_views.push(self.meta.ensembles.clone());
         let (&start, ensemble) = self.meta.ensembles.iter().next_back().unwrap();
         let (r, actions) = Recovery::start(
             1,
@@ -630,21 +647,44 @@ impl World {
                 }
                 RecoveryAction::Close { last_entry, .. } => {
                     self.closes.push(last_entry);
-                    if self.closed.is_none() {
+                    // The close CAS: a close by someone else is adopted; metadata changed
+                    // by someone else (another recovery's fragment) is a conflict.
+                    if !self.meta.closed && self.meta.ensembles == self.recovery_views[who] {
                         self.closed = Some(last_entry);
                         self.meta.closed = true;
                     }
                 }
-                // The model has no spare bookies.
-                RecoveryAction::ChangeEnsemble { .. } => {
-                    let more = self.recoveries[who].on_ensemble_change_failed(
-                        ClientError::NotEnoughBookies { need: 1, have: 0 },
-                    );
-                    self.recovery_actions(who, more);
-                }
+                RecoveryAction::ChangeEnsemble {
+                    fragment_start,
+                    failed,
+                } => self.bag.push(Msg::RecoveryMetaChange {
+                    who,
+                    fragment_start,
+                    failed,
+                }),
                 RecoveryAction::Fail(_) => {}
             }
         }
+    }
+
+    /// Replaces the failed positions of the last fragment with spare bookies in a fragment
+    /// starting at `fragment_start`.
+    fn apply_change(
+        &mut self,
+        fragment_start: EntryId,
+        failed: &BTreeMap<usize, BookieId>,
+    ) -> Result<Vec<BookieId>, ClientError> {
+        let (_, current) = self.meta.ensembles.iter().next_back().unwrap();
+        let mut next = current.clone();
+        let mut spare = (0..self.bookies.len())
+            .filter(|i| !current.contains(i) && !self.failed_bookies.contains(i));
+        for &p in failed.keys() {
+            next[p] = spare
+                .next()
+                .ok_or(ClientError::NotEnoughBookies { need: 1, have: 0 })?;
+        }
+        self.meta.ensembles.insert(fragment_start, next.clone());
+        Ok(next.into_iter().map(b).collect())
     }
 
     /// Delivers message `i` of the bag.
@@ -726,25 +766,34 @@ impl World {
                 let reply = if self.meta.in_recovery || self.meta.closed {
                     Err(ClientError::Fenced { ledger: 1 })
                 } else {
-                    let (_, current) = self.meta.ensembles.iter().next_back().unwrap();
-                    let mut next = current.clone();
-                    let mut spare = (0..self.bookies.len())
-                        .filter(|i| !current.contains(i) && !self.failed_bookies.contains(i));
-                    let mut ok = true;
-                    for &p in failed.keys() {
-                        match spare.next() {
-                            Some(s) => next[p] = s,
-                            None => ok = false,
-                        }
-                    }
-                    if ok {
-                        self.meta.ensembles.insert(fragment_start, next.clone());
-                        Ok(next.into_iter().map(b).collect())
-                    } else {
-                        Err(ClientError::NotEnoughBookies { need: 1, have: 0 })
-                    }
+                    self.apply_change(fragment_start, &failed)
                 };
                 self.bag.push(Msg::MetaChangeReply(reply));
+            }
+            Msg::RecoveryMetaChange {
+                who,
+                fragment_start,
+                failed,
+            } => {
+                let reply = if self.meta.closed || self.meta.ensembles != self.recovery_views[who] {
+                    Err(ClientError::MetadataConflict {
+                        ledger: 1,
+                        reason: "changed by someone else".into(),
+                    })
+                } else {
+                    let r = self.apply_change(fragment_start, &failed);
+                    self.recovery_views[who] = self.meta.ensembles.clone();
+                    self.recovery_changes += r.is_ok() as usize;
+                    r
+                };
+                self.bag.push(Msg::RecoveryMetaChangeReply { who, reply });
+            }
+            Msg::RecoveryMetaChangeReply { who, reply } => {
+                let a = match reply {
+                    Ok(ensemble) => self.recoveries[who].on_ensemble_changed(ensemble),
+                    Err(e) => self.recoveries[who].on_ensemble_change_failed(e),
+                };
+                self.recovery_actions(who, a);
             }
             Msg::MetaChangeReply(reply) => {
                 let a = match reply {
@@ -994,9 +1043,22 @@ fn simulate_with(seed: u64, c: SimConfig) -> (Vec<EntryId>, World) {
                 n - 1 - rng.below(n.min(2))
             };
             let fails = c.fail_one_in > 0
-                && matches!(world.bag[i], Msg::Add { .. })
+                && matches!(world.bag[i], Msg::Add { .. } | Msg::WriteBack { .. })
                 && rng.below(c.fail_one_in) == 0;
-            if fails {
+            if fails && matches!(world.bag[i], Msg::WriteBack { .. }) {
+                if let Msg::WriteBack {
+                    who, entry, bookie, ..
+                } = world.bag.remove(i)
+                {
+                    world.failed_bookies.insert(bookie);
+                    world.bag.push(Msg::WriteReply {
+                        who,
+                        entry,
+                        bookie,
+                        answer: WriteAnswer::Error("timeout".into()),
+                    });
+                }
+            } else if fails {
                 // The bookie times out: the writer hears "failed" and replaces it.
                 if let Msg::Add { entry, bookie, .. } = world.bag.remove(i) {
                     world.failed_bookies.insert(bookie);
@@ -1065,6 +1127,7 @@ fn seeded_races_with_ensemble_changes_never_truncate_or_under_replicate() {
     for (e, w, a) in [(3, 3, 2), (3, 2, 2), (4, 3, 2), (3, 2, 1)] {
         for delay in [false, true] {
             let mut changed_runs = 0;
+            let mut recovery_changes = 0;
             for seed in 0..500 {
                 let c = SimConfig {
                     spares: 3,
@@ -1088,10 +1151,15 @@ fn seeded_races_with_ensemble_changes_never_truncate_or_under_replicate() {
                 if world.meta.ensembles.len() > 1 {
                     changed_runs += 1;
                 }
+                recovery_changes += world.recovery_changes;
             }
             assert!(
                 changed_runs > 20,
                 "ensemble changes must happen ({changed_runs})"
+            );
+            assert!(
+                recovery_changes > 5,
+                "write-back ensemble changes must happen ({recovery_changes})"
             );
         }
     }
