@@ -41,8 +41,29 @@ enum RunOutcome {
 }
 
 /// Recovers and closes `ledger`; returns its closed metadata (possibly closed by
-/// someone else).
+/// someone else). A concurrent recovery that changed the metadata under this one (a
+/// write-back fragment) makes it start over from the metadata as it is now.
 pub(crate) async fn recover(
+    inner: &Arc<Inner>,
+    ledger: LedgerId,
+    digest: &DigestManager,
+    master_key: &[u8; 20],
+) -> Result<Versioned<LedgerMetadata>> {
+    let mut attempt = 0;
+    loop {
+        match recover_once(inner, ledger, digest, master_key).await {
+            Err(ClientError::MetadataConflict { reason, .. })
+                if attempt < inner.config.metadata_retries =>
+            {
+                attempt += 1;
+                tracing::debug!(ledger, "recovery starts over: {reason}");
+            }
+            other => return other,
+        }
+    }
+}
+
+async fn recover_once(
     inner: &Arc<Inner>,
     ledger: LedgerId,
     digest: &DigestManager,
