@@ -351,7 +351,12 @@ fn perform(
                     )
                     .await;
                 let answer = match r {
-                    Ok(resp) => match resp.read_response.and_then(|r| r.body) {
+                    // Fenced; an answer without a body means the bookie holds no entry.
+                    Ok(resp) => match resp
+                        .read_response
+                        .and_then(|r| r.body)
+                        .filter(|b| !b.is_empty())
+                    {
                         None => FenceAnswer::Empty,
                         Some(body) => match digest.verify_any_entry(&body) {
                             Ok(v) => FenceAnswer::LastEntry {
