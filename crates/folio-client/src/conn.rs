@@ -123,6 +123,9 @@ struct ChannelState {
 /// The connection to one bookie.
 struct Channel {
     bookie: BookieId,
+    /// The live connection, for the fast path (no async lock per request).
+    live: Mutex<Option<Arc<Conn>>>,
+    /// Held while connecting, so that one attempt serves every waiting request.
     state: tokio::sync::Mutex<ChannelState>,
 }
 
@@ -164,6 +167,7 @@ impl Bookies {
             .or_insert_with(|| {
                 Arc::new(Channel {
                     bookie: bookie.clone(),
+                    live: Mutex::new(None),
                     state: tokio::sync::Mutex::new(ChannelState::default()),
                 })
             })
@@ -171,6 +175,11 @@ impl Bookies {
     }
 
     async fn connection(&self, ch: &Channel) -> Result<Arc<Conn>, RpcError> {
+        if let Some(c) = ch.live.lock().as_ref()
+            && c.shared.is_alive()
+        {
+            return Ok(c.clone());
+        }
         let mut st = ch.state.lock().await;
         if let Some(c) = &st.conn
             && c.shared.is_alive()
@@ -213,6 +222,7 @@ impl Bookies {
             self.config.max_frame_size,
         ));
         st.conn = Some(conn.clone());
+        *ch.live.lock() = Some(conn.clone());
         Ok(conn)
     }
 
