@@ -177,6 +177,32 @@ impl Cluster {
         }
     }
 
+    /// Stops an in-memory bookie's port and starts it again on the same address with the
+    /// same storage (a process restart that kept its data), registered again.
+    pub async fn restart_memory_bookie(&mut self, id: &BookieId) {
+        self.kill(id).await;
+        let b = self
+            .bookies
+            .iter_mut()
+            .find(|b| &b.id == id)
+            .unwrap_or_else(|| panic!("no bookie {id}"));
+        let Store::Memory(m) = &b.store else {
+            panic!("bookie {id} is not in memory");
+        };
+        let processor = Processor::new(m.clone(), ProcessorConfig::default());
+        let server = BookieServer::bind(id.as_str(), processor, ServerConfig::default())
+            .await
+            .expect("bind the same port again")
+            .start();
+        b.server = Some(server);
+        b.registration = Some(
+            self.metadata
+                .register_bookie(id, BookieMode::Writable, &BookieServiceInfo::default())
+                .await
+                .expect("register again"),
+        );
+    }
+
     /// A client with test-friendly timeouts.
     pub async fn client(&self) -> Client {
         self.client_with(test_config()).await
