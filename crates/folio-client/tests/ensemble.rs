@@ -401,3 +401,27 @@ async fn rack_aware_placement_spreads_write_sets_over_racks() {
         patient(w.close()).await.unwrap();
     }
 }
+
+/// A bookie that restarts between appends is reconnected to without an ensemble change.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_bookie_keeps_its_place_in_the_ensemble() {
+    let mut cluster = Cluster::start_with_memory(3, &[0, 1, 2]).await;
+    let client = cluster.client().await;
+    // No spare bookie: a failure would end this writer with "not enough bookies".
+    let w = patient(client.create_ledger(opts(3, 3, 3))).await.unwrap();
+    write(&w, 0, 5).await;
+    let first = cluster.bookies[0].id.clone();
+    cluster.restart_memory_bookie(&first).await;
+    write(&w, 5, 10).await;
+    patient(w.close()).await.unwrap();
+    assert_eq!(
+        client
+            .ledger_metadata(w.id())
+            .await
+            .unwrap()
+            .ensembles
+            .len(),
+        1
+    );
+    read_all(&cluster, w.id(), 9).await;
+}
