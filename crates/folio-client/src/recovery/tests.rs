@@ -1,7 +1,12 @@
 //! Recovery state machine tests: the decisions one by one, the scripted interleavings of
-//! BookKeeper issues 2614 and 2615, and a seeded message-bag simulation of a writer racing
-//! two recoveries. Both the scripted 2614 test and the simulation have a negative control
-//! (recovery reads that do not fence) showing the checker catches the truncation.
+//! BookKeeper issues 2614 and 2615, and a seeded message-bag simulation of the real
+//! writer and recovery state machines against model bookies and a model metadata store:
+//! messages delayed, reordered and lost, adds and write-backs failing, ensemble changes
+//! applied when their (delayed) metadata write arrives, two recoveries racing the writer.
+//! It checks the TLA+ invariants: no acknowledged entry beyond the sealed end, and every
+//! entry of the closed ledger on `Qa` bookies of the ensemble the metadata records.
+//! Negative controls show the checks can fail: recovery reads that do not fence (2614),
+//! and a writer acknowledging during an ensemble change (1591).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
