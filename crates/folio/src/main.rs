@@ -2,9 +2,9 @@
 //! wires the real implementations of the seams, and runs one subcommand. Each
 //! subcommand lives in its own module; this file only dispatches.
 
+mod bench;
 mod bookie_cmd;
 mod shell;
-mod bench;
 
 use clap::{Parser, Subcommand};
 

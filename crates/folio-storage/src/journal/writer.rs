@@ -23,7 +23,8 @@ use crate::config::JournalConfig;
 use crate::error::StorageError;
 use crate::storage::WriteCallback;
 
-/// The most zeroes written (and synced) at once ahead of the write offset.
+/// The most zeroes one write call puts ahead of the write offset (the size of the
+/// reused zero buffer); a top-up may issue several before its one fdatasync.
 const PREALLOC_CHUNK: u64 = 1 << 20;
 
 /// What a request asks of the journal.
@@ -360,29 +361,35 @@ impl Writer {
         Ok(())
     }
 
-    /// Keeps `prealloc_size` bytes of written, synced zeroes ahead of the write
-    /// offset, so that group commits overwrite allocated blocks and their fdatasync
-    /// has no metadata to commit (about half the cost: spec/rust-crates.md section 5).
-    /// Runs after a group's callbacks, one chunk (1 MiB at most) at a time, so no
-    /// group waits for a whole preallocation step. Zeroes are never written at or
-    /// below the write offset.
+    /// Keeps between `prealloc_size / 2` and `prealloc_size` bytes of written, synced
+    /// zeroes ahead of the write offset, so that group commits overwrite allocated
+    /// blocks and their fdatasync has no metadata to commit (about half the cost:
+    /// spec/rust-crates.md section 5). Runs after a group's callbacks. Nothing happens
+    /// while at least half of the headroom is left; below that, the whole missing
+    /// headroom is written (in `PREALLOC_CHUNK` pieces) and synced once, so a zero-fill
+    /// fdatasync happens about once per `prealloc_size / 2` bytes appended, not once
+    /// per group (which cost every add a second fdatasync). Zeroes are never written at
+    /// or below the write offset, so everything past the last record is zeroes (or
+    /// nothing) and replay reads it as a torn tail.
     fn top_up(&mut self) -> Result<(), Poison> {
         if self.cfg.prealloc_size == 0 {
             return Ok(());
         }
         let limit = self.cfg.max_file_size.max(self.offset);
         let target = (self.offset + self.cfg.prealloc_size).min(limit);
-        if self.prealloc_end >= target {
+        let low_water = (self.offset + self.cfg.prealloc_size / 2).min(limit);
+        if self.prealloc_end >= low_water {
             return Ok(());
         }
-        let n = (target - self.prealloc_end).min(PREALLOC_CHUNK);
         let mut at = self.prealloc_end;
-        while at < self.prealloc_end + n {
-            let k = (self.prealloc_end + n - at).min(self.zeros.len() as u64) as usize;
+        while at < target {
+            let k = (target - at).min(self.zeros.len() as u64) as usize;
             if let Err(e) = self.file.write_all_at(&self.zeros[..k], at) {
                 if crate::error::is_no_space(&e) {
                     // Preallocation is an optimisation: on a full disk, skip it; the
-                    // next group's own write reports the full disk.
+                    // next group's own write reports the full disk. Whatever zeroes
+                    // were written are unsynced: they count only once a later group's
+                    // fdatasync covers them, so `prealloc_end` stays put.
                     tracing::warn!(file = %self.path.display(), "no space to preallocate: {e}");
                     return Ok(());
                 }
@@ -395,7 +402,7 @@ impl Writer {
                 .sync_data()
                 .map_err(|e| Poison::new("fdatasync preallocated", self.path.clone(), &e))?;
         }
-        self.prealloc_end += n;
+        self.prealloc_end = target;
         Ok(())
     }
 
