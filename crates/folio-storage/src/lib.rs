@@ -22,4 +22,5 @@ pub mod write_cache;
 
 pub use config::{JournalConfig, StorageConfig};
 pub use error::{BackendError, StorageError};
+pub use journal::JournalStats;
 pub use storage::{LacRead, LedgerBackend, Storage, StoredLedger, WriteCallback};

@@ -18,7 +18,7 @@ use parking_lot::{Condvar, Mutex};
 use crate::checkpoint;
 use crate::config::StorageConfig;
 use crate::error::{BackendError, StorageError};
-use crate::journal::{Journal, RecordKind, ReplayRecord, ReplayStats};
+use crate::journal::{Journal, JournalStats, RecordKind, ReplayRecord, ReplayStats};
 
 /// The completion of a write: runs exactly once. Ok only on the journal's thread,
 /// after the fdatasync covering the write returned Ok; Err either there (the write or
@@ -87,6 +87,8 @@ pub(crate) struct Inner {
     pub(crate) stop: Mutex<bool>,
     /// Set by the ledger store's flush requester: checkpoint now.
     pub(crate) checkpoint_requested: std::sync::atomic::AtomicBool,
+    /// Checkpoints completed since open.
+    pub(crate) checkpoints: std::sync::atomic::AtomicU64,
     pub(crate) stop_cv: Condvar,
     pub(crate) config: StorageConfig,
     pub(crate) env: Env,
@@ -137,6 +139,7 @@ impl Storage {
             checkpoint_lock: Mutex::new(()),
             stop: Mutex::new(false),
             checkpoint_requested: std::sync::atomic::AtomicBool::new(false),
+            checkpoints: std::sync::atomic::AtomicU64::new(0),
             stop_cv: Condvar::new(),
             config,
             env: env.clone(),
@@ -332,6 +335,20 @@ impl Storage {
     /// Runs a checkpoint now: flush the ledger store, then move the journal marks.
     pub fn checkpoint(&self) -> Result<(), StorageError> {
         checkpoint::checkpoint(&self.inner)
+    }
+
+    /// What the journal did since open (group commits, records, fdatasyncs, zero
+    /// fills), summed over the journal directories.
+    pub fn journal_stats(&self) -> JournalStats {
+        self.inner.journal.stats()
+    }
+
+    /// Checkpoints completed since open (each flushed the ledger store and persisted
+    /// the journal marks).
+    pub fn checkpoints(&self) -> u64 {
+        self.inner
+            .checkpoints
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Why the engine takes no more writes (a journal write or fsync failed), if so.

@@ -550,6 +550,24 @@ fn a_single_add_costs_one_fdatasync_not_two() {
         (n as u64..=n as u64 + 1).contains(&syncs),
         "{n} sequential adds took {syncs} fdatasyncs"
     );
+    // The journal's own counters agree (the open made the header and the first zero
+    // fill durable, before `before`).
+    let st = j.stats();
+    assert_eq!(
+        (
+            st.group_commits,
+            st.group_fdatasyncs,
+            st.records,
+            st.files_created
+        ),
+        (n as u64, n as u64, n as u64, 1)
+    );
+    assert_eq!(
+        st.bytes,
+        n as u64 * (format::RECORD_HEADER_LEN as u64 + 1024)
+    );
+    assert_eq!(st.group_fdatasyncs + st.prealloc_fdatasyncs - 1, syncs);
+    assert_eq!(st.fdatasyncs(), syncs + 2);
     drop(j);
     let (_, seen) = open(&sim_env(&fs), &c).unwrap();
     assert_eq!(seen.len(), n as usize);
@@ -569,6 +587,9 @@ fn a_single_add_costs_one_fdatasync_not_two() {
         wait(append(&j, 1, i, &[6; 1024])).unwrap();
     }
     let syncs = fs.sync_counts().0 - before;
+    let st = j.stats();
+    assert_eq!(st.group_fdatasyncs + st.prealloc_fdatasyncs - 1, syncs);
+    assert!(st.prealloc_bytes >= n as u64 * record, "{st:?}");
     let refills = n as u64 * record / (c.prealloc_size / 2) + 1;
     assert!(
         syncs >= n as u64 && syncs <= n as u64 + refills,

@@ -12,12 +12,14 @@ use std::collections::VecDeque;
 use std::io;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use bytes::Bytes;
 use folio_env::{Clock, File, FileSystem, OpenOptions};
 use parking_lot::{Condvar, Mutex};
 
+use super::JournalStats;
 use super::format::{self, HEADER_LEN, Position, RECORD_HEADER_LEN, RecordKind};
 use crate::config::JournalConfig;
 use crate::error::StorageError;
@@ -104,6 +106,36 @@ impl Poison {
     }
 }
 
+/// A directory's counters since the journal opened (see [`JournalStats`]).
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    group_commits: AtomicU64,
+    group_fdatasyncs: AtomicU64,
+    records: AtomicU64,
+    bytes: AtomicU64,
+    prealloc_fdatasyncs: AtomicU64,
+    prealloc_bytes: AtomicU64,
+    files_created: AtomicU64,
+}
+
+impl Counters {
+    fn add(c: &AtomicU64, n: u64) {
+        c.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Adds this directory's counts to `into`.
+    pub(crate) fn sum_into(&self, into: &mut JournalStats) {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        into.group_commits += get(&self.group_commits);
+        into.group_fdatasyncs += get(&self.group_fdatasyncs);
+        into.records += get(&self.records);
+        into.bytes += get(&self.bytes);
+        into.prealloc_fdatasyncs += get(&self.prealloc_fdatasyncs);
+        into.prealloc_bytes += get(&self.prealloc_bytes);
+        into.files_created += get(&self.files_created);
+    }
+}
+
 #[derive(Default)]
 struct Queue {
     reqs: VecDeque<Request>,
@@ -123,6 +155,7 @@ pub(crate) struct DirShared {
     synced: Mutex<Position>,
     /// The mark last persisted (marks only move forward).
     pub(crate) persisted_mark: Mutex<Position>,
+    pub(crate) counters: Counters,
 }
 
 impl DirShared {
@@ -134,6 +167,7 @@ impl DirShared {
             poison,
             synced: Mutex::new(mark),
             persisted_mark: Mutex::new(mark),
+            counters: Counters::default(),
         }
     }
 
@@ -200,6 +234,7 @@ impl Writer {
     ) -> Result<Writer, StorageError> {
         let zeros = vec![0u8; cfg.prealloc_size.min(PREALLOC_CHUNK) as usize];
         let (file, path) = new_file(&*fs, &shared.dir, file_id)?;
+        Counters::add(&shared.counters.files_created, 1);
         *shared.synced.lock() = Position {
             file_id,
             offset: HEADER_LEN,
@@ -341,6 +376,16 @@ impl Writer {
                 .write_all_at(&self.buf, self.offset)
                 .map_err(|e| Poison::new("write", self.path.clone(), &e))?;
             self.offset += len as u64;
+            let c = &self.shared.counters;
+            Counters::add(&c.group_commits, 1);
+            Counters::add(&c.bytes, len as u64);
+            Counters::add(
+                &c.records,
+                self.batch
+                    .iter()
+                    .filter(|r| matches!(r.kind, RequestKind::Record(_)))
+                    .count() as u64,
+            );
             // A group larger than the zeroed headroom extends the file itself.
             self.prealloc_end = self.prealloc_end.max(self.offset);
             self.dirty = true;
@@ -352,6 +397,7 @@ impl Writer {
             self.file
                 .sync_data()
                 .map_err(|e| Poison::new("fdatasync", self.path.clone(), &e))?;
+            Counters::add(&self.shared.counters.group_fdatasyncs, 1);
         }
         self.dirty = false;
         *self.shared.synced.lock() = Position {
@@ -401,7 +447,12 @@ impl Writer {
             self.file
                 .sync_data()
                 .map_err(|e| Poison::new("fdatasync preallocated", self.path.clone(), &e))?;
+            Counters::add(&self.shared.counters.prealloc_fdatasyncs, 1);
         }
+        Counters::add(
+            &self.shared.counters.prealloc_bytes,
+            target - self.prealloc_end,
+        );
         self.prealloc_end = target;
         Ok(())
     }
@@ -419,6 +470,7 @@ impl Writer {
             message: e.to_string(),
         })?;
         tracing::debug!(file = %path.display(), "journal rolled");
+        Counters::add(&self.shared.counters.files_created, 1);
         self.file = file;
         self.path = path;
         self.file_id = next;
