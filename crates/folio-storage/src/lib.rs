@@ -9,6 +9,7 @@
 
 pub mod checkpoint;
 pub mod config;
+pub mod dir_lock;
 pub mod error;
 pub mod journal;
 pub mod mem_store;

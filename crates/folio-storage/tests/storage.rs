@@ -459,3 +459,59 @@ fn replay_larger_than_the_write_cache_does_not_block() {
         drop(s);
     }
 }
+
+#[test]
+fn a_second_open_of_the_same_directories_fails_naming_the_directory() {
+    let tmp = tempfile::tempdir().unwrap();
+    let env = Env::real();
+    let first = open(tmp.path(), config(tmp.path()));
+    add(&first, 1, 0, KEY, false).unwrap();
+
+    // The ledger store's directories are locked by the first store.
+    let cfg = LedgerStoreConfig::new(vec![tmp.path().join("ledgers")], tmp.path().join("index"));
+    let err = LedgerStore::open(&env, cfg)
+        .err()
+        .expect("second ledger store opened");
+    match &err {
+        folio_storage::ledger_store::LedgerStoreError::DirInUse { dir } => {
+            assert_eq!(dir, &tmp.path().join("index"))
+        }
+        e => panic!("expected DirInUse, got {e:?}"),
+    }
+    assert!(err.to_string().contains("is in use"), "{err}");
+
+    // The journal directories too, even with another ledger store under them.
+    let other = tmp.path().join("other");
+    let err = Storage::open(&env, config(tmp.path()), ledger_store(&env, &other))
+        .err()
+        .expect("second storage opened");
+    match &err {
+        StorageError::DirInUse { dir } => assert_eq!(dir, &tmp.path().join("journal0")),
+        e => panic!("expected DirInUse, got {e:?}"),
+    }
+    assert!(
+        err.to_string().contains(&format!(
+            "{} is in use",
+            tmp.path().join("journal0").display()
+        )),
+        "{err}"
+    );
+    // The failed open released what it had locked (the other store's directories).
+    drop(first);
+    let again = open(tmp.path(), config(tmp.path()));
+    assert!(again.read_entry(1, 0).unwrap().is_some());
+    drop(again);
+    let third = Storage::open(&env, config(tmp.path()), ledger_store(&env, &other)).unwrap();
+    drop(third);
+
+    // One directory serving as both journal and ledger directory is not "in use".
+    let shared = tmp.path().join("shared");
+    let cfg = StorageConfig {
+        journal: JournalConfig::with_dirs(vec![shared.clone()]),
+        ..config(tmp.path())
+    };
+    let store = LedgerStoreConfig::new(vec![shared.clone()], shared.join("index"));
+    let s = Storage::open(&env, cfg, Arc::new(LedgerStore::open(&env, store).unwrap())).unwrap();
+    add(&s, 2, 0, KEY, false).unwrap();
+}
+

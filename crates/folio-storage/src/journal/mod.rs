@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use bytes::Bytes;
-use folio_env::{Clock, Env, FileSystem};
+use folio_env::{Clock, Env, FileLock, FileSystem};
 use parking_lot::Mutex;
 
 pub use format::{Position, RecordKind};
@@ -91,11 +91,14 @@ pub struct Journal {
     threads: Mutex<Vec<JoinHandle<()>>>,
     fs: Arc<dyn FileSystem>,
     clock: Arc<dyn Clock>,
+    /// Each directory's `LOCK`, held while the journal is open (dropped last).
+    _locks: Vec<FileLock>,
 }
 
 impl Journal {
-    /// Replays every directory from its mark through `apply`, then starts a fresh
-    /// journal file and a writer thread in each.
+    /// Locks every directory (`DirInUse` if another process or journal has one open),
+    /// replays each from its mark through `apply`, then starts a fresh journal file and
+    /// a writer thread in each.
     pub fn open(
         env: &Env,
         cfg: &JournalConfig,
@@ -113,6 +116,14 @@ impl Journal {
                     d.display()
                 )));
             }
+        }
+        let mut locks = Vec::new();
+        for d in &cfg.dirs {
+            locks.push(crate::dir_lock::lock_dir(
+                &*env.fs,
+                d,
+                crate::dir_lock::JOURNAL_LOCK_FILE,
+            )?);
         }
         let mut stats = ReplayStats::default();
         let mut prepared = Vec::new();
@@ -151,6 +162,7 @@ impl Journal {
                 threads: Mutex::new(threads),
                 fs: Arc::clone(&env.fs),
                 clock: Arc::clone(&env.clock),
+                _locks: locks,
             },
             stats,
         ))
