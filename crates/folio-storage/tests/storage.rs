@@ -515,3 +515,37 @@ fn a_second_open_of_the_same_directories_fails_naming_the_directory() {
     add(&s, 2, 0, KEY, false).unwrap();
 }
 
+#[test]
+fn a_deleted_ledger_is_gone_and_stays_gone_after_a_checkpoint() {
+    let tmp = tempfile::tempdir().unwrap();
+    let s = open(tmp.path(), config(tmp.path()));
+    for e in 0..5 {
+        add(&s, 7, e, KEY, false).unwrap();
+        add(&s, 8, e, KEY, false).unwrap();
+    }
+    fence(&s, 7).unwrap();
+    s.delete_ledger(7).unwrap();
+    assert_eq!(s.read_entry(7, 0).unwrap(), None);
+    assert_eq!(s.read_entry(7, -1).unwrap(), None);
+    assert!(s.entry_ids(7).unwrap().is_empty());
+    assert!(!s.ledger_exists(7).unwrap());
+    assert!(!s.is_fenced(7).unwrap());
+    assert_eq!(s.master_key(7).unwrap(), None);
+    // Writes to it are refused, naming it; the other ledger is untouched.
+    let e = add(&s, 7, 5, KEY, false).unwrap_err();
+    assert!(
+        matches!(e, StorageError::BadRequest(_)) && e.to_string().contains("ledger 7 was deleted"),
+        "{e}"
+    );
+    assert_eq!(s.entry_ids(8).unwrap(), vec![0, 1, 2, 3, 4]);
+    // Durable at the checkpoint: a restart (replaying nothing before the mark, and
+    // dropping replayed puts to the deleted ledger) does not bring it back.
+    s.checkpoint().unwrap();
+    add(&s, 8, 5, KEY, false).unwrap();
+    drop(s); // no final checkpoint: ledger 8's last add is replayed
+    let s = open(tmp.path(), config(tmp.path()));
+    assert_eq!(s.read_entry(7, 0).unwrap(), None);
+    assert!(!s.ledger_exists(7).unwrap());
+    assert!(add(&s, 7, 6, KEY, false).is_err());
+    assert_eq!(s.entry_ids(8).unwrap(), vec![0, 1, 2, 3, 4, 5]);
+}
