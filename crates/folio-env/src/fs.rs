@@ -55,6 +55,10 @@ pub struct DiskSpace {
     pub total: u64,
 }
 
+/// A held exclusive lock (see [`FileSystem::lock_exclusive`]); dropping it releases
+/// the lock.
+pub type FileLock = Box<dyn std::any::Any + Send + Sync>;
+
 /// An open file.
 #[allow(clippy::len_without_is_empty)] // a file's emptiness is never the question; its length is
 pub trait File: Send + Sync {
@@ -108,6 +112,11 @@ pub trait FileSystem: Send + Sync + 'static {
     fn sync_dir(&self, path: &Path) -> io::Result<()>;
     /// Free and total space of the file system holding `path`.
     fn space(&self, path: &Path) -> io::Result<DiskSpace>;
+    /// Takes an exclusive lock on the file at `path` (created if missing, contents
+    /// untouched) without waiting: fails with `WouldBlock` while any other holder, in
+    /// this process or another, has it. Held until the returned value is dropped (or
+    /// the process dies), so a second bookie cannot open directories in use.
+    fn lock_exclusive(&self, path: &Path) -> io::Result<FileLock>;
 
     /// Reads a whole file.
     fn read_file(&self, path: &Path) -> io::Result<Vec<u8>> {
@@ -227,6 +236,26 @@ impl FileSystem for RealFileSystem {
         rustix::fs::fsync(&d).map_err(io::Error::from)
     }
 
+    fn lock_exclusive(&self, path: &Path) -> io::Result<FileLock> {
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)
+            .map_err(|e| annotate(e, "open lock file", path))?;
+        // flock, not fcntl: an flock lock belongs to the open file description, so a
+        // second open in the same process conflicts too (fcntl locks would not), and
+        // the kernel drops it when the process dies.
+        rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockExclusive).map_err(
+            |e| {
+                let e = io::Error::from(e);
+                annotate(e, "lock", path)
+            },
+        )?;
+        Ok(Box::new(f))
+    }
+
     fn space(&self, path: &Path) -> io::Result<DiskSpace> {
         let st = rustix::fs::statvfs(path).map_err(|e| annotate(e.into(), "statvfs", path))?;
         Ok(DiskSpace {
@@ -276,6 +305,20 @@ mod tests {
         assert_eq!(fs.list_dir(dir.path()).unwrap(), vec!["a", "b"]);
         let space = fs.space(dir.path()).unwrap();
         assert!(space.total > 0 && space.free <= space.total);
+    }
+
+    #[test]
+    fn an_exclusive_lock_excludes_a_second_holder_until_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("LOCK");
+        let held = RealFileSystem.lock_exclusive(&p).unwrap();
+        let e = RealFileSystem.lock_exclusive(&p).err().unwrap();
+        assert_eq!(e.kind(), io::ErrorKind::WouldBlock, "{e}");
+        assert!(e.to_string().contains(&p.display().to_string()), "{e}");
+        drop(held);
+        let again = RealFileSystem.lock_exclusive(&p).unwrap();
+        drop(again);
+        assert!(p.exists());
     }
 
     #[test]

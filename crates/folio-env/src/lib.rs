@@ -13,7 +13,7 @@ pub mod rand;
 pub mod sim;
 
 pub use clock::{Clock, SystemClock};
-pub use fs::{DiskSpace, File, FileSystem, OpenOptions, RealFileSystem};
+pub use fs::{DiskSpace, File, FileLock, FileSystem, OpenOptions, RealFileSystem};
 pub use rand::{Rng, SystemRng};
 
 use std::sync::Arc;

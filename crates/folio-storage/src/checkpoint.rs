@@ -46,6 +46,7 @@ fn checkpoint_steps(inner: &Inner) -> Result<(), StorageError> {
     for (i, mark) in marks.into_iter().enumerate() {
         inner.journal.persist_mark(i, mark)?;
     }
+    inner.checkpoints.fetch_add(1, Ordering::Relaxed);
     Ok(())
 }
 

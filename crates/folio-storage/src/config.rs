@@ -27,10 +27,11 @@ pub struct JournalConfig {
     /// `journalMaxSizeMB` (2048 MiB): a journal file is closed and a new one started past
     /// this size.
     pub max_file_size: u64,
-    /// `journalPreAllocSizeMB` (16 MiB): this many bytes of written, synced zeroes are
-    /// kept ahead of the write offset (topped up 1 MiB at a time after each group), so
-    /// that group commits overwrite already-written blocks (an fdatasync then costs about
-    /// half: spec/rust-crates.md section 5). Zero turns preallocation off.
+    /// `journalPreAllocSizeMB` (16 MiB): up to this many bytes of written, synced zeroes
+    /// are kept ahead of the write offset (refilled to the full size, with one fdatasync,
+    /// whenever less than half is left), so that group commits overwrite already-written
+    /// blocks (an fdatasync then costs about half: spec/rust-crates.md section 5). Zero
+    /// turns preallocation off.
     pub prealloc_size: u64,
     /// `journalSyncData` (true). **Unsafe when false**: adds are acknowledged without an
     /// fdatasync, so a power loss loses acknowledged entries. For benchmarks only.

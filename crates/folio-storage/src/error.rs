@@ -59,6 +59,10 @@ pub enum StorageError {
     /// The engine is shutting down.
     #[error("storage is shut down")]
     ShutDown,
+    /// Another process (or another `Storage` in this one) has the directory open: its
+    /// `LOCK` file is locked.
+    #[error("directory {} is in use by another bookie (its LOCK file is locked); stop that one first", dir.display())]
+    DirInUse { dir: PathBuf },
 }
 
 impl From<BackendError> for StorageError {
@@ -71,6 +75,15 @@ impl From<BackendError> for StorageError {
                 detail: format!("ledger store: {detail}"),
             },
             other => StorageError::Backend(other),
+        }
+    }
+}
+
+impl From<crate::dir_lock::LockError> for StorageError {
+    fn from(e: crate::dir_lock::LockError) -> Self {
+        match e {
+            crate::dir_lock::LockError::InUse(dir) => StorageError::DirInUse { dir },
+            crate::dir_lock::LockError::Io(op, path, e) => StorageError::io_dir(op, path, e),
         }
     }
 }

@@ -96,6 +96,10 @@ pub enum LedgerStoreError {
     /// A put waited for write-cache room and the flush that should have made it failed.
     #[error("write cache full and the flush meant to free it failed: {0}")]
     WriteCacheFull(String),
+    /// Another process (or another store in this one) has the directory open: its
+    /// `LOCK` file is locked.
+    #[error("directory {} is in use by another bookie (its LOCK file is locked); stop that one first", dir.display())]
+    DirInUse { dir: PathBuf },
 }
 
 /// Builds the error for a failed file operation: a full disk becomes `NoSpace` naming
@@ -158,6 +162,8 @@ pub struct LedgerStore {
     /// One flush at a time.
     flush_lock: Mutex<()>,
     flush_requester: RwLock<Option<FlushRequester>>,
+    /// Each ledger directory's and the index directory's `LOCK` (dropped last).
+    _locks: Vec<folio_env::FileLock>,
 }
 
 impl LedgerStore {
@@ -182,6 +188,24 @@ impl LedgerStore {
             return Err(LedgerStoreError::Config(
                 "write_cache_bytes must be positive".into(),
             ));
+        }
+        // Lock every directory before reading any (a directory configured twice is
+        // reported by `EntryLogs::open`, not as in use).
+        let mut lock_dirs: Vec<&PathBuf> = config.ledger_dirs.iter().collect();
+        lock_dirs.push(&config.index_dir);
+        lock_dirs.sort();
+        lock_dirs.dedup();
+        let mut locks = Vec::new();
+        for d in lock_dirs {
+            let lock = crate::dir_lock::lock_dir(&*env.fs, d, crate::dir_lock::LOCK_FILE).map_err(
+                |e| match e {
+                    crate::dir_lock::LockError::InUse(dir) => LedgerStoreError::DirInUse { dir },
+                    crate::dir_lock::LockError::Io(op, path, e) => {
+                        io_error(op, &path, &path, None, e)
+                    }
+                },
+            )?;
+            locks.push(lock);
         }
         let logs = EntryLogs::open(
             env.fs.clone(),
@@ -210,6 +234,7 @@ impl LedgerStore {
             room: Condvar::new(),
             flush_lock: Mutex::new(()),
             flush_requester: RwLock::new(None),
+            _locks: locks,
         })
     }
 

@@ -9,6 +9,7 @@
 
 pub mod checkpoint;
 pub mod config;
+pub mod dir_lock;
 pub mod error;
 pub mod journal;
 pub mod mem_store;
@@ -22,4 +23,5 @@ pub mod write_cache;
 
 pub use config::{JournalConfig, StorageConfig};
 pub use error::{BackendError, StorageError};
+pub use journal::JournalStats;
 pub use storage::{LacRead, LedgerBackend, Storage, StoredLedger, WriteCallback};

@@ -18,7 +18,7 @@ use parking_lot::{Condvar, Mutex};
 use crate::checkpoint;
 use crate::config::StorageConfig;
 use crate::error::{BackendError, StorageError};
-use crate::journal::{Journal, RecordKind, ReplayRecord, ReplayStats};
+use crate::journal::{Journal, JournalStats, RecordKind, ReplayRecord, ReplayStats};
 
 /// The completion of a write: runs exactly once. Ok only on the journal's thread,
 /// after the fdatasync covering the write returned Ok; Err either there (the write or
@@ -53,6 +53,19 @@ pub trait LedgerBackend: Send + Sync + 'static {
     fn flush(&self) -> Result<(), BackendError>;
     /// Bytes held in the write cache, not yet flushed.
     fn write_cache_used(&self) -> u64;
+    /// Deletes a ledger: its entries and state become unreadable at once and leave the
+    /// store durably at the next `flush`; the store remembers the ledger as deleted and
+    /// drops later puts to it (a replay of its journal records). The default refuses,
+    /// for stores that cannot delete.
+    fn delete_ledger(&self, ledger: i64) -> Result<(), BackendError> {
+        Err(BackendError::Other(
+            format!("this ledger store cannot delete ledgers (ledger {ledger})").into(),
+        ))
+    }
+    /// Whether the ledger was deleted (`ledger` then answers None).
+    fn is_deleted(&self, _ledger: i64) -> Result<bool, BackendError> {
+        Ok(false)
+    }
     /// Installs what a put calls when it must wait for write-cache room: it asks the
     /// checkpoint thread for a checkpoint (it must not flush on the calling thread).
     fn set_flush_requester(&self, _requester: Arc<dyn Fn() + Send + Sync>) {}
@@ -87,6 +100,8 @@ pub(crate) struct Inner {
     pub(crate) stop: Mutex<bool>,
     /// Set by the ledger store's flush requester: checkpoint now.
     pub(crate) checkpoint_requested: std::sync::atomic::AtomicBool,
+    /// Checkpoints completed since open.
+    pub(crate) checkpoints: std::sync::atomic::AtomicU64,
     pub(crate) stop_cv: Condvar,
     pub(crate) config: StorageConfig,
     pub(crate) env: Env,
@@ -137,6 +152,7 @@ impl Storage {
             checkpoint_lock: Mutex::new(()),
             stop: Mutex::new(false),
             checkpoint_requested: std::sync::atomic::AtomicBool::new(false),
+            checkpoints: std::sync::atomic::AtomicU64::new(0),
             stop_cv: Condvar::new(),
             config,
             env: env.clone(),
@@ -329,9 +345,39 @@ impl Storage {
         Ok(self.inner.store.entry_ids(ledger)?)
     }
 
+    /// Deletes a ledger (BookKeeper's bookie does this from garbage collection, once the
+    /// ledger's metadata is gone): the ledger store forgets its entries and state at
+    /// once, and its per-ledger state here (master key, fence) is dropped. Nothing is
+    /// journaled: the deletion becomes durable at the next checkpoint (which flushes
+    /// the store). A crash before that checkpoint resurrects the ledger's entries from
+    /// the journal and the entry logs; garbage collection deletes them again later,
+    /// and since clients never read a deleted ledger, nothing is lost or shown. After
+    /// the deletion, writes to the ledger are refused (ledger ids are never reused).
+    pub fn delete_ledger(&self, ledger: i64) -> Result<(), StorageError> {
+        let mut map = self.inner.shards[shard_of(ledger)].lock();
+        self.inner.store.delete_ledger(ledger)?;
+        map.remove(&ledger);
+        tracing::info!(ledger, "ledger deleted");
+        Ok(())
+    }
+
     /// Runs a checkpoint now: flush the ledger store, then move the journal marks.
     pub fn checkpoint(&self) -> Result<(), StorageError> {
         checkpoint::checkpoint(&self.inner)
+    }
+
+    /// What the journal did since open (group commits, records, fdatasyncs, zero
+    /// fills), summed over the journal directories.
+    pub fn journal_stats(&self) -> JournalStats {
+        self.inner.journal.stats()
+    }
+
+    /// Checkpoints completed since open (each flushed the ledger store and persisted
+    /// the journal marks).
+    pub fn checkpoints(&self) -> u64 {
+        self.inner
+            .checkpoints
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Why the engine takes no more writes (a journal write or fsync failed), if so.
@@ -386,6 +432,11 @@ impl Storage {
         let st = match map.entry(ledger) {
             std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
             std::collections::hash_map::Entry::Vacant(v) => {
+                if inner.store.is_deleted(ledger)? {
+                    return Err(StorageError::BadRequest(format!(
+                        "ledger {ledger} was deleted; ledger ids are not reused"
+                    )));
+                }
                 let loaded = inner.store.ledger(ledger)?;
                 v.insert(LedgerState {
                     master_key: loaded.as_ref().and_then(|l| l.master_key.clone()),
@@ -522,6 +573,16 @@ impl LedgerBackend for crate::ledger_store::LedgerStore {
 
     fn set_flush_requester(&self, requester: Arc<dyn Fn() + Send + Sync>) {
         crate::ledger_store::LedgerStore::set_flush_requester(self, requester)
+    }
+
+    fn delete_ledger(&self, ledger: i64) -> Result<(), BackendError> {
+        Ok(crate::ledger_store::LedgerStore::delete_ledger(
+            self, ledger,
+        )?)
+    }
+
+    fn is_deleted(&self, ledger: i64) -> Result<bool, BackendError> {
+        Ok(self.ledger_info(ledger)?.is_some_and(|i| i.deleted))
     }
 }
 

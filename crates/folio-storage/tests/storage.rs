@@ -459,3 +459,93 @@ fn replay_larger_than_the_write_cache_does_not_block() {
         drop(s);
     }
 }
+
+#[test]
+fn a_second_open_of_the_same_directories_fails_naming_the_directory() {
+    let tmp = tempfile::tempdir().unwrap();
+    let env = Env::real();
+    let first = open(tmp.path(), config(tmp.path()));
+    add(&first, 1, 0, KEY, false).unwrap();
+
+    // The ledger store's directories are locked by the first store.
+    let cfg = LedgerStoreConfig::new(vec![tmp.path().join("ledgers")], tmp.path().join("index"));
+    let err = LedgerStore::open(&env, cfg)
+        .err()
+        .expect("second ledger store opened");
+    match &err {
+        folio_storage::ledger_store::LedgerStoreError::DirInUse { dir } => {
+            assert_eq!(dir, &tmp.path().join("index"))
+        }
+        e => panic!("expected DirInUse, got {e:?}"),
+    }
+    assert!(err.to_string().contains("is in use"), "{err}");
+
+    // The journal directories too, even with another ledger store under them.
+    let other = tmp.path().join("other");
+    let err = Storage::open(&env, config(tmp.path()), ledger_store(&env, &other))
+        .err()
+        .expect("second storage opened");
+    match &err {
+        StorageError::DirInUse { dir } => assert_eq!(dir, &tmp.path().join("journal0")),
+        e => panic!("expected DirInUse, got {e:?}"),
+    }
+    assert!(
+        err.to_string().contains(&format!(
+            "{} is in use",
+            tmp.path().join("journal0").display()
+        )),
+        "{err}"
+    );
+    // The failed open released what it had locked (the other store's directories).
+    drop(first);
+    let again = open(tmp.path(), config(tmp.path()));
+    assert!(again.read_entry(1, 0).unwrap().is_some());
+    drop(again);
+    let third = Storage::open(&env, config(tmp.path()), ledger_store(&env, &other)).unwrap();
+    drop(third);
+
+    // One directory serving as both journal and ledger directory is not "in use".
+    let shared = tmp.path().join("shared");
+    let cfg = StorageConfig {
+        journal: JournalConfig::with_dirs(vec![shared.clone()]),
+        ..config(tmp.path())
+    };
+    let store = LedgerStoreConfig::new(vec![shared.clone()], shared.join("index"));
+    let s = Storage::open(&env, cfg, Arc::new(LedgerStore::open(&env, store).unwrap())).unwrap();
+    add(&s, 2, 0, KEY, false).unwrap();
+}
+
+#[test]
+fn a_deleted_ledger_is_gone_and_stays_gone_after_a_checkpoint() {
+    let tmp = tempfile::tempdir().unwrap();
+    let s = open(tmp.path(), config(tmp.path()));
+    for e in 0..5 {
+        add(&s, 7, e, KEY, false).unwrap();
+        add(&s, 8, e, KEY, false).unwrap();
+    }
+    fence(&s, 7).unwrap();
+    s.delete_ledger(7).unwrap();
+    assert_eq!(s.read_entry(7, 0).unwrap(), None);
+    assert_eq!(s.read_entry(7, -1).unwrap(), None);
+    assert!(s.entry_ids(7).unwrap().is_empty());
+    assert!(!s.ledger_exists(7).unwrap());
+    assert!(!s.is_fenced(7).unwrap());
+    assert_eq!(s.master_key(7).unwrap(), None);
+    // Writes to it are refused, naming it; the other ledger is untouched.
+    let e = add(&s, 7, 5, KEY, false).unwrap_err();
+    assert!(
+        matches!(e, StorageError::BadRequest(_)) && e.to_string().contains("ledger 7 was deleted"),
+        "{e}"
+    );
+    assert_eq!(s.entry_ids(8).unwrap(), vec![0, 1, 2, 3, 4]);
+    // Durable at the checkpoint: a restart (replaying nothing before the mark, and
+    // dropping replayed puts to the deleted ledger) does not bring it back.
+    s.checkpoint().unwrap();
+    add(&s, 8, 5, KEY, false).unwrap();
+    drop(s); // no final checkpoint: ledger 8's last add is replayed
+    let s = open(tmp.path(), config(tmp.path()));
+    assert_eq!(s.read_entry(7, 0).unwrap(), None);
+    assert!(!s.ledger_exists(7).unwrap());
+    assert!(add(&s, 7, 6, KEY, false).is_err());
+    assert_eq!(s.entry_ids(8).unwrap(), vec![0, 1, 2, 3, 4, 5]);
+}

@@ -63,10 +63,17 @@ fn json_reports_throughput_latency_and_fdatasyncs() {
         (300.0 / groups as f64 - per_group).abs() < 0.01,
         "{per_group}"
     );
-    // Zero-fill syncs come on top of the group commits.
+    // Zero-fill and new-file syncs come on top of the group commits; 300 adds of 100 B
+    // never drain half of the 16 MiB preallocation, so there is no zero fill.
     let syncs = v["journal_fdatasyncs"].as_u64().unwrap();
     let prealloc = v["journal_prealloc_fdatasyncs"].as_u64().unwrap();
-    assert_eq!(syncs, groups + prealloc);
+    let files = v["journal_files_created"].as_u64().unwrap();
+    assert_eq!(syncs, groups + prealloc + files);
+    assert_eq!(prealloc, 0, "{v}");
+    // 300 adds and 16 master keys, 28-byte record headers.
+    assert_eq!(v["journal_records"], 316);
+    assert_eq!(v["journal_bytes"].as_u64().unwrap(), 300 * 128 + 16 * 48);
+    assert_eq!(v["journal_group_commits"].as_u64().unwrap(), groups);
     let per = v["entries_per_fdatasync"].as_f64().unwrap();
     assert!((300.0 / syncs as f64 - per).abs() < 0.01, "{per}");
     // The working subdirectory is gone.

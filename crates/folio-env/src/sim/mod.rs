@@ -22,7 +22,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use crate::fs::{DiskSpace, File, FileSystem, OpenOptions};
+use crate::fs::{DiskSpace, File, FileLock, FileSystem, OpenOptions};
 
 /// A fault that hits the first matching operation after `after_ops` more
 /// mutating operations (writes, syncs, creations, renames, removals, truncations).
@@ -77,6 +77,9 @@ struct State {
     /// Take a crash image before every operation (for crash-at-every-step tests).
     capture: Option<CrashMode>,
     captures: Vec<(u64, SimFileSystem)>,
+    /// Paths locked with `lock_exclusive` (in memory only: a crash image has none, as
+    /// a dead process holds no locks).
+    locks: BTreeSet<PathBuf>,
 }
 
 impl State {
@@ -325,6 +328,18 @@ fn write_into(image: &mut Vec<u8>, offset: u64, data: &[u8]) {
     image[offset..end].copy_from_slice(data);
 }
 
+/// A lock taken with `lock_exclusive`; released on drop.
+struct SimLock {
+    fs: SimFileSystem,
+    path: PathBuf,
+}
+
+impl Drop for SimLock {
+    fn drop(&mut self) {
+        self.fs.state.lock().locks.remove(&self.path);
+    }
+}
+
 struct SimFile {
     fs: SimFileSystem,
     ino: u64,
@@ -548,6 +563,24 @@ impl FileSystem for SimFileSystem {
         Ok(())
     }
 
+    fn lock_exclusive(&self, path: &Path) -> io::Result<FileLock> {
+        let mut s = self.state.lock();
+        s.check_parent(path)?;
+        if !s.locks.insert(path.to_path_buf()) {
+            return Err(io::Error::new(
+                io::ErrorKind::WouldBlock,
+                format!(
+                    "lock {}: Resource temporarily unavailable (os error 11)",
+                    path.display()
+                ),
+            ));
+        }
+        Ok(Box::new(SimLock {
+            fs: self.clone(),
+            path: path.to_path_buf(),
+        }))
+    }
+
     fn space(&self, _path: &Path) -> io::Result<DiskSpace> {
         let s = self.state.lock();
         let used: u64 = s.inodes.values().map(|i| i.live.len() as u64).sum();
@@ -730,6 +763,21 @@ mod tests {
         );
         f.sync_data().unwrap();
         assert!(fs.take_captures().is_empty(), "capturing stopped");
+    }
+
+    #[test]
+    fn a_lock_excludes_others_until_dropped_and_not_after_a_crash() {
+        let fs = setup();
+        let held = fs.lock_exclusive(&p("/d/LOCK")).unwrap();
+        let e = fs.lock_exclusive(&p("/d/LOCK")).err().unwrap();
+        assert_eq!(e.kind(), io::ErrorKind::WouldBlock);
+        assert!(e.to_string().contains("/d/LOCK"), "{e}");
+        fs.crash(CrashMode::Clean)
+            .lock_exclusive(&p("/d/LOCK"))
+            .unwrap();
+        drop(held);
+        fs.lock_exclusive(&p("/d/LOCK")).unwrap();
+        assert!(fs.lock_exclusive(&p("/nodir/LOCK")).is_err());
     }
 
     #[test]

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use bytes::Bytes;
-use folio_env::{Clock, Env, FileSystem};
+use folio_env::{Clock, Env, FileLock, FileSystem};
 use parking_lot::Mutex;
 
 pub use format::{Position, RecordKind};
@@ -40,17 +40,65 @@ pub struct ReplayStats {
     pub torn_tails: u64,
 }
 
+/// What the journal did since it opened, summed over its directories: how well group
+/// commit batches (records per group commit) and what preallocation costs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct JournalStats {
+    /// Groups of records written (one positional write each).
+    pub group_commits: u64,
+    /// fdatasyncs that made a group durable (equals `group_commits` unless
+    /// `sync_data` is off, then zero).
+    pub group_fdatasyncs: u64,
+    /// Records written (adds, fences, master keys, explicit LACs).
+    pub records: u64,
+    /// Bytes of records written (headers and payloads).
+    pub bytes: u64,
+    /// fdatasyncs after writing only preallocation zeroes.
+    pub prealloc_fdatasyncs: u64,
+    /// Bytes of preallocation zeroes written.
+    pub prealloc_bytes: u64,
+    /// Journal files created (at open and at each roll); each costs an fdatasync of its
+    /// header and an fsync of its directory.
+    pub files_created: u64,
+}
+
+impl JournalStats {
+    /// Every fdatasync of a journal file: group commits, zero fills, new-file headers.
+    pub fn fdatasyncs(&self) -> u64 {
+        self.group_fdatasyncs + self.prealloc_fdatasyncs + self.files_created
+    }
+}
+
+impl std::ops::Sub for JournalStats {
+    type Output = JournalStats;
+    /// The counts between two snapshots (`later - earlier`).
+    fn sub(self, e: JournalStats) -> JournalStats {
+        JournalStats {
+            group_commits: self.group_commits - e.group_commits,
+            group_fdatasyncs: self.group_fdatasyncs - e.group_fdatasyncs,
+            records: self.records - e.records,
+            bytes: self.bytes - e.bytes,
+            prealloc_fdatasyncs: self.prealloc_fdatasyncs - e.prealloc_fdatasyncs,
+            prealloc_bytes: self.prealloc_bytes - e.prealloc_bytes,
+            files_created: self.files_created - e.files_created,
+        }
+    }
+}
+
 /// The journal of a bookie: one or more directories with a writer thread each.
 pub struct Journal {
     dirs: Vec<Arc<DirShared>>,
     threads: Mutex<Vec<JoinHandle<()>>>,
     fs: Arc<dyn FileSystem>,
     clock: Arc<dyn Clock>,
+    /// Each directory's `LOCK`, held while the journal is open (dropped last).
+    _locks: Vec<FileLock>,
 }
 
 impl Journal {
-    /// Replays every directory from its mark through `apply`, then starts a fresh
-    /// journal file and a writer thread in each.
+    /// Locks every directory (`DirInUse` if another process or journal has one open),
+    /// replays each from its mark through `apply`, then starts a fresh journal file and
+    /// a writer thread in each.
     pub fn open(
         env: &Env,
         cfg: &JournalConfig,
@@ -68,6 +116,14 @@ impl Journal {
                     d.display()
                 )));
             }
+        }
+        let mut locks = Vec::new();
+        for d in &cfg.dirs {
+            locks.push(crate::dir_lock::lock_dir(
+                &*env.fs,
+                d,
+                crate::dir_lock::JOURNAL_LOCK_FILE,
+            )?);
         }
         let mut stats = ReplayStats::default();
         let mut prepared = Vec::new();
@@ -106,6 +162,7 @@ impl Journal {
                 threads: Mutex::new(threads),
                 fs: Arc::clone(&env.fs),
                 clock: Arc::clone(&env.clock),
+                _locks: locks,
             },
             stats,
         ))
@@ -181,6 +238,15 @@ impl Journal {
     /// Per directory, the end of the last durable group: the candidate marks.
     pub fn synced_positions(&self) -> Vec<Position> {
         self.dirs.iter().map(|d| d.synced()).collect()
+    }
+
+    /// Counters since open, summed over the directories.
+    pub fn stats(&self) -> JournalStats {
+        let mut s = JournalStats::default();
+        for d in &self.dirs {
+            d.counters.sum_into(&mut s);
+        }
+        s
     }
 
     /// Per directory, the persisted marks.

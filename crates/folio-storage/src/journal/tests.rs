@@ -531,3 +531,78 @@ fn preallocation_keeps_synced_zeroes_ahead_of_the_writes() {
     let (_, seen) = open(&sim_env(&fs), &c).unwrap();
     assert_eq!(seen.len(), 20);
 }
+
+/// Sequential single adds: each is its own group, so each needs one fdatasync; the
+/// zero-fill top-up must not add a second one per group (it did: two per add).
+#[test]
+fn a_single_add_costs_one_fdatasync_not_two() {
+    // Default 16 MiB headroom: 100 adds of 1 KiB never drain half of it.
+    let n = 100;
+    let fs = SimFileSystem::new();
+    let c = JournalConfig::with_dirs(vec![PathBuf::from("/j")]);
+    let (j, _) = open(&sim_env(&fs), &c).unwrap();
+    let (before, _) = fs.sync_counts();
+    for i in 0..n {
+        wait(append(&j, 1, i, &[5; 1024])).unwrap();
+    }
+    let syncs = fs.sync_counts().0 - before;
+    assert!(
+        (n as u64..=n as u64 + 1).contains(&syncs),
+        "{n} sequential adds took {syncs} fdatasyncs"
+    );
+    // The journal's own counters agree (the open made the header and the first zero
+    // fill durable, before `before`).
+    let st = j.stats();
+    assert_eq!(
+        (
+            st.group_commits,
+            st.group_fdatasyncs,
+            st.records,
+            st.files_created
+        ),
+        (n as u64, n as u64, n as u64, 1)
+    );
+    assert_eq!(
+        st.bytes,
+        n as u64 * (format::RECORD_HEADER_LEN as u64 + 1024)
+    );
+    assert_eq!(st.group_fdatasyncs + st.prealloc_fdatasyncs - 1, syncs);
+    assert_eq!(st.fdatasyncs(), syncs + 2);
+    drop(j);
+    let (_, seen) = open(&sim_env(&fs), &c).unwrap();
+    assert_eq!(seen.len(), n as usize);
+
+    // A small headroom drained many times over: one zero-fill sync per half headroom
+    // appended, and the records still replay.
+    let fs = SimFileSystem::new();
+    let c = JournalConfig {
+        prealloc_size: 64 * 1024,
+        ..JournalConfig::with_dirs(vec![PathBuf::from("/j")])
+    };
+    let (j, _) = open(&sim_env(&fs), &c).unwrap();
+    let (before, _) = fs.sync_counts();
+    let n = 300i64;
+    let record = (format::RECORD_HEADER_LEN + 1024) as u64;
+    for i in 0..n {
+        wait(append(&j, 1, i, &[6; 1024])).unwrap();
+    }
+    let syncs = fs.sync_counts().0 - before;
+    let st = j.stats();
+    assert_eq!(st.group_fdatasyncs + st.prealloc_fdatasyncs - 1, syncs);
+    assert!(st.prealloc_bytes >= n as u64 * record, "{st:?}");
+    let refills = n as u64 * record / (c.prealloc_size / 2) + 1;
+    assert!(
+        syncs >= n as u64 && syncs <= n as u64 + refills,
+        "{n} adds took {syncs} fdatasyncs, at most {refills} zero fills expected"
+    );
+    let file = journal_files(&fs, Path::new("/j"))[0].clone();
+    let len = fs.read_file(&file).unwrap().len() as u64;
+    let written = format::HEADER_LEN + n as u64 * record;
+    assert!(
+        len >= written + c.prealloc_size / 2 && len <= written + c.prealloc_size,
+        "headroom out of bounds: file {len}, records end at {written}"
+    );
+    drop(j);
+    let (_, seen) = open(&sim_env(&fs.crash(folio_env::sim::CrashMode::Clean)), &c).unwrap();
+    assert_eq!(seen.len(), n as usize);
+}

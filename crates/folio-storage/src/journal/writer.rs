@@ -12,18 +12,21 @@ use std::collections::VecDeque;
 use std::io;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use bytes::Bytes;
 use folio_env::{Clock, File, FileSystem, OpenOptions};
 use parking_lot::{Condvar, Mutex};
 
+use super::JournalStats;
 use super::format::{self, HEADER_LEN, Position, RECORD_HEADER_LEN, RecordKind};
 use crate::config::JournalConfig;
 use crate::error::StorageError;
 use crate::storage::WriteCallback;
 
-/// The most zeroes written (and synced) at once ahead of the write offset.
+/// The most zeroes one write call puts ahead of the write offset (the size of the
+/// reused zero buffer); a top-up may issue several before its one fdatasync.
 const PREALLOC_CHUNK: u64 = 1 << 20;
 
 /// What a request asks of the journal.
@@ -103,6 +106,36 @@ impl Poison {
     }
 }
 
+/// A directory's counters since the journal opened (see [`JournalStats`]).
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    group_commits: AtomicU64,
+    group_fdatasyncs: AtomicU64,
+    records: AtomicU64,
+    bytes: AtomicU64,
+    prealloc_fdatasyncs: AtomicU64,
+    prealloc_bytes: AtomicU64,
+    files_created: AtomicU64,
+}
+
+impl Counters {
+    fn add(c: &AtomicU64, n: u64) {
+        c.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Adds this directory's counts to `into`.
+    pub(crate) fn sum_into(&self, into: &mut JournalStats) {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        into.group_commits += get(&self.group_commits);
+        into.group_fdatasyncs += get(&self.group_fdatasyncs);
+        into.records += get(&self.records);
+        into.bytes += get(&self.bytes);
+        into.prealloc_fdatasyncs += get(&self.prealloc_fdatasyncs);
+        into.prealloc_bytes += get(&self.prealloc_bytes);
+        into.files_created += get(&self.files_created);
+    }
+}
+
 #[derive(Default)]
 struct Queue {
     reqs: VecDeque<Request>,
@@ -122,6 +155,7 @@ pub(crate) struct DirShared {
     synced: Mutex<Position>,
     /// The mark last persisted (marks only move forward).
     pub(crate) persisted_mark: Mutex<Position>,
+    pub(crate) counters: Counters,
 }
 
 impl DirShared {
@@ -133,6 +167,7 @@ impl DirShared {
             poison,
             synced: Mutex::new(mark),
             persisted_mark: Mutex::new(mark),
+            counters: Counters::default(),
         }
     }
 
@@ -199,6 +234,7 @@ impl Writer {
     ) -> Result<Writer, StorageError> {
         let zeros = vec![0u8; cfg.prealloc_size.min(PREALLOC_CHUNK) as usize];
         let (file, path) = new_file(&*fs, &shared.dir, file_id)?;
+        Counters::add(&shared.counters.files_created, 1);
         *shared.synced.lock() = Position {
             file_id,
             offset: HEADER_LEN,
@@ -340,6 +376,16 @@ impl Writer {
                 .write_all_at(&self.buf, self.offset)
                 .map_err(|e| Poison::new("write", self.path.clone(), &e))?;
             self.offset += len as u64;
+            let c = &self.shared.counters;
+            Counters::add(&c.group_commits, 1);
+            Counters::add(&c.bytes, len as u64);
+            Counters::add(
+                &c.records,
+                self.batch
+                    .iter()
+                    .filter(|r| matches!(r.kind, RequestKind::Record(_)))
+                    .count() as u64,
+            );
             // A group larger than the zeroed headroom extends the file itself.
             self.prealloc_end = self.prealloc_end.max(self.offset);
             self.dirty = true;
@@ -351,6 +397,7 @@ impl Writer {
             self.file
                 .sync_data()
                 .map_err(|e| Poison::new("fdatasync", self.path.clone(), &e))?;
+            Counters::add(&self.shared.counters.group_fdatasyncs, 1);
         }
         self.dirty = false;
         *self.shared.synced.lock() = Position {
@@ -360,29 +407,35 @@ impl Writer {
         Ok(())
     }
 
-    /// Keeps `prealloc_size` bytes of written, synced zeroes ahead of the write
-    /// offset, so that group commits overwrite allocated blocks and their fdatasync
-    /// has no metadata to commit (about half the cost: spec/rust-crates.md section 5).
-    /// Runs after a group's callbacks, one chunk (1 MiB at most) at a time, so no
-    /// group waits for a whole preallocation step. Zeroes are never written at or
-    /// below the write offset.
+    /// Keeps between `prealloc_size / 2` and `prealloc_size` bytes of written, synced
+    /// zeroes ahead of the write offset, so that group commits overwrite allocated
+    /// blocks and their fdatasync has no metadata to commit (about half the cost:
+    /// spec/rust-crates.md section 5). Runs after a group's callbacks. Nothing happens
+    /// while at least half of the headroom is left; below that, the whole missing
+    /// headroom is written (in `PREALLOC_CHUNK` pieces) and synced once, so a zero-fill
+    /// fdatasync happens about once per `prealloc_size / 2` bytes appended, not once
+    /// per group (which cost every add a second fdatasync). Zeroes are never written at
+    /// or below the write offset, so everything past the last record is zeroes (or
+    /// nothing) and replay reads it as a torn tail.
     fn top_up(&mut self) -> Result<(), Poison> {
         if self.cfg.prealloc_size == 0 {
             return Ok(());
         }
         let limit = self.cfg.max_file_size.max(self.offset);
         let target = (self.offset + self.cfg.prealloc_size).min(limit);
-        if self.prealloc_end >= target {
+        let low_water = (self.offset + self.cfg.prealloc_size / 2).min(limit);
+        if self.prealloc_end >= low_water {
             return Ok(());
         }
-        let n = (target - self.prealloc_end).min(PREALLOC_CHUNK);
         let mut at = self.prealloc_end;
-        while at < self.prealloc_end + n {
-            let k = (self.prealloc_end + n - at).min(self.zeros.len() as u64) as usize;
+        while at < target {
+            let k = (target - at).min(self.zeros.len() as u64) as usize;
             if let Err(e) = self.file.write_all_at(&self.zeros[..k], at) {
                 if crate::error::is_no_space(&e) {
                     // Preallocation is an optimisation: on a full disk, skip it; the
-                    // next group's own write reports the full disk.
+                    // next group's own write reports the full disk. Whatever zeroes
+                    // were written are unsynced: they count only once a later group's
+                    // fdatasync covers them, so `prealloc_end` stays put.
                     tracing::warn!(file = %self.path.display(), "no space to preallocate: {e}");
                     return Ok(());
                 }
@@ -394,8 +447,13 @@ impl Writer {
             self.file
                 .sync_data()
                 .map_err(|e| Poison::new("fdatasync preallocated", self.path.clone(), &e))?;
+            Counters::add(&self.shared.counters.prealloc_fdatasyncs, 1);
         }
-        self.prealloc_end += n;
+        Counters::add(
+            &self.shared.counters.prealloc_bytes,
+            target - self.prealloc_end,
+        );
+        self.prealloc_end = target;
         Ok(())
     }
 
@@ -412,6 +470,7 @@ impl Writer {
             message: e.to_string(),
         })?;
         tracing::debug!(file = %path.display(), "journal rolled");
+        Counters::add(&self.shared.counters.files_created, 1);
         self.file = file;
         self.path = path;
         self.file_id = next;

@@ -521,6 +521,9 @@ impl FileSystem for FaultyFs {
     fn space(&self, path: &Path) -> io::Result<folio_env::DiskSpace> {
         RealFileSystem.space(path)
     }
+    fn lock_exclusive(&self, path: &Path) -> io::Result<folio_env::FileLock> {
+        RealFileSystem.lock_exclusive(path)
+    }
 }
 
 fn faulty(d: &Dirs) -> (LedgerStore, Arc<Faults>) {

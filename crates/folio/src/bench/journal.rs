@@ -4,7 +4,7 @@
 //! group commit and fdatasync on, over the production ledger store), records each
 //! add's latency from the call to its completion callback (which runs after the
 //! fdatasync covering it), and reports throughput, latency percentiles and how many
-//! adds each journal fdatasync covered. The engine runs in a fresh subdirectory of
+//! adds each journal fdatasync covered (from `Storage::journal_stats`). The engine runs in a fresh subdirectory of
 //! `--dir` that is removed afterwards, so `--dir` should be on the disk under test.
 
 use std::io::IsTerminal;
@@ -16,14 +16,13 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use bytes::{BufMut, Bytes, BytesMut};
 use clap::Args;
-use folio_env::{Env, RealFileSystem};
+use folio_env::Env;
 use folio_storage::ledger_store::{LedgerStore, LedgerStoreConfig};
 use folio_storage::{JournalConfig, Storage, StorageConfig, StorageError};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::{Map, json};
 
 use super::report::{Latencies, Summary};
-use super::sync_counter::{CountingFs, SyncCounts};
 
 /// An entry must hold the entry header the engine checks (ledger, entry, LAC, length).
 const MIN_ENTRY_SIZE: usize = 32;
@@ -114,12 +113,7 @@ fn validate(a: &JournalArgs) -> anyhow::Result<()> {
 
 /// Opens the engine in `work`, runs the adds, and returns what to print.
 fn bench(a: &JournalArgs, work: &Path) -> anyhow::Result<String> {
-    let counts = Arc::new(SyncCounts::default());
-    let mut env = Env::real();
-    env.fs = Arc::new(CountingFs::new(
-        Arc::new(RealFileSystem),
-        Arc::clone(&counts),
-    ));
+    let env = Env::real();
     let store_cfg = LedgerStoreConfig::new(vec![work.join("ledgers")], work.join("index"));
     let store = LedgerStore::open(&env, store_cfg)
         .with_context(|| format!("cannot open the ledger store in {}", work.display()))?;
@@ -150,7 +144,8 @@ fn bench(a: &JournalArgs, work: &Path) -> anyhow::Result<String> {
     let filler = Bytes::from((0..a.entry_size).map(|i| i as u8).collect::<Vec<u8>>());
     let (tx, rx) = mpsc::channel::<Result<Duration, StorageError>>();
     let mut latencies = Latencies::new();
-    let before = counts.snapshot();
+    let before = storage.journal_stats();
+    let checkpoints_before = storage.checkpoints();
     let start = Instant::now();
     let (mut sent, mut done) = (0u64, 0u64);
     let outcome: anyhow::Result<()> = loop {
@@ -190,7 +185,8 @@ fn bench(a: &JournalArgs, work: &Path) -> anyhow::Result<String> {
         progress.inc(1);
     };
     let elapsed = start.elapsed();
-    let syncs = counts.snapshot() - before;
+    let stats = storage.journal_stats() - before;
+    let checkpoints = storage.checkpoints() - checkpoints_before;
     progress.finish_and_clear();
     storage.shutdown();
     outcome?;
@@ -201,8 +197,10 @@ fn bench(a: &JournalArgs, work: &Path) -> anyhow::Result<String> {
         elapsed,
         latencies,
     };
-    let per_sync = (syncs.journal > 0).then(|| a.entries as f64 / syncs.journal as f64);
-    let per_group = (syncs.journal_data > 0).then(|| a.entries as f64 / syncs.journal_data as f64);
+    let syncs = stats.fdatasyncs();
+    let per_sync = (syncs > 0).then(|| a.entries as f64 / syncs as f64);
+    let per_group =
+        (stats.group_fdatasyncs > 0).then(|| a.entries as f64 / stats.group_fdatasyncs as f64);
     let round2 = |x: Option<f64>| x.map(|x| (x * 100.0).round() / 100.0);
     if a.json {
         let mut extra = Map::new();
@@ -212,16 +210,23 @@ fn bench(a: &JournalArgs, work: &Path) -> anyhow::Result<String> {
         extra.insert("journal_dirs".into(), json!(a.journal_dirs));
         extra.insert("ledgers".into(), json!(a.ledgers));
         extra.insert("sync".into(), json!(!a.no_sync));
-        extra.insert("journal_fdatasyncs".into(), json!(syncs.journal));
+        extra.insert("journal_fdatasyncs".into(), json!(syncs));
         extra.insert("entries_per_fdatasync".into(), json!(round2(per_sync)));
-        extra.insert("journal_group_fdatasyncs".into(), json!(syncs.journal_data));
+        extra.insert(
+            "journal_group_fdatasyncs".into(),
+            json!(stats.group_fdatasyncs),
+        );
         extra.insert(
             "journal_prealloc_fdatasyncs".into(),
-            json!(syncs.journal - syncs.journal_data),
+            json!(stats.prealloc_fdatasyncs),
         );
+        extra.insert("journal_files_created".into(), json!(stats.files_created));
+        extra.insert("journal_group_commits".into(), json!(stats.group_commits));
+        extra.insert("journal_records".into(), json!(stats.records));
+        extra.insert("journal_bytes".into(), json!(stats.bytes));
+        extra.insert("journal_prealloc_bytes".into(), json!(stats.prealloc_bytes));
         extra.insert("entries_per_group".into(), json!(round2(per_group)));
-        extra.insert("other_fdatasyncs".into(), json!(syncs.other));
-        extra.insert("dir_fsyncs".into(), json!(syncs.dirs));
+        extra.insert("checkpoints".into(), json!(checkpoints));
         extra.insert("dir".into(), json!(a.dir.display().to_string()));
         return Ok(summary.to_json(extra).to_string());
     }
@@ -229,9 +234,9 @@ fn bench(a: &JournalArgs, work: &Path) -> anyhow::Result<String> {
     let per_group = per_group.map_or("-".to_string(), |x| format!("{x:.1}"));
     Ok(format!(
         "folio bench journal: {} entries of {} B, {} in flight, {} journal dir(s), {} ledgers, \
-         fdatasync {}\n{}\njournal fdatasyncs {} ({per_sync} entries per fdatasync): {} after records \
-         ({per_group} entries per group commit), {} after zero fill only; \
-         other fdatasyncs {}, directory fsyncs {}",
+         fdatasync {}\n{}\njournal fdatasyncs {syncs} ({per_sync} entries per fdatasync): {} group \
+         commits ({per_group} entries per group commit), {} zero fills ({} MiB), {} new files; \
+         {checkpoints} checkpoints",
         a.entries,
         a.entry_size,
         a.in_flight,
@@ -239,11 +244,10 @@ fn bench(a: &JournalArgs, work: &Path) -> anyhow::Result<String> {
         a.ledgers,
         if a.no_sync { "OFF (unsafe)" } else { "on" },
         summary.to_text(),
-        syncs.journal,
-        syncs.journal_data,
-        syncs.journal - syncs.journal_data,
-        syncs.other,
-        syncs.dirs,
+        stats.group_fdatasyncs,
+        stats.prealloc_fdatasyncs,
+        stats.prealloc_bytes >> 20,
+        stats.files_created,
     ))
 }
 

@@ -4,7 +4,6 @@
 
 pub mod journal;
 pub mod report;
-pub mod sync_counter;
 
 use clap::{Args, Subcommand};
 
