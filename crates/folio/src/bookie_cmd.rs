@@ -32,7 +32,7 @@ pub struct BookieArgs {
 fn connector(uri: String) -> Connector {
     Arc::new(move || {
         let uri = uri.clone();
-        Box::pin(async move { folio_metadata::connect_embedded(&uri).await })
+        Box::pin(async move { crate::metadata_connect::connect(&uri).await })
     })
 }
 
@@ -75,7 +75,7 @@ pub fn run(metadata: Option<String>, args: BookieArgs) -> anyhow::Result<()> {
         .build()
         .context("cannot start the async runtime")?;
     runtime.block_on(async move {
-        let store = folio_metadata::connect_embedded(&uri)
+        let store = crate::metadata_connect::connect(&uri)
             .await
             .with_context(|| format!("cannot connect to metadata service {uri}"))?;
         let embedded = uri.starts_with("sqlite:") || uri.starts_with("mem:");

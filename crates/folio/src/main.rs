@@ -3,6 +3,7 @@
 //! subcommand lives in its own module; this file only dispatches.
 
 mod bookie_cmd;
+mod metadata_connect;
 mod shell;
 
 use clap::{Parser, Subcommand};

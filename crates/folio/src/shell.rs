@@ -4,9 +4,8 @@
 //! `whoisauditor`, `lostbookierecoverydelay`, `autorecovery`, `cookie_get`); output
 //! lines follow BookKeeper's shell where it has a fixed shape (`ledgerID: 7`).
 //!
-//! The metadata store is reached through `folio_metadata::connect_embedded`, so
-//! `sqlite://` and `mem://` work here; `zk://` and `etcd://` are wired in when their
-//! drivers land.
+//! The metadata store is reached through `crate::metadata_connect`, so `zk://`,
+//! `sqlite://` and `mem://` work here; `etcd://` is wired in when its driver lands.
 
 use std::sync::Arc;
 
@@ -101,15 +100,12 @@ pub fn run(args: ShellArgs, metadata: Option<&str>) -> anyhow::Result<()> {
 }
 
 async fn connect(uri: &str) -> anyhow::Result<Arc<dyn MetadataStore>> {
-    match MetadataUri::parse(uri)? {
-        MetadataUri::Zk { .. } | MetadataUri::Etcd { .. } => {
-            let scheme = MetadataUri::parse(uri)?.scheme();
-            bail!(
-                "{scheme}:// metadata is not available in the shell yet: it arrives with the {scheme} driver; use a sqlite:// URI"
-            )
-        }
-        _ => Ok(folio_metadata::connect_embedded(uri).await?),
+    if let MetadataUri::Etcd { .. } = MetadataUri::parse(uri)? {
+        bail!(
+            "etcd:// metadata is not available in the shell yet: it arrives with the etcd driver; use a zk:// or sqlite:// URI"
+        )
     }
+    Ok(crate::metadata_connect::connect(uri).await?)
 }
 
 async fn execute(command: ShellCommand, store: &dyn MetadataStore) -> anyhow::Result<()> {
