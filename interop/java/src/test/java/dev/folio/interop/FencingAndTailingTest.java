@@ -71,6 +71,7 @@ class FencingAndTailingTest {
             });
             long next = 0;
             int polls = 0;
+            int emptyPolls = 0;
             while (next < count - 1) {
                 assertTrue(polls++ < 100_000, "tailing made no progress");
                 LastConfirmedAndEntry lce;
@@ -86,10 +87,16 @@ class FencingAndTailingTest {
                         assertArrayEquals(FolioCluster.payload(seed, (int) next), lce.getEntry().getEntryBytes(),
                                 "payload of entry " + next);
                         next++;
+                    } else {
+                        emptyPolls++;
                     }
                 }
             }
             writing.get(300, TimeUnit.SECONDS);
+            // A long poll is held by the bookies until the LAC passes the previous one (or 10 s
+            // pass): answered at once instead, the reader would come back empty many times for
+            // each entry (the writer pauses 20 ms between entries).
+            assertTrue(emptyPolls <= count, emptyPolls + " long polls came back without an entry");
             assertEquals(count - 1, next);
             w.close();
         }
