@@ -205,6 +205,10 @@ fn skip_field<'a>(
     Ok(None)
 }
 
+/// Checks that every required field of `schema` occurs in `p`, recursing into sub-messages.
+/// Each occurrence of a sub-message is checked on its own: a sub-message split over several
+/// occurrences (legal protobuf, merged on parse, never produced by BookKeeper's encoders) whose
+/// parts each lack a required field is rejected.
 fn check_required(mut p: &[u8], schema: &Schema) -> Result<(), ProtoError> {
     let mut seen: u32 = 0;
     while !p.is_empty() {

@@ -437,3 +437,33 @@ fn top_level_decoder_routes_v2_frames() {
         Ok(AnyResponse::V2(v2::Response::Add(_)))
     ));
 }
+
+#[test]
+fn java_style_add_frame_for_the_spec_entry() {
+    // Frame length 0x45 = 4 + 20 + 32 + 8 + 5.
+    // What a v2 Java client sends for ledger 1, entry 0, lac -1, "hello", CRC32, password
+    // "pwd": frame length, header word, master key, entry with digest (all from spec 4.6).
+    let mut expected = unhex("00000045 02010000 9c31dcb7214645e06dbf8a67daa6cfcdcd13a611");
+    expected.extend(unhex(
+        "0000000000000001 0000000000000000 ffffffffffffffff 0000000000000005 \
+         0000000030a56872 68656c6c6f",
+    ));
+    let dm = folio_proto::DigestManager::new(1, folio_proto::DigestType::Crc32, b"pwd");
+    let req = v2::Request::Add(v2::AddRequest {
+        version: v2::CURRENT_PROTOCOL_VERSION,
+        flags: Flags::NONE,
+        master_key: folio_proto::master_key(b"pwd"),
+        ledger_id: 1,
+        entry_id: 0,
+        entry: dm.compute(0, -1, 5, b"hello"),
+    });
+    let mut out = BytesMut::new();
+    req.encode_frame(&mut out);
+    assert_eq!(&out[..], &expected[..]);
+    // And the bookie side reads it back, the client side verifies the stored entry.
+    let v2::Request::Add(add) = v2::decode_request(deframe(&expected)).unwrap() else {
+        panic!("not an add")
+    };
+    let v = dm.verify(&add.entry, 0).unwrap();
+    assert_eq!((&v.payload[..], v.lac, v.length), (&b"hello"[..], -1, 5));
+}

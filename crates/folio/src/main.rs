@@ -2,6 +2,7 @@
 //! wires the real implementations of the seams, and runs one subcommand. Each
 //! subcommand lives in its own module; this file only dispatches.
 
+mod bookie_cmd;
 mod shell;
 
 use clap::{Parser, Subcommand};
@@ -26,6 +27,8 @@ struct Cli {
 enum Command {
     /// Print the version and exit.
     Version,
+    /// Run one bookie: --metadata URI --data-dir DIR [--port P] [--http-port P] [--config FILE].
+    Bookie(bookie_cmd::BookieArgs),
     /// BookKeeper's shell commands (listbookies, listledgers, ledgermetadata, ...).
     Shell(shell::ShellArgs),
 }
@@ -44,6 +47,7 @@ fn main() {
             println!("folio {}", env!("CARGO_PKG_VERSION"));
             Ok(())
         }
+        Command::Bookie(args) => bookie_cmd::run(cli.metadata, args),
         Command::Shell(args) => shell::run(args, cli.metadata.as_deref()),
     };
     if let Err(e) = result {

@@ -1,0 +1,420 @@
+//! The bookie's configuration file (TOML).
+//!
+//! Every key is optional (`serde(default)`); [`DEFAULT_CONFIG_TOML`] lists them all with their
+//! defaults and what they mean (`folio bookie --print-default-config` prints it). Where a key means
+//! the same as one of BookKeeper's `bk_server.conf` keys, BookKeeper's name is accepted too
+//! (`bookiePort`, `journalDirectory`, `ledgerDirectories`, `journalMaxGroupWaitMSec`, ...), so an
+//! existing configuration carries over; directory lists accept BookKeeper's comma-separated
+//! strings as well as TOML arrays.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Deserializer, Serialize};
+
+/// See the module comment and [`DEFAULT_CONFIG_TOML`] for each key.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct BookieConfig {
+    #[serde(alias = "metadataServiceUri")]
+    pub metadata_service_uri: Option<String>,
+    #[serde(alias = "bookieId")]
+    pub bookie_id: Option<String>,
+    #[serde(alias = "advertisedAddress")]
+    pub advertised_address: Option<String>,
+    pub listen_address: String,
+    #[serde(alias = "bookiePort")]
+    pub port: u16,
+    #[serde(alias = "httpServerPort")]
+    pub http_port: Option<u16>,
+    pub data_dir: Option<PathBuf>,
+    #[serde(
+        alias = "journalDirectory",
+        alias = "journalDirectories",
+        deserialize_with = "dir_list"
+    )]
+    pub journal_dirs: Vec<PathBuf>,
+    #[serde(alias = "ledgerDirectories", deserialize_with = "dir_list")]
+    pub ledger_dirs: Vec<PathBuf>,
+    #[serde(alias = "indexDirectories", deserialize_with = "opt_first_dir")]
+    pub index_dir: Option<PathBuf>,
+    #[serde(alias = "journalMaxGroupWaitMSec")]
+    pub journal_max_group_wait_ms: u64,
+    #[serde(alias = "journalBufferedWritesThreshold")]
+    pub journal_buffered_writes_threshold: u64,
+    #[serde(alias = "journalMaxSizeMB")]
+    pub journal_max_size_mb: u64,
+    #[serde(alias = "flushInterval")]
+    pub flush_interval_ms: u64,
+    #[serde(alias = "logSizeLimit")]
+    pub entry_log_size_limit: u64,
+    pub write_cache_bytes: u64,
+    #[serde(alias = "nettyMaxFrameSizeBytes")]
+    pub max_frame_size: usize,
+    #[serde(alias = "maxPendingAddRequestsPerThread")]
+    pub max_pending_adds: usize,
+    #[serde(alias = "maxPendingReadRequestsPerThread")]
+    pub max_pending_reads: usize,
+    pub max_pending_requests_per_connection: usize,
+    pub max_connections: usize,
+    #[serde(alias = "numReadWorkerThreads")]
+    pub read_threads: usize,
+    #[serde(alias = "diskUsageThreshold")]
+    pub disk_usage_threshold: f64,
+    #[serde(alias = "diskUsageLwmThreshold")]
+    pub disk_usage_lwm_threshold: f64,
+    #[serde(alias = "diskCheckInterval")]
+    pub disk_check_interval_ms: u64,
+    #[serde(alias = "zkTimeout")]
+    pub metadata_session_timeout_ms: u64,
+}
+
+impl Default for BookieConfig {
+    fn default() -> Self {
+        BookieConfig {
+            metadata_service_uri: None,
+            bookie_id: None,
+            advertised_address: None,
+            listen_address: "0.0.0.0".to_string(),
+            port: 3181,
+            http_port: None,
+            data_dir: None,
+            journal_dirs: Vec::new(),
+            ledger_dirs: Vec::new(),
+            index_dir: None,
+            journal_max_group_wait_ms: 2,
+            journal_buffered_writes_threshold: 512 * 1024,
+            journal_max_size_mb: 2048,
+            flush_interval_ms: 10_000,
+            entry_log_size_limit: 1 << 30,
+            write_cache_bytes: 64 << 20,
+            max_frame_size: 5 * 1024 * 1024,
+            max_pending_adds: 10_000,
+            max_pending_reads: 10_000,
+            max_pending_requests_per_connection: 1_000,
+            max_connections: 4_096,
+            read_threads: 8,
+            disk_usage_threshold: 0.95,
+            disk_usage_lwm_threshold: 0.95,
+            disk_check_interval_ms: 10_000,
+            metadata_session_timeout_ms: 10_000,
+        }
+    }
+}
+
+/// Every key with its default, as `folio bookie --print-default-config` prints it. A test checks
+/// that this text parses to exactly [`BookieConfig::default`].
+pub const DEFAULT_CONFIG_TOML: &str = r#"# Folio bookie configuration. Every key is optional; the values shown are the defaults.
+# BookKeeper's bk_server.conf names are accepted where the meaning is the same (in brackets).
+
+# Metadata service URI (sqlite:///abs/path.db, zk://host:port/ledgers, etcd://host:port/prefix).
+# The --metadata flag overrides it. [metadataServiceUri]
+# metadata_service_uri = "zk://127.0.0.1:2181/ledgers"
+
+# The bookie's id in the metadata store; default "<advertised address>:<port>". [bookieId]
+# bookie_id = "bookie-1:3181"
+
+# Host name or IP clients should connect to; default: this machine's host name. [advertisedAddress]
+# advertised_address = "10.0.0.5"
+
+# Address the bookie port listens on.
+listen_address = "0.0.0.0"
+
+# The bookie port: BookKeeper's v3 and v2 wire protocols on one port. [bookiePort]
+port = 3181
+
+# Admin HTTP port (/heartbeat, /metrics, /api/v1/bookie/...); unset = no HTTP server. [httpServerPort]
+# http_port = 8000
+
+# One directory for everything: journal in DIR/journal, entry logs in DIR/ledgers, index in
+# DIR/index. The --data-dir flag overrides it. Explicit directories below win over it.
+# data_dir = "/var/lib/folio"
+
+# Journal directories (one journal per directory; string or list). [journalDirectory]
+journal_dirs = []
+
+# Entry log directories (comma-separated string or list). [ledgerDirectories]
+ledger_dirs = []
+
+# Index directory; default: the first ledger directory's "index". [indexDirectories]
+# index_dir = "/var/lib/folio/index"
+
+# Longest a journal write waits for more writes to share its fdatasync (group commit), in ms.
+# [journalMaxGroupWaitMSec]
+journal_max_group_wait_ms = 2
+
+# Bytes queued in the journal that force a sync without waiting. [journalBufferedWritesThreshold]
+journal_buffered_writes_threshold = 524288
+
+# Journal file size at which a new file starts, in MiB. [journalMaxSizeMB]
+journal_max_size_mb = 2048
+
+# Interval between checkpoints (ledger store flush, journal mark), in ms. [flushInterval]
+flush_interval_ms = 10000
+
+# Entry log size at which a new entry log starts, in bytes. [logSizeLimit]
+entry_log_size_limit = 1073741824
+
+# Bound on entry bytes held in memory before they are flushed to the entry logs.
+write_cache_bytes = 67108864
+
+# Largest frame accepted on the bookie port, in bytes; a longer frame closes the connection.
+# [nettyMaxFrameSizeBytes]
+max_frame_size = 5242880
+
+# Adds in flight in the whole bookie before new ones get ETOOMANYREQUESTS.
+# [maxPendingAddRequestsPerThread]
+max_pending_adds = 10000
+
+# Reads in flight (long polls included) before new ones get ETOOMANYREQUESTS.
+# [maxPendingReadRequestsPerThread]
+max_pending_reads = 10000
+
+# Requests one connection may have unanswered; beyond it the bookie stops reading that socket
+# until responses drain (backpressure, not an error).
+max_pending_requests_per_connection = 1000
+
+# Connections served at once; further connections are closed at accept.
+max_connections = 4096
+
+# Threads serving reads, which may wait on disk. [numReadWorkerThreads]
+read_threads = 8
+
+# Fraction of a journal or ledger disk in use above which the bookie turns read-only (it keeps
+# serving reads and recovery adds). [diskUsageThreshold]
+disk_usage_threshold = 0.95
+
+# Fraction in use below which a read-only bookie becomes writable again. [diskUsageLwmThreshold]
+disk_usage_lwm_threshold = 0.95
+
+# Interval between disk usage checks, in ms. [diskCheckInterval]
+disk_check_interval_ms = 10000
+
+# Metadata store session timeout, in ms. [zkTimeout]
+metadata_session_timeout_ms = 10000
+"#;
+
+/// Why a configuration could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {}: {error}", path.display())]
+    Read {
+        path: PathBuf,
+        error: std::io::Error,
+    },
+    #[error("invalid config file {}: {message}", path.display())]
+    Parse { path: PathBuf, message: String },
+    #[error("invalid configuration: {0}")]
+    Invalid(String),
+}
+
+impl BookieConfig {
+    /// Parses TOML text; `origin` names it in errors.
+    pub fn from_toml(text: &str, origin: &Path) -> Result<Self, ConfigError> {
+        toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: origin.to_path_buf(),
+            message: e.to_string().trim().replace('\n', " "),
+        })
+    }
+
+    /// Reads and parses a config file.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|error| ConfigError::Read {
+            path: path.to_path_buf(),
+            error,
+        })?;
+        Self::from_toml(&text, path)
+    }
+
+    /// The journal directories in effect (explicit ones, else `data_dir/journal`).
+    pub fn effective_journal_dirs(&self) -> Vec<PathBuf> {
+        match (&self.journal_dirs[..], &self.data_dir) {
+            ([], Some(d)) => vec![d.join("journal")],
+            (dirs, _) => dirs.to_vec(),
+        }
+    }
+
+    /// The ledger directories in effect (explicit ones, else `data_dir/ledgers`).
+    pub fn effective_ledger_dirs(&self) -> Vec<PathBuf> {
+        match (&self.ledger_dirs[..], &self.data_dir) {
+            ([], Some(d)) => vec![d.join("ledgers")],
+            (dirs, _) => dirs.to_vec(),
+        }
+    }
+
+    /// The index directory in effect.
+    pub fn effective_index_dir(&self) -> Option<PathBuf> {
+        if let Some(d) = &self.index_dir {
+            return Some(d.clone());
+        }
+        if let Some(d) = &self.data_dir {
+            return Some(d.join("index"));
+        }
+        self.effective_ledger_dirs()
+            .first()
+            .map(|d| d.join("index"))
+    }
+
+    /// Rejects impossible combinations, naming the key.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.effective_journal_dirs().is_empty() {
+            return Err(ConfigError::Invalid(
+                "no journal directory: set data_dir (--data-dir) or journal_dirs".into(),
+            ));
+        }
+        if self.effective_ledger_dirs().is_empty() {
+            return Err(ConfigError::Invalid(
+                "no ledger directory: set data_dir (--data-dir) or ledger_dirs".into(),
+            ));
+        }
+        if self.max_frame_size < 1024 {
+            return Err(ConfigError::Invalid(format!(
+                "max_frame_size {} is below 1024 bytes",
+                self.max_frame_size
+            )));
+        }
+        let (t, lwm) = (self.disk_usage_threshold, self.disk_usage_lwm_threshold);
+        if !(t > 0.0 && t <= 1.0 && lwm > 0.0 && lwm <= t) {
+            return Err(ConfigError::Invalid(format!(
+                "disk usage thresholds must satisfy 0 < disk_usage_lwm_threshold ({lwm}) <= \
+                 disk_usage_threshold ({t}) <= 1"
+            )));
+        }
+        for (key, v) in [
+            ("max_pending_adds", self.max_pending_adds),
+            ("max_pending_reads", self.max_pending_reads),
+            (
+                "max_pending_requests_per_connection",
+                self.max_pending_requests_per_connection,
+            ),
+            ("max_connections", self.max_connections),
+            ("read_threads", self.read_threads),
+        ] {
+            if v == 0 {
+                return Err(ConfigError::Invalid(format!("{key} must be at least 1")));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A directory list: a TOML array, or BookKeeper's comma-separated string.
+fn dir_list<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<PathBuf>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Dirs {
+        One(String),
+        Many(Vec<PathBuf>),
+    }
+    Ok(match Dirs::deserialize(d)? {
+        Dirs::One(s) => s
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(PathBuf::from)
+            .collect(),
+        Dirs::Many(v) => v,
+    })
+}
+
+/// One directory, also accepting a list (BookKeeper's indexDirectories) of which the first is used.
+fn opt_first_dir<'de, D: Deserializer<'de>>(d: D) -> Result<Option<PathBuf>, D::Error> {
+    Ok(dir_list(d)?.into_iter().next())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_documented_defaults_are_the_defaults() {
+        let parsed = BookieConfig::from_toml(DEFAULT_CONFIG_TOML, Path::new("default")).unwrap();
+        assert_eq!(parsed, BookieConfig::default());
+        assert_eq!(
+            BookieConfig::from_toml("", Path::new("empty")).unwrap(),
+            BookieConfig::default()
+        );
+    }
+
+    #[test]
+    fn every_key_is_documented() {
+        let value = toml::Value::try_from(BookieConfig::default()).unwrap();
+        for key in value.as_table().unwrap().keys() {
+            assert!(
+                DEFAULT_CONFIG_TOML.contains(&format!("{key} =")),
+                "{key} is not in DEFAULT_CONFIG_TOML"
+            );
+        }
+        // Keys without a default value (None) are documented as commented examples.
+        for key in [
+            "metadata_service_uri",
+            "bookie_id",
+            "advertised_address",
+            "http_port",
+            "data_dir",
+            "index_dir",
+        ] {
+            assert!(DEFAULT_CONFIG_TOML.contains(&format!("# {key} =")), "{key}");
+        }
+    }
+
+    #[test]
+    fn bookkeeper_names_are_accepted() {
+        let text = r#"
+            bookiePort = 4181
+            journalDirectory = "/j"
+            ledgerDirectories = "/l1, /l2"
+            journalMaxGroupWaitMSec = 5
+            nettyMaxFrameSizeBytes = 1048576
+            httpServerPort = 8080
+        "#;
+        let c = BookieConfig::from_toml(text, Path::new("bk.toml")).unwrap();
+        assert_eq!(c.port, 4181);
+        assert_eq!(c.journal_dirs, vec![PathBuf::from("/j")]);
+        assert_eq!(
+            c.ledger_dirs,
+            vec![PathBuf::from("/l1"), PathBuf::from("/l2")]
+        );
+        assert_eq!(c.journal_max_group_wait_ms, 5);
+        assert_eq!(c.max_frame_size, 1 << 20);
+        assert_eq!(c.http_port, Some(8080));
+    }
+
+    #[test]
+    fn unknown_keys_and_bad_values_are_named() {
+        let e = BookieConfig::from_toml("prot = 1", Path::new("x.toml")).unwrap_err();
+        let msg = e.to_string();
+        assert!(msg.contains("x.toml") && msg.contains("prot"), "{msg}");
+        let e = BookieConfig::from_toml("port = \"abc\"", Path::new("x.toml")).unwrap_err();
+        assert!(e.to_string().contains("port"), "{e}");
+    }
+
+    #[test]
+    fn data_dir_gives_the_directories_and_validation_names_what_is_missing() {
+        let c = BookieConfig::default();
+        assert!(c.validate().unwrap_err().to_string().contains("journal"));
+        let c = BookieConfig {
+            data_dir: Some("/data".into()),
+            ..BookieConfig::default()
+        };
+        c.validate().unwrap();
+        assert_eq!(
+            c.effective_journal_dirs(),
+            vec![PathBuf::from("/data/journal")]
+        );
+        assert_eq!(
+            c.effective_ledger_dirs(),
+            vec![PathBuf::from("/data/ledgers")]
+        );
+        assert_eq!(c.effective_index_dir(), Some(PathBuf::from("/data/index")));
+        let c = BookieConfig {
+            max_connections: 0,
+            ..c
+        };
+        assert!(
+            c.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("max_connections")
+        );
+    }
+}

@@ -1,0 +1,283 @@
+//! The real disk under the bookie: `folio_storage::Storage` (journal + checkpoints) over
+//! `folio_storage::ledger_store::LedgerStore` (entry logs, index, write cache), adapted to
+//! [`BookieStorage`].
+//!
+//! Two adapters live here because the storage crate leaves the joining to its users:
+//! [`LedgerStoreBackend`] lets the journal engine drive a `LedgerStore` (its `LedgerBackend`
+//! trait), and [`EngineStorage`] answers the processor's questions with the engine's (absent
+//! ledger vs absent entry, the LAC, disk space).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use folio_env::Env;
+use folio_storage::ledger_store::{LedgerStore, LedgerStoreConfig, LedgerStoreError};
+use folio_storage::{
+    BackendError, JournalConfig, LedgerBackend, Storage, StorageConfig, StoredLedger,
+};
+use folio_types::{EntryId, LedgerId};
+
+use crate::config::BookieConfig;
+use crate::storage::{BookieStorage, StorageError, WriteCallback};
+
+/// `LedgerStore` as the journal engine's backend.
+pub struct LedgerStoreBackend(pub LedgerStore);
+
+fn backend_error(e: LedgerStoreError) -> BackendError {
+    match e {
+        LedgerStoreError::NoSpace { dir, source } => BackendError::NoSpace {
+            dir,
+            detail: source.to_string(),
+        },
+        other => BackendError::Other(Box::new(other)),
+    }
+}
+
+impl LedgerBackend for LedgerStoreBackend {
+    fn put_entry(&self, ledger: i64, entry: i64, data: Bytes) -> Result<(), BackendError> {
+        self.0.put_entry(ledger, entry, data).map_err(backend_error)
+    }
+    fn get_entry(&self, ledger: i64, entry: i64) -> Result<Option<Bytes>, BackendError> {
+        self.0.get_entry(ledger, entry).map_err(backend_error)
+    }
+    fn ledger(&self, ledger: i64) -> Result<Option<StoredLedger>, BackendError> {
+        Ok(self
+            .0
+            .ledger_info(ledger)
+            .map_err(backend_error)?
+            .filter(|info| !info.deleted)
+            .map(|info| StoredLedger {
+                fenced: info.fenced,
+                master_key: info.master_key,
+                explicit_lac: info.explicit_lac,
+            }))
+    }
+    fn set_master_key(&self, ledger: i64, key: Bytes) -> Result<(), BackendError> {
+        self.0.set_master_key(ledger, key).map_err(backend_error)
+    }
+    fn set_fenced(&self, ledger: i64) -> Result<(), BackendError> {
+        self.0.set_fenced(ledger).map_err(backend_error)
+    }
+    fn set_explicit_lac(&self, ledger: i64, body: Bytes) -> Result<(), BackendError> {
+        self.0.set_explicit_lac(ledger, body).map_err(backend_error)
+    }
+    fn entry_ids(&self, ledger: i64) -> Result<Vec<i64>, BackendError> {
+        self.0.entry_ids(ledger).map_err(backend_error)
+    }
+    fn flush(&self) -> Result<(), BackendError> {
+        self.0.flush().map_err(backend_error)
+    }
+    fn write_cache_used(&self) -> u64 {
+        self.0.write_cache_used()
+    }
+    fn set_flush_requester(&self, requester: Arc<dyn Fn() + Send + Sync>) {
+        self.0.set_flush_requester(requester)
+    }
+}
+
+/// The storage engine's configuration from the bookie's.
+pub fn storage_config(config: &BookieConfig) -> (StorageConfig, LedgerStoreConfig) {
+    let journal = JournalConfig {
+        dirs: config.effective_journal_dirs(),
+        max_group_wait: Duration::from_millis(config.journal_max_group_wait_ms),
+        max_group_bytes: config.journal_buffered_writes_threshold,
+        max_file_size: config.journal_max_size_mb * 1024 * 1024,
+        ..JournalConfig::default()
+    };
+    let storage = StorageConfig {
+        journal,
+        flush_interval: Duration::from_millis(config.flush_interval_ms),
+        checkpoint_write_cache_bytes: config.write_cache_bytes / 2,
+    };
+    let ledger_dirs = config.effective_ledger_dirs();
+    let index_dir = config
+        .effective_index_dir()
+        .unwrap_or_else(|| PathBuf::from("index"));
+    let mut store = LedgerStoreConfig::new(ledger_dirs, index_dir);
+    store.entry_log_size_limit = config.entry_log_size_limit;
+    store.write_cache_bytes = config.write_cache_bytes;
+    (storage, store)
+}
+
+/// Why the engine could not open.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    #[error("cannot open the ledger store: {0}")]
+    LedgerStore(#[from] LedgerStoreError),
+    #[error("cannot open the journal: {0}")]
+    Storage(#[from] folio_storage::StorageError),
+}
+
+/// The engine, open, as the processor's storage.
+pub struct EngineStorage {
+    storage: Arc<Storage>,
+    env: Env,
+    ledger_dirs: Vec<PathBuf>,
+    journal_dirs: Vec<PathBuf>,
+    /// Set by [`EngineStorage::check_disk_usage`] while a disk is over its threshold.
+    disk_full: AtomicBool,
+}
+
+impl EngineStorage {
+    /// Opens the ledger store and the journal (replaying it) under `config`'s directories.
+    pub fn open(env: &Env, config: &BookieConfig) -> Result<EngineStorage, OpenError> {
+        let (storage_config, store_config) = storage_config(config);
+        let ledger_dirs = store_config.ledger_dirs.clone();
+        let journal_dirs = storage_config.journal.dirs.clone();
+        let store = LedgerStore::open(env, store_config)?;
+        let storage = Storage::open(env, storage_config, Arc::new(LedgerStoreBackend(store)))?;
+        Ok(EngineStorage {
+            storage: Arc::new(storage),
+            env: env.clone(),
+            ledger_dirs,
+            journal_dirs,
+            disk_full: AtomicBool::new(false),
+        })
+    }
+
+    /// Checks every journal and ledger disk: one used above `threshold` makes the bookie
+    /// read-only (BookKeeper's diskUsageThreshold); all back below `lwm` makes it writable
+    /// again. Returns the highest usage seen and whether the bookie is now read-only for it.
+    pub fn check_disk_usage(&self, threshold: f64, lwm: f64) -> Result<(f64, bool), StorageError> {
+        let mut highest: f64 = 0.0;
+        for dir in self.journal_dirs.iter().chain(&self.ledger_dirs) {
+            let s =
+                self.env.fs.space(dir).map_err(|e| {
+                    StorageError::Io(format!("disk space of {}: {e}", dir.display()))
+                })?;
+            if s.total > 0 {
+                highest = highest.max(1.0 - s.free as f64 / s.total as f64);
+            }
+        }
+        let was_full = self.disk_full.load(Ordering::Acquire);
+        let full = if was_full {
+            highest >= lwm
+        } else {
+            highest > threshold
+        };
+        self.disk_full.store(full, Ordering::Release);
+        Ok((highest, full))
+    }
+
+    /// The engine itself (checkpoint, shutdown, journal numbers).
+    pub fn engine(&self) -> &Arc<Storage> {
+        &self.storage
+    }
+
+    /// Clean stop: a checkpoint (so a restart replays little), then the journal stops after
+    /// syncing what is queued.
+    pub fn shutdown(&self) -> Result<(), folio_storage::StorageError> {
+        let checkpoint = self.storage.checkpoint();
+        self.storage.shutdown();
+        checkpoint
+    }
+
+    fn exists(&self, ledger: LedgerId) -> Result<bool, StorageError> {
+        self.storage.ledger_exists(ledger).map_err(engine_error)
+    }
+}
+
+fn engine_error(e: folio_storage::StorageError) -> StorageError {
+    use folio_storage::StorageError as E;
+    match e {
+        E::Unauthorized { ledger } => StorageError::Unauthorized(ledger),
+        E::Fenced { ledger } => StorageError::Fenced(ledger),
+        E::ReadOnly { .. } | E::NoSpace { .. } => StorageError::ReadOnly,
+        other => StorageError::Io(other.to_string()),
+    }
+}
+
+fn completion(done: WriteCallback) -> folio_storage::WriteCallback {
+    Box::new(move |result| done(result.map_err(engine_error)))
+}
+
+impl BookieStorage for EngineStorage {
+    fn add_entry(
+        &self,
+        ledger: LedgerId,
+        entry: EntryId,
+        master_key: Bytes,
+        body: Bytes,
+        recovery: bool,
+        done: WriteCallback,
+    ) {
+        self.storage
+            .add_entry(ledger, entry, &master_key, body, recovery, completion(done))
+    }
+
+    fn fence(&self, ledger: LedgerId, master_key: Bytes, done: WriteCallback) {
+        self.storage.fence(ledger, &master_key, completion(done))
+    }
+
+    fn read_entry(&self, ledger: LedgerId, entry: EntryId) -> Result<Bytes, StorageError> {
+        match self
+            .storage
+            .read_entry(ledger, entry)
+            .map_err(engine_error)?
+        {
+            Some(body) => Ok(body),
+            None if self.exists(ledger)? => Err(StorageError::NoEntry { ledger, entry }),
+            None => Err(StorageError::NoLedger(ledger)),
+        }
+    }
+
+    fn last_add_confirmed(&self, ledger: LedgerId) -> Result<EntryId, StorageError> {
+        if !self.exists(ledger)? {
+            return Err(StorageError::NoLedger(ledger));
+        }
+        let lac = self.storage.read_lac(ledger).map_err(engine_error)?;
+        Ok(lac.lac.unwrap_or(-1))
+    }
+
+    fn explicit_lac(&self, ledger: LedgerId) -> Result<Option<Bytes>, StorageError> {
+        if !self.exists(ledger)? {
+            return Err(StorageError::NoLedger(ledger));
+        }
+        self.storage.explicit_lac(ledger).map_err(engine_error)
+    }
+
+    fn write_lac(
+        &self,
+        ledger: LedgerId,
+        _lac: EntryId,
+        master_key: Bytes,
+        body: Bytes,
+        done: WriteCallback,
+    ) {
+        // The engine reads the LAC back from the body (offset 8), as BookKeeper does.
+        self.storage
+            .write_lac(ledger, &master_key, body, completion(done))
+    }
+
+    fn force_ledger(&self, ledger: LedgerId, done: WriteCallback) {
+        self.storage.force_ledger(ledger, completion(done))
+    }
+
+    fn entry_ids(&self, ledger: LedgerId) -> Result<Vec<EntryId>, StorageError> {
+        if !self.exists(ledger)? {
+            return Err(StorageError::NoLedger(ledger));
+        }
+        self.storage.entry_ids(ledger).map_err(engine_error)
+    }
+
+    fn is_read_only(&self) -> bool {
+        self.disk_full.load(Ordering::Acquire) || self.storage.is_read_only()
+    }
+
+    fn space(&self) -> Result<folio_env::DiskSpace, StorageError> {
+        // Summed over the ledger directories, as BookKeeper's GetBookieInfo does.
+        let mut total = folio_env::DiskSpace { free: 0, total: 0 };
+        for dir in &self.ledger_dirs {
+            let s =
+                self.env.fs.space(dir).map_err(|e| {
+                    StorageError::Io(format!("disk space of {}: {e}", dir.display()))
+                })?;
+            total.free += s.free;
+            total.total += s.total;
+        }
+        Ok(total)
+    }
+}

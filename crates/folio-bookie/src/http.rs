@@ -1,0 +1,193 @@
+//! The admin HTTP endpoint, first part: the routes of BookKeeper's bookie HTTP service that
+//! monitoring needs. `/heartbeat` (liveness), `/metrics` (Prometheus text: request latency
+//! histograms per operation, bytes in and out, connections), `/api/v1/bookie/state`,
+//! `/api/v1/bookie/is_ready` and `/api/v1/bookie/info` (free and total disk space), with
+//! BookKeeper's JSON field names.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use tokio::sync::oneshot;
+use tracing::warn;
+
+use crate::storage::BookieStorage;
+
+/// The process-wide Prometheus recorder (the `metrics` facade has one global recorder, so every
+/// bookie of a process shares it). `None` if something else installed a recorder first.
+pub fn prometheus() -> Option<&'static PrometheusHandle> {
+    static HANDLE: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
+    HANDLE
+        .get_or_init(|| match PrometheusBuilder::new().install_recorder() {
+            Ok(h) => Some(h),
+            Err(e) => {
+                warn!("metrics recorder not installed: {e}");
+                None
+            }
+        })
+        .as_ref()
+}
+
+/// What the admin routes look at.
+#[derive(Clone)]
+pub struct AdminState {
+    bookie_id: String,
+    storage: Arc<dyn BookieStorage>,
+    shutting_down: Arc<AtomicBool>,
+    /// Sets point-in-time gauges (pending requests, journal numbers) just before a scrape.
+    refresh: Option<Arc<dyn Fn() + Send + Sync>>,
+}
+
+impl AdminState {
+    pub fn new(bookie_id: String, storage: Arc<dyn BookieStorage>) -> Self {
+        // Install the recorder before the first request is counted.
+        let _ = prometheus();
+        AdminState {
+            bookie_id,
+            storage,
+            shutting_down: Arc::new(AtomicBool::new(false)),
+            refresh: None,
+        }
+    }
+
+    /// Runs `refresh` before each `/metrics` render, to set gauges that are read, not counted.
+    pub fn with_refresh(mut self, refresh: Arc<dyn Fn() + Send + Sync>) -> Self {
+        self.refresh = Some(refresh);
+        self
+    }
+}
+
+/// A running admin endpoint.
+pub struct HttpHandle {
+    local_addr: SocketAddr,
+    stop: oneshot::Sender<()>,
+    shutting_down: Arc<AtomicBool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl HttpHandle {
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    pub async fn shutdown(self) {
+        self.shutting_down.store(true, Ordering::Release);
+        let _ = self.stop.send(());
+        let _ = self.task.await;
+    }
+}
+
+/// The router alone (tests drive it without a socket too).
+pub fn router(state: AdminState) -> Router {
+    Router::new()
+        .route("/heartbeat", get(heartbeat))
+        .route("/metrics", get(metrics_text))
+        .route("/api/v1/bookie/state", get(bookie_state))
+        .route("/api/v1/bookie/is_ready", get(is_ready))
+        .route("/api/v1/bookie/info", get(bookie_info))
+        .with_state(state)
+}
+
+/// Binds `addr` and serves the admin routes.
+pub async fn serve(addr: &str, state: AdminState) -> std::io::Result<HttpHandle> {
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    serve_on(listener, state)
+}
+
+/// Serves the admin routes on a bound listener.
+pub fn serve_on(
+    listener: tokio::net::TcpListener,
+    state: AdminState,
+) -> std::io::Result<HttpHandle> {
+    let local_addr = listener.local_addr()?;
+    let (stop, stopped) = oneshot::channel::<()>();
+    let shutting_down = state.shutting_down.clone();
+    let app = router(state);
+    let task = tokio::spawn(async move {
+        let served = axum::serve(listener, app)
+            .with_graceful_shutdown(async {
+                let _ = stopped.await;
+            })
+            .await;
+        if let Err(e) = served {
+            warn!("admin HTTP endpoint failed: {e}");
+        }
+    });
+    Ok(HttpHandle {
+        local_addr,
+        stop,
+        shutting_down,
+        task,
+    })
+}
+
+async fn heartbeat() -> &'static str {
+    "OK\n"
+}
+
+async fn metrics_text(State(s): State<AdminState>) -> Response {
+    metrics::gauge!("folio_bookie_read_only").set(if s.storage.is_read_only() { 1.0 } else { 0.0 });
+    if let Some(refresh) = &s.refresh {
+        refresh();
+    }
+    match prometheus() {
+        Some(h) => (
+            [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+            h.render(),
+        )
+            .into_response(),
+        None => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "metrics recorder not installed\n",
+        )
+            .into_response(),
+    }
+}
+
+fn json(value: serde_json::Value) -> Response {
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        format!("{value:#}\n"),
+    )
+        .into_response()
+}
+
+async fn bookie_state(State(s): State<AdminState>) -> Response {
+    let read_only = s.storage.is_read_only();
+    let shutting_down = s.shutting_down.load(Ordering::Acquire);
+    json(serde_json::json!({
+        "running": !shutting_down,
+        "readOnly": read_only,
+        "shuttingDown": shutting_down,
+        "availableForHighPriorityWrites": !shutting_down,
+    }))
+}
+
+async fn is_ready(State(s): State<AdminState>) -> Response {
+    if s.shutting_down.load(Ordering::Acquire) {
+        (StatusCode::SERVICE_UNAVAILABLE, "Bookie is shutting down\n").into_response()
+    } else {
+        (StatusCode::OK, "OK\n").into_response()
+    }
+}
+
+async fn bookie_info(State(s): State<AdminState>) -> Response {
+    match s.storage.space() {
+        Ok(space) => json(serde_json::json!({
+            "bookieId": s.bookie_id,
+            "freeSpace": space.free,
+            "totalSpace": space.total,
+        })),
+        Err(e) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("cannot read disk space: {e}\n"),
+        )
+            .into_response(),
+    }
+}

@@ -1,0 +1,381 @@
+//! One whole bookie: configuration in, a serving bookie out. Binds the bookie port (first, so a
+//! bookie id with port 0 gets its real port), checks the cookie against the metadata store, opens
+//! the storage engine (replaying the journal), serves, registers, and optionally serves the admin
+//! HTTP endpoint. [`BookieNode::shutdown`] undoes it in the safe order: unregister (clients stop
+//! choosing this bookie), drain the port, then checkpoint and stop the storage.
+//!
+//! `folio bookie` runs one; `folio standalone` and tests can run several in one process.
+
+use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
+use std::sync::Arc;
+use std::time::Duration;
+
+use folio_env::Env;
+use folio_metadata::{BookieServiceInfo, Endpoint, MetadataError, MetadataStore};
+use folio_types::BookieId;
+use tokio::net::TcpListener;
+use tracing::info;
+
+use crate::config::{BookieConfig, ConfigError};
+use crate::engine::{EngineStorage, OpenError};
+use crate::http::{AdminState, HttpHandle};
+use crate::processor::{Processor, ProcessorConfig};
+use crate::registration::{self, Connector, CookieCheckError, Registrar};
+use crate::server::{BookieServer, ServerConfig, ServerHandle};
+
+/// Why a bookie could not start or stop cleanly. Each names its cause.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: String,
+        source: std::io::Error,
+    },
+    #[error("invalid bookie id {0:?}")]
+    BookieId(String),
+    #[error("metadata: {0}")]
+    Metadata(#[from] MetadataError),
+    #[error("cookie check failed: {0}")]
+    Cookie(#[from] CookieCheckError),
+    #[error("storage: {0}")]
+    Storage(#[from] OpenError),
+    #[error("storage shutdown: {0}")]
+    StorageShutdown(#[from] folio_storage::StorageError),
+    #[error("storage task failed: {0}")]
+    Task(String),
+}
+
+/// The metadata session the bookie registers through, and how to open another one.
+pub struct MetadataAccess {
+    pub store: Arc<dyn MetadataStore>,
+    pub connector: Connector,
+    /// Create the cluster if it was never initialised (embedded stores: sqlite://, mem://).
+    pub init_cluster_if_missing: bool,
+}
+
+/// A running bookie.
+pub struct BookieNode {
+    bookie_id: BookieId,
+    storage: Arc<EngineStorage>,
+    server: ServerHandle,
+    registrar: Option<Registrar>,
+    http: Option<HttpHandle>,
+    disk_checker: tokio::task::JoinHandle<()>,
+}
+
+/// Checks disk usage every `interval`, turning the bookie read-only and back.
+fn spawn_disk_checker(
+    storage: Arc<EngineStorage>,
+    threshold: f64,
+    lwm: f64,
+    interval: Duration,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut was_full = false;
+        loop {
+            let s = storage.clone();
+            let checked =
+                tokio::task::spawn_blocking(move || s.check_disk_usage(threshold, lwm)).await;
+            match checked {
+                Ok(Ok((usage, full))) => {
+                    if full != was_full {
+                        if full {
+                            tracing::warn!(
+                                usage,
+                                threshold,
+                                "disk usage over threshold: bookie is read-only"
+                            );
+                        } else {
+                            info!(
+                                usage,
+                                lwm, "disk usage back under threshold: bookie is writable"
+                            );
+                        }
+                    }
+                    was_full = full;
+                }
+                Ok(Err(e)) => tracing::warn!("disk usage check failed: {e}"),
+                Err(e) => tracing::warn!("disk usage check task failed: {e}"),
+            }
+            tokio::time::sleep(interval).await;
+        }
+    })
+}
+
+/// The host clients should dial: the configured one, the listen address when specific, else
+/// this machine's name resolved to an address (BookKeeper uses the local host's address).
+fn advertised_host(config: &BookieConfig) -> String {
+    if let Some(a) = &config.advertised_address {
+        return a.clone();
+    }
+    if let Ok(ip) = config.listen_address.parse::<IpAddr>()
+        && !ip.is_unspecified()
+    {
+        return ip.to_string();
+    }
+    let name = std::env::var("HOSTNAME")
+        .ok()
+        .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty());
+    if let Some(name) = name
+        && let Ok(mut addrs) = (name.as_str(), 0).to_socket_addrs()
+        && let Some(addr) = addrs.find(|a| a.is_ipv4())
+    {
+        return addr.ip().to_string();
+    }
+    "127.0.0.1".to_string()
+}
+
+impl BookieNode {
+    /// Starts a bookie (see the module comment). Without metadata, it serves unregistered (tests,
+    /// benchmarks).
+    pub async fn start(
+        env: &Env,
+        config: BookieConfig,
+        metadata: Option<MetadataAccess>,
+    ) -> Result<BookieNode, NodeError> {
+        config.validate()?;
+        let listen = format!("{}:{}", config.listen_address, config.port);
+        let listener = TcpListener::bind(&listen)
+            .await
+            .map_err(|source| NodeError::Bind {
+                addr: listen.clone(),
+                source,
+            })?;
+        let port = listener
+            .local_addr()
+            .map(|a| a.port())
+            .unwrap_or(config.port);
+        let http_listener = match config.http_port {
+            Some(http_port) => {
+                let addr = format!("{}:{}", config.listen_address, http_port);
+                Some(
+                    TcpListener::bind(&addr)
+                        .await
+                        .map_err(|source| NodeError::Bind { addr, source })?,
+                )
+            }
+            None => None,
+        };
+        let host = advertised_host(&config);
+        let id_text = config
+            .bookie_id
+            .clone()
+            .unwrap_or_else(|| format!("{host}:{port}"));
+        let bookie_id = BookieId::new(id_text.clone()).map_err(|_| NodeError::BookieId(id_text))?;
+
+        if let Some(m) = &metadata {
+            let cluster = match m.store.read_cluster().await {
+                Ok(c) => c,
+                Err(MetadataError::NotFound { .. }) if m.init_cluster_if_missing => {
+                    info!(uri = m.store.uri(), "initialising a new cluster");
+                    match m.store.init_cluster().await {
+                        Ok(c) => c,
+                        // Another bookie initialised it meanwhile.
+                        Err(MetadataError::AlreadyExists { .. }) => m.store.read_cluster().await?,
+                        Err(e) => return Err(e.into()),
+                    }
+                }
+                Err(e) => return Err(e.into()),
+            };
+            let journal_dirs = config.effective_journal_dirs();
+            let ledger_dirs = config.effective_ledger_dirs();
+            let expected = registration::expected_cookie(
+                &bookie_id,
+                &cluster.instance_id,
+                &journal_dirs,
+                &ledger_dirs,
+            );
+            let mut dirs = journal_dirs.clone();
+            dirs.extend(ledger_dirs.iter().cloned());
+            registration::check_cookies(env, &*m.store, &expected, &dirs).await?;
+        }
+
+        // Opening replays the journal: blocking work, off the runtime's threads.
+        let storage = {
+            let env = env.clone();
+            let config = config.clone();
+            tokio::task::spawn_blocking(move || EngineStorage::open(&env, &config))
+                .await
+                .map_err(|e| NodeError::Task(e.to_string()))??
+        };
+        let storage = Arc::new(storage);
+        let disk_checker = spawn_disk_checker(
+            storage.clone(),
+            config.disk_usage_threshold,
+            config.disk_usage_lwm_threshold,
+            Duration::from_millis(config.disk_check_interval_ms.max(1)),
+        );
+        let processor = Processor::new(
+            storage.clone(),
+            ProcessorConfig {
+                max_pending_adds: config.max_pending_adds,
+                max_pending_reads: config.max_pending_reads,
+                max_batch_read_size: config.max_frame_size.saturating_sub(1024),
+            },
+        );
+        let server = BookieServer::from_listener(
+            listener,
+            processor.clone(),
+            ServerConfig {
+                max_frame_size: config.max_frame_size,
+                max_connections: config.max_connections,
+                max_pending_per_connection: config.max_pending_requests_per_connection,
+                read_threads: config.read_threads,
+                ..ServerConfig::default()
+            },
+        )
+        .start();
+
+        let http = match http_listener {
+            Some(listener) => {
+                let engine = storage.engine().clone();
+                let p = processor.clone();
+                let state = AdminState::new(bookie_id.to_string(), storage.clone()).with_refresh(
+                    Arc::new(move || {
+                        metrics::gauge!("folio_bookie_pending_adds").set(p.pending_adds() as f64);
+                        metrics::gauge!("folio_bookie_pending_reads").set(p.pending_reads() as f64);
+                        metrics::gauge!("folio_bookie_waiting_long_polls")
+                            .set(p.waiting_long_polls() as f64);
+                        let replay = engine.replay_stats();
+                        metrics::gauge!("folio_journal_replayed_files").set(replay.files as f64);
+                        metrics::gauge!("folio_journal_replayed_records")
+                            .set(replay.records as f64);
+                        for (i, mark) in engine.journal_marks().iter().enumerate() {
+                            let dir = i.to_string();
+                            metrics::gauge!("folio_journal_mark_file_id", "dir" => dir.clone())
+                                .set(mark.file_id as f64);
+                            metrics::gauge!("folio_journal_mark_offset", "dir" => dir)
+                                .set(mark.offset as f64);
+                        }
+                    }),
+                );
+                let addr = listener
+                    .local_addr()
+                    .map(|a| a.to_string())
+                    .unwrap_or_default();
+                match crate::http::serve_on(listener, state) {
+                    Ok(h) => Some(h),
+                    Err(source) => {
+                        disk_checker.abort();
+                        server.shutdown().await;
+                        let s = storage.clone();
+                        // No checkpoint: this start failed, the directories may not even be ours.
+                        let _ = tokio::task::spawn_blocking(move || s.engine().shutdown()).await;
+                        return Err(NodeError::Bind { addr, source });
+                    }
+                }
+            }
+            None => None,
+        };
+
+        let registrar = match metadata {
+            Some(m) => {
+                let mut endpoints = vec![Endpoint {
+                    id: "bookie".into(),
+                    host: host.clone(),
+                    port,
+                    protocol: "bookie-rpc".into(),
+                    auth: Vec::new(),
+                    extensions: Vec::new(),
+                }];
+                if let Some(h) = &http {
+                    endpoints.push(Endpoint {
+                        id: "http".into(),
+                        host: host.clone(),
+                        port: h.local_addr().port(),
+                        protocol: "http".into(),
+                        auth: Vec::new(),
+                        extensions: Vec::new(),
+                    });
+                }
+                let info = BookieServiceInfo {
+                    endpoints,
+                    properties: Default::default(),
+                };
+                let probe_storage = storage.clone();
+                let started = Registrar::start(
+                    m.store,
+                    m.connector,
+                    bookie_id.clone(),
+                    info,
+                    Arc::new(move || {
+                        use crate::storage::BookieStorage;
+                        probe_storage.is_read_only()
+                    }),
+                    Duration::from_secs(1),
+                )
+                .await;
+                match started {
+                    Ok(r) => Some(r),
+                    Err(e) => {
+                        // Undo what started: nothing may keep the storage open behind us.
+                        disk_checker.abort();
+                        server.shutdown().await;
+                        if let Some(h) = http {
+                            h.shutdown().await;
+                        }
+                        let s = storage.clone();
+                        // No checkpoint: this start failed, the directories may not even be ours.
+                        let _ = tokio::task::spawn_blocking(move || s.engine().shutdown()).await;
+                        return Err(e.into());
+                    }
+                }
+            }
+            None => None,
+        };
+        info!(%bookie_id, addr = %server.local_addr(), "bookie started");
+        Ok(BookieNode {
+            bookie_id,
+            storage,
+            server,
+            registrar,
+            http,
+            disk_checker,
+        })
+    }
+
+    pub fn bookie_id(&self) -> &BookieId {
+        &self.bookie_id
+    }
+
+    /// The bookie port's bound address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.server.local_addr()
+    }
+
+    /// The admin HTTP endpoint's bound address, if it runs.
+    pub fn http_addr(&self) -> Option<SocketAddr> {
+        self.http.as_ref().map(|h| h.local_addr())
+    }
+
+    pub fn registrar(&self) -> Option<&Registrar> {
+        self.registrar.as_ref()
+    }
+
+    pub fn storage(&self) -> &Arc<EngineStorage> {
+        &self.storage
+    }
+
+    /// Unregisters, drains the bookie port, stops the admin endpoint, then checkpoints and stops
+    /// the storage.
+    pub async fn shutdown(self) -> Result<(), NodeError> {
+        if let Some(r) = self.registrar {
+            r.shutdown().await;
+        }
+        self.server.shutdown().await;
+        if let Some(h) = self.http {
+            h.shutdown().await;
+        }
+        self.disk_checker.abort();
+        let storage = self.storage;
+        tokio::task::spawn_blocking(move || storage.shutdown())
+            .await
+            .map_err(|e| NodeError::Task(e.to_string()))??;
+        info!(bookie_id = %self.bookie_id, "bookie stopped");
+        Ok(())
+    }
+}

@@ -1,0 +1,769 @@
+//! The request processor: BookKeeper's server-side semantics of every operation, over
+//! [`BookieStorage`], with no I/O of its own.
+//!
+//! [`Processor::process`] takes one request and a [`Reply`] callback. The reply runs exactly once:
+//! at once for reads and refusals, from the storage's durability callback for writes (an add is
+//! answered only once journaled; a fence read only once the fence is durable), or, for a long-poll
+//! read, when the ledger's LAC passes the reader's previous LAC. The processor has no clock: a long
+//! poll returns a [`LongPollTimer`] and the shell calls [`Processor::expire_long_poll`] when it
+//! fires, which answers with the current LAC if nothing woke the read before.
+//!
+//! Bounds: at most `max_pending_adds` adds and `max_pending_reads` reads (long polls included) are
+//! in flight at once across the bookie; beyond that requests get ETOOMANYREQUESTS, as BookKeeper's
+//! request queues do.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use folio_types::{EntryId, LedgerId};
+use parking_lot::Mutex;
+
+use crate::request::{
+    AUTH_DISABLED_PLUGIN, AddRequest, AuthMessage, BOOKIE_INFO_FREE_DISK_SPACE,
+    BOOKIE_INFO_TOTAL_DISK_CAPACITY, ReadRequest, Request, Response, Status,
+};
+use crate::storage::{BookieStorage, StorageError};
+use folio_proto::availability::AvailabilityOfEntries;
+
+/// Delivers the one response to a request. Called exactly once (dropping a processor with pending
+/// long polls drops their replies unanswered; [`Processor::expire_all_long_polls`] answers them).
+pub type Reply = Box<dyn FnOnce(Response) + Send + 'static>;
+
+/// Limits of the processor.
+#[derive(Debug, Clone)]
+pub struct ProcessorConfig {
+    /// Adds in flight (sent to storage, not yet durable) before new adds get ETOOMANYREQUESTS.
+    pub max_pending_adds: usize,
+    /// Reads in flight (including waiting long polls) before new reads get ETOOMANYREQUESTS.
+    pub max_pending_reads: usize,
+    /// Cap on the response size of a v2 batch read (BookKeeper's `maxBatchReadSize`); keep it
+    /// under the frame size clients accept.
+    pub max_batch_read_size: usize,
+}
+
+impl Default for ProcessorConfig {
+    fn default() -> Self {
+        // BookKeeper: maxPendingAddRequestsPerThread / maxPendingReadRequestsPerThread = 10000.
+        ProcessorConfig {
+            max_pending_adds: 10_000,
+            max_pending_reads: 10_000,
+            max_batch_read_size: 5 * 1024 * 1024 - 1024,
+        }
+    }
+}
+
+/// Runs a job on other threads: where the processor continues after a storage completion with
+/// work that reads (a fence read's entry, waking long polls), so that the journal's completion
+/// thread, which runs the completions, never waits on a disk read.
+pub type Offload = Arc<dyn Fn(Box<dyn FnOnce() + Send + 'static>) + Send + Sync>;
+
+/// A long-poll read is waiting: call [`Processor::expire_long_poll`] with `id` after `timeout`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LongPollTimer {
+    pub id: u64,
+    pub timeout: Duration,
+}
+
+/// Cheap to clone; clones share state.
+pub struct Processor<S: BookieStorage> {
+    shared: Arc<Shared<S>>,
+}
+
+impl<S: BookieStorage> Clone for Processor<S> {
+    fn clone(&self) -> Self {
+        Processor {
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+struct Shared<S> {
+    storage: S,
+    config: ProcessorConfig,
+    pending_adds: AtomicUsize,
+    pending_reads: AtomicUsize,
+    next_poll_id: AtomicU64,
+    long_polls: Mutex<LongPolls>,
+    offload: std::sync::OnceLock<Offload>,
+}
+
+#[derive(Default)]
+struct LongPolls {
+    by_id: HashMap<u64, Waiter>,
+    by_ledger: HashMap<LedgerId, Vec<u64>>,
+}
+
+impl LongPolls {
+    fn remove(&mut self, id: u64) -> Option<Waiter> {
+        let waiter = self.by_id.remove(&id)?;
+        if let Some(ids) = self.by_ledger.get_mut(&waiter.request.ledger) {
+            ids.retain(|i| *i != id);
+            if ids.is_empty() {
+                self.by_ledger.remove(&waiter.request.ledger);
+            }
+        }
+        Some(waiter)
+    }
+}
+
+struct Waiter {
+    request: ReadRequest,
+    previous_lac: EntryId,
+    reply: Reply,
+}
+
+/// Decrements a pending counter when the request is answered (or its reply dropped).
+struct Pending(Arc<dyn Fn() + Send + Sync>);
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        (self.0)()
+    }
+}
+
+fn read_status(e: &StorageError) -> Status {
+    match e {
+        StorageError::NoLedger(_) => Status::NoLedger,
+        StorageError::NoEntry { .. } => Status::NoEntry,
+        StorageError::Unauthorized(_) => Status::Unauthorized,
+        StorageError::Fenced(_) | StorageError::ReadOnly | StorageError::Io(_) => Status::Io,
+    }
+}
+
+fn write_status(e: &StorageError) -> Status {
+    match e {
+        StorageError::Unauthorized(_) => Status::Unauthorized,
+        StorageError::Fenced(_) => Status::Fenced,
+        StorageError::ReadOnly => Status::ReadOnly,
+        // A write never answers ENOLEDGER / ENOENTRY (not in BookKeeper's list for writes).
+        StorageError::NoLedger(_) | StorageError::NoEntry { .. } | StorageError::Io(_) => {
+            Status::Io
+        }
+    }
+}
+
+impl<S: BookieStorage> Processor<S> {
+    pub fn new(storage: S, config: ProcessorConfig) -> Self {
+        Processor {
+            shared: Arc::new(Shared {
+                storage,
+                config,
+                pending_adds: AtomicUsize::new(0),
+                pending_reads: AtomicUsize::new(0),
+                next_poll_id: AtomicU64::new(1),
+                long_polls: Mutex::new(LongPolls::default()),
+                offload: std::sync::OnceLock::new(),
+            }),
+        }
+    }
+
+    /// Sets where work after a storage completion runs (once; later calls are ignored and
+    /// return false). Without it, that work runs on the completing thread.
+    pub fn set_offload(&self, offload: Offload) -> bool {
+        self.shared.offload.set(offload).is_ok()
+    }
+
+    fn offloaded(&self, job: impl FnOnce() + Send + 'static) {
+        match self.shared.offload.get() {
+            Some(offload) => offload(Box::new(job)),
+            None => job(),
+        }
+    }
+
+    fn has_long_polls(&self, ledger: LedgerId) -> bool {
+        self.shared
+            .long_polls
+            .lock()
+            .by_ledger
+            .contains_key(&ledger)
+    }
+
+    /// After a write made `ledger`'s LAC move (maybe): wakes its long polls, off this thread.
+    fn lac_may_have_moved(&self, ledger: LedgerId) {
+        if self.has_long_polls(ledger) {
+            let this = self.clone();
+            self.offloaded(move || this.notify_lac(ledger));
+        }
+    }
+
+    pub fn storage(&self) -> &S {
+        &self.shared.storage
+    }
+
+    /// Adds sent to storage and not yet answered.
+    pub fn pending_adds(&self) -> usize {
+        self.shared.pending_adds.load(Ordering::Acquire)
+    }
+
+    /// Reads not yet answered (long polls included).
+    pub fn pending_reads(&self) -> usize {
+        self.shared.pending_reads.load(Ordering::Acquire)
+    }
+
+    /// Long polls waiting for their LAC or their timer.
+    pub fn waiting_long_polls(&self) -> usize {
+        self.shared.long_polls.lock().by_id.len()
+    }
+
+    /// Handles one request; `reply` runs exactly once with its response (see the module comment).
+    /// Returns a timer when the request is a long poll that now waits.
+    pub fn process(&self, request: Request, reply: Reply) -> Option<LongPollTimer> {
+        match request {
+            Request::Add(add) => {
+                self.add(add, reply);
+                None
+            }
+            Request::Read(read) => self.read(read, reply),
+            Request::ReadLac { ledger } => {
+                self.counted_read(&Request::ReadLac { ledger }, reply, |reply| {
+                    reply(self.read_lac(ledger))
+                });
+                None
+            }
+            Request::WriteLac {
+                ledger,
+                lac,
+                master_key,
+                body,
+            } => {
+                self.write_lac(ledger, lac, master_key, body, reply);
+                None
+            }
+            Request::ForceLedger { ledger } => {
+                self.shared.storage.force_ledger(
+                    ledger,
+                    Box::new(move |result| {
+                        let status = match result {
+                            Ok(()) => Status::Ok,
+                            Err(_) => Status::Io,
+                        };
+                        reply(Response::ForceLedger { status, ledger })
+                    }),
+                );
+                None
+            }
+            Request::GetBookieInfo { requested } => {
+                reply(self.bookie_info(requested));
+                None
+            }
+            Request::GetListOfEntriesOfLedger { ledger } => {
+                self.counted_read(
+                    &Request::GetListOfEntriesOfLedger { ledger },
+                    reply,
+                    |reply| {
+                        let response = match self.shared.storage.entry_ids(ledger) {
+                            Ok(ids) => Response::ListOfEntries {
+                                status: Status::Ok,
+                                ledger,
+                                availability: Some(
+                                    AvailabilityOfEntries::from_sorted_entries(ids).encode(),
+                                ),
+                            },
+                            Err(e) => Response::ListOfEntries {
+                                status: read_status(&e),
+                                ledger,
+                                availability: None,
+                            },
+                        };
+                        reply(response)
+                    },
+                );
+                None
+            }
+            Request::BatchRead {
+                ledger,
+                start_entry,
+                max_count,
+                max_size,
+                fence,
+                master_key,
+            } => {
+                let request = Request::BatchRead {
+                    ledger,
+                    start_entry,
+                    max_count,
+                    max_size,
+                    fence,
+                    master_key: master_key.clone(),
+                };
+                self.counted_read(&request.clone(), reply, |reply| {
+                    if fence {
+                        self.fence_then(request, ledger, master_key, reply, move |this| {
+                            this.batch_read(ledger, start_entry, max_count, max_size)
+                        })
+                    } else {
+                        reply(self.batch_read(ledger, start_entry, max_count, max_size))
+                    }
+                });
+                None
+            }
+            Request::Auth(_) => {
+                // Auth disabled: every connection is authenticated; answer as AuthDisabledPlugin.
+                reply(Response::Auth {
+                    status: Status::Ok,
+                    message: AuthMessage {
+                        plugin_name: AUTH_DISABLED_PLUGIN.to_string(),
+                        payload: Bytes::new(),
+                    },
+                });
+                None
+            }
+            Request::StartTls => {
+                // No TLS configured: BookKeeper answers EBADREQ.
+                reply(Response::StartTls {
+                    status: Status::BadRequest,
+                });
+                None
+            }
+        }
+    }
+
+    /// Takes a slot in `counter` (bounded by `max`), or answers ETOOMANYREQUESTS via `None`.
+    fn admit(&self, counter: fn(&Shared<S>) -> &AtomicUsize, max: usize) -> Option<Pending> {
+        let c = counter(&self.shared);
+        let taken = c
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < max).then_some(n + 1)
+            })
+            .is_ok();
+        if !taken {
+            return None;
+        }
+        let shared = self.shared.clone();
+        Some(Pending(Arc::new(move || {
+            counter(&shared).fetch_sub(1, Ordering::AcqRel);
+        })))
+    }
+
+    /// Wraps `reply` so that the read slot is released when it runs.
+    fn counted_read(&self, request: &Request, reply: Reply, f: impl FnOnce(Reply)) {
+        let max = self.shared.config.max_pending_reads;
+        match self.admit(|s| &s.pending_reads, max) {
+            None => reply(Response::error_for(request, Status::TooManyRequests)),
+            Some(slot) => f(Box::new(move |response| {
+                drop(slot);
+                reply(response)
+            })),
+        }
+    }
+
+    fn add(&self, add: AddRequest, reply: Reply) {
+        let refuse = |status| Response::Add {
+            status,
+            ledger: add.ledger,
+            entry: add.entry,
+        };
+        // The body starts with its own ledger and entry ids (spec §4.1); BookKeeper stores by them.
+        // A body that disagrees with the request is a broken client: refuse it rather than guess.
+        if add.body.len() < 16
+            || add.body[0..8] != add.ledger.to_be_bytes()
+            || add.body[8..16] != add.entry.to_be_bytes()
+        {
+            return reply(refuse(Status::BadRequest));
+        }
+        if add.master_key.is_empty() {
+            return reply(refuse(Status::Unauthorized));
+        }
+        if self.shared.storage.is_read_only() && !add.high_priority {
+            return reply(refuse(Status::ReadOnly));
+        }
+        let max = self.shared.config.max_pending_adds;
+        let Some(slot) = self.admit(|s| &s.pending_adds, max) else {
+            return reply(refuse(Status::TooManyRequests));
+        };
+        let this = self.clone();
+        let (ledger, entry) = (add.ledger, add.entry);
+        self.shared.storage.add_entry(
+            ledger,
+            entry,
+            add.master_key,
+            add.body,
+            add.recovery,
+            Box::new(move |result| {
+                drop(slot);
+                let status = match &result {
+                    Ok(()) => Status::Ok,
+                    Err(e) => write_status(e),
+                };
+                reply(Response::Add {
+                    status,
+                    ledger,
+                    entry,
+                });
+                if result.is_ok() {
+                    this.lac_may_have_moved(ledger);
+                }
+            }),
+        );
+    }
+
+    fn read(&self, read: ReadRequest, reply: Reply) -> Option<LongPollTimer> {
+        let max = self.shared.config.max_pending_reads;
+        let Some(slot) = self.admit(|s| &s.pending_reads, max) else {
+            reply(Response::error_for(
+                &Request::Read(read),
+                Status::TooManyRequests,
+            ));
+            return None;
+        };
+        let reply: Reply = Box::new(move |response| {
+            drop(slot);
+            reply(response)
+        });
+        if read.fence {
+            self.fence_then_read(read, reply);
+            return None;
+        }
+        if read.piggyback
+            && (read.entry != folio_types::LAST_ENTRY_ID || read.previous_lac.is_none())
+        {
+            reply(Response::error_for(
+                &Request::Read(read),
+                Status::BadRequest,
+            ));
+            return None;
+        }
+        let Some(previous_lac) = read.previous_lac else {
+            reply(self.read_now(&read, None));
+            return None;
+        };
+        // Long poll. Check the LAC and register under the lock that `notify_lac` takes, so an add
+        // completing between the check and the registration cannot be missed.
+        let mut polls = self.shared.long_polls.lock();
+        let lac = match self.shared.storage.last_add_confirmed(read.ledger) {
+            Ok(lac) => lac,
+            Err(e) => {
+                drop(polls);
+                reply(Response::error_for(&Request::Read(read), read_status(&e)));
+                return None;
+            }
+        };
+        let timeout_ms = match read.timeout_ms {
+            Some(t) if t > 0 && lac <= previous_lac => t as u64,
+            _ => {
+                drop(polls);
+                reply(self.long_poll_response(&read, previous_lac, lac));
+                return None;
+            }
+        };
+        let id = self.shared.next_poll_id.fetch_add(1, Ordering::Relaxed);
+        polls.by_ledger.entry(read.ledger).or_default().push(id);
+        polls.by_id.insert(
+            id,
+            Waiter {
+                request: read,
+                previous_lac,
+                reply,
+            },
+        );
+        Some(LongPollTimer {
+            id,
+            timeout: Duration::from_millis(timeout_ms),
+        })
+    }
+
+    /// FENCE_LEDGER: the fence is made durable first, then the entry is read (BookKeeper answers
+    /// a failed read at once; we never answer before the fence is durable).
+    fn fence_then_read(&self, read: ReadRequest, reply: Reply) {
+        let request = Request::Read(read.clone());
+        self.fence_then(
+            request,
+            read.ledger,
+            read.master_key.clone(),
+            reply,
+            move |this| this.read_now(&read, None),
+        );
+    }
+
+    /// Fences `ledger` durably, then answers with `then` (EUA without a master key or with the
+    /// wrong one, EIO if the fence could not be made durable).
+    fn fence_then(
+        &self,
+        request: Request,
+        ledger: LedgerId,
+        master_key: Option<Bytes>,
+        reply: Reply,
+        then: impl FnOnce(&Self) -> Response + Send + 'static,
+    ) {
+        let Some(master_key) = master_key.filter(|k| !k.is_empty()) else {
+            return reply(Response::error_for(&request, Status::Unauthorized));
+        };
+        let this = self.clone();
+        self.shared.storage.fence(
+            ledger,
+            master_key,
+            Box::new(move |result| match result {
+                Ok(()) => {
+                    let p = this.clone();
+                    this.offloaded(move || reply(then(&p)))
+                }
+                Err(e) => {
+                    let status = match e {
+                        StorageError::Unauthorized(_) => Status::Unauthorized,
+                        _ => Status::Io,
+                    };
+                    reply(Response::error_for(&request, status))
+                }
+            }),
+        );
+    }
+
+    /// v2 batch read: consecutive entries until a count or size limit or the first missing
+    /// entry; an error only if the first entry cannot be read.
+    fn batch_read(
+        &self,
+        ledger: LedgerId,
+        start: EntryId,
+        max_count: i32,
+        max_size: i64,
+    ) -> Response {
+        // BookKeeper's estimate: 24 + 8 + 4 fixed bytes, then 4 + len per entry.
+        const FIXED: usize = 24 + 8 + 4;
+        let cap = self.shared.config.max_batch_read_size;
+        let max_size = if max_size <= 0 {
+            cap
+        } else {
+            (max_size as u64).min(cap as u64) as usize
+        };
+        let max_count = if max_count <= 0 {
+            usize::MAX
+        } else {
+            max_count as usize
+        };
+        let mut entries = Vec::new();
+        let mut size = FIXED;
+        let mut entry = start;
+        while entries.len() < max_count {
+            match self.shared.storage.read_entry(ledger, entry) {
+                Ok(body) => {
+                    if !entries.is_empty() && size + 4 + body.len() > max_size {
+                        break;
+                    }
+                    size += 4 + body.len();
+                    entries.push(body);
+                }
+                Err(e) => {
+                    if entries.is_empty() {
+                        return Response::BatchRead {
+                            status: read_status(&e),
+                            ledger,
+                            start_entry: start,
+                            entries,
+                        };
+                    }
+                    break;
+                }
+            }
+            entry += 1;
+        }
+        Response::BatchRead {
+            status: Status::Ok,
+            ledger,
+            start_entry: start,
+            entries,
+        }
+    }
+
+    /// A plain read, answering with the bookie's known LAC as `maxLAC`.
+    fn read_now(&self, read: &ReadRequest, known_lac: Option<EntryId>) -> Response {
+        let storage = &self.shared.storage;
+        match storage.read_entry(read.ledger, read.entry) {
+            Ok(body) => Response::Read {
+                status: Status::Ok,
+                ledger: read.ledger,
+                entry: read.entry,
+                body: Some(body),
+                max_lac: known_lac.or_else(|| storage.last_add_confirmed(read.ledger).ok()),
+            },
+            Err(e) => Response::Read {
+                status: read_status(&e),
+                ledger: read.ledger,
+                entry: read.entry,
+                body: None,
+                max_lac: None,
+            },
+        }
+    }
+
+    /// The answer to a long poll once the LAC passed `previous_lac` or the wait timed out.
+    fn long_poll_response(
+        &self,
+        read: &ReadRequest,
+        previous_lac: EntryId,
+        lac: EntryId,
+    ) -> Response {
+        if !read.piggyback {
+            return self.read_now(read, Some(lac));
+        }
+        if lac <= previous_lac {
+            // Timed out: EOK with the current LAC and no entry.
+            return Response::Read {
+                status: Status::Ok,
+                ledger: read.ledger,
+                entry: read.entry,
+                body: None,
+                max_lac: Some(lac),
+            };
+        }
+        let next = previous_lac + 1;
+        match self.shared.storage.read_entry(read.ledger, next) {
+            Ok(body) => Response::Read {
+                status: Status::Ok,
+                ledger: read.ledger,
+                entry: next,
+                body: Some(body),
+                max_lac: Some(lac),
+            },
+            // The LAC passed but this bookie does not hold the entry (another bookie of the write
+            // quorum does): the new LAC alone, as BookKeeper answers.
+            Err(StorageError::NoEntry { .. }) | Err(StorageError::NoLedger(_)) => Response::Read {
+                status: Status::Ok,
+                ledger: read.ledger,
+                entry: next,
+                body: None,
+                max_lac: Some(lac),
+            },
+            Err(e) => Response::error_for(&Request::Read(read.clone()), read_status(&e)),
+        }
+    }
+
+    /// Wakes the long polls of `ledger` whose previous LAC the ledger's LAC has now passed.
+    fn notify_lac(&self, ledger: LedgerId) {
+        let woken: Vec<(Waiter, EntryId)> = {
+            let mut polls = self.shared.long_polls.lock();
+            let Some(ids) = polls.by_ledger.get(&ledger).cloned() else {
+                return;
+            };
+            let Ok(lac) = self.shared.storage.last_add_confirmed(ledger) else {
+                return;
+            };
+            let passed: Vec<u64> = ids
+                .into_iter()
+                .filter(|id| polls.by_id.get(id).is_some_and(|w| w.previous_lac < lac))
+                .collect();
+            passed
+                .into_iter()
+                .filter_map(|id| polls.remove(id))
+                .map(|w| (w, lac))
+                .collect()
+        };
+        for (waiter, lac) in woken {
+            let response = self.long_poll_response(&waiter.request, waiter.previous_lac, lac);
+            (waiter.reply)(response);
+        }
+    }
+
+    /// The shell's timer for a long poll fired: answer with the current LAC if still waiting.
+    pub fn expire_long_poll(&self, id: u64) {
+        let Some(waiter) = self.shared.long_polls.lock().remove(id) else {
+            return; // already woken by the LAC
+        };
+        self.answer_waiter(waiter);
+    }
+
+    /// Answers every waiting long poll with the current LAC (shutdown).
+    pub fn expire_all_long_polls(&self) {
+        let waiters: Vec<Waiter> = {
+            let mut polls = self.shared.long_polls.lock();
+            polls.by_ledger.clear();
+            polls.by_id.drain().map(|(_, w)| w).collect()
+        };
+        for waiter in waiters {
+            self.answer_waiter(waiter);
+        }
+    }
+
+    fn answer_waiter(&self, waiter: Waiter) {
+        let response = match self
+            .shared
+            .storage
+            .last_add_confirmed(waiter.request.ledger)
+        {
+            Ok(lac) => self.long_poll_response(&waiter.request, waiter.previous_lac, lac),
+            Err(e) => Response::error_for(&Request::Read(waiter.request), read_status(&e)),
+        };
+        (waiter.reply)(response)
+    }
+
+    fn read_lac(&self, ledger: LedgerId) -> Response {
+        let storage = &self.shared.storage;
+        let error = |status| Response::ReadLac {
+            status,
+            ledger,
+            lac_body: None,
+            last_entry_body: None,
+        };
+        let lac_body = match storage.explicit_lac(ledger) {
+            Ok(b) => b,
+            Err(e) => return error(read_status(&e)),
+        };
+        let last_entry_body = match storage.read_entry(ledger, folio_types::LAST_ENTRY_ID) {
+            Ok(b) => Some(b),
+            Err(StorageError::NoEntry { .. }) => None,
+            Err(e) => return error(read_status(&e)),
+        };
+        if lac_body.is_none() && last_entry_body.is_none() {
+            return error(Status::NoEntry);
+        }
+        Response::ReadLac {
+            status: Status::Ok,
+            ledger,
+            lac_body,
+            last_entry_body,
+        }
+    }
+
+    fn write_lac(
+        &self,
+        ledger: LedgerId,
+        lac: EntryId,
+        master_key: Bytes,
+        body: Bytes,
+        reply: Reply,
+    ) {
+        if master_key.is_empty() {
+            return reply(Response::WriteLac {
+                status: Status::Unauthorized,
+                ledger,
+            });
+        }
+        let this = self.clone();
+        self.shared.storage.write_lac(
+            ledger,
+            lac,
+            master_key,
+            body,
+            Box::new(move |result| {
+                let status = match &result {
+                    Ok(()) => Status::Ok,
+                    Err(StorageError::Unauthorized(_)) => Status::Unauthorized,
+                    Err(_) => Status::Io,
+                };
+                reply(Response::WriteLac { status, ledger });
+                if result.is_ok() {
+                    this.lac_may_have_moved(ledger);
+                }
+            }),
+        );
+    }
+
+    fn bookie_info(&self, requested: i64) -> Response {
+        match self.shared.storage.space() {
+            Ok(space) => Response::BookieInfo {
+                status: Status::Ok,
+                total_disk_capacity: (requested & BOOKIE_INFO_TOTAL_DISK_CAPACITY != 0)
+                    .then_some(space.total as i64),
+                free_disk_space: (requested & BOOKIE_INFO_FREE_DISK_SPACE != 0)
+                    .then_some(space.free as i64),
+            },
+            Err(_) => Response::BookieInfo {
+                status: Status::Io,
+                total_disk_capacity: None,
+                free_disk_space: None,
+            },
+        }
+    }
+}

@@ -1,0 +1,338 @@
+//! The bookie in the metadata store: its cookie (checked before it serves, so it never starts
+//! on the wrong or a wiped disk) and its registration (ephemeral, writable or read-only, redone
+//! after a lost session, removed on clean shutdown).
+//!
+//! A lost session cannot be revived (its ephemeral records are gone and the store refuses further
+//! calls), so the registrar holds a [`Connector`] that opens a fresh session and registers again,
+//! retrying until it succeeds or the bookie stops.
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use folio_env::Env;
+use folio_metadata::{
+    BookieMode, BookieRegistration, BookieServiceInfo, MetadataError, MetadataStore, SessionState,
+};
+use folio_storage::cookie::Cookie;
+use folio_types::BookieId;
+use tokio::sync::watch;
+use tracing::{info, warn};
+
+/// Opens a new session with the metadata service.
+pub type Connector = Arc<
+    dyn Fn() -> Pin<Box<dyn Future<Output = folio_metadata::Result<Arc<dyn MetadataStore>>> + Send>>
+        + Send
+        + Sync,
+>;
+
+/// Why the cookie check refused to let the bookie start.
+#[derive(Debug, thiserror::Error)]
+pub enum CookieCheckError {
+    #[error("metadata: {0}")]
+    Metadata(#[from] MetadataError),
+    #[error("{0}")]
+    File(#[from] folio_storage::cookie::CookieError),
+    #[error("cookie of bookie {bookie} in the metadata store is unreadable: {reason}")]
+    BadRemote { bookie: String, reason: String },
+    #[error("cookie in {dir} does not match this bookie: {mismatch}")]
+    LocalMismatch { dir: PathBuf, mismatch: String },
+    #[error(
+        "cookie of bookie {bookie} in the metadata store does not match this bookie: {mismatch}"
+    )]
+    RemoteMismatch { bookie: String, mismatch: String },
+    #[error(
+        "bookie {bookie} has a cookie in the metadata store but {dir} has none: \
+         a wiped or new disk must not join as the old bookie (decommission it, or delete its cookie)"
+    )]
+    MissingLocal { bookie: String, dir: PathBuf },
+    #[error(
+        "{dir} holds a cookie but the metadata store has none for bookie {bookie}: \
+         the directory belongs to another cluster or bookie"
+    )]
+    MissingRemote { bookie: String, dir: PathBuf },
+}
+
+/// The cookie this bookie should have.
+pub fn expected_cookie(
+    bookie: &BookieId,
+    instance_id: &str,
+    journal_dirs: &[PathBuf],
+    ledger_dirs: &[PathBuf],
+) -> Cookie {
+    let s = |d: &[PathBuf]| d.iter().map(|p| p.display().to_string()).collect();
+    Cookie {
+        bookie_host: bookie.to_string(),
+        journal_dirs: s(journal_dirs),
+        ledger_dirs: s(ledger_dirs),
+        instance_id: Some(instance_id.to_string()),
+        index_dirs: None,
+    }
+}
+
+/// BookKeeper's start-up cookie check. A new bookie (no cookie anywhere) writes its cookie to
+/// the metadata store and to every directory; a known bookie must find the same cookie in every
+/// directory and in the store. Anything else is refused with the reason.
+pub async fn check_cookies(
+    env: &Env,
+    store: &dyn MetadataStore,
+    expected: &Cookie,
+    dirs: &[PathBuf],
+) -> Result<(), CookieCheckError> {
+    let bookie =
+        BookieId::new(expected.bookie_host.clone()).map_err(|e| CookieCheckError::BadRemote {
+            bookie: expected.bookie_host.clone(),
+            reason: e.to_string(),
+        })?;
+    let remote = match store.read_cookie(&bookie).await {
+        Ok(v) => Some(
+            Cookie::parse(&v.value).map_err(|e| CookieCheckError::BadRemote {
+                bookie: bookie.to_string(),
+                reason: e.to_string(),
+            })?,
+        ),
+        Err(MetadataError::NotFound { .. }) => None,
+        Err(e) => return Err(e.into()),
+    };
+    let mut locals = Vec::new();
+    for dir in dirs {
+        locals.push((dir, Cookie::read_from_dir(&*env.fs, dir)?));
+    }
+    let none_local = locals.iter().all(|(_, c)| c.is_none());
+    match remote {
+        None => {
+            if let Some((dir, _)) = locals.iter().find(|(_, c)| c.is_some()) {
+                return Err(CookieCheckError::MissingRemote {
+                    bookie: bookie.to_string(),
+                    dir: dir.to_path_buf(),
+                });
+            }
+            // A new bookie: the store first, so that a crash in between leaves "remote but no
+            // local", which is refused rather than silently re-stamped.
+            store
+                .write_cookie(&bookie, &expected.to_bytes(), None)
+                .await?;
+            for dir in dirs {
+                env.fs.create_dir_all(dir).map_err(|source| {
+                    folio_storage::cookie::CookieError::Io {
+                        path: dir.clone(),
+                        source,
+                    }
+                })?;
+                expected.write_to_dir(&*env.fs, dir)?;
+            }
+            info!(%bookie, "new bookie: cookie written");
+            Ok(())
+        }
+        Some(remote) => {
+            if none_local || locals.iter().any(|(_, c)| c.is_none()) {
+                let dir = locals
+                    .iter()
+                    .find(|(_, c)| c.is_none())
+                    .map(|(d, _)| d.to_path_buf())
+                    .unwrap_or_default();
+                return Err(CookieCheckError::MissingLocal {
+                    bookie: bookie.to_string(),
+                    dir,
+                });
+            }
+            remote
+                .verify(expected)
+                .map_err(|m| CookieCheckError::RemoteMismatch {
+                    bookie: bookie.to_string(),
+                    mismatch: m.to_string(),
+                })?;
+            for (dir, local) in locals {
+                let local = local.expect("checked above");
+                local
+                    .verify(expected)
+                    .map_err(|m| CookieCheckError::LocalMismatch {
+                        dir: dir.to_path_buf(),
+                        mismatch: m.to_string(),
+                    })?;
+            }
+            Ok(())
+        }
+    }
+}
+
+/// Where the registration stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RegistrationState {
+    Registered(BookieMode),
+    /// The session was lost; registering again.
+    Lost,
+    Stopped,
+}
+
+/// Keeps the bookie registered (see the module comment).
+pub struct Registrar {
+    stop: watch::Sender<bool>,
+    state: watch::Receiver<RegistrationState>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+/// Tells the registrar whether the bookie is read-only now.
+pub type ReadOnlyProbe = Arc<dyn Fn() -> bool + Send + Sync>;
+
+fn mode_of(read_only: &ReadOnlyProbe) -> BookieMode {
+    if read_only() {
+        BookieMode::ReadOnly
+    } else {
+        BookieMode::Writable
+    }
+}
+
+impl Registrar {
+    /// Registers the bookie through `store` (a session already open) and keeps it registered.
+    /// Fails if the first registration fails (another live bookie holds the id, say).
+    pub async fn start(
+        store: Arc<dyn MetadataStore>,
+        connector: Connector,
+        bookie: BookieId,
+        info: BookieServiceInfo,
+        read_only: ReadOnlyProbe,
+        check_interval: Duration,
+    ) -> folio_metadata::Result<Registrar> {
+        let mode = mode_of(&read_only);
+        let registration = store.register_bookie(&bookie, mode, &info).await?;
+        info!(%bookie, ?mode, "registered");
+        let (state_tx, state) = watch::channel(RegistrationState::Registered(mode));
+        let (stop, stop_rx) = watch::channel(false);
+        let task = tokio::spawn(keep_registered(
+            store,
+            registration,
+            connector,
+            bookie,
+            info,
+            read_only,
+            check_interval,
+            state_tx,
+            stop_rx,
+        ));
+        Ok(Registrar { stop, state, task })
+    }
+
+    pub fn state(&self) -> RegistrationState {
+        *self.state.borrow()
+    }
+
+    /// Follows the state (tests, the admin endpoint).
+    pub fn watch(&self) -> watch::Receiver<RegistrationState> {
+        self.state.clone()
+    }
+
+    /// Unregisters (clean shutdown) and closes the session.
+    pub async fn shutdown(self) {
+        let _ = self.stop.send(true);
+        if let Err(e) = self.task.await {
+            warn!("registration task ended abnormally: {e}");
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn keep_registered(
+    mut store: Arc<dyn MetadataStore>,
+    registration: Box<dyn BookieRegistration>,
+    connector: Connector,
+    bookie: BookieId,
+    info: BookieServiceInfo,
+    read_only: ReadOnlyProbe,
+    check_interval: Duration,
+    state: watch::Sender<RegistrationState>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut registration = Some(registration);
+    let mut session = store.session_state();
+    loop {
+        let lost = matches!(
+            *session.borrow(),
+            SessionState::Expired | SessionState::Closed
+        );
+        if lost {
+            drop(registration.take());
+            let _ = state.send(RegistrationState::Lost);
+            warn!(%bookie, "metadata session lost; registering again");
+            // Reconnect and register, retrying until it works or the bookie stops.
+            let mut backoff = Duration::from_millis(100);
+            loop {
+                let attempt = async {
+                    let fresh = connector().await?;
+                    let mode = mode_of(&read_only);
+                    let r = fresh.register_bookie(&bookie, mode, &info).await?;
+                    Ok::<_, MetadataError>((fresh, r, mode))
+                };
+                let result = tokio::select! {
+                    r = attempt => r,
+                    _ = stopped(&mut stop) => {
+                        let _ = state.send(RegistrationState::Stopped);
+                        return;
+                    }
+                };
+                match result {
+                    Ok((fresh, r, mode)) => {
+                        store = fresh;
+                        session = store.session_state();
+                        registration = Some(r);
+                        let _ = state.send(RegistrationState::Registered(mode));
+                        info!(%bookie, ?mode, "registered again");
+                        break;
+                    }
+                    Err(e) => {
+                        warn!(%bookie, "registering again failed: {e}");
+                        tokio::select! {
+                            _ = tokio::time::sleep(backoff) => {}
+                            _ = stopped(&mut stop) => {
+                                let _ = state.send(RegistrationState::Stopped);
+                                return;
+                            }
+                        }
+                        backoff = (backoff * 2).min(Duration::from_secs(5));
+                    }
+                }
+            }
+            continue;
+        }
+        tokio::select! {
+            _ = stopped(&mut stop) => break,
+            changed = session.changed() => {
+                if changed.is_err() {
+                    // The store dropped its sender: treat as a lost session.
+                    session = watch::channel(SessionState::Closed).1;
+                }
+            }
+            _ = tokio::time::sleep(check_interval) => {
+                let want = mode_of(&read_only);
+                if let Some(r) = registration.as_mut()
+                    && r.mode() != want
+                {
+                    match r.set_mode(want).await {
+                        Ok(()) => {
+                            info!(%bookie, mode = ?want, "registration mode changed");
+                            let _ = state.send(RegistrationState::Registered(want));
+                        }
+                        Err(e) => warn!(%bookie, "changing registration mode failed: {e}"),
+                    }
+                }
+            }
+        }
+    }
+    if let Some(r) = registration
+        && let Err(e) = r.unregister().await
+    {
+        warn!(%bookie, "unregistering failed: {e}");
+    }
+    if let Err(e) = store.close().await {
+        warn!(%bookie, "closing the metadata session failed: {e}");
+    }
+    let _ = state.send(RegistrationState::Stopped);
+    info!(%bookie, "unregistered");
+}
+
+/// Resolves once the stop flag is set (the watch guard is not held across an await).
+async fn stopped(stop: &mut watch::Receiver<bool>) {
+    let _ = stop.wait_for(|s| *s).await;
+}

@@ -1,0 +1,421 @@
+//! The bookie port: a tokio TCP server that moves frames between sockets and the processor.
+//!
+//! Per connection, a reader decodes frames (v3 or v2, per frame) and hands each request to the
+//! processor; responses are written as they complete, in whatever order that is (clients match
+//! them by txn id or by ledger and entry), by a writer task that batches whatever is ready into
+//! one flush. Bounds: a frame larger than `max_frame_size` closes the connection (one log line);
+//! at most `max_pending_per_connection` requests of a connection are unanswered at once, beyond
+//! which the reader stops reading the socket until responses drain (TCP backpressure reaches the
+//! client); at most `max_connections` connections are served, further ones are closed at accept.
+//! Input that is not a request closes only its own connection and touches nothing stored.
+//!
+//! Shutdown ([`ServerHandle::shutdown`]): stop accepting, stop reading, answer waiting long polls,
+//! write every pending response, close. The caller then shuts the storage down.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use tokio::io::{AsyncReadExt, AsyncWriteExt, BufWriter};
+use tokio::net::tcp::OwnedWriteHalf;
+use tokio::net::{TcpListener, TcpStream, ToSocketAddrs};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
+use tokio::task::JoinSet;
+use tracing::{debug, info, warn};
+
+use crate::processor::{LongPollTimer, Processor, Reply};
+use crate::read_pool::ReadPool;
+use crate::request::Request;
+use crate::storage::BookieStorage;
+use crate::wire::{self, Decoded};
+
+/// Limits of the bookie port.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// Largest frame accepted, length prefix included (BookKeeper's `nettyMaxFrameSizeBytes`).
+    pub max_frame_size: usize,
+    /// Connections served at once.
+    pub max_connections: usize,
+    /// Unanswered requests per connection before the reader pauses.
+    pub max_pending_per_connection: usize,
+    /// Threads serving reads (BookKeeper's `numReadWorkerThreads`).
+    pub read_threads: usize,
+    /// How long shutdown waits for pending responses to be written before it closes the
+    /// remaining connections anyway (a client that stops reading must not hang shutdown).
+    pub drain_timeout: Duration,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            max_frame_size: folio_proto::DEFAULT_MAX_FRAME_SIZE,
+            max_connections: 4096,
+            max_pending_per_connection: 1000,
+            read_threads: 8,
+            drain_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// A bound listener, not yet serving.
+pub struct BookieServer<S: BookieStorage> {
+    listener: TcpListener,
+    processor: Processor<S>,
+    config: ServerConfig,
+}
+
+impl<S: BookieStorage> BookieServer<S> {
+    /// Binds the bookie port (port 0: an ephemeral port, see [`BookieServer::local_addr`]).
+    pub async fn bind(
+        addr: impl ToSocketAddrs,
+        processor: Processor<S>,
+        config: ServerConfig,
+    ) -> std::io::Result<Self> {
+        let listener = TcpListener::bind(addr).await?;
+        Ok(BookieServer {
+            listener,
+            processor,
+            config,
+        })
+    }
+
+    /// Serves on a listener bound by the caller (who needed its port first).
+    pub fn from_listener(
+        listener: TcpListener,
+        processor: Processor<S>,
+        config: ServerConfig,
+    ) -> Self {
+        BookieServer {
+            listener,
+            processor,
+            config,
+        }
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.listener
+            .local_addr()
+            .expect("a bound listener has an address")
+    }
+
+    /// Starts serving on the current tokio runtime.
+    ///
+    /// # Panics
+    /// If the read threads cannot be started (the process is out of threads at start-up).
+    pub fn start(self) -> ServerHandle {
+        let local_addr = self.local_addr();
+        let reads = ReadPool::new(self.config.read_threads).expect("cannot start the read threads");
+        let pool = reads.clone();
+        self.processor
+            .set_offload(Arc::new(move |job| pool.execute(job)));
+        let (shutdown_tx, shutdown_rx) = watch::channel(false);
+        let task = tokio::spawn(accept_loop(
+            self.listener,
+            self.processor,
+            reads,
+            Arc::new(self.config),
+            shutdown_rx,
+        ));
+        info!(%local_addr, "bookie port listening");
+        ServerHandle {
+            local_addr,
+            shutdown: shutdown_tx,
+            task,
+        }
+    }
+}
+
+/// A running server.
+pub struct ServerHandle {
+    local_addr: SocketAddr,
+    shutdown: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl ServerHandle {
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// Stops accepting and reading, drains every pending response, and returns once every
+    /// connection is closed.
+    pub async fn shutdown(self) {
+        let _ = self.shutdown.send(true);
+        if let Err(e) = self.task.await {
+            warn!("bookie port task ended abnormally: {e}");
+        }
+    }
+}
+
+async fn accept_loop<S: BookieStorage>(
+    listener: TcpListener,
+    processor: Processor<S>,
+    reads: ReadPool,
+    config: Arc<ServerConfig>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let slots = Arc::new(Semaphore::new(config.max_connections));
+    let mut connections = JoinSet::new();
+    loop {
+        let accepted = tokio::select! {
+            _ = shutdown.wait_for(|stop| *stop) => break,
+            Some(_) = connections.join_next(), if !connections.is_empty() => continue,
+            accepted = listener.accept() => accepted,
+        };
+        let (stream, peer) = match accepted {
+            Ok(a) => a,
+            Err(e) => {
+                // Out of file descriptors and the like: back off instead of spinning.
+                warn!("accept failed: {e}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            warn!(%peer, "refusing connection: {} connections already open", config.max_connections);
+            drop(stream);
+            continue;
+        };
+        metrics::counter!("folio_bookie_connections_total").increment(1);
+        connections.spawn(serve_connection(
+            stream,
+            peer,
+            processor.clone(),
+            reads.clone(),
+            config.clone(),
+            shutdown.clone(),
+            slot,
+        ));
+    }
+    drop(listener);
+    // Drain: connections stop reading at once; long polls are answered now rather than at
+    // their timeout (and again as they come, since a connection may register one late).
+    let deadline = tokio::time::Instant::now() + config.drain_timeout;
+    loop {
+        processor.expire_all_long_polls();
+        if connections.is_empty() {
+            break;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            warn!(
+                "closing {} connections with responses still pending after {:?}",
+                connections.len(),
+                config.drain_timeout
+            );
+            connections.abort_all();
+            while connections.join_next().await.is_some() {}
+            break;
+        }
+        let _ = tokio::time::timeout(Duration::from_millis(50), connections.join_next()).await;
+    }
+    info!("bookie port closed");
+}
+
+/// Counts the connection out however its task ends (even aborted).
+struct ConnectionGauge;
+
+impl Drop for ConnectionGauge {
+    fn drop(&mut self) {
+        metrics::gauge!("folio_bookie_connections").decrement(1.0);
+    }
+}
+
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// A response ready to write, holding its connection's pending slot until written.
+struct Outgoing {
+    body: Bytes,
+    _slot: OwnedSemaphorePermit,
+}
+
+async fn serve_connection<S: BookieStorage>(
+    stream: TcpStream,
+    peer: SocketAddr,
+    processor: Processor<S>,
+    reads: ReadPool,
+    config: Arc<ServerConfig>,
+    mut shutdown: watch::Receiver<bool>,
+    _connection_slot: OwnedSemaphorePermit,
+) {
+    metrics::gauge!("folio_bookie_connections").increment(1.0);
+    let _open = ConnectionGauge;
+    debug!(%peer, "connection opened");
+    let _ = stream.set_nodelay(true);
+    let (mut rd, wr) = stream.into_split();
+    let (tx, rx) = mpsc::unbounded_channel::<Outgoing>();
+    // Aborted with this task (a shutdown past its drain timeout), closing the socket.
+    let mut writer = AbortOnDrop(tokio::spawn(write_loop(wr, rx, peer)));
+    let pending = Arc::new(Semaphore::new(config.max_pending_per_connection));
+    let mut decoder = folio_proto::FrameDecoder::with_max_frame_size(config.max_frame_size);
+    let mut buf = vec![0u8; 64 * 1024];
+    'conn: loop {
+        loop {
+            let frame = match decoder.next_frame() {
+                Ok(Some(frame)) => frame,
+                Ok(None) => break,
+                Err(e) => {
+                    metrics::counter!("folio_bookie_bad_frames_total").increment(1);
+                    warn!(%peer, "closing connection: {e}");
+                    break 'conn;
+                }
+            };
+            // Backpressure: without a free slot, stop reading until a response is written.
+            let slot = tokio::select! {
+                slot = pending.clone().acquire_owned() => slot.expect("the semaphore is never closed"),
+                _ = shutdown.wait_for(|stop| *stop) => break 'conn,
+            };
+            metrics::counter!("folio_bookie_bytes_in_total").increment(frame.len() as u64 + 4);
+            match wire::decode(frame) {
+                Decoded::Request(request, echo) => {
+                    dispatch(&processor, &reads, request, echo, slot, tx.clone());
+                }
+                Decoded::Answer(body) => {
+                    let _ = tx.send(Outgoing { body, _slot: slot });
+                }
+                Decoded::Close(why) => {
+                    metrics::counter!("folio_bookie_bad_frames_total").increment(1);
+                    warn!(%peer, "closing connection: {why}");
+                    break 'conn;
+                }
+            }
+        }
+        let n = tokio::select! {
+            read = rd.read(&mut buf) => match read {
+                Ok(0) => break 'conn,
+                Ok(n) => n,
+                Err(e) => {
+                    debug!(%peer, "read failed: {e}");
+                    break 'conn;
+                }
+            },
+            _ = shutdown.wait_for(|stop| *stop) => break 'conn,
+        };
+        decoder.feed(&buf[..n]);
+    }
+    // The writer ends once every pending reply has been sent (each holds a sender).
+    drop(tx);
+    let _ = (&mut writer.0).await;
+    debug!(%peer, "connection closed");
+}
+
+/// Hands one request to the processor. Reads may block on disk, so they run on the read
+/// threads; writes only queue work for the journal and run inline.
+fn dispatch<S: BookieStorage>(
+    processor: &Processor<S>,
+    reads: &ReadPool,
+    request: Request,
+    echo: wire::Echo,
+    slot: OwnedSemaphorePermit,
+    tx: mpsc::UnboundedSender<Outgoing>,
+) {
+    let op = wire::op_name(&request);
+    let started = Instant::now();
+    let reply: Reply = Box::new(move |response| {
+        let status = response.status();
+        metrics::histogram!("folio_bookie_request_latency_seconds", "op" => op)
+            .record(started.elapsed().as_secs_f64());
+        metrics::counter!("folio_bookie_requests_total", "op" => op, "status" => status_label(status))
+            .increment(1);
+        let body = wire::encode(&echo, response);
+        let _ = tx.send(Outgoing { body, _slot: slot });
+    });
+    let blocking = matches!(
+        request,
+        Request::Read(_)
+            | Request::ReadLac { .. }
+            | Request::GetListOfEntriesOfLedger { .. }
+            | Request::BatchRead { .. }
+    );
+    if blocking {
+        let p = processor.clone();
+        let pool = reads.clone();
+        let runtime = tokio::runtime::Handle::current();
+        reads.execute(move || {
+            if let Some(timer) = p.process(request, reply) {
+                schedule_expiry(&runtime, p, pool, timer);
+            }
+        });
+    } else if let Some(timer) = processor.process(request, reply) {
+        schedule_expiry(
+            &tokio::runtime::Handle::current(),
+            processor.clone(),
+            reads.clone(),
+            timer,
+        );
+    }
+}
+
+/// Answers a waiting long poll when its timeout passes (on a read thread: it reads).
+fn schedule_expiry<S: BookieStorage>(
+    runtime: &tokio::runtime::Handle,
+    processor: Processor<S>,
+    reads: ReadPool,
+    timer: LongPollTimer,
+) {
+    runtime.spawn(async move {
+        tokio::time::sleep(timer.timeout).await;
+        reads.execute(move || processor.expire_long_poll(timer.id));
+    });
+}
+
+fn status_label(status: crate::request::Status) -> &'static str {
+    use crate::request::Status;
+    match status {
+        Status::Ok => "EOK",
+        Status::NoLedger => "ENOLEDGER",
+        Status::NoEntry => "ENOENTRY",
+        Status::BadRequest => "EBADREQ",
+        Status::Io => "EIO",
+        Status::Unauthorized => "EUA",
+        Status::BadVersion => "EBADVERSION",
+        Status::Fenced => "EFENCED",
+        Status::ReadOnly => "EREADONLY",
+        Status::TooManyRequests => "ETOOMANYREQUESTS",
+        Status::UnknownLedgerState => "EUNKNOWNLEDGERSTATE",
+    }
+}
+
+async fn write_loop(
+    wr: OwnedWriteHalf,
+    mut rx: mpsc::UnboundedReceiver<Outgoing>,
+    peer: SocketAddr,
+) {
+    let mut w = BufWriter::with_capacity(64 * 1024, wr);
+    while let Some(first) = rx.recv().await {
+        let mut batch = vec![first];
+        while let Ok(more) = rx.try_recv() {
+            batch.push(more);
+            if batch.len() >= 256 {
+                break;
+            }
+        }
+        let mut bytes = 0u64;
+        for out in &batch {
+            bytes += out.body.len() as u64 + 4;
+            let written = async {
+                w.write_u32(out.body.len() as u32).await?;
+                w.write_all(&out.body).await
+            }
+            .await;
+            if let Err(e) = written {
+                debug!(%peer, "write failed: {e}");
+                return;
+            }
+        }
+        if let Err(e) = w.flush().await {
+            debug!(%peer, "write failed: {e}");
+            return;
+        }
+        metrics::counter!("folio_bookie_bytes_out_total").increment(bytes);
+        // The slots are released only now that the responses are on the socket.
+        drop(batch);
+    }
+    let _ = w.shutdown().await;
+}

@@ -1,0 +1,384 @@
+//! A whole bookie (real storage on a temp dir, `mem://` metadata): cookie check, registration and
+//! its upkeep, the admin HTTP endpoint, clean shutdown.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use common::*;
+use folio_bookie::config::BookieConfig;
+use folio_bookie::node::{BookieNode, MetadataAccess, NodeError};
+use folio_bookie::registration::{Connector, Registrar, RegistrationState};
+use folio_metadata::mem::{MemMetadataStore, unique_name};
+use folio_metadata::{BookieMode, BookieServiceInfo, MetadataStore};
+use folio_proto::pb::StatusCode;
+use folio_types::BookieId;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+fn connector(cluster: &str) -> Connector {
+    let cluster = cluster.to_string();
+    Arc::new(move || {
+        let cluster = cluster.clone();
+        Box::pin(async move {
+            Ok(Arc::new(MemMetadataStore::connect(&cluster)) as Arc<dyn MetadataStore>)
+        })
+    })
+}
+
+fn access(cluster: &str, store: Arc<MemMetadataStore>) -> MetadataAccess {
+    MetadataAccess {
+        store,
+        connector: connector(cluster),
+        init_cluster_if_missing: true,
+    }
+}
+
+fn config(dir: &std::path::Path, id: &str) -> BookieConfig {
+    BookieConfig {
+        data_dir: Some(dir.to_path_buf()),
+        bookie_id: Some(id.to_string()),
+        listen_address: "127.0.0.1".into(),
+        port: 0,
+        ..BookieConfig::default()
+    }
+}
+
+async fn registered(cluster: &str) -> (Vec<String>, Vec<String>) {
+    let observer = MemMetadataStore::connect(cluster);
+    let set = observer.list_bookies().await.unwrap();
+    let names =
+        |s: &std::collections::BTreeSet<BookieId>| s.iter().map(|b| b.to_string()).collect();
+    let out = (names(&set.writable), names(&set.readonly));
+    observer.close().await.unwrap();
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn registers_serves_and_unregisters_then_restarts_with_its_cookie() {
+    let cluster = unique_name("node");
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(MemMetadataStore::connect(&cluster));
+    let node = BookieNode::start(
+        &folio_env::Env::real(),
+        config(dir.path(), "bookie-a:3181"),
+        Some(access(&cluster, store)),
+    )
+    .await
+    .expect("start");
+    assert_eq!(node.bookie_id().as_str(), "bookie-a:3181");
+    assert_eq!(
+        registered(&cluster).await,
+        (vec!["bookie-a:3181".into()], vec![])
+    );
+    let mut c = Client::connect(node.local_addr()).await;
+    let add = c.v3_add(1, 0, -1, b"hello");
+    c.send_v3(&add).await;
+    assert_eq!(c.recv_v3().await.status, StatusCode::Eok as i32);
+    drop(c);
+    node.shutdown().await.expect("clean shutdown");
+    assert_eq!(registered(&cluster).await, (vec![], vec![]));
+
+    // Same directories, same id: the cookie matches and the data is there.
+    let store = Arc::new(MemMetadataStore::connect(&cluster));
+    let node = BookieNode::start(
+        &folio_env::Env::real(),
+        config(dir.path(), "bookie-a:3181"),
+        Some(access(&cluster, store)),
+    )
+    .await
+    .expect("restart");
+    let mut c = Client::connect(node.local_addr()).await;
+    let read = c.v3_read(1, 0);
+    c.send_v3(&read).await;
+    let r = c.recv_v3().await.read_response.unwrap();
+    assert_eq!(r.body.unwrap(), entry(1, 0, -1, b"hello"));
+    node.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wiped_disk_or_another_bookie_id_is_refused() {
+    let cluster = unique_name("node");
+    let dir = tempfile::tempdir().unwrap();
+    let node = BookieNode::start(
+        &folio_env::Env::real(),
+        config(dir.path(), "bookie-b:3181"),
+        Some(access(
+            &cluster,
+            Arc::new(MemMetadataStore::connect(&cluster)),
+        )),
+    )
+    .await
+    .unwrap();
+    node.shutdown().await.unwrap();
+
+    let wiped = tempfile::tempdir().unwrap();
+    let err = BookieNode::start(
+        &folio_env::Env::real(),
+        config(wiped.path(), "bookie-b:3181"),
+        Some(access(
+            &cluster,
+            Arc::new(MemMetadataStore::connect(&cluster)),
+        )),
+    )
+    .await
+    .err()
+    .expect("a wiped disk must not join as the old bookie");
+    assert!(matches!(err, NodeError::Cookie(_)), "{err}");
+    assert!(err.to_string().contains("bookie-b:3181"), "{err}");
+
+    let err = BookieNode::start(
+        &folio_env::Env::real(),
+        config(dir.path(), "bookie-c:3181"),
+        Some(access(
+            &cluster,
+            Arc::new(MemMetadataStore::connect(&cluster)),
+        )),
+    )
+    .await
+    .err()
+    .expect("another bookie's directories are refused");
+    assert!(matches!(err, NodeError::Cookie(_)), "{err}");
+    // Nothing was registered by the refused starts.
+    assert_eq!(registered(&cluster).await, (vec![], vec![]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn registers_again_after_the_session_expires() {
+    let cluster = unique_name("node");
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(MemMetadataStore::connect(&cluster));
+    let node = BookieNode::start(
+        &folio_env::Env::real(),
+        config(dir.path(), "bookie-d:3181"),
+        Some(access(&cluster, store.clone())),
+    )
+    .await
+    .unwrap();
+    store.expire_session();
+    // The expired session's registration is gone at once (mem:// removes it synchronously), so
+    // seeing the bookie listed again means it registered through a new session.
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while registered(&cluster).await != (vec!["bookie-d:3181".to_string()], vec![]) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never registered again"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        node.registrar().unwrap().state(),
+        RegistrationState::Registered(BookieMode::Writable)
+    );
+    assert_eq!(
+        registered(&cluster).await,
+        (vec!["bookie-d:3181".into()], vec![])
+    );
+    node.shutdown().await.unwrap();
+    assert_eq!(registered(&cluster).await, (vec![], vec![]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_only_bookie_moves_its_registration() {
+    let cluster = unique_name("node");
+    let store: Arc<dyn MetadataStore> = Arc::new(MemMetadataStore::connect(&cluster));
+    let read_only = Arc::new(AtomicBool::new(false));
+    let probe = read_only.clone();
+    let registrar = Registrar::start(
+        store,
+        connector(&cluster),
+        BookieId::new("bookie-e:3181").unwrap(),
+        BookieServiceInfo::default(),
+        Arc::new(move || probe.load(Ordering::Acquire)),
+        Duration::from_millis(20),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        registered(&cluster).await,
+        (vec!["bookie-e:3181".into()], vec![])
+    );
+    read_only.store(true, Ordering::Release);
+    let mut state = registrar.watch();
+    tokio::time::timeout(
+        PATIENCE,
+        state.wait_for(|s| *s == RegistrationState::Registered(BookieMode::ReadOnly)),
+    )
+    .await
+    .expect("moved to read-only")
+    .unwrap();
+    assert_eq!(
+        registered(&cluster).await,
+        (vec![], vec!["bookie-e:3181".into()])
+    );
+    registrar.shutdown().await;
+    assert_eq!(registered(&cluster).await, (vec![], vec![]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_bookie_with_the_same_id_is_refused() {
+    let cluster = unique_name("node");
+    let dir = tempfile::tempdir().unwrap();
+    let first = BookieNode::start(
+        &folio_env::Env::real(),
+        config(dir.path(), "bookie-f:3181"),
+        Some(access(
+            &cluster,
+            Arc::new(MemMetadataStore::connect(&cluster)),
+        )),
+    )
+    .await
+    .unwrap();
+    // Another process would have its own directories; here the cookie matches, so only the
+    // registration can refuse it.
+    let second_dir = tempfile::tempdir().unwrap();
+    let copy = |from: &std::path::Path, to: &std::path::Path| {
+        for sub in ["journal", "ledgers"] {
+            let f = folio_storage::cookie::Cookie::read_from_dir(
+                &folio_env::RealFileSystem,
+                &from.join(sub),
+            )
+            .unwrap()
+            .unwrap();
+            f.write_to_dir(&folio_env::RealFileSystem, &to.join(sub))
+                .unwrap();
+        }
+    };
+    copy(dir.path(), second_dir.path());
+    let mut cfg = config(second_dir.path(), "bookie-f:3181");
+    // The cookie names the first bookie's directories: point the second at the same paths.
+    cfg.journal_dirs = vec![dir.path().join("journal")];
+    cfg.ledger_dirs = vec![dir.path().join("ledgers")];
+    cfg.data_dir = None;
+    cfg.index_dir = Some(second_dir.path().join("index"));
+    let err = BookieNode::start(
+        &folio_env::Env::real(),
+        cfg,
+        Some(access(
+            &cluster,
+            Arc::new(MemMetadataStore::connect(&cluster)),
+        )),
+    )
+    .await
+    .err();
+    let err = err.expect("two live bookies with one id");
+    eprintln!("second bookie refused: {err}");
+    // Either the engine refuses the directories in use, or the registration refuses the id.
+    assert!(
+        matches!(err, NodeError::Metadata(_) | NodeError::Storage(_)),
+        "{err}"
+    );
+    first.shutdown().await.unwrap();
+}
+
+async fn http_get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(
+        format!("GET {path} HTTP/1.1\r\nHost: bookie\r\nConnection: close\r\n\r\n").as_bytes(),
+    )
+    .await
+    .unwrap();
+    let mut text = String::new();
+    tokio::time::timeout(PATIENCE, s.read_to_string(&mut text))
+        .await
+        .expect("http response")
+        .unwrap();
+    let code = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = text
+        .split("\r\n\r\n")
+        .nth(1)
+        .unwrap_or_default()
+        .to_string();
+    (code, body)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_http_endpoint_answers() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path(), "bookie-g:3181");
+    cfg.http_port = Some(0);
+    let node = BookieNode::start(&folio_env::Env::real(), cfg, None)
+        .await
+        .unwrap();
+    let http = node.http_addr().expect("http runs");
+    let mut c = Client::connect(node.local_addr()).await;
+    let add = c.v3_add(1, 0, -1, b"counted");
+    c.send_v3(&add).await;
+    assert_eq!(c.recv_v3().await.status, StatusCode::Eok as i32);
+
+    assert_eq!(http_get(http, "/heartbeat").await, (200, "OK\n".into()));
+    let (code, body) = http_get(http, "/metrics").await;
+    assert_eq!(code, 200);
+    assert!(body.contains("folio_bookie_requests_total"), "{body}");
+    assert!(
+        body.contains("folio_bookie_request_latency_seconds"),
+        "{body}"
+    );
+    assert!(body.contains("folio_bookie_bytes_in_total"), "{body}");
+    assert!(body.contains("folio_bookie_pending_adds 0"), "{body}");
+    assert!(body.contains("folio_journal_mark_offset"), "{body}");
+    assert!(body.contains("folio_bookie_read_only 0"), "{body}");
+    let (code, body) = http_get(http, "/api/v1/bookie/state").await;
+    assert_eq!(code, 200);
+    let state: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(state["readOnly"], false);
+    assert_eq!(state["running"], true);
+    assert_eq!(http_get(http, "/api/v1/bookie/is_ready").await.0, 200);
+    let (code, body) = http_get(http, "/api/v1/bookie/info").await;
+    assert_eq!(code, 200);
+    let info: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert!(info["totalSpace"].as_u64().unwrap() > 0);
+    assert!(info["freeSpace"].as_u64().unwrap() <= info["totalSpace"].as_u64().unwrap());
+    assert_eq!(http_get(http, "/no/such/route").await.0, 404);
+    node.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_disk_makes_the_bookie_read_only() {
+    let cluster = unique_name("node");
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path(), "bookie-h:3181");
+    // Any disk in use counts as "full" at this threshold.
+    cfg.disk_usage_threshold = 1e-9;
+    cfg.disk_usage_lwm_threshold = 1e-9;
+    cfg.disk_check_interval_ms = 20;
+    let node = BookieNode::start(
+        &folio_env::Env::real(),
+        cfg,
+        Some(access(
+            &cluster,
+            Arc::new(MemMetadataStore::connect(&cluster)),
+        )),
+    )
+    .await
+    .unwrap();
+    let mut state = node.registrar().unwrap().watch();
+    tokio::time::timeout(
+        PATIENCE,
+        state.wait_for(|s| *s == RegistrationState::Registered(BookieMode::ReadOnly)),
+    )
+    .await
+    .expect("registered read-only")
+    .unwrap();
+    assert_eq!(
+        registered(&cluster).await,
+        (vec![], vec!["bookie-h:3181".into()])
+    );
+    let mut c = Client::connect(node.local_addr()).await;
+    let add = c.v3_add(1, 0, -1, b"refused");
+    c.send_v3(&add).await;
+    assert_eq!(c.recv_v3().await.status, StatusCode::Ereadonly as i32);
+    // A recovery add (high priority) is still taken, as BookKeeper does.
+    let mut add = c.v3_add(1, 0, -1, b"recovered");
+    add.header.priority = Some(folio_proto::v3::HIGH_PRIORITY);
+    add.add_request.as_mut().unwrap().flag =
+        Some(folio_proto::pb::add_request::Flag::RecoveryAdd as i32);
+    c.send_v3(&add).await;
+    assert_eq!(c.recv_v3().await.status, StatusCode::Eok as i32);
+    node.shutdown().await.unwrap();
+}

@@ -1,0 +1,107 @@
+//! `folio bookie`: runs one bookie until SIGINT or SIGTERM, then stops it cleanly (unregister,
+//! drain the port, checkpoint). Configuration comes from an optional TOML file (`--config`,
+//! every key listed by `--print-default-config`), overridden by the flags.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{Context, bail};
+use folio_bookie::config::{BookieConfig, DEFAULT_CONFIG_TOML};
+use folio_bookie::node::{BookieNode, MetadataAccess};
+use folio_bookie::registration::Connector;
+
+#[derive(clap::Args, Debug)]
+pub struct BookieArgs {
+    /// Directory for the journal, the entry logs and the index (overrides the config's data_dir).
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
+    /// Bookie port (default 3181; 0 picks a free port).
+    #[arg(long)]
+    pub port: Option<u16>,
+    /// Admin HTTP port (no HTTP endpoint unless given here or in the config).
+    #[arg(long)]
+    pub http_port: Option<u16>,
+    /// TOML configuration file; the flags override it.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Print every configuration key with its default value and exit.
+    #[arg(long)]
+    pub print_default_config: bool,
+}
+
+fn connector(uri: String) -> Connector {
+    Arc::new(move || {
+        let uri = uri.clone();
+        Box::pin(async move { folio_metadata::connect_embedded(&uri).await })
+    })
+}
+
+async fn wait_for_signal() -> anyhow::Result<()> {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .context("cannot listen for SIGTERM")?;
+    tokio::select! {
+        r = tokio::signal::ctrl_c() => r.context("cannot listen for SIGINT")?,
+        _ = term.recv() => {}
+    }
+    Ok(())
+}
+
+pub fn run(metadata: Option<String>, args: BookieArgs) -> anyhow::Result<()> {
+    if args.print_default_config {
+        print!("{DEFAULT_CONFIG_TOML}");
+        return Ok(());
+    }
+    let mut config = match &args.config {
+        Some(path) => BookieConfig::load(path)?,
+        None => BookieConfig::default(),
+    };
+    if let Some(d) = args.data_dir {
+        config.data_dir = Some(d);
+    }
+    if let Some(p) = args.port {
+        config.port = p;
+    }
+    if let Some(p) = args.http_port {
+        config.http_port = Some(p);
+    }
+    let Some(uri) = metadata.or_else(|| config.metadata_service_uri.clone()) else {
+        bail!(
+            "no metadata service: pass --metadata URI (or set FOLIO_METADATA, or metadata_service_uri in the config)"
+        );
+    };
+    config.validate()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime.block_on(async move {
+        let store = folio_metadata::connect_embedded(&uri)
+            .await
+            .with_context(|| format!("cannot connect to metadata service {uri}"))?;
+        let embedded = uri.starts_with("sqlite:") || uri.starts_with("mem:");
+        let node = BookieNode::start(
+            &folio_env::Env::real(),
+            config,
+            Some(MetadataAccess {
+                store,
+                connector: connector(uri.clone()),
+                init_cluster_if_missing: embedded,
+            }),
+        )
+        .await?;
+        println!(
+            "bookie {} listening on {}",
+            node.bookie_id(),
+            node.local_addr()
+        );
+        if let Some(http) = node.http_addr() {
+            println!("http listening on {http}");
+        }
+        println!("ready");
+        wait_for_signal().await?;
+        tracing::info!("signal received, shutting down");
+        node.shutdown().await?;
+        println!("stopped");
+        Ok(())
+    })
+}
