@@ -1,0 +1,233 @@
+//! The under-replication queue on etcd (Folio's design: BookKeeper's etcd driver has none).
+//! Marks are `S/underreplication/ledgers/<UUID(0, id)>` holding the same text-format
+//! `UnderreplicatedLedgerFormat` BookKeeper writes on ZooKeeper; locks are
+//! `S/underreplication/locks/<UUID(0, id)>` holding a text `LockDataFormat`, attached to the
+//! session lease and taken with a create-if-absent transaction. Key order is id order.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use async_trait::async_trait;
+use etcd_client::GetOptions;
+use folio_metadata::{MetadataError, Result, UnderreplicatedLedger, UnderreplicationLock};
+use folio_types::{BookieId, LedgerId};
+
+use crate::keys;
+use crate::session::{CasFailure, Etcd};
+use crate::store::{delete_own, delete_own_later, last_component};
+use crate::text::{self, Value};
+
+fn mark_what(ledger: LedgerId) -> String {
+    format!("under-replication mark of ledger {ledger}")
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+fn encode_mark(replicas: &BTreeSet<BookieId>, ctime: Option<i64>) -> Vec<u8> {
+    let mut fields: Vec<(&str, Value)> = replicas
+        .iter()
+        .map(|b| ("replica", Value::Str(b.to_string())))
+        .collect();
+    if let Some(c) = ctime {
+        fields.push(("ctime", Value::Int(c)));
+    }
+    text::print(&fields).into_bytes()
+}
+
+fn decode_mark(ledger: LedgerId, data: &[u8]) -> Result<UnderreplicatedLedger> {
+    let corrupt = |reason: String| MetadataError::corrupt(mark_what(ledger), reason);
+    let s = std::str::from_utf8(data).map_err(|_| corrupt("not valid UTF-8".into()))?;
+    let fields = text::parse(s).map_err(corrupt)?;
+    let mut missing = BTreeSet::new();
+    for r in text::strings(&fields, "replica") {
+        missing.insert(BookieId::new(r).map_err(|e| corrupt(e.to_string()))?);
+    }
+    Ok(UnderreplicatedLedger {
+        ledger_id: ledger,
+        missing_replicas: missing,
+        ctime: text::int(&fields, "ctime"),
+    })
+}
+
+pub(crate) async fn mark(etcd: &Etcd, ledger: LedgerId, missing: &[BookieId]) -> Result<()> {
+    let what = mark_what(ledger);
+    let key = etcd.keys.ur_ledger(ledger);
+    for _ in 0..100 {
+        match etcd.get(&key, &what).await? {
+            None => {
+                let data = encode_mark(&missing.iter().cloned().collect(), Some(now_ms()));
+                if etcd.create(&key, &data, false, &what).await?.is_some() {
+                    return Ok(());
+                }
+            }
+            Some(kv) => {
+                let mut cur = decode_mark(ledger, kv.value())?;
+                let before = cur.missing_replicas.len();
+                cur.missing_replicas.extend(missing.iter().cloned());
+                if cur.missing_replicas.len() == before {
+                    return Ok(());
+                }
+                let data = encode_mark(&cur.missing_replicas, cur.ctime);
+                let v = folio_metadata::Version::from_raw(kv.mod_revision());
+                match etcd.cas_put(&key, &data, v, &what).await? {
+                    Ok(_) => return Ok(()),
+                    Err(CasFailure::Missing) | Err(CasFailure::Changed) => continue,
+                }
+            }
+        }
+    }
+    Err(MetadataError::Internal(format!(
+        "{what}: kept losing concurrent updates"
+    )))
+}
+
+pub(crate) async fn get(etcd: &Etcd, ledger: LedgerId) -> Result<Option<UnderreplicatedLedger>> {
+    match etcd
+        .get(&etcd.keys.ur_ledger(ledger), &mark_what(ledger))
+        .await?
+    {
+        Some(kv) => Ok(Some(decode_mark(ledger, kv.value())?)),
+        None => Ok(None),
+    }
+}
+
+pub(crate) async fn list(etcd: &Etcd) -> Result<Vec<UnderreplicatedLedger>> {
+    let kvs = etcd
+        .children(
+            &etcd.keys.ur_ledgers(),
+            "the under-replicated ledger list",
+            GetOptions::new(),
+        )
+        .await?;
+    let mut out = Vec::new();
+    for kv in kvs {
+        let Some(id) = last_component(kv.key()).and_then(|n| keys::parse_ledger_uuid(&n)) else {
+            continue;
+        };
+        out.push(decode_mark(id, kv.value())?);
+    }
+    Ok(out)
+}
+
+pub(crate) async fn try_lock(
+    etcd: &Arc<Etcd>,
+    ledger: LedgerId,
+    holder: &str,
+) -> Result<Option<Box<dyn UnderreplicationLock>>> {
+    if etcd
+        .get(&etcd.keys.ur_ledger(ledger), &mark_what(ledger))
+        .await?
+        .is_none()
+    {
+        return Err(MetadataError::not_found(mark_what(ledger)));
+    }
+    let key = etcd.keys.ur_lock(ledger);
+    let data = text::print(&[("bookieId", Value::Str(holder.to_string()))]);
+    let what = format!("under-replication lock of ledger {ledger}");
+    match etcd.create(&key, data.as_bytes(), true, &what).await? {
+        Some(_) => Ok(Some(Box::new(EtcdUrLock {
+            etcd: etcd.clone(),
+            ledger,
+            key: Some(key),
+        }))),
+        None => Ok(None),
+    }
+}
+
+pub(crate) async fn lock_next(
+    etcd: &Arc<Etcd>,
+    holder: &str,
+) -> Result<Option<(UnderreplicatedLedger, Box<dyn UnderreplicationLock>)>> {
+    let ids: Vec<LedgerId> = etcd
+        .children(
+            &etcd.keys.ur_ledgers(),
+            "the under-replicated ledger list",
+            GetOptions::new().with_keys_only(),
+        )
+        .await?
+        .iter()
+        .filter_map(|kv| last_component(kv.key()).and_then(|n| keys::parse_ledger_uuid(&n)))
+        .collect();
+    for id in ids {
+        let lock = match try_lock(etcd, id, holder).await {
+            Ok(Some(lock)) => lock,
+            Ok(None) | Err(MetadataError::NotFound { .. }) => continue,
+            Err(e) => return Err(e),
+        };
+        match get(etcd, id).await? {
+            Some(mark) => return Ok(Some((mark, lock))),
+            None => lock.release().await?,
+        }
+    }
+    Ok(None)
+}
+
+pub(crate) async fn remove(etcd: &Etcd, ledger: LedgerId) -> Result<()> {
+    etcd.delete(&etcd.keys.ur_ledger(ledger), &mark_what(ledger))
+        .await
+}
+
+#[derive(Debug)]
+struct EtcdUrLock {
+    etcd: Arc<Etcd>,
+    ledger: LedgerId,
+    key: Option<String>,
+}
+
+impl EtcdUrLock {
+    async fn unlock(&mut self) -> Result<()> {
+        let Some(key) = self.key.take() else {
+            return Ok(());
+        };
+        let what = format!("under-replication lock of ledger {}", self.ledger);
+        delete_own(&self.etcd, &key, &what).await
+    }
+}
+
+#[async_trait]
+impl UnderreplicationLock for EtcdUrLock {
+    fn ledger_id(&self) -> LedgerId {
+        self.ledger
+    }
+
+    async fn release(mut self: Box<Self>) -> Result<()> {
+        self.unlock().await
+    }
+
+    async fn mark_replicated(mut self: Box<Self>) -> Result<()> {
+        remove(&self.etcd, self.ledger).await?;
+        self.unlock().await
+    }
+}
+
+impl Drop for EtcdUrLock {
+    fn drop(&mut self) {
+        if let Some(key) = self.key.take() {
+            delete_own_later(&self.etcd, key);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn marks_use_bookkeeper_text_format() {
+        let replicas: BTreeSet<_> = [BookieId::new("b:1").unwrap()].into_iter().collect();
+        let data = encode_mark(&replicas, Some(5));
+        assert_eq!(
+            std::str::from_utf8(&data).unwrap(),
+            "replica: \"b:1\"\nctime: 5\n"
+        );
+        assert_eq!(decode_mark(3, &data).unwrap().missing_replicas, replicas);
+        let e = decode_mark(3, b"\xff").unwrap_err().to_string();
+        assert!(e.contains("ledger 3"), "{e}");
+    }
+}

@@ -1,0 +1,198 @@
+//! The Auditor election as BookKeeper's `AuditorElector` / `ZkLedgerAuditorManager` runs it
+//! (spec §5.8, seed 003): each candidate creates an ephemeral-sequential vote
+//! `underreplication/auditorelection/V_<seq>` holding a text `AuditorVoteFormat`; the lowest
+//! sequence number is the Auditor, which also writes its vote into the
+//! `auditorelection` znode itself. Others watch the vote just before theirs.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use folio_metadata::{LeaderCandidacy, MetadataError, Result, SessionState};
+use folio_types::BookieId;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use zookeeper_client as zk;
+
+use crate::paths::UNDERREPLICATION;
+use crate::session::{Zk, ephemeral_sequential};
+use crate::text::{self, Value};
+
+fn election_rel() -> String {
+    format!("{UNDERREPLICATION}/auditorelection")
+}
+
+/// Votes sorted by sequence number: (name, sequence).
+async fn votes(zk: &Zk) -> Result<Vec<(String, i64)>> {
+    let mut v: Vec<(String, i64)> = zk
+        .children(&election_rel(), "the Auditor election")
+        .await?
+        .into_iter()
+        .filter_map(|c| {
+            let seq = c.strip_prefix("V_")?.parse().ok()?;
+            Some((c, seq))
+        })
+        .collect();
+    v.sort_by_key(|(_, seq)| *seq);
+    Ok(v)
+}
+
+fn vote_text(candidate: &BookieId) -> Vec<u8> {
+    text::print(&[("bookieId", Value::Str(candidate.to_string()))]).into_bytes()
+}
+
+pub(crate) async fn current(zk: &Zk) -> Result<Option<BookieId>> {
+    for (name, _) in votes(zk).await? {
+        let rel = format!("{}/{name}", election_rel());
+        // The lowest vote may vanish while we read it: then the next one is the Auditor.
+        let Some((data, _)) = zk.get(&rel, "the Auditor vote").await? else {
+            continue;
+        };
+        let corrupt = |r: String| MetadataError::corrupt(format!("Auditor vote {name}"), r);
+        let s = std::str::from_utf8(&data).map_err(|_| corrupt("not valid UTF-8".into()))?;
+        let fields = text::parse(s).map_err(corrupt)?;
+        let id = text::strings(&fields, "bookieId")
+            .first()
+            .copied()
+            .ok_or_else(|| corrupt("no bookieId".into()))?
+            .to_string();
+        return BookieId::new(id)
+            .map(Some)
+            .map_err(|e| corrupt(e.to_string()));
+    }
+    Ok(None)
+}
+
+pub(crate) async fn join(zk: Arc<Zk>, candidate: &BookieId) -> Result<Box<dyn LeaderCandidacy>> {
+    let what = "the Auditor election";
+    let vote = vote_text(candidate);
+    let rel = format!("{}/V_", election_rel());
+    let (_, seq) = zk
+        .create_with_parents(&rel, &vote, &ephemeral_sequential())
+        .await?
+        .map_err(|e| zk.err(e, what, None))?;
+    let name = format!("V_{seq}");
+    let path = zk.abs(&format!("{}/{name}", election_rel()));
+    zk.own(&path);
+    let (leader_tx, leader_rx) = watch::channel(false);
+    let leader_tx = Arc::new(leader_tx);
+    let task = tokio::spawn(campaign(zk.clone(), name, vote, leader_tx.clone()));
+    Ok(Box::new(ZkCandidacy {
+        zk,
+        path: Some(path),
+        leader_tx,
+        leader_rx,
+        task,
+    }))
+}
+
+/// Follows the election until this vote is gone; keeps `leader` up to date.
+async fn campaign(zk: Arc<Zk>, name: String, vote: Vec<u8>, leader: Arc<watch::Sender<bool>>) {
+    let mut state = zk.state.subscribe();
+    let mut shutdown = zk.shutdown.subscribe();
+    let Ok(client) = zk.client() else {
+        leader.send_replace(false);
+        return;
+    };
+    let dir = zk.abs(&election_rel());
+    loop {
+        if *state.borrow_and_update() != SessionState::Connected {
+            // Disconnected: stop acting until the session is back; expired/closed: done.
+            leader.send_replace(false);
+            match state.wait_for(|s| *s != SessionState::Disconnected).await {
+                Ok(s) if *s == SessionState::Connected => continue,
+                _ => return,
+            }
+        }
+        let Ok(all) = votes(&zk).await else {
+            // A failed read (a connection blip): stop acting, look again shortly.
+            leader.send_replace(false);
+            tokio::select! {
+                _ = tokio::time::sleep(std::time::Duration::from_millis(500)) => continue,
+                _ = shutdown.wait_for(|s| *s) => return,
+            }
+        };
+        let Some(pos) = all.iter().position(|(n, _)| *n == name) else {
+            // Our vote is gone (session expired, or resigned): no longer a candidate.
+            leader.send_replace(false);
+            return;
+        };
+        let watch_path = if pos == 0 {
+            // Elected: publish the vote in the election node, as BookKeeper's Auditor does.
+            let _ = zk.run(client.set_data(&dir, &vote, None)).await;
+            leader.send_replace(true);
+            format!("{dir}/{name}")
+        } else {
+            leader.send_replace(false);
+            format!("{dir}/{}", all[pos - 1].0)
+        };
+        let watcher = match zk.run(client.check_and_watch_stat(&watch_path)).await {
+            Ok(Ok((Some(_), w))) => w,
+            Ok(Ok((None, _))) => continue, // the predecessor just left: look again
+            _ => {
+                leader.send_replace(false);
+                tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+                continue;
+            }
+        };
+        tokio::select! {
+            e = watcher.changed() => {
+                if e.event_type == zk::EventType::Session {
+                    leader.send_replace(false);
+                }
+            }
+            _ = state.changed() => {}
+            _ = shutdown.wait_for(|s| *s) => {
+                leader.send_replace(false);
+                return;
+            }
+        }
+    }
+}
+
+/// One vote in the Auditor election.
+#[derive(Debug)]
+struct ZkCandidacy {
+    zk: Arc<Zk>,
+    path: Option<String>,
+    leader_tx: Arc<watch::Sender<bool>>,
+    leader_rx: watch::Receiver<bool>,
+    task: JoinHandle<()>,
+}
+
+impl ZkCandidacy {
+    fn withdraw(&mut self) -> Option<String> {
+        self.task.abort();
+        self.leader_tx.send_replace(false);
+        let path = self.path.take()?;
+        self.zk.disown(&path);
+        Some(path)
+    }
+}
+
+#[async_trait]
+impl LeaderCandidacy for ZkCandidacy {
+    fn leadership(&self) -> watch::Receiver<bool> {
+        self.leader_rx.clone()
+    }
+
+    async fn resign(mut self: Box<Self>) -> Result<()> {
+        let Some(path) = self.withdraw() else {
+            return Ok(());
+        };
+        let client = self.zk.client()?;
+        match self.zk.run(client.delete(&path, None)).await? {
+            Ok(()) | Err(zk::Error::NoNode) => Ok(()),
+            Err(e) => Err(self.zk.err(e, "the Auditor vote", None)),
+        }
+    }
+}
+
+impl Drop for ZkCandidacy {
+    fn drop(&mut self) {
+        if let Some(path) = self.withdraw()
+            && let Ok(client) = self.zk.client()
+        {
+            drop(client.delete(&path, None));
+        }
+    }
+}

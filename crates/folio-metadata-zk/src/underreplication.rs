@@ -1,0 +1,377 @@
+//! BookKeeper's under-replication manager on ZooKeeper (`ZkLedgerUnderreplicationManager`,
+//! spec §5.8): marks at `underreplication/ledgers/<hhhh>/<hhhh>/<hhhh>/<hhhh>/urL<id>` holding
+//! a text-format `UnderreplicatedLedgerFormat`, ephemeral locks at
+//! `underreplication/locks/urL<id>` holding a text `LockDataFormat`, the `disable` switch and
+//! `lostBookieRecoveryDelay`. The layout node `underreplication/LAYOUT` is created on first use,
+//! as BookKeeper's manager does when it starts.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use async_trait::async_trait;
+use folio_metadata::{MetadataError, Result, UnderreplicatedLedger, UnderreplicationLock};
+use folio_types::{BookieId, LedgerId};
+use zookeeper_client as zk;
+
+use crate::paths::{self, UNDERREPLICATION};
+use crate::session::{Zk, ephemeral, persistent};
+use crate::text::{self, Value};
+
+fn mark_what(ledger: LedgerId) -> String {
+    format!("under-replication mark of ledger {ledger}")
+}
+
+/// Creates `underreplication/LAYOUT`, `ledgers` and `locks` if missing.
+async fn ensure_layout(zk: &Zk) -> Result<()> {
+    let layout = format!("{UNDERREPLICATION}/LAYOUT");
+    if zk.exists(&layout, "the under-replication layout").await? {
+        return Ok(());
+    }
+    for (rel, data) in [
+        (layout.as_str(), paths::UNDERREPLICATION_LAYOUT.as_bytes()),
+        (&format!("{UNDERREPLICATION}/ledgers"), b""),
+        (&format!("{UNDERREPLICATION}/locks"), b""),
+    ] {
+        match zk.create_with_parents(rel, data, &persistent()).await? {
+            Ok(_) | Err(zk::Error::NodeExists) => {}
+            Err(e) => return Err(zk.err(e, "the under-replication layout", None)),
+        }
+    }
+    Ok(())
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+fn encode_mark(replicas: &BTreeSet<BookieId>, ctime: Option<i64>) -> Vec<u8> {
+    let mut fields: Vec<(&str, Value)> = replicas
+        .iter()
+        .map(|b| ("replica", Value::Str(b.to_string())))
+        .collect();
+    if let Some(c) = ctime {
+        fields.push(("ctime", Value::Int(c)));
+    }
+    text::print(&fields).into_bytes()
+}
+
+fn decode_mark(ledger: LedgerId, data: &[u8]) -> Result<UnderreplicatedLedger> {
+    let corrupt = |reason: String| MetadataError::corrupt(mark_what(ledger), reason);
+    let s = std::str::from_utf8(data).map_err(|_| corrupt("not valid UTF-8".into()))?;
+    let fields = text::parse(s).map_err(corrupt)?;
+    let mut missing = BTreeSet::new();
+    for r in text::strings(&fields, "replica") {
+        missing.insert(BookieId::new(r).map_err(|e| corrupt(e.to_string()))?);
+    }
+    Ok(UnderreplicatedLedger {
+        ledger_id: ledger,
+        missing_replicas: missing,
+        ctime: text::int(&fields, "ctime"),
+    })
+}
+
+pub(crate) async fn mark(zk: &Zk, ledger: LedgerId, missing: &[BookieId]) -> Result<()> {
+    ensure_layout(zk).await?;
+    let what = mark_what(ledger);
+    let rel = paths::underreplicated_rel(ledger);
+    let client = zk.client()?;
+    for _ in 0..100 {
+        match zk.get(&rel, &what).await? {
+            None => {
+                let data = encode_mark(&missing.iter().cloned().collect(), Some(now_ms()));
+                match zk.create_with_parents(&rel, &data, &persistent()).await? {
+                    Ok(_) => return Ok(()),
+                    Err(zk::Error::NodeExists) => continue,
+                    Err(e) => return Err(zk.err(e, &what, None)),
+                }
+            }
+            Some((data, stat)) => {
+                let mut cur = decode_mark(ledger, &data)?;
+                let before = cur.missing_replicas.len();
+                cur.missing_replicas.extend(missing.iter().cloned());
+                if cur.missing_replicas.len() == before {
+                    return Ok(());
+                }
+                let data = encode_mark(&cur.missing_replicas, cur.ctime);
+                match zk
+                    .run(client.set_data(&zk.abs(&rel), &data, Some(stat.version)))
+                    .await?
+                {
+                    Ok(_) => return Ok(()),
+                    Err(zk::Error::BadVersion) | Err(zk::Error::NoNode) => continue,
+                    Err(e) => return Err(zk.err(e, &what, None)),
+                }
+            }
+        }
+    }
+    Err(MetadataError::Internal(format!(
+        "{what}: kept losing concurrent updates"
+    )))
+}
+
+pub(crate) async fn get(zk: &Zk, ledger: LedgerId) -> Result<Option<UnderreplicatedLedger>> {
+    let what = mark_what(ledger);
+    match zk.get(&paths::underreplicated_rel(ledger), &what).await? {
+        Some((data, _)) => Ok(Some(decode_mark(ledger, &data)?)),
+        None => Ok(None),
+    }
+}
+
+/// Ids of every marked ledger, ascending (a walk of the four hex levels).
+async fn marked_ids(zk: &Zk) -> Result<Vec<LedgerId>> {
+    let what = "the under-replicated ledger list";
+    let mut dirs = vec![format!("{UNDERREPLICATION}/ledgers")];
+    for _ in 0..4 {
+        let mut next = Vec::new();
+        for d in dirs {
+            for c in zk.children(&d, what).await? {
+                if c.len() == 4 && c.bytes().all(|b| b.is_ascii_hexdigit()) {
+                    next.push(format!("{d}/{c}"));
+                }
+            }
+        }
+        dirs = next;
+    }
+    let mut ids = Vec::new();
+    for d in dirs {
+        for c in zk.children(&d, what).await? {
+            if let Some(id) = paths::parse_underreplicated_name(&c) {
+                ids.push(id);
+            }
+        }
+    }
+    ids.sort();
+    Ok(ids)
+}
+
+pub(crate) async fn list(zk: &Zk) -> Result<Vec<UnderreplicatedLedger>> {
+    let mut out = Vec::new();
+    for id in marked_ids(zk).await? {
+        // A mark removed between the listing and the read is simply gone.
+        if let Some(m) = get(zk, id).await? {
+            out.push(m);
+        }
+    }
+    Ok(out)
+}
+
+pub(crate) async fn try_lock(
+    zk: &Arc<Zk>,
+    ledger: LedgerId,
+    holder: &str,
+) -> Result<Option<Box<dyn UnderreplicationLock>>> {
+    if !zk
+        .exists(&paths::underreplicated_rel(ledger), &mark_what(ledger))
+        .await?
+    {
+        return Err(MetadataError::not_found(mark_what(ledger)));
+    }
+    ensure_layout(zk).await?;
+    let rel = paths::underreplication_lock_rel(ledger);
+    let data = text::print(&[("bookieId", Value::Str(holder.to_string()))]);
+    match zk
+        .create_with_parents(&rel, data.as_bytes(), &ephemeral())
+        .await?
+    {
+        Ok(_) => {
+            let path = zk.abs(&rel);
+            zk.own(&path);
+            Ok(Some(Box::new(ZkUrLock {
+                zk: zk.clone(),
+                ledger,
+                path: Some(path),
+            })))
+        }
+        Err(zk::Error::NodeExists) => Ok(None),
+        Err(e) => Err(zk.err(
+            e,
+            &format!("under-replication lock of ledger {ledger}"),
+            None,
+        )),
+    }
+}
+
+pub(crate) async fn lock_next(
+    zk: &Arc<Zk>,
+    holder: &str,
+) -> Result<Option<(UnderreplicatedLedger, Box<dyn UnderreplicationLock>)>> {
+    for id in marked_ids(zk).await? {
+        let lock = match try_lock(zk, id, holder).await {
+            Ok(Some(lock)) => lock,
+            Ok(None) | Err(MetadataError::NotFound { .. }) => continue,
+            Err(e) => return Err(e),
+        };
+        match get(zk, id).await? {
+            Some(mark) => return Ok(Some((mark, lock))),
+            // Replicated by someone else between the listing and our lock.
+            None => lock.release().await?,
+        }
+    }
+    Ok(None)
+}
+
+async fn delete_mark(zk: &Zk, ledger: LedgerId) -> Result<()> {
+    let rel = paths::underreplicated_rel(ledger);
+    let client = zk.client()?;
+    match zk.run(client.delete(&zk.abs(&rel), None)).await? {
+        Ok(()) | Err(zk::Error::NoNode) => {}
+        Err(e) => return Err(zk.err(e, &mark_what(ledger), None)),
+    }
+    // Keep `underreplication/ledgers` itself (two levels).
+    zk.delete_empty_parents(&rel, 2).await;
+    Ok(())
+}
+
+pub(crate) async fn remove(zk: &Zk, ledger: LedgerId) -> Result<()> {
+    delete_mark(zk, ledger).await
+}
+
+pub(crate) async fn is_enabled(zk: &Zk) -> Result<bool> {
+    Ok(!zk
+        .exists(
+            &format!("{UNDERREPLICATION}/disable"),
+            "the autorecovery switch",
+        )
+        .await?)
+}
+
+pub(crate) async fn set_enabled(zk: &Zk, enabled: bool) -> Result<()> {
+    let what = "the autorecovery switch";
+    let rel = format!("{UNDERREPLICATION}/disable");
+    if enabled {
+        let client = zk.client()?;
+        match zk.run(client.delete(&zk.abs(&rel), None)).await? {
+            Ok(()) | Err(zk::Error::NoNode) => Ok(()),
+            Err(e) => Err(zk.err(e, what, None)),
+        }
+    } else {
+        match zk.create_with_parents(&rel, b"", &persistent()).await? {
+            Ok(_) | Err(zk::Error::NodeExists) => Ok(()),
+            Err(e) => Err(zk.err(e, what, None)),
+        }
+    }
+}
+
+const DELAY: &str = "lostBookieRecoveryDelay";
+
+pub(crate) async fn lost_bookie_recovery_delay(zk: &Zk) -> Result<Option<u32>> {
+    let what = "lostBookieRecoveryDelay";
+    match zk.get(&format!("{UNDERREPLICATION}/{DELAY}"), what).await? {
+        None => Ok(None),
+        Some((data, _)) => {
+            let s = String::from_utf8_lossy(&data);
+            s.trim().parse::<u32>().map(Some).map_err(|_| {
+                MetadataError::corrupt(what, format!("{s:?} is not a number of seconds"))
+            })
+        }
+    }
+}
+
+pub(crate) async fn set_lost_bookie_recovery_delay(zk: &Zk, seconds: u32) -> Result<()> {
+    let what = "lostBookieRecoveryDelay";
+    let rel = format!("{UNDERREPLICATION}/{DELAY}");
+    let data = seconds.to_string();
+    let client = zk.client()?;
+    for _ in 0..10 {
+        match zk
+            .run(client.set_data(&zk.abs(&rel), data.as_bytes(), None))
+            .await?
+        {
+            Ok(_) => return Ok(()),
+            Err(zk::Error::NoNode) => {
+                match zk
+                    .create_with_parents(&rel, data.as_bytes(), &persistent())
+                    .await?
+                {
+                    Ok(_) => return Ok(()),
+                    Err(zk::Error::NodeExists) => continue,
+                    Err(e) => return Err(zk.err(e, what, None)),
+                }
+            }
+            Err(e) => return Err(zk.err(e, what, None)),
+        }
+    }
+    Err(MetadataError::Internal(format!(
+        "{what}: kept racing with another writer"
+    )))
+}
+
+/// A held lock znode.
+#[derive(Debug)]
+struct ZkUrLock {
+    zk: Arc<Zk>,
+    ledger: LedgerId,
+    path: Option<String>,
+}
+
+impl ZkUrLock {
+    async fn unlock(&mut self) -> Result<()> {
+        let Some(path) = self.path.take() else {
+            return Ok(());
+        };
+        self.zk.disown(&path);
+        let client = self.zk.client()?;
+        match self.zk.run(client.delete(&path, None)).await? {
+            Ok(()) | Err(zk::Error::NoNode) => Ok(()),
+            Err(e) => Err(self.zk.err(
+                e,
+                &format!("under-replication lock of ledger {}", self.ledger),
+                None,
+            )),
+        }
+    }
+}
+
+#[async_trait]
+impl UnderreplicationLock for ZkUrLock {
+    fn ledger_id(&self) -> LedgerId {
+        self.ledger
+    }
+
+    async fn release(mut self: Box<Self>) -> Result<()> {
+        self.unlock().await
+    }
+
+    async fn mark_replicated(mut self: Box<Self>) -> Result<()> {
+        delete_mark(&self.zk, self.ledger).await?;
+        self.unlock().await
+    }
+}
+
+impl Drop for ZkUrLock {
+    fn drop(&mut self) {
+        if let Some(path) = self.path.take() {
+            self.zk.disown(&path);
+            if let Ok(client) = self.zk.client() {
+                drop(client.delete(&path, None));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mark_text_round_trips() {
+        let replicas: BTreeSet<_> = ["10.0.0.1:3181", "10.0.0.2:3181"]
+            .iter()
+            .map(|s| BookieId::new(*s).unwrap())
+            .collect();
+        let data = encode_mark(&replicas, Some(42));
+        assert_eq!(
+            std::str::from_utf8(&data).unwrap(),
+            "replica: \"10.0.0.1:3181\"\nreplica: \"10.0.0.2:3181\"\nctime: 42\n"
+        );
+        let back = decode_mark(9, &data).unwrap();
+        assert_eq!(back.missing_replicas, replicas);
+        assert_eq!(back.ctime, Some(42));
+        let err = decode_mark(9, b"replica: 'a b'").unwrap_err().to_string();
+        assert!(err.contains("ledger 9"), "{err}");
+    }
+}

@@ -1,0 +1,145 @@
+//! A single-member etcd server (Debian's `etcd-server`) on free loopback client and peer ports.
+//!
+//! Readiness is `/health` answering `{"health":"true"}` *and* our own log saying it is
+//! "serving client traffic" on our address: a foreign etcd that grabbed the port would answer
+//! the probe, but only ours writes to our log.
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+use std::process::Command;
+
+use crate::process::{Health, ServerProcess};
+use crate::{Error, READY_TIMEOUT, Result, START_ATTEMPTS, port, probe};
+
+const NAME: &str = "etcd";
+
+/// A running etcd server; killed and its directory deleted on drop.
+pub struct EtcdServer {
+    process: ServerProcess,
+    addr: SocketAddr,
+}
+
+impl EtcdServer {
+    /// Starts a server on free loopback ports and waits (up to [`READY_TIMEOUT`]) until healthy.
+    pub fn start() -> Result<Self> {
+        let etcd = match std::env::var("FOLIO_ETCD") {
+            Ok(bin) => bin,
+            Err(_) => crate::zookeeper::find_on_path("etcd").ok_or(Error::MissingBinary {
+                what: "the etcd server",
+                looked_for: "etcd on PATH or $FOLIO_ETCD".into(),
+            })?,
+        };
+        Self::start_with_binary(std::path::Path::new(&etcd))
+    }
+
+    /// Like [`EtcdServer::start`] with an explicit `etcd` binary.
+    pub fn start_with_binary(etcd: &std::path::Path) -> Result<Self> {
+        if !etcd.is_file() {
+            return Err(Error::MissingBinary {
+                what: "the etcd server",
+                looked_for: etcd.display().to_string(),
+            });
+        }
+        let etcd = etcd.display().to_string();
+        let mut last_log = String::new();
+        for _ in 0..START_ATTEMPTS {
+            match Self::try_start(&etcd)? {
+                Ok(server) => return Ok(server),
+                Err(log) => last_log = log,
+            }
+        }
+        Err(Error::NotReady {
+            server: NAME,
+            timeout: READY_TIMEOUT,
+            attempts: START_ATTEMPTS,
+            log: last_log,
+        })
+    }
+
+    fn try_start(etcd: &str) -> Result<std::result::Result<Self, String>> {
+        let io = |context: &str| {
+            let context = context.to_string();
+            move |source| Error::Io {
+                server: NAME,
+                context,
+                source,
+            }
+        };
+        let dir = tempfile::Builder::new()
+            .prefix("folio-etcd-")
+            .tempdir()
+            .map_err(io("create temp dir"))?;
+        let client = port::free_port().map_err(io("find a free port"))?;
+        let peer = port::free_port().map_err(io("find a free port"))?;
+        let client_url = format!("http://127.0.0.1:{client}");
+        let peer_url = format!("http://127.0.0.1:{peer}");
+        let mut cmd = Command::new(etcd);
+        cmd.arg("--name")
+            .arg("folio")
+            .arg("--data-dir")
+            .arg(dir.path().join("data"))
+            .args(["--logger=zap", "--log-outputs=stderr"])
+            .arg("--listen-client-urls")
+            .arg(&client_url)
+            .arg("--advertise-client-urls")
+            .arg(&client_url)
+            .arg("--listen-peer-urls")
+            .arg(&peer_url)
+            .arg("--initial-advertise-peer-urls")
+            .arg(&peer_url)
+            .arg("--initial-cluster")
+            .arg(format!("folio={peer_url}"));
+        let mut process = ServerProcess::spawn(NAME, cmd, dir)?;
+        let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, client));
+        let ready = process.wait_ready(READY_TIMEOUT, |p| {
+            let healthy = probe::http_get(addr, "/health")
+                .is_ok_and(|body| body.replace(' ', "").contains(r#""health":"true""#));
+            if healthy
+                && p.log_contains("serving client traffic")
+                && p.log_contains(&addr.to_string())
+            {
+                Health::Ready
+            } else {
+                Health::NotYet
+            }
+        })?;
+        if ready {
+            Ok(Ok(EtcdServer { process, addr }))
+        } else {
+            Ok(Err(process.log_tail()))
+        }
+    }
+
+    /// `127.0.0.1:<port>`, the client endpoint (without scheme).
+    pub fn endpoint(&self) -> String {
+        self.addr.to_string()
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `etcd://127.0.0.1:<port><prefix>`, Folio's metadata URI for this server.
+    pub fn metadata_uri(&self, prefix: &str) -> String {
+        format!("etcd://{}{prefix}", self.addr)
+    }
+
+    /// Whether the server process is still alive.
+    pub fn is_running(&mut self) -> bool {
+        self.process.is_running()
+    }
+
+    /// Kills the server now (SIGKILL) and waits for it to exit. Idempotent.
+    pub fn stop(&mut self) {
+        self.process.kill();
+    }
+
+    /// The server's output so far (for diagnosing a failed test).
+    pub fn log(&self) -> String {
+        self.process.log_tail()
+    }
+
+    pub fn dir(&self) -> PathBuf {
+        self.process.dir.path().to_path_buf()
+    }
+}
