@@ -131,7 +131,13 @@ pub fn run(args: LedgerArgs, metadata: Option<&str>) -> anyhow::Result<()> {
 }
 
 async fn execute(command: LedgerCommand, store: Arc<dyn MetadataStore>) -> anyhow::Result<()> {
-    let client = Client::connect(store, ClientConfig::default()).await?;
+    let config = ClientConfig {
+        // An idle writer tells the bookies its LAC soon, so a `tail` prints an entry as
+        // soon as it is confirmed rather than when the next one is written.
+        explicit_lac_interval: Some(EXPLICIT_LAC_INTERVAL),
+        ..ClientConfig::default()
+    };
+    let client = Client::connect(store, config).await?;
     let result = match command {
         LedgerCommand::Write(a) => write(&client, a).await,
         LedgerCommand::Read(a) => read(&client, a).await,
@@ -155,6 +161,9 @@ async fn execute(command: LedgerCommand, store: Arc<dyn MetadataStore>) -> anyho
     client.close();
     result
 }
+
+/// How long a writer stays idle before it sends its LAC explicitly.
+const EXPLICIT_LAC_INTERVAL: Duration = Duration::from_millis(100);
 
 /// Stdout, flushed after every line (a script waits for each `acked` line).
 pub struct Stdout(std::io::Stdout);

@@ -78,7 +78,7 @@ impl Encoding {
             Encoding::Hex => {
                 let line = trim_cr(line);
                 ensure!(
-                    line.len() % 2 == 0,
+                    line.len().is_multiple_of(2),
                     "invalid hex payload: odd number of digits ({})",
                     line.len()
                 );
@@ -89,7 +89,7 @@ impl Encoding {
             Encoding::Base64 => {
                 let line = trim_cr(line);
                 ensure!(
-                    line.len() % 4 == 0,
+                    line.len().is_multiple_of(4),
                     "invalid base64 payload: length {} is not a multiple of 4",
                     line.len()
                 );

@@ -161,7 +161,7 @@ fn base64(p: &[u8]) -> String {
             alphabet[v]
         })
         .collect();
-    while out.len() % 4 != 0 {
+    while !out.len().is_multiple_of(4) {
         out.push('=');
     }
     out
