@@ -55,8 +55,9 @@ pub async fn wait_for_signal() -> anyhow::Result<()> {
 
 pub fn run(metadata: Option<&str>, args: StandaloneArgs) -> anyhow::Result<()> {
     if let Some(uri) = metadata {
-        bail!(
-            "standalone runs its own metadata store in --data-dir; do not pass --metadata ({uri}) or FOLIO_METADATA"
+        // Often FOLIO_METADATA left set in the shell: not worth refusing to start.
+        eprintln!(
+            "folio standalone: ignoring --metadata / FOLIO_METADATA ({uri}): it serves its own store in --data-dir"
         );
     }
     if args.bookies == 0 {

@@ -294,6 +294,12 @@ fn bad_input_fails_with_one_clear_line() {
     cmd.args(["ledger", "list"]);
     run(cmd, b"").fails_with("no metadata service given");
 
+    // Nothing listens there: the ZooKeeper driver gives up and says so.
+    let mut cmd = folio();
+    cmd.args(["ledger", "read", "0", "--metadata"])
+        .arg(format!("zk://127.0.0.1:{}/ledgers", free_port()));
+    run(cmd, b"").fails_with("is unreachable");
+
     // A port already taken: the standalone names it and stops the bookies it started.
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = taken.local_addr().unwrap().port();
