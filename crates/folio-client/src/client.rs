@@ -13,7 +13,7 @@ use folio_types::{EntryId, LedgerId};
 
 use crate::config::ClientConfig;
 use crate::conn::{Bookies, Connector, TcpConnector};
-use crate::ensemble::choose_ensemble;
+use crate::ensemble::{RACK_PROPERTY, Racks, choose_ensemble};
 use crate::error::{ClientError, Result};
 use crate::ledger::LedgerHandle;
 use crate::reader::ReadHandle;
@@ -85,6 +85,28 @@ pub(crate) struct Inner {
     pub config: Arc<ClientConfig>,
     pub rng: Arc<dyn Rng>,
     pub clock: Arc<dyn Clock>,
+}
+
+impl Inner {
+    /// The racks of `bookies`, when rack-aware placement is on (bookies without a `rack`
+    /// property, or whose registration cannot be read, have none).
+    pub(crate) async fn racks(
+        &self,
+        bookies: &std::collections::BTreeSet<folio_types::BookieId>,
+    ) -> Racks {
+        let mut racks = Racks::new();
+        if !self.config.rack_aware {
+            return racks;
+        }
+        for b in bookies {
+            if let Ok(info) = self.metadata.bookie_service_info(b).await
+                && let Some(rack) = info.properties.get(RACK_PROPERTY)
+            {
+                racks.insert(b.clone(), rack.clone());
+            }
+        }
+        racks
+    }
 }
 
 /// A Folio (BookKeeper) client.
@@ -199,7 +221,14 @@ impl Client {
             .map_err(ClientError::InvalidArgument)?;
         let inner = &self.inner;
         let writable = inner.metadata.list_bookies().await?.writable;
-        let ensemble = choose_ensemble(quorum.ensemble_size, &writable, inner.rng.as_ref())?;
+        let racks = inner.racks(&writable).await;
+        let ensemble = choose_ensemble(
+            quorum.ensemble_size,
+            quorum.write_quorum,
+            &writable,
+            &racks,
+            inner.rng.as_ref(),
+        )?;
         let mut meta =
             LedgerMetadata::new_open(quorum, ensemble, opts.digest_type, opts.password.clone());
         meta.custom_metadata = opts.custom_metadata.clone();

@@ -32,6 +32,9 @@ pub struct ClientConfig {
     /// (`delayEnsembleChange`). Entries acknowledged meanwhile have `Qa` copies, not `Qw`.
     /// Default: false.
     pub delay_ensemble_change: bool,
+    /// Rack-aware placement: read each writable bookie's `rack` property (from its
+    /// registration) and spread write sets over racks. Default: false (random placement).
+    pub rack_aware: bool,
     /// Largest frame accepted from a bookie (`nettyMaxFrameSizeBytes`). Default: 5 MiB.
     pub max_frame_size: usize,
     /// Entries read in parallel by a range read. Default: 32.
@@ -53,6 +56,7 @@ impl Default for ClientConfig {
             explicit_lac_interval: None,
             max_ensemble_changes: 50,
             delay_ensemble_change: false,
+            rack_aware: false,
             max_frame_size: folio_proto::DEFAULT_MAX_FRAME_SIZE,
             read_parallelism: 32,
             metadata_retries: 10,

@@ -123,6 +123,9 @@ struct ChannelState {
 /// The connection to one bookie.
 struct Channel {
     bookie: BookieId,
+    /// The live connection, for the fast path (no async lock per request).
+    live: Mutex<Option<Arc<Conn>>>,
+    /// Held while connecting, so that one attempt serves every waiting request.
     state: tokio::sync::Mutex<ChannelState>,
 }
 
@@ -164,18 +167,25 @@ impl Bookies {
             .or_insert_with(|| {
                 Arc::new(Channel {
                     bookie: bookie.clone(),
+                    live: Mutex::new(None),
                     state: tokio::sync::Mutex::new(ChannelState::default()),
                 })
             })
             .clone()
     }
 
-    async fn connection(&self, ch: &Channel) -> Result<Arc<Conn>, RpcError> {
+    /// The live connection to the bookie, and whether it was made just now.
+    async fn connection(&self, ch: &Channel) -> Result<(Arc<Conn>, bool), RpcError> {
+        if let Some(c) = ch.live.lock().as_ref()
+            && c.shared.is_alive()
+        {
+            return Ok((c.clone(), false));
+        }
         let mut st = ch.state.lock().await;
         if let Some(c) = &st.conn
             && c.shared.is_alive()
         {
-            return Ok(c.clone());
+            return Ok((c.clone(), false));
         }
         st.conn = None;
         let mut backoff = self.config.reconnect_backoff;
@@ -213,7 +223,8 @@ impl Bookies {
             self.config.max_frame_size,
         ));
         st.conn = Some(conn.clone());
-        Ok(conn)
+        *ch.live.lock() = Some(conn.clone());
+        Ok((conn, true))
     }
 
     /// Sends `req` (its txn id is assigned here) and waits for the response, at most
@@ -226,9 +237,45 @@ impl Bookies {
     ) -> Result<pb::Response, RpcError> {
         let ch = self.channel(bookie);
         let deadline = tokio::time::Instant::now() + timeout;
-        let conn = tokio::time::timeout_at(deadline, self.connection(&ch))
-            .await
-            .map_err(|_| RpcError::Timeout)??;
+        let mut retried = false;
+        let resp = loop {
+            let (conn, fresh) = tokio::time::timeout_at(deadline, self.connection(&ch))
+                .await
+                .map_err(|_| RpcError::Timeout)??;
+            match self.exchange(&conn, bookie, &mut req, deadline).await {
+                // A pooled connection the bookie had already closed (it restarted, or
+                // dropped idle connections) is noticed only when used: try once more on a
+                // new connection. Every request the client sends may be repeated (adds
+                // of the same entry, reads, fences, LAC writes).
+                Err(RpcError::Unreachable(reason)) if !fresh && !retried => {
+                    tracing::debug!(%bookie, "stale connection ({reason}); reconnecting");
+                    retried = true;
+                }
+                other => break other?,
+            }
+        };
+        if resp.header.operation != req.header.operation {
+            return Err(RpcError::BadResponse(format!(
+                "{bookie} answered txn {} with operation {} instead of {}",
+                resp.header.txn_id, resp.header.operation, req.header.operation
+            )));
+        }
+        let status =
+            response_status(&resp).map_err(|e| RpcError::BadResponse(format!("{bookie}: {e}")))?;
+        if status != Status::Ok {
+            return Err(RpcError::Status(status));
+        }
+        Ok(resp)
+    }
+
+    /// Sends `req` on `conn` with a new txn id and waits for its response.
+    async fn exchange(
+        &self,
+        conn: &Conn,
+        bookie: &BookieId,
+        req: &mut pb::Request,
+        deadline: tokio::time::Instant,
+    ) -> Result<pb::Response, RpcError> {
         let txn = self.next_txn.fetch_add(1, Ordering::Relaxed);
         req.header.txn_id = txn;
         let (tx, rx) = oneshot::channel();
@@ -242,37 +289,22 @@ impl Bookies {
             map.insert(txn, tx);
         }
         let mut frame = BytesMut::new();
-        v3::encode_request_frame(&req, &mut frame);
+        v3::encode_request_frame(req, &mut frame);
         if conn.frames.send(frame.freeze()).is_err() {
             conn.shared.kill("connection writer stopped");
         }
-        let outcome = tokio::time::timeout_at(deadline, rx).await;
-        let resp = match outcome {
+        match tokio::time::timeout_at(deadline, rx).await {
             Err(_) => {
                 if let Some(map) = conn.shared.waiting.lock().as_mut() {
                     map.remove(&txn);
                 }
-                return Err(RpcError::Timeout);
+                Err(RpcError::Timeout)
             }
-            Ok(Err(_)) => {
-                return Err(RpcError::Unreachable(format!(
-                    "connection to {bookie} lost"
-                )));
-            }
-            Ok(Ok(r)) => r?,
-        };
-        if resp.header.operation != req.header.operation {
-            return Err(RpcError::BadResponse(format!(
-                "{bookie} answered txn {txn} with operation {} instead of {}",
-                resp.header.operation, req.header.operation
-            )));
+            Ok(Err(_)) => Err(RpcError::Unreachable(format!(
+                "connection to {bookie} lost"
+            ))),
+            Ok(Ok(r)) => r,
         }
-        let status =
-            response_status(&resp).map_err(|e| RpcError::BadResponse(format!("{bookie}: {e}")))?;
-        if status != Status::Ok {
-            return Err(RpcError::Status(status));
-        }
-        Ok(resp)
     }
 }
 

@@ -1,8 +1,11 @@
 //! Ensemble placement and ensemble changes, sans-IO: which bookies a new ledger gets,
 //! which bookie replaces a failed one, and the metadata a change writes.
 //!
-//! Placement is random among the writable registered bookies (BookKeeper's default
-//! policy without rack information). Rack-aware placement is not built yet.
+//! Placement is random among the writable registered bookies. With rack information
+//! ([`Racks`], from the `rack` property bookies publish), it is rack-aware as
+//! BookKeeper's `RackawareEnsemblePlacementPolicy` without enforcement: each bookie is
+//! preferably on a rack no other bookie of its write sets is on, and falls back to any
+//! bookie when the racks run out.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -12,10 +15,57 @@ use folio_types::{BookieId, EntryId, LedgerId};
 
 use crate::error::ClientError;
 
-/// Picks `size` distinct bookies at random from `writable`.
+/// The rack of each bookie that has one. Empty: placement is plain random.
+pub type Racks = BTreeMap<BookieId, String>;
+
+/// The property a bookie publishes its rack under (in its `BookieServiceInfo`).
+pub const RACK_PROPERTY: &str = "rack";
+
+/// Whether ensemble positions `a` and `b` share a write set (round-robin striping).
+fn share_write_set(a: usize, b: usize, ensemble_size: usize, write_quorum: usize) -> bool {
+    let d = a.abs_diff(b);
+    a != b && d.min(ensemble_size - d) < write_quorum
+}
+
+/// Takes a random candidate, preferring one whose rack none of the bookies already at
+/// the positions sharing a write set with `position` is on.
+fn pick(
+    candidates: &mut Vec<BookieId>,
+    placed: &[Option<BookieId>],
+    position: usize,
+    write_quorum: usize,
+    racks: &Racks,
+    rng: &dyn Rng,
+) -> BookieId {
+    let n = placed.len();
+    let taken: BTreeSet<&String> = placed
+        .iter()
+        .enumerate()
+        .filter(|(q, _)| share_write_set(position, *q, n, write_quorum))
+        .filter_map(|(_, b)| b.as_ref().and_then(|b| racks.get(b)))
+        .collect();
+    let preferred: Vec<usize> = (0..candidates.len())
+        .filter(|&i| {
+            racks
+                .get(&candidates[i])
+                .is_some_and(|r| !taken.contains(r))
+        })
+        .collect();
+    let i = if preferred.is_empty() {
+        rng.below(candidates.len() as u64) as usize
+    } else {
+        preferred[rng.below(preferred.len() as u64) as usize]
+    };
+    candidates.swap_remove(i)
+}
+
+/// Picks `size` distinct bookies from `writable`, rack-aware when `racks` says where
+/// they are.
 pub fn choose_ensemble(
     size: usize,
+    write_quorum: usize,
     writable: &BTreeSet<BookieId>,
+    racks: &Racks,
     rng: &dyn Rng,
 ) -> Result<Vec<BookieId>, ClientError> {
     if writable.len() < size {
@@ -25,21 +75,23 @@ pub fn choose_ensemble(
         });
     }
     let mut pool: Vec<BookieId> = writable.iter().cloned().collect();
-    let mut chosen = Vec::with_capacity(size);
-    for _ in 0..size {
-        let i = rng.below(pool.len() as u64) as usize;
-        chosen.push(pool.swap_remove(i));
+    let mut placed: Vec<Option<BookieId>> = vec![None; size];
+    for p in 0..size {
+        placed[p] = Some(pick(&mut pool, &placed, p, write_quorum, racks, rng));
     }
-    Ok(chosen)
+    Ok(placed.into_iter().flatten().collect())
 }
 
-/// The ensemble after replacing the `failed` positions with random writable bookies that
-/// are neither in the ensemble nor known to have failed (`excluded`).
+/// The ensemble after replacing the `failed` positions with writable bookies that are
+/// neither in the ensemble nor known to have failed (`excluded`), rack-aware when
+/// `racks` says where they are.
 pub fn replace_bookies(
     ensemble: &[BookieId],
+    write_quorum: usize,
     failed: &BTreeMap<usize, BookieId>,
     writable: &BTreeSet<BookieId>,
     excluded: &BTreeSet<BookieId>,
+    racks: &Racks,
     rng: &dyn Rng,
 ) -> Result<Vec<BookieId>, ClientError> {
     let mut candidates: Vec<BookieId> = writable
@@ -53,11 +105,15 @@ pub fn replace_bookies(
             have: ensemble.len() - failed.len() + candidates.len(),
         });
     }
-    let mut next = ensemble.to_vec();
+    let mut placed: Vec<Option<BookieId>> = ensemble
+        .iter()
+        .enumerate()
+        .map(|(p, b)| (!failed.contains_key(&p)).then(|| b.clone()))
+        .collect();
     for &p in failed.keys() {
-        let i = rng.below(candidates.len() as u64) as usize;
-        next[p] = candidates.swap_remove(i);
+        placed[p] = Some(pick(&mut candidates, &placed, p, write_quorum, racks, rng));
     }
+    let next: Vec<BookieId> = placed.into_iter().flatten().collect();
     Ok(next)
 }
 
@@ -114,13 +170,13 @@ mod tests {
     fn ensemble_is_distinct_and_from_the_writable_set() {
         let rng = SystemRng::with_seed(3);
         for _ in 0..50 {
-            let e = choose_ensemble(3, &set(&[0, 1, 2, 3, 4]), &rng).unwrap();
+            let e = choose_ensemble(3, 2, &set(&[0, 1, 2, 3, 4]), &Racks::new(), &rng).unwrap();
             let distinct: BTreeSet<_> = e.iter().cloned().collect();
             assert_eq!(distinct.len(), 3);
             assert!(distinct.is_subset(&set(&[0, 1, 2, 3, 4])));
         }
         assert_eq!(
-            choose_ensemble(3, &set(&[0, 1]), &rng).unwrap_err(),
+            choose_ensemble(3, 2, &set(&[0, 1]), &Racks::new(), &rng).unwrap_err(),
             ClientError::NotEnoughBookies { need: 3, have: 2 }
         );
     }
@@ -133,19 +189,81 @@ mod tests {
         for _ in 0..20 {
             let next = replace_bookies(
                 &ensemble,
+                2,
                 &failed,
                 &set(&[0, 1, 2, 3, 4]),
                 &set(&[1, 4]),
+                &Racks::new(),
                 &rng,
             )
             .unwrap();
             assert_eq!(next, vec![b(0), b(3), b(2)]);
         }
-        let err = replace_bookies(&ensemble, &failed, &set(&[0, 1, 2]), &set(&[1]), &rng);
+        let err = replace_bookies(
+            &ensemble,
+            2,
+            &failed,
+            &set(&[0, 1, 2]),
+            &set(&[1]),
+            &Racks::new(),
+            &rng,
+        );
         assert_eq!(
             err.unwrap_err(),
             ClientError::NotEnoughBookies { need: 3, have: 2 }
         );
+    }
+
+    fn racks(assign: &[(usize, &str)]) -> Racks {
+        assign.iter().map(|&(i, r)| (b(i), r.to_string())).collect()
+    }
+
+    #[test]
+    fn rack_aware_ensembles_spread_every_write_set_over_racks() {
+        // Six bookies on three racks, two each.
+        let r = racks(&[(0, "a"), (1, "a"), (2, "b"), (3, "b"), (4, "c"), (5, "c")]);
+        let all = set(&[0, 1, 2, 3, 4, 5]);
+        for seed in 0..100 {
+            let rng = SystemRng::with_seed(seed);
+            let e = choose_ensemble(3, 3, &all, &r, &rng).unwrap();
+            let used: BTreeSet<&String> = e.iter().map(|x| &r[x]).collect();
+            assert_eq!(used.len(), 3, "seed {seed}: {e:?}");
+            // E=4, Qw=2: each pair of neighbours (cyclically) on two racks.
+            let e = choose_ensemble(4, 2, &all, &r, &rng).unwrap();
+            for p in 0..4 {
+                assert_ne!(r[&e[p]], r[&e[(p + 1) % 4]], "seed {seed}: {e:?}");
+            }
+        }
+        // Not enough racks: still an ensemble (placement is not enforced).
+        let one_rack = racks(&[(0, "a"), (1, "a"), (2, "a")]);
+        let rng = SystemRng::with_seed(1);
+        assert_eq!(
+            choose_ensemble(3, 3, &set(&[0, 1, 2]), &one_rack, &rng)
+                .unwrap()
+                .len(),
+            3
+        );
+    }
+
+    #[test]
+    fn rack_aware_replacement_avoids_the_racks_of_its_write_sets() {
+        let r = racks(&[(0, "a"), (1, "b"), (2, "c"), (3, "a"), (4, "b"), (5, "c")]);
+        let ensemble = vec![b(0), b(1), b(2)];
+        let failed: BTreeMap<usize, BookieId> = [(2, b(2))].into_iter().collect();
+        for seed in 0..50 {
+            let rng = SystemRng::with_seed(seed);
+            let next = replace_bookies(
+                &ensemble,
+                3,
+                &failed,
+                &set(&[0, 1, 2, 3, 4, 5]),
+                &set(&[2]),
+                &r,
+                &rng,
+            )
+            .unwrap();
+            assert_eq!(next[2], b(5), "seed {seed}: the only bookie on a free rack");
+        }
     }
 
     #[test]

@@ -485,7 +485,16 @@ async fn change_ensemble(
     let mut attempt = 0;
     loop {
         let writable = inner.metadata.list_bookies().await?.writable;
-        let next = replace_bookies(&ensemble, &failed, &writable, &excluded, inner.rng.as_ref())?;
+        let racks = inner.racks(&writable).await;
+        let next = replace_bookies(
+            &ensemble,
+            meta.value.write_quorum,
+            &failed,
+            &writable,
+            &excluded,
+            &racks,
+            inner.rng.as_ref(),
+        )?;
         let value =
             with_new_fragment(ledger, &meta.value, LedgerState::Open, fragment_start, next)?;
         match inner

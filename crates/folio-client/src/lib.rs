@@ -14,6 +14,9 @@
 //! (placement and the metadata of a change) and [`coverage`]. The async shell only moves
 //! bytes: [`conn`] keeps one v3 connection per bookie and matches responses by txn id.
 //!
+//! A runnable tour against bookies started in-process:
+//! `cargo run -p folio-client --example quickstart`. In short:
+//!
 //! ```no_run
 //! # async fn demo(metadata: std::sync::Arc<dyn folio_metadata::MetadataStore>) -> folio_client::Result<()> {
 //! use folio_client::{Client, ClientConfig, CreateOptions, OpenOptions};

@@ -96,6 +96,10 @@ pub struct WriterState {
     delay_ensemble_change: bool,
     error: Option<ClientError>,
     closing: bool,
+    /// Negative control for tests only: acknowledge while an ensemble change is not yet
+    /// in the metadata (BookKeeper issue 1591's bug).
+    #[cfg(test)]
+    pub(crate) unsafe_ack_during_change: bool,
 }
 
 /// Settings of a [`WriterState`].
@@ -141,6 +145,8 @@ impl WriterState {
             delay_ensemble_change: settings.delay_ensemble_change,
             error: None,
             closing: false,
+            #[cfg(test)]
+            unsafe_ack_during_change: false,
         }
     }
 
@@ -395,7 +401,11 @@ impl WriterState {
 
     /// Acknowledges the contiguous prefix that reached its ack quorum.
     fn drain(&mut self, actions: &mut Vec<WriterAction>) {
-        if self.changing {
+        #[cfg(test)]
+        let changing = self.changing && !self.unsafe_ack_during_change;
+        #[cfg(not(test))]
+        let changing = self.changing;
+        if changing {
             return;
         }
         while let Some((&entry, add)) = self.pending.iter().next() {

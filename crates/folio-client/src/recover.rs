@@ -41,8 +41,29 @@ enum RunOutcome {
 }
 
 /// Recovers and closes `ledger`; returns its closed metadata (possibly closed by
-/// someone else).
+/// someone else). A concurrent recovery that changed the metadata under this one (a
+/// write-back fragment) makes it start over from the metadata as it is now.
 pub(crate) async fn recover(
+    inner: &Arc<Inner>,
+    ledger: LedgerId,
+    digest: &DigestManager,
+    master_key: &[u8; 20],
+) -> Result<Versioned<LedgerMetadata>> {
+    let mut attempt = 0;
+    loop {
+        match recover_once(inner, ledger, digest, master_key).await {
+            Err(ClientError::MetadataConflict { reason, .. })
+                if attempt < inner.config.metadata_retries =>
+            {
+                attempt += 1;
+                tracing::debug!(ledger, "recovery starts over: {reason}");
+            }
+            other => return other,
+        }
+    }
+}
+
+async fn recover_once(
     inner: &Arc<Inner>,
     ledger: LedgerId,
     digest: &DigestManager,
@@ -255,7 +276,16 @@ async fn change_ensemble(
             });
         };
         let writable = inner.metadata.list_bookies().await?.writable;
-        let next = replace_bookies(ensemble, &failed, &writable, &excluded, inner.rng.as_ref())?;
+        let racks = inner.racks(&writable).await;
+        let next = replace_bookies(
+            ensemble,
+            meta.value.write_quorum,
+            &failed,
+            &writable,
+            &excluded,
+            &racks,
+            inner.rng.as_ref(),
+        )?;
         let value = with_new_fragment(
             ledger,
             &meta.value,
@@ -321,7 +351,12 @@ fn perform(
                     )
                     .await;
                 let answer = match r {
-                    Ok(resp) => match resp.read_response.and_then(|r| r.body) {
+                    // Fenced; an answer without a body means the bookie holds no entry.
+                    Ok(resp) => match resp
+                        .read_response
+                        .and_then(|r| r.body)
+                        .filter(|b| !b.is_empty())
+                    {
                         None => FenceAnswer::Empty,
                         Some(body) => match digest.verify_any_entry(&body) {
                             Ok(v) => FenceAnswer::LastEntry {

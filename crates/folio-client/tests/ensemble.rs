@@ -374,3 +374,54 @@ async fn delayed_ensemble_change_replaces_bookies_only_when_an_ack_quorum_is_out
     assert!(!tail.contains(&ensemble[0]) && !tail.contains(&ensemble[1]));
     read_all(&cluster, w.id(), 14).await;
 }
+
+/// Rack-aware placement spreads each write set over the racks bookies publish.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rack_aware_placement_spreads_write_sets_over_racks() {
+    let mut cluster = Cluster::start(0).await;
+    for rack in ["/r1", "/r1", "/r2", "/r2", "/r3", "/r3"] {
+        cluster.add_bookie_on_rack(true, Some(rack)).await;
+    }
+    let rack_of = |id: &folio_types::BookieId| {
+        let i = cluster.bookies.iter().position(|b| &b.id == id).unwrap();
+        i / 2
+    };
+    let client = cluster
+        .client_with(ClientConfig {
+            rack_aware: true,
+            ..test_config()
+        })
+        .await;
+    for _ in 0..10 {
+        let w = patient(client.create_ledger(opts(3, 3, 2))).await.unwrap();
+        let e = client.ledger_metadata(w.id()).await.unwrap().ensembles[&0].clone();
+        let racks: std::collections::BTreeSet<usize> = e.iter().map(rack_of).collect();
+        assert_eq!(racks.len(), 3, "{e:?}");
+        patient(w.append("x")).await.unwrap();
+        patient(w.close()).await.unwrap();
+    }
+}
+
+/// A bookie that restarts between appends is reconnected to without an ensemble change.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_bookie_keeps_its_place_in_the_ensemble() {
+    let mut cluster = Cluster::start_with_memory(3, &[0, 1, 2]).await;
+    let client = cluster.client().await;
+    // No spare bookie: a failure would end this writer with "not enough bookies".
+    let w = patient(client.create_ledger(opts(3, 3, 3))).await.unwrap();
+    write(&w, 0, 5).await;
+    let first = cluster.bookies[0].id.clone();
+    cluster.restart_memory_bookie(&first).await;
+    write(&w, 5, 10).await;
+    patient(w.close()).await.unwrap();
+    assert_eq!(
+        client
+            .ledger_metadata(w.id())
+            .await
+            .unwrap()
+            .ensembles
+            .len(),
+        1
+    );
+    read_all(&cluster, w.id(), 9).await;
+}

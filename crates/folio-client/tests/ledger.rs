@@ -425,3 +425,34 @@ async fn works_with_sqlite_metadata() {
     assert_eq!(entries[3].payload, Bytes::from(payload(3)));
     assert_eq!(client.list_ledgers().await.unwrap(), vec![w.id()]);
 }
+
+/// A bookie that restarts is reconnected to: reads go on through the new connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_reconnect_to_a_restarted_bookie() {
+    let mut cluster = Cluster::start_with_memory(3, &[0, 1, 2]).await;
+    let client = cluster.client().await;
+    let w = patient(client.create_ledger(opts().quorum(3, 1, 1)))
+        .await
+        .unwrap();
+    for e in 0..6 {
+        patient(w.append(payload(e))).await.unwrap();
+    }
+    patient(w.close()).await.unwrap();
+    let r = patient(client.open_ledger(w.id(), b"pw", OpenOptions::recovery()))
+        .await
+        .unwrap();
+    assert_eq!(patient(r.read(0, 5)).await.unwrap().len(), 6);
+    // With Qw = 1 every entry has one copy: the restarted bookie must be reached again.
+    for b in cluster
+        .bookies
+        .iter()
+        .map(|b| b.id.clone())
+        .collect::<Vec<_>>()
+    {
+        cluster.restart_memory_bookie(&b).await;
+        let entries = patient(r.read(0, 5)).await.unwrap();
+        for e in &entries {
+            assert_eq!(e.payload, Bytes::from(payload(e.entry_id)));
+        }
+    }
+}

@@ -112,6 +112,11 @@ impl Cluster {
 
     /// Starts one more bookie and registers it as writable.
     pub async fn add_bookie(&mut self, in_memory: bool) -> BookieId {
+        self.add_bookie_on_rack(in_memory, None).await
+    }
+
+    /// Starts one more bookie, registered as writable with a `rack` property if given.
+    pub async fn add_bookie_on_rack(&mut self, in_memory: bool, rack: Option<&str>) -> BookieId {
         let (store, server, dir) = if in_memory {
             let m = Arc::new(MemoryStorage::new());
             let server = serve(m.clone()).await;
@@ -130,9 +135,13 @@ impl Cluster {
             (Store::Engine(storage), server, Some(dir))
         };
         let id = BookieId::new(server.local_addr().to_string()).unwrap();
+        let mut info = BookieServiceInfo::default();
+        if let Some(rack) = rack {
+            info.properties.insert("rack".into(), rack.into());
+        }
         let registration = self
             .metadata
-            .register_bookie(&id, BookieMode::Writable, &BookieServiceInfo::default())
+            .register_bookie(&id, BookieMode::Writable, &info)
             .await
             .expect("register bookie");
         self.bookies.push(TestBookie {
@@ -166,6 +175,32 @@ impl Cluster {
         if let Some(s) = b.server.take() {
             s.shutdown().await;
         }
+    }
+
+    /// Stops an in-memory bookie's port and starts it again on the same address with the
+    /// same storage (a process restart that kept its data), registered again.
+    pub async fn restart_memory_bookie(&mut self, id: &BookieId) {
+        self.kill(id).await;
+        let b = self
+            .bookies
+            .iter_mut()
+            .find(|b| &b.id == id)
+            .unwrap_or_else(|| panic!("no bookie {id}"));
+        let Store::Memory(m) = &b.store else {
+            panic!("bookie {id} is not in memory");
+        };
+        let processor = Processor::new(m.clone(), ProcessorConfig::default());
+        let server = BookieServer::bind(id.as_str(), processor, ServerConfig::default())
+            .await
+            .expect("bind the same port again")
+            .start();
+        b.server = Some(server);
+        b.registration = Some(
+            self.metadata
+                .register_bookie(id, BookieMode::Writable, &BookieServiceInfo::default())
+                .await
+                .expect("register again"),
+        );
     }
 
     /// A client with test-friendly timeouts.
