@@ -156,6 +156,11 @@ impl Etcd {
                     reason: format!("{} (while accessing {what})", s.message()),
                 }
             }
+            // Our lease is gone (expired while keep-alives could not get through): every
+            // ephemeral key of this session went with it.
+            E::GRpcStatus(s) if s.message().contains("lease not found") => {
+                MetadataError::SessionExpired
+            }
             _ => MetadataError::Internal(format!("etcd error on {what}: {e}")),
         }
     }
@@ -265,7 +270,7 @@ impl Etcd {
             .map(|_| ())
             .or_else(|e| match e {
                 // Already gone: nothing to revoke.
-                MetadataError::Internal(m) if m.contains("lease not found") => Ok(()),
+                MetadataError::SessionExpired => Ok(()),
                 e => Err(e),
             })
     }
