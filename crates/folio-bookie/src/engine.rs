@@ -119,6 +119,43 @@ pub struct EngineStorage {
     journal_dirs: Vec<PathBuf>,
     /// Set by [`EngineStorage::check_disk_usage`] while a disk is over its threshold.
     disk_full: AtomicBool,
+    lacs: Arc<LacCache>,
+}
+
+/// The LAC known per ledger, so that the LAC piggybacked on every read costs no read of the
+/// ledger's last entry. Filled from storage on first use; raised (never lowered) as writes
+/// complete, before their completion is passed on, so a long poll woken by a write sees it.
+#[derive(Default)]
+struct LacCache {
+    map: parking_lot::Mutex<std::collections::HashMap<LedgerId, EntryId>>,
+}
+
+impl LacCache {
+    /// Bound on ledgers remembered; past it the cache starts over (it is only a cache).
+    const MAX_LEDGERS: usize = 1 << 20;
+
+    fn get(&self, ledger: LedgerId) -> Option<EntryId> {
+        self.map.lock().get(&ledger).copied()
+    }
+
+    /// Records a LAC read from storage (a lower bound of the truth at some moment).
+    fn learn(&self, ledger: LedgerId, lac: EntryId) -> EntryId {
+        let mut map = self.map.lock();
+        if map.len() >= Self::MAX_LEDGERS {
+            map.clear();
+        }
+        let known = map.entry(ledger).or_insert(lac);
+        *known = (*known).max(lac);
+        *known
+    }
+
+    /// A write carrying `lac` completed. Only raises a known LAC: an unknown one is read from
+    /// storage (which has the write) when next asked.
+    fn raise(&self, ledger: LedgerId, lac: EntryId) {
+        if let Some(known) = self.map.lock().get_mut(&ledger) {
+            *known = (*known).max(lac);
+        }
+    }
 }
 
 impl EngineStorage {
@@ -135,6 +172,7 @@ impl EngineStorage {
             ledger_dirs,
             journal_dirs,
             disk_full: AtomicBool::new(false),
+            lacs: Arc::default(),
         })
     }
 
@@ -204,6 +242,16 @@ impl BookieStorage for EngineStorage {
         recovery: bool,
         done: WriteCallback,
     ) {
+        let lac = body
+            .get(16..24)
+            .map(|b| i64::from_be_bytes(b.try_into().expect("8 bytes")));
+        let lacs = self.lacs.clone();
+        let done: WriteCallback = Box::new(move |result| {
+            if let (Ok(()), Some(lac)) = (&result, lac) {
+                lacs.raise(ledger, lac);
+            }
+            done(result)
+        });
         self.storage
             .add_entry(ledger, entry, &master_key, body, recovery, completion(done))
     }
@@ -225,11 +273,14 @@ impl BookieStorage for EngineStorage {
     }
 
     fn last_add_confirmed(&self, ledger: LedgerId) -> Result<EntryId, StorageError> {
+        if let Some(lac) = self.lacs.get(ledger) {
+            return Ok(lac);
+        }
         if !self.exists(ledger)? {
             return Err(StorageError::NoLedger(ledger));
         }
         let lac = self.storage.read_lac(ledger).map_err(engine_error)?;
-        Ok(lac.lac.unwrap_or(-1))
+        Ok(self.lacs.learn(ledger, lac.lac.unwrap_or(-1)))
     }
 
     fn explicit_lac(&self, ledger: LedgerId) -> Result<Option<Bytes>, StorageError> {
@@ -242,12 +293,20 @@ impl BookieStorage for EngineStorage {
     fn write_lac(
         &self,
         ledger: LedgerId,
-        _lac: EntryId,
+        lac: EntryId,
         master_key: Bytes,
         body: Bytes,
         done: WriteCallback,
     ) {
-        // The engine reads the LAC back from the body (offset 8), as BookKeeper does.
+        let lacs = self.lacs.clone();
+        let done: WriteCallback = Box::new(move |result| {
+            if result.is_ok() {
+                lacs.raise(ledger, lac);
+            }
+            done(result)
+        });
+        // The engine reads the LAC back from the body (offset 8) after a restart, as
+        // BookKeeper does.
         self.storage
             .write_lac(ledger, &master_key, body, completion(done))
     }

@@ -430,38 +430,41 @@ impl<S: BookieStorage> Processor<S> {
             reply(self.read_now(&read, None));
             return None;
         };
-        // Long poll. Check the LAC and register under the lock that `notify_lac` takes, so an add
-        // completing between the check and the registration cannot be missed.
-        let mut polls = self.shared.long_polls.lock();
-        let lac = match self.shared.storage.last_add_confirmed(read.ledger) {
-            Ok(lac) => lac,
-            Err(e) => {
-                drop(polls);
-                reply(Response::error_for(&Request::Read(read), read_status(&e)));
-                return None;
-            }
-        };
-        let timeout_ms = match read.timeout_ms {
-            Some(t) if t > 0 && lac <= previous_lac => t as u64,
-            _ => {
-                drop(polls);
-                reply(self.long_poll_response(&read, previous_lac, lac));
-                return None;
-            }
-        };
+        // Long poll. Register first, then read the LAC: an add that completes after the read
+        // finds the waiter registered (`notify_lac` reads the LAC after storage applied the add),
+        // and one that completed before is seen by the read. No storage call under the lock.
+        let timeout_ms = read.timeout_ms.filter(|t| *t > 0).map(|t| t as u64);
         let id = self.shared.next_poll_id.fetch_add(1, Ordering::Relaxed);
-        polls.by_ledger.entry(read.ledger).or_default().push(id);
-        polls.by_id.insert(
+        {
+            let mut polls = self.shared.long_polls.lock();
+            polls.by_ledger.entry(read.ledger).or_default().push(id);
+            polls.by_id.insert(
+                id,
+                Waiter {
+                    request: read.clone(),
+                    previous_lac,
+                    reply,
+                },
+            );
+        }
+        let answer_now = match self.shared.storage.last_add_confirmed(read.ledger) {
+            Err(e) => Some(Response::error_for(&Request::Read(read), read_status(&e))),
+            Ok(lac) if timeout_ms.is_none() || lac > previous_lac => {
+                Some(self.long_poll_response(&read, previous_lac, lac))
+            }
+            Ok(_) => None,
+        };
+        if let Some(answer) = answer_now {
+            // Unless a wake-up answered it meanwhile.
+            if let Some(waiter) = self.shared.long_polls.lock().remove(id) {
+                (waiter.reply)(answer);
+            }
+            return None;
+        }
+        // Without a timeout there is always an answer now, so this is Some.
+        timeout_ms.map(|t| LongPollTimer {
             id,
-            Waiter {
-                request: read,
-                previous_lac,
-                reply,
-            },
-        );
-        Some(LongPollTimer {
-            id,
-            timeout: Duration::from_millis(timeout_ms),
+            timeout: Duration::from_millis(t),
         })
     }
 
@@ -632,12 +635,16 @@ impl<S: BookieStorage> Processor<S> {
 
     /// Wakes the long polls of `ledger` whose previous LAC the ledger's LAC has now passed.
     fn notify_lac(&self, ledger: LedgerId) {
+        if !self.has_long_polls(ledger) {
+            return;
+        }
+        // Read outside the lock; a stale value only delays a wake-up to the next write.
+        let Ok(lac) = self.shared.storage.last_add_confirmed(ledger) else {
+            return;
+        };
         let woken: Vec<(Waiter, EntryId)> = {
             let mut polls = self.shared.long_polls.lock();
             let Some(ids) = polls.by_ledger.get(&ledger).cloned() else {
-                return;
-            };
-            let Ok(lac) = self.shared.storage.last_add_confirmed(ledger) else {
                 return;
             };
             let passed: Vec<u64> = ids

@@ -770,3 +770,108 @@ fn reads_after_a_completion_run_on_the_offload_executor() {
         entry_body(3, 0, -1, b"payload 0")
     );
 }
+
+#[test]
+fn no_long_poll_misses_its_wake_up_under_concurrent_adds() {
+    let (p, _) = processor();
+    call(&p, add(9, 0, -1, KEY));
+    let replies = Replies::default();
+    let polls = 200;
+    std::thread::scope(|s| {
+        let adder = s.spawn(|| {
+            for e in 1..=polls + 1 {
+                assert_eq!(call(&p, add(9, e, e - 1, KEY)).status(), Status::Ok);
+            }
+        });
+        for prev in 0..polls {
+            let (p, replies) = (&p, &replies);
+            s.spawn(move || {
+                let _ = replies.send(p, long_poll(9, prev, 600_000));
+            });
+        }
+        adder.join().unwrap();
+    });
+    // The LAC is now `polls`, past every previous LAC: all were answered by wake-ups (or at
+    // once), none by a timer, since no timer was ever fired here.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while replies.0.lock().len() < polls as usize {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{} long polls still waiting",
+            p.waiting_long_polls()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    assert_eq!(p.waiting_long_polls(), 0);
+    assert!(replies.take().iter().all(|r| r.status() == Status::Ok));
+}
+
+/// One random request over a small space of ledgers, entries and keys.
+fn arbitrary_request() -> impl proptest::strategy::Strategy<Value = Request> {
+    use proptest::prelude::*;
+    let key = prop_oneof![Just(&KEY[..]), Just(&OTHER_KEY[..])];
+    prop_oneof![
+        (0i64..3, 0i64..6, -1i64..5, key.clone(), any::<bool>()).prop_map(|(l, e, lac, k, rec)| {
+            match add(l, e, lac, k) {
+                Request::Add(a) => Request::Add(AddRequest {
+                    recovery: rec,
+                    high_priority: rec,
+                    ..a
+                }),
+                _ => unreachable!(),
+            }
+        }),
+        (0i64..3, -1i64..6).prop_map(|(l, e)| Request::Read(ReadRequest::entry(l, e))),
+        (0i64..3, key.clone()).prop_map(|(l, k)| fence_read(l, -1, Some(k))),
+        (0i64..3, -1i64..5, 0i64..3).prop_map(|(l, prev, t)| long_poll(l, prev, t * 1000)),
+        (0i64..3).prop_map(|l| Request::ReadLac { ledger: l }),
+        (0i64..3, 0i64..5, key).prop_map(|(l, lac, k)| Request::WriteLac {
+            ledger: l,
+            lac,
+            master_key: Bytes::copy_from_slice(k),
+            body: Bytes::from_static(b"lac"),
+        }),
+        (0i64..3).prop_map(|l| Request::ForceLedger { ledger: l }),
+        (0i64..3).prop_map(|l| Request::GetListOfEntriesOfLedger { ledger: l }),
+        (0i64..3, 0i64..6).prop_map(|(l, s)| batch(l, s, 3, 0)),
+    ]
+}
+
+proptest::proptest! {
+    /// Every request is answered exactly once (long polls at the latest when expired), and a
+    /// ledger fenced by an answered fence read never again takes a non-recovery add.
+    #[test]
+    fn every_request_is_answered_once_and_fences_hold(
+        requests in proptest::collection::vec(arbitrary_request(), 1..60)
+    ) {
+        let (p, _) = processor();
+        let replies = Replies::default();
+        let mut fenced = std::collections::HashSet::new();
+        for request in &requests {
+            let before = replies.0.lock().len();
+            replies.send(&p, request.clone());
+            let answers = replies.0.lock()[before..].to_vec();
+            if let (Request::Read(r), [Response::Read { status, .. }]) = (request, &answers[..])
+                && r.fence
+                && matches!(status, Status::Ok | Status::NoEntry)
+            {
+                fenced.insert(r.ledger);
+            }
+            // An add may also wake long polls: its own answer is the one Add response.
+            let add_status = answers.iter().find_map(|r| match r {
+                Response::Add { status, .. } => Some(*status),
+                _ => None,
+            });
+            if let (Request::Add(a), Some(status)) = (request, add_status)
+                && fenced.contains(&a.ledger)
+                && !a.recovery
+            {
+                proptest::prop_assert_ne!(status, Status::Ok, "add to fenced ledger {} accepted", a.ledger);
+            }
+        }
+        p.expire_all_long_polls();
+        proptest::prop_assert_eq!(replies.take().len(), requests.len());
+        proptest::prop_assert_eq!(p.pending_reads(), 0);
+        proptest::prop_assert_eq!(p.pending_adds(), 0);
+    }
+}

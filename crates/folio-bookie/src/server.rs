@@ -274,7 +274,15 @@ async fn serve_connection<S: BookieStorage>(
             metrics::counter!("folio_bookie_bytes_in_total").increment(frame.len() as u64 + 4);
             match wire::decode(frame) {
                 Decoded::Request(request, echo) => {
-                    dispatch(&processor, &reads, request, echo, slot, tx.clone());
+                    dispatch(
+                        &processor,
+                        &reads,
+                        &shutdown,
+                        request,
+                        echo,
+                        slot,
+                        tx.clone(),
+                    );
                 }
                 Decoded::Answer(body) => {
                     let _ = tx.send(Outgoing { body, _slot: slot });
@@ -310,6 +318,7 @@ async fn serve_connection<S: BookieStorage>(
 fn dispatch<S: BookieStorage>(
     processor: &Processor<S>,
     reads: &ReadPool,
+    shutdown: &watch::Receiver<bool>,
     request: Request,
     echo: wire::Echo,
     slot: OwnedSemaphorePermit,
@@ -337,9 +346,10 @@ fn dispatch<S: BookieStorage>(
         let p = processor.clone();
         let pool = reads.clone();
         let runtime = tokio::runtime::Handle::current();
+        let shutdown = shutdown.clone();
         reads.execute(move || {
             if let Some(timer) = p.process(request, reply) {
-                schedule_expiry(&runtime, p, pool, timer);
+                schedule_expiry(&runtime, p, pool, shutdown, timer);
             }
         });
     } else if let Some(timer) = processor.process(request, reply) {
@@ -347,22 +357,34 @@ fn dispatch<S: BookieStorage>(
             &tokio::runtime::Handle::current(),
             processor.clone(),
             reads.clone(),
+            shutdown.clone(),
             timer,
         );
     }
 }
 
-/// Answers a waiting long poll when its timeout passes (on a read thread: it reads).
+/// Answers a waiting long poll when its timeout passes (on a read thread: it reads). Ends at
+/// shutdown, which answers every long poll itself, so no timer keeps the storage alive.
 fn schedule_expiry<S: BookieStorage>(
     runtime: &tokio::runtime::Handle,
     processor: Processor<S>,
     reads: ReadPool,
+    mut shutdown: watch::Receiver<bool>,
     timer: LongPollTimer,
 ) {
     runtime.spawn(async move {
-        tokio::time::sleep(timer.timeout).await;
-        reads.execute(move || processor.expire_long_poll(timer.id));
+        tokio::select! {
+            _ = tokio::time::sleep(timer.timeout) => {
+                reads.execute(move || processor.expire_long_poll(timer.id));
+            }
+            _ = stopped(&mut shutdown) => {}
+        }
     });
+}
+
+/// Resolves once the shutdown flag is set (the watch guard is not held across an await).
+async fn stopped(shutdown: &mut watch::Receiver<bool>) {
+    let _ = shutdown.wait_for(|stop| *stop).await;
 }
 
 fn status_label(status: crate::request::Status) -> &'static str {

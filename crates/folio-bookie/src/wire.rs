@@ -474,4 +474,32 @@ mod tests {
             (StatusCode::Efenced as i32, 1, 2)
         );
     }
+
+    proptest::proptest! {
+        /// Whatever a peer sends, decoding answers, refuses or closes; it never panics, and an
+        /// answer or a request's response always encodes.
+        #[test]
+        fn any_frame_decodes_without_panic(frame in proptest::collection::vec(proptest::num::u8::ANY, 0..256)) {
+            match decode(Bytes::from(frame)) {
+                Decoded::Request(request, echo) => {
+                    let response = Response::error_for(&request, Status::BadRequest);
+                    proptest::prop_assert!(!encode(&echo, response).is_empty());
+                }
+                Decoded::Answer(body) => proptest::prop_assert!(!body.is_empty()),
+                Decoded::Close(why) => proptest::prop_assert!(!why.is_empty()),
+            }
+        }
+
+        /// Valid v2 headers with random tails: same guarantee, through the v2 decoder.
+        #[test]
+        fn v2_headers_with_random_tails(op in 0u8..10, flags in proptest::num::u16::ANY,
+                                        tail in proptest::collection::vec(proptest::num::u8::ANY, 0..80)) {
+            let mut frame = vec![2u8, op, (flags >> 8) as u8, flags as u8];
+            frame.extend(tail);
+            if let Decoded::Request(request, echo) = decode(Bytes::from(frame)) {
+                let response = Response::error_for(&request, Status::Io);
+                proptest::prop_assert!(!encode(&echo, response).is_empty());
+            }
+        }
+    }
 }

@@ -217,7 +217,7 @@ async fn a_read_only_bookie_moves_its_registration() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_second_bookie_with_the_same_id_is_refused() {
+async fn a_second_registration_of_a_live_bookie_id_is_refused() {
     let cluster = unique_name("node");
     let dir = tempfile::tempdir().unwrap();
     let first = BookieNode::start(
@@ -230,46 +230,26 @@ async fn a_second_bookie_with_the_same_id_is_refused() {
     )
     .await
     .unwrap();
-    // Another process would have its own directories; here the cookie matches, so only the
-    // registration can refuse it.
-    let second_dir = tempfile::tempdir().unwrap();
-    let copy = |from: &std::path::Path, to: &std::path::Path| {
-        for sub in ["journal", "ledgers"] {
-            let f = folio_storage::cookie::Cookie::read_from_dir(
-                &folio_env::RealFileSystem,
-                &from.join(sub),
-            )
-            .unwrap()
-            .unwrap();
-            f.write_to_dir(&folio_env::RealFileSystem, &to.join(sub))
-                .unwrap();
-        }
-    };
-    copy(dir.path(), second_dir.path());
-    let mut cfg = config(second_dir.path(), "bookie-f:3181");
-    // The cookie names the first bookie's directories: point the second at the same paths.
-    cfg.journal_dirs = vec![dir.path().join("journal")];
-    cfg.ledger_dirs = vec![dir.path().join("ledgers")];
-    cfg.data_dir = None;
-    cfg.index_dir = Some(second_dir.path().join("index"));
-    let err = BookieNode::start(
-        &folio_env::Env::real(),
-        cfg,
-        Some(access(
-            &cluster,
-            Arc::new(MemMetadataStore::connect(&cluster)),
-        )),
+    // What a second process with this id would do once past its cookie check.
+    let err = Registrar::start(
+        Arc::new(MemMetadataStore::connect(&cluster)),
+        connector(&cluster),
+        BookieId::new("bookie-f:3181").unwrap(),
+        BookieServiceInfo::default(),
+        Arc::new(|| false),
+        Duration::from_secs(1),
     )
     .await
-    .err();
-    let err = err.expect("two live bookies with one id");
-    eprintln!("second bookie refused: {err}");
-    // Either the engine refuses the directories in use, or the registration refuses the id.
-    assert!(
-        matches!(err, NodeError::Metadata(_) | NodeError::Storage(_)),
-        "{err}"
+    .err()
+    .expect("two live bookies with one id");
+    assert!(err.to_string().contains("bookie-f:3181"), "{err}");
+    // The first is still registered, and leaves cleanly.
+    assert_eq!(
+        registered(&cluster).await,
+        (vec!["bookie-f:3181".into()], vec![])
     );
     first.shutdown().await.unwrap();
+    assert_eq!(registered(&cluster).await, (vec![], vec![]));
 }
 
 async fn http_get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {

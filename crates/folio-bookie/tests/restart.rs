@@ -142,3 +142,53 @@ async fn absent_ledger_and_absent_entry_are_told_apart() {
     server.shutdown().await;
     storage.shutdown().unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn long_poll_and_piggybacked_lac_over_real_storage_and_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let (server, storage) = start(dir.path()).await;
+    let mut writer = Client::connect(server.local_addr()).await;
+    let mut reader = Client::connect(server.local_addr()).await;
+    for e in 0..2 {
+        let add = writer.v3_add(7, e, e - 1, &payload(e));
+        writer.send_v3(&add).await;
+        assert_eq!(writer.recv_v3().await.status, OK);
+    }
+    // A read learns LAC 0; a long poll waits for it to pass 0.
+    let read = reader.v3_read(7, 0);
+    reader.send_v3(&read).await;
+    assert_eq!(
+        reader.recv_v3().await.read_response.unwrap().max_lac,
+        Some(0)
+    );
+    let poll = reader.v3_long_poll(7, 0, 600_000);
+    reader.send_v3(&poll).await;
+    let add = writer.v3_add(7, 2, 1, &payload(2));
+    writer.send_v3(&add).await;
+    assert_eq!(writer.recv_v3().await.status, OK);
+    let r = reader.recv_v3().await.read_response.unwrap();
+    assert_eq!((r.status, r.entry_id, r.max_lac), (OK, 1, Some(1)));
+    assert_eq!(r.body.unwrap(), entry(7, 1, 0, &payload(1)));
+    // An explicit LAC past the entries' own raises the piggybacked LAC, also after a restart.
+    let wl = writer.v3_write_lac(7, 2);
+    writer.send_v3(&wl).await;
+    assert_eq!(writer.recv_v3().await.status, OK);
+    let read = reader.v3_read(7, 0);
+    reader.send_v3(&read).await;
+    assert_eq!(
+        reader.recv_v3().await.read_response.unwrap().max_lac,
+        Some(2)
+    );
+    drop((writer, reader));
+    server.shutdown().await;
+    storage.shutdown().unwrap();
+    drop(storage);
+
+    let (server, storage) = start(dir.path()).await;
+    let mut c = Client::connect(server.local_addr()).await;
+    let read = c.v3_read(7, 0);
+    c.send_v3(&read).await;
+    assert_eq!(c.recv_v3().await.read_response.unwrap().max_lac, Some(2));
+    server.shutdown().await;
+    storage.shutdown().unwrap();
+}

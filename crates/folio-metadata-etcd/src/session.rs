@@ -79,12 +79,21 @@ impl Etcd {
                 .map_err(|_| unreachable(format!("no connection to etcd within {t:?}")))?
                 .map_err(|e| unreachable(format!("cannot connect to etcd: {e}")))?;
         let ttl = options.session_ttl.as_secs().max(2) as i64;
-        // The connection is lazy: the lease grant is the first real request.
-        let lease = tokio::time::timeout(t, client.lease_grant(ttl, None))
-            .await
-            .map_err(|_| unreachable(format!("etcd did not answer within {t:?}")))?
-            .map_err(|e| unreachable(format!("cannot reach etcd: {e}")))?
-            .id();
+        // The connection is lazy: the lease grant is the first real request. A server that
+        // is still starting refuses it; keep trying until the request timeout.
+        let deadline = tokio::time::Instant::now() + t;
+        let lease = loop {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            let reason = match tokio::time::timeout(left, client.lease_grant(ttl, None)).await {
+                Ok(Ok(resp)) => break resp.id(),
+                Ok(Err(e)) => format!("cannot reach etcd: {e}"),
+                Err(_) => format!("etcd did not answer within {t:?}"),
+            };
+            if tokio::time::Instant::now() + Duration::from_millis(200) >= deadline {
+                return Err(unreachable(format!("{reason} (kept trying for {t:?})")));
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        };
         let (state, _) = watch::channel(SessionState::Connected);
         let (shutdown, _) = watch::channel(false);
         let this = Arc::new(Etcd {
@@ -146,6 +155,11 @@ impl Etcd {
                     address: self.address.clone(),
                     reason: format!("{} (while accessing {what})", s.message()),
                 }
+            }
+            // Our lease is gone (expired while keep-alives could not get through): every
+            // ephemeral key of this session went with it.
+            E::GRpcStatus(s) if s.message().contains("lease not found") => {
+                MetadataError::SessionExpired
             }
             _ => MetadataError::Internal(format!("etcd error on {what}: {e}")),
         }
@@ -256,7 +270,7 @@ impl Etcd {
             .map(|_| ())
             .or_else(|e| match e {
                 // Already gone: nothing to revoke.
-                MetadataError::Internal(m) if m.contains("lease not found") => Ok(()),
+                MetadataError::SessionExpired => Ok(()),
                 e => Err(e),
             })
     }

@@ -429,3 +429,91 @@ async fn watches_survive_a_connection_blip() {
     watcher.close().await.unwrap();
     direct.close().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_revoked_behind_the_stores_back_is_an_expired_session() {
+    let server = EtcdServer::start().unwrap();
+    let store = EtcdMetadataStore::connect(&server.metadata_uri("/ledgers"))
+        .await
+        .unwrap();
+    store.init_cluster().await.unwrap();
+    let id = bookie("10.0.0.3:3181");
+    let _reg = store
+        .register_bookie(&id, BookieMode::Writable, &BookieServiceInfo::default())
+        .await
+        .unwrap();
+    let mut raw = etcd_client::Client::connect([server.endpoint()], None)
+        .await
+        .unwrap();
+    raw.lease_revoke(store.lease_id()).await.unwrap();
+    // The registration went with the lease.
+    let left = raw
+        .get("/ledgers/bookies/writable/10.0.0.3:3181", None)
+        .await
+        .unwrap();
+    assert!(left.kvs().is_empty());
+    let mut state = store.session_state();
+    tokio::time::timeout(HANG, state.wait_for(|s| *s == SessionState::Expired))
+        .await
+        .expect("the store never noticed its lease was gone")
+        .unwrap();
+    let err = store
+        .register_bookie(&id, BookieMode::Writable, &BookieServiceInfo::default())
+        .await
+        .unwrap_err();
+    assert_eq!(err, MetadataError::SessionExpired);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_registration_survives_an_etcd_restart() {
+    let mut server = EtcdServer::start().unwrap();
+    let uri = server.metadata_uri("/ledgers");
+    let options = EtcdOptions {
+        session_ttl: Duration::from_secs(20),
+        ..EtcdOptions::default()
+    };
+    let store = EtcdMetadataStore::connect_with(&uri, options)
+        .await
+        .unwrap();
+    store.init_cluster().await.unwrap();
+    let id = bookie("10.0.0.4:3181");
+    let _reg = store
+        .register_bookie(&id, BookieMode::Writable, &BookieServiceInfo::default())
+        .await
+        .unwrap();
+    // etcd persists leases; a restart shorter than the TTL keeps the lease (the keep-alive
+    // task reconnects), and with it the registration.
+    server.restart().unwrap();
+    let observer = EtcdMetadataStore::connect(&uri).await.unwrap();
+    assert!(
+        observer
+            .list_bookies()
+            .await
+            .unwrap()
+            .writable
+            .contains(&id)
+    );
+    tokio::time::timeout(HANG, async {
+        loop {
+            if store.read_cluster().await.is_ok() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    })
+    .await
+    .expect("the store never answered again");
+    // Still there after several keep-alive periods of the new server.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(
+        observer
+            .list_bookies()
+            .await
+            .unwrap()
+            .writable
+            .contains(&id)
+    );
+    assert_eq!(*store.session_state().borrow(), SessionState::Connected);
+    observer.close().await.unwrap();
+    store.close().await.unwrap();
+}

@@ -69,21 +69,31 @@ impl Zk {
             address: parsed.connect_string.clone(),
             reason,
         };
-        let connector = zk::Client::connector()
-            .with_session_timeout(options.session_timeout)
-            .with_fail_eagerly();
-        let client = tokio::time::timeout(
-            options.request_timeout,
-            connector.connect(&parsed.connect_string),
-        )
-        .await
-        .map_err(|_| {
-            unreachable(format!(
-                "no ZooKeeper session established within {:?}",
-                options.request_timeout
-            ))
-        })?
-        .map_err(|e| unreachable(format!("cannot connect to ZooKeeper: {e}")))?;
+        // Fail fast per attempt (all hosts refused), but keep trying until the request
+        // timeout: a server that is still starting refuses or drops the first sessions.
+        let deadline = tokio::time::Instant::now() + options.request_timeout;
+        let client = loop {
+            let connector = zk::Client::connector()
+                .with_session_timeout(options.session_timeout)
+                .with_fail_eagerly();
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            let reason =
+                match tokio::time::timeout(left, connector.connect(&parsed.connect_string)).await {
+                    Ok(Ok(client)) => break client,
+                    Ok(Err(e)) => format!("cannot connect to ZooKeeper: {e}"),
+                    Err(_) => format!(
+                        "no ZooKeeper session established within {:?}",
+                        options.request_timeout
+                    ),
+                };
+            if tokio::time::Instant::now() + std::time::Duration::from_millis(200) >= deadline {
+                return Err(unreachable(format!(
+                    "{reason} (kept trying for {:?})",
+                    options.request_timeout
+                )));
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        };
         let (state, _) = watch::channel(SessionState::Connected);
         let (shutdown, _) = watch::channel(false);
         let this = Arc::new(Zk {

@@ -76,10 +76,6 @@ impl ZkMetadataStore {
         }
     }
 
-    async fn cluster_exists(&self) -> Result<bool> {
-        self.zk.exists("", "the ledgers root").await
-    }
-
     /// BookKeeper's short ledger id: an ephemeral-sequential `idgen/ID-` znode's counter.
     async fn short_ledger_id(&self) -> Result<Option<LedgerId>> {
         let rel = format!("{IDGEN}/ID-");
@@ -267,9 +263,7 @@ impl MetadataStore for ZkMetadataStore {
     async fn init_cluster(&self) -> Result<ClusterInfo> {
         let client = self.zk.client()?;
         let root = self.zk.root.clone();
-        if self.cluster_exists().await? {
-            return Err(MetadataError::already_exists(format!("cluster at {root}")));
-        }
+        let already = || MetadataError::already_exists(format!("cluster at {root}"));
         // Parents of the root (e.g. /folio for /folio/ledgers) are plain directories.
         if let Some(i) = root.rfind('/')
             && i > 0
@@ -281,43 +275,66 @@ impl MetadataStore for ZkMetadataStore {
         }
         let instance_id = codec::new_instance_id();
         // BookKeeper's initNewCluster: one multi for root, available, available/readonly
-        // and INSTANCEID; then LAYOUT.
-        let mut multi = client.new_multi_writer();
-        let ops = [
-            (root.clone(), Vec::new()),
-            (self.zk.abs(AVAILABLE), Vec::new()),
-            (self.zk.abs(&format!("{AVAILABLE}/{READONLY}")), Vec::new()),
-            (self.zk.abs(INSTANCEID), instance_id.as_bytes().to_vec()),
-        ];
-        for (path, data) in &ops {
+        // and INSTANCEID; then LAYOUT. The cluster exists once INSTANCEID does; directories
+        // already there (a bookie registered before the cluster was initialised) are kept,
+        // and the INSTANCEID create decides between two concurrent initialisations.
+        let mut initialised = false;
+        for _ in 0..10 {
+            if self.zk.exists(INSTANCEID, "the cluster INSTANCEID").await? {
+                return Err(already());
+            }
+            let mut multi = client.new_multi_writer();
+            for rel in ["", AVAILABLE, &format!("{AVAILABLE}/{READONLY}")] {
+                if !self.zk.exists(rel, "the cluster directories").await? {
+                    multi
+                        .add_create(&self.zk.abs(rel), b"", &persistent())
+                        .map_err(|e| self.zk.err(e, "cluster initialisation", None))?;
+                }
+            }
             multi
-                .add_create(path, data, &persistent())
+                .add_create(
+                    &self.zk.abs(INSTANCEID),
+                    instance_id.as_bytes(),
+                    &persistent(),
+                )
                 .map_err(|e| self.zk.err(e, "cluster initialisation", None))?;
-        }
-        match self.zk.run(multi.commit()).await? {
-            Ok(_) => {}
-            Err(zk::MultiWriteError::OperationFailed {
-                source: zk::Error::NodeExists,
-                ..
-            }) => {
-                return Err(MetadataError::already_exists(format!("cluster at {root}")));
+            match self.zk.run(multi.commit()).await? {
+                Ok(_) => {
+                    initialised = true;
+                    break;
+                }
+                // Somebody created one of them meanwhile: look again.
+                Err(zk::MultiWriteError::OperationFailed {
+                    source: zk::Error::NodeExists,
+                    ..
+                }) => continue,
+                Err(e) => {
+                    return Err(MetadataError::Internal(format!(
+                        "ZooKeeper error initialising the cluster at {root}: {e}"
+                    )));
+                }
             }
-            Err(e) => {
-                return Err(MetadataError::Internal(format!(
-                    "ZooKeeper error initialising the cluster at {root}: {e}"
-                )));
-            }
         }
+        if !initialised {
+            return Err(MetadataError::Internal(format!(
+                "initialising the cluster at {root} kept racing with other writers"
+            )));
+        }
+        // This session won the INSTANCEID: it owns the LAYOUT too (a stale one is replaced).
+        let layout = self.zk.abs(LAYOUT);
+        let bytes = paths::DEFAULT_LAYOUT.as_bytes();
         match self
             .zk
-            .run(client.create(
-                &self.zk.abs(LAYOUT),
-                paths::DEFAULT_LAYOUT.as_bytes(),
-                &persistent(),
-            ))
+            .run(client.create(&layout, bytes, &persistent()))
             .await?
         {
             Ok(_) => {}
+            Err(zk::Error::NodeExists) => {
+                self.zk
+                    .run(client.set_data(&layout, bytes, None))
+                    .await?
+                    .map_err(|e| self.zk.err(e, "the cluster LAYOUT", None))?;
+            }
             Err(e) => return Err(self.zk.err(e, "the cluster LAYOUT", None)),
         }
         Ok(ClusterInfo {

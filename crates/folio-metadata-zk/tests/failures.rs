@@ -113,6 +113,22 @@ async fn bad_uris_and_ids_are_refused_with_the_cause() {
         .unwrap();
     let err = store.read_ledger(-3).await.unwrap_err();
     assert!(err.to_string().contains("-3"), "{err}");
+    // A bookie registered before the cluster was initialised does not make the cluster
+    // look initialised (the root then exists, but no INSTANCEID).
+    let reg = store
+        .register_bookie(
+            &BookieId::new("10.0.0.1:3181").unwrap(),
+            BookieMode::Writable,
+            &BookieServiceInfo::default(),
+        )
+        .await
+        .unwrap();
+    assert!(store.read_cluster().await.unwrap_err().is_not_found());
+    let info = store.init_cluster().await.unwrap();
+    assert_eq!(store.read_cluster().await.unwrap(), info);
+    assert!(store.init_cluster().await.unwrap_err().is_already_exists());
+    assert_eq!(store.list_bookies().await.unwrap().writable.len(), 1);
+    reg.unregister().await.unwrap();
     store.close().await.unwrap();
 }
 
@@ -249,4 +265,59 @@ async fn watches_survive_a_connection_blip() {
     .unwrap();
     watcher.close().await.unwrap();
     direct.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_registration_survives_a_zookeeper_restart() {
+    let mut server = ZooKeeperServer::start().unwrap();
+    let uri = server.metadata_uri("/ledgers");
+    let options = ZkOptions {
+        session_timeout: Duration::from_secs(20),
+        ..ZkOptions::default()
+    };
+    let store = ZkMetadataStore::connect_with(&uri, options).await.unwrap();
+    store.init_cluster().await.unwrap();
+    let id = BookieId::new("10.0.0.4:3181").unwrap();
+    let _reg = store
+        .register_bookie(&id, BookieMode::Writable, &BookieServiceInfo::default())
+        .await
+        .unwrap();
+    // ZooKeeper persists sessions: a restart shorter than the session timeout keeps the
+    // session, and with it the ephemeral registration.
+    server.restart().unwrap();
+    let observer = ZkMetadataStore::connect(&uri).await.unwrap();
+    assert!(
+        observer
+            .list_bookies()
+            .await
+            .unwrap()
+            .writable
+            .contains(&id)
+    );
+    let mut state = store.session_state();
+    tokio::time::timeout(HANG, state.wait_for(|s| *s == SessionState::Connected))
+        .await
+        .expect("the store never reconnected")
+        .unwrap();
+    // The store works again on the same session.
+    tokio::time::timeout(HANG, async {
+        loop {
+            if store.read_cluster().await.is_ok() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    })
+    .await
+    .expect("the store never answered again");
+    assert!(
+        observer
+            .list_bookies()
+            .await
+            .unwrap()
+            .writable
+            .contains(&id)
+    );
+    observer.close().await.unwrap();
+    store.close().await.unwrap();
 }

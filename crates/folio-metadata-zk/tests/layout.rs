@@ -336,3 +336,43 @@ async fn records_written_by_a_java_style_client_are_read() {
     );
     store.close().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn long_ledger_ids_come_from_idgen_long_hob_blocks() {
+    // Once `idgen-long` exists (BookKeeper creates it when 31-bit ids run out), ids are
+    // (HOB number << 32) | sequence, from ephemeral-sequential znodes under the newest HOB.
+    let server = ZooKeeperServer::start().unwrap();
+    let store = ZkMetadataStore::connect(&server.metadata_uri("/ledgers"))
+        .await
+        .unwrap();
+    store.init_cluster().await.unwrap();
+    let c = raw(&server).await;
+    let open = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+    c.create("/ledgers/idgen-long", b"", &open).await.unwrap();
+    let a = store.generate_ledger_id().await.unwrap();
+    let b = store.generate_ledger_id().await.unwrap();
+    assert_eq!(a >> 32, 1, "{a:#x}");
+    assert_eq!(b >> 32, 1, "{b:#x}");
+    assert!(b > a);
+    assert_eq!(
+        children(&c, "/ledgers/idgen-long").await,
+        vec!["HOB-0000000001"]
+    );
+    // A newer block is used as soon as it exists.
+    c.create("/ledgers/idgen-long/HOB-0000000005", b"", &open)
+        .await
+        .unwrap();
+    let d = store.generate_ledger_id().await.unwrap();
+    assert_eq!(d >> 32, 5, "{d:#x}");
+    // Such ids are stored in the long 3-4-4-4-4 form.
+    store.create_ledger(d, &metadata()).await.unwrap();
+    assert_eq!(store.read_ledger(d).await.unwrap().value, metadata());
+    assert!(
+        c.check_stat(&folio_metadata_zk::ledger_path("/ledgers", d))
+            .await
+            .unwrap()
+            .is_some()
+    );
+    assert!(folio_metadata_zk::ledger_path("/ledgers", d).starts_with("/ledgers/000/0000/0214/"));
+    store.close().await.unwrap();
+}

@@ -13,6 +13,21 @@ use crate::{Error, READY_TIMEOUT, Result, START_ATTEMPTS, port, probe};
 
 const NAME: &str = "etcd";
 
+/// Ready when `/health` is true and our log shows one more "serving client traffic" than
+/// `serving_before` (the count before this start).
+fn probe_ready(p: &ServerProcess, addr: SocketAddr, serving_before: usize) -> Health {
+    let healthy = probe::http_get(addr, "/health")
+        .is_ok_and(|body| body.replace(' ', "").contains(r#""health":"true""#));
+    if healthy
+        && p.log_count("serving client traffic") > serving_before
+        && p.log_contains(&addr.to_string())
+    {
+        Health::Ready
+    } else {
+        Health::NotYet
+    }
+}
+
 /// A running etcd server; killed and its directory deleted on drop.
 pub struct EtcdServer {
     process: ServerProcess,
@@ -91,18 +106,7 @@ impl EtcdServer {
             .arg(format!("folio={peer_url}"));
         let mut process = ServerProcess::spawn(NAME, cmd, dir)?;
         let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, client));
-        let ready = process.wait_ready(READY_TIMEOUT, |p| {
-            let healthy = probe::http_get(addr, "/health")
-                .is_ok_and(|body| body.replace(' ', "").contains(r#""health":"true""#));
-            if healthy
-                && p.log_contains("serving client traffic")
-                && p.log_contains(&addr.to_string())
-            {
-                Health::Ready
-            } else {
-                Health::NotYet
-            }
-        })?;
+        let ready = process.wait_ready(READY_TIMEOUT, |p| probe_ready(p, addr, 0))?;
         if ready {
             Ok(Ok(EtcdServer { process, addr }))
         } else {
@@ -129,9 +133,37 @@ impl EtcdServer {
         self.process.is_running()
     }
 
-    /// Kills the server now (SIGKILL) and waits for it to exit. Idempotent.
+    /// Stops the server gracefully (SIGTERM, then SIGKILL after 10 s) and waits for it to
+    /// exit; its port then refuses connections. The directory is deleted on drop. Idempotent.
     pub fn stop(&mut self) {
+        self.process.stop(std::time::Duration::from_secs(10));
+    }
+
+    /// Kills the server at once (SIGKILL), like a crash. Idempotent.
+    pub fn kill(&mut self) {
         self.process.kill();
+    }
+
+    /// Starts the server again (after `stop`, `kill`, or while running: then it is stopped
+    /// first) on the same ports with the same data.
+    pub fn restart(&mut self) -> Result<()> {
+        self.process.stop(std::time::Duration::from_secs(10));
+        let before = self.process.log_count("serving client traffic");
+        self.process.respawn()?;
+        let addr = self.addr;
+        if self
+            .process
+            .wait_ready(READY_TIMEOUT, |p| probe_ready(p, addr, before))?
+        {
+            Ok(())
+        } else {
+            Err(Error::NotReady {
+                server: NAME,
+                timeout: READY_TIMEOUT,
+                attempts: 1,
+                log: self.process.log_tail(),
+            })
+        }
     }
 
     /// The server's output so far (for diagnosing a failed test).

@@ -3,8 +3,9 @@
 //! `ZooKeeperServer::start()` and `EtcdServer::start()` each launch one standalone server from
 //! the Debian packages (`zookeeper`, `etcd-server`) on free loopback ports inside a fresh
 //! temporary directory, wait until it answers its health probe (ZooKeeper `conf`/`ruok`, etcd
-//! `/health`), and kill it and delete the directory on drop. `stop()` ends a server early so a
-//! test can check how a driver reports an unreachable metadata service.
+//! `/health`), and kill it and delete the directory on drop. `stop()` (graceful) or `kill()`
+//! (a crash) ends a server early so a test can check how a driver reports an unreachable
+//! metadata service; `restart()` brings it back on the same ports with the same data.
 //!
 //! `TcpProxy` sits between one client and a server so a test can partition them.
 //!

@@ -10,6 +10,9 @@ use crate::{Error, Result, log_tail};
 pub(crate) struct ServerProcess {
     pub(crate) name: &'static str,
     child: Option<Child>,
+    /// The command line, to start the same server again (same ports, same data).
+    program: std::ffi::OsString,
+    args: Vec<std::ffi::OsString>,
     log: PathBuf,
     // Declared last: dropped after the child is killed.
     pub(crate) dir: tempfile::TempDir,
@@ -42,13 +45,50 @@ impl ServerProcess {
             .stdout(Stdio::from(out))
             .stderr(Stdio::from(err))
             .current_dir(dir.path());
+        let program = cmd.get_program().to_owned();
+        let args = cmd.get_args().map(|a| a.to_owned()).collect();
         let child = crate::spawn::spawn(cmd).map_err(io(format!("spawn {name}")))?;
         Ok(ServerProcess {
             name,
             child: Some(child),
+            program,
+            args,
             log,
             dir,
         })
+    }
+
+    /// Starts the same command again (after `stop` or `kill`), appending to the same log.
+    pub(crate) fn respawn(&mut self) -> Result<()> {
+        self.kill();
+        let name = self.name;
+        let io = |context: String| {
+            move |source| Error::Io {
+                server: name,
+                context,
+                source,
+            }
+        };
+        let out = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&self.log)
+            .map_err(io(format!("open {}", self.log.display())))?;
+        let err = out.try_clone().map_err(io("dup log file".into()))?;
+        let mut cmd = Command::new(&self.program);
+        cmd.args(&self.args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(out))
+            .stderr(Stdio::from(err))
+            .current_dir(self.dir.path());
+        self.child = Some(crate::spawn::spawn(cmd).map_err(io(format!("respawn {name}")))?);
+        Ok(())
+    }
+
+    /// How many times the log so far contains `needle`.
+    pub(crate) fn log_count(&self, needle: &str) -> usize {
+        std::fs::read(&self.log)
+            .map(|b| String::from_utf8_lossy(&b).matches(needle).count())
+            .unwrap_or(0)
     }
 
     /// Polls `probe` until it reports ready, the process exits (`Ok(false)`: the caller may
@@ -97,6 +137,26 @@ impl ServerProcess {
             Some(c) => matches!(c.try_wait(), Ok(None)),
             None => false,
         }
+    }
+
+    /// Asks the server to exit (SIGTERM), waits up to `grace` for it, then kills it.
+    /// Idempotent.
+    pub(crate) fn stop(&mut self, grace: std::time::Duration) {
+        if let Some(child) = self.child.as_mut() {
+            if let Ok(pid) = libc::pid_t::try_from(child.id()) {
+                // SAFETY: plain kill(2) on our own child's pid, which we have not reaped yet.
+                unsafe { libc::kill(pid, libc::SIGTERM) };
+            }
+            let deadline = Instant::now() + grace;
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = child.try_wait() {
+                    self.child = None;
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        self.kill();
     }
 
     /// Kills the server (SIGKILL) and reaps it. Idempotent.

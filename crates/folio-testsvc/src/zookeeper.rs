@@ -20,6 +20,18 @@ const DEFAULT_CLASSPATH: &str =
 pub struct ZooKeeperServer {
     process: ServerProcess,
     addr: SocketAddr,
+    data_dir: String,
+}
+
+/// Ready when `conf` reports our data directory (not a foreign server's) and `ruok` is `imok`.
+fn probe_ready(addr: SocketAddr, data_dir: &str) -> Health {
+    let ours = probe::four_letter_word(addr, "conf")
+        .is_ok_and(|conf| conf.contains(&format!("dataDir={data_dir}")));
+    if ours && probe::four_letter_word(addr, "ruok").is_ok_and(|r| r == "imok") {
+        Health::Ready
+    } else {
+        Health::NotYet
+    }
 }
 
 impl ZooKeeperServer {
@@ -103,18 +115,14 @@ impl ZooKeeperServer {
         .arg(&cfg);
         let mut process = ServerProcess::spawn(NAME, cmd, dir)?;
         let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
-        let data_marker = data.display().to_string();
-        let ready = process.wait_ready(READY_TIMEOUT, |_| {
-            let ours = probe::four_letter_word(addr, "conf")
-                .is_ok_and(|conf| conf.contains(&format!("dataDir={data_marker}")));
-            if ours && probe::four_letter_word(addr, "ruok").is_ok_and(|r| r == "imok") {
-                Health::Ready
-            } else {
-                Health::NotYet
-            }
-        })?;
+        let data_dir = data.display().to_string();
+        let ready = process.wait_ready(READY_TIMEOUT, |_| probe_ready(addr, &data_dir))?;
         if ready {
-            Ok(Ok(ZooKeeperServer { process, addr }))
+            Ok(Ok(ZooKeeperServer {
+                process,
+                addr,
+                data_dir,
+            }))
         } else {
             Ok(Err(process.log_tail()))
         }
@@ -139,10 +147,37 @@ impl ZooKeeperServer {
         self.process.is_running()
     }
 
-    /// Kills the server now (SIGKILL) and waits for it to exit; its port then refuses
-    /// connections. The directory is deleted on drop. Idempotent.
+    /// Stops the server gracefully (SIGTERM, then SIGKILL after 10 s) and waits for it to
+    /// exit; its port then refuses connections. The directory is deleted on drop. Idempotent.
     pub fn stop(&mut self) {
+        self.process.stop(std::time::Duration::from_secs(10));
+    }
+
+    /// Kills the server at once (SIGKILL), like a crash. Idempotent.
+    pub fn kill(&mut self) {
         self.process.kill();
+    }
+
+    /// Starts the server again (after `stop`, `kill`, or while running: then it is stopped
+    /// first) on the same port with the same data: sessions younger than their timeout
+    /// survive, as on a real ZooKeeper restart.
+    pub fn restart(&mut self) -> Result<()> {
+        self.process.stop(std::time::Duration::from_secs(10));
+        self.process.respawn()?;
+        let (addr, data_dir) = (self.addr, self.data_dir.clone());
+        if self
+            .process
+            .wait_ready(READY_TIMEOUT, |_| probe_ready(addr, &data_dir))?
+        {
+            Ok(())
+        } else {
+            Err(Error::NotReady {
+                server: NAME,
+                timeout: READY_TIMEOUT,
+                attempts: 1,
+                log: self.process.log_tail(),
+            })
+        }
     }
 
     /// The server's output so far (for diagnosing a failed test).

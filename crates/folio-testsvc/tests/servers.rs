@@ -38,7 +38,7 @@ fn etcd_starts_answers_and_stops() {
     );
     assert!(connects(etcd.addr()));
     let dir = etcd.dir();
-    etcd.stop();
+    etcd.kill();
     assert!(!etcd.is_running());
     assert!(!connects(etcd.addr()), "port still accepts after stop");
     drop(etcd);
@@ -107,4 +107,22 @@ fn a_proxy_forwards_until_blocked() {
     c.write_all(b"pong").unwrap();
     c.read_exact(&mut b).unwrap();
     assert_eq!(&b, b"pong");
+}
+
+#[test]
+fn servers_restart_on_the_same_address() {
+    let mut zk = ZooKeeperServer::start().unwrap();
+    let mut etcd = EtcdServer::start().unwrap();
+    let (za, ea) = (zk.addr(), etcd.addr());
+    zk.kill();
+    etcd.stop();
+    assert!(!connects(za) && !connects(ea));
+    zk.restart().unwrap();
+    etcd.restart().unwrap();
+    assert_eq!((zk.addr(), etcd.addr()), (za, ea));
+    assert!(zk.is_running() && etcd.is_running());
+    assert!(connects(za) && connects(ea));
+    // Restarting a running server works too.
+    zk.restart().unwrap();
+    assert!(connects(za));
 }

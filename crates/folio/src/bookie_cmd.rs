@@ -4,11 +4,14 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::{Context, bail};
 use folio_bookie::config::{BookieConfig, DEFAULT_CONFIG_TOML};
 use folio_bookie::node::{BookieNode, MetadataAccess};
 use folio_bookie::registration::Connector;
+use folio_metadata::MetadataStore;
+use folio_metadata::sqlite::{SqliteMetadataStore, SqliteOptions};
 
 #[derive(clap::Args, Debug)]
 pub struct BookieArgs {
@@ -29,21 +32,43 @@ pub struct BookieArgs {
     pub print_default_config: bool,
 }
 
-fn connector(uri: String) -> Connector {
+/// Opens a metadata session; a sqlite:// session lives `session_timeout` past its last heartbeat
+/// (the config's metadata_session_timeout_ms, BookKeeper's zkTimeout).
+async fn connect(
+    uri: &str,
+    session_timeout: Duration,
+) -> folio_metadata::Result<Arc<dyn MetadataStore>> {
+    match folio_metadata::MetadataUri::parse(uri)? {
+        folio_metadata::MetadataUri::Sqlite { path } => {
+            let opts = SqliteOptions {
+                session_timeout,
+                ..SqliteOptions::default()
+            };
+            Ok(Arc::new(SqliteMetadataStore::open(&path, opts).await?))
+        }
+        _ => folio_metadata::connect_embedded(uri).await,
+    }
+}
+
+fn connector(uri: String, session_timeout: Duration) -> Connector {
     Arc::new(move || {
         let uri = uri.clone();
-        Box::pin(async move { crate::metadata_connect::connect(&uri).await })
+        Box::pin(async move { connect(&uri, session_timeout).await })
     })
 }
 
-async fn wait_for_signal() -> anyhow::Result<()> {
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .context("cannot listen for SIGTERM")?;
-    tokio::select! {
-        r = tokio::signal::ctrl_c() => r.context("cannot listen for SIGINT")?,
-        _ = term.recv() => {}
-    }
-    Ok(())
+/// SIGINT and SIGTERM, listened for from the moment this returns (before "ready" is printed, so
+/// a supervisor that stops the bookie right after never kills it uncleanly).
+fn stop_signals() -> anyhow::Result<impl std::future::Future<Output = ()>> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut int = signal(SignalKind::interrupt()).context("cannot listen for SIGINT")?;
+    let mut term = signal(SignalKind::terminate()).context("cannot listen for SIGTERM")?;
+    Ok(async move {
+        tokio::select! {
+            _ = int.recv() => {}
+            _ = term.recv() => {}
+        }
+    })
 }
 
 pub fn run(metadata: Option<String>, args: BookieArgs) -> anyhow::Result<()> {
@@ -75,7 +100,9 @@ pub fn run(metadata: Option<String>, args: BookieArgs) -> anyhow::Result<()> {
         .build()
         .context("cannot start the async runtime")?;
     runtime.block_on(async move {
-        let store = crate::metadata_connect::connect(&uri)
+        let stop = stop_signals()?;
+        let session_timeout = Duration::from_millis(config.metadata_session_timeout_ms);
+        let store = connect(&uri, session_timeout)
             .await
             .with_context(|| format!("cannot connect to metadata service {uri}"))?;
         let embedded = uri.starts_with("sqlite:") || uri.starts_with("mem:");
@@ -84,7 +111,7 @@ pub fn run(metadata: Option<String>, args: BookieArgs) -> anyhow::Result<()> {
             config,
             Some(MetadataAccess {
                 store,
-                connector: connector(uri.clone()),
+                connector: connector(uri.clone(), session_timeout),
                 init_cluster_if_missing: embedded,
             }),
         )
@@ -98,7 +125,7 @@ pub fn run(metadata: Option<String>, args: BookieArgs) -> anyhow::Result<()> {
             println!("http listening on {http}");
         }
         println!("ready");
-        wait_for_signal().await?;
+        stop.await;
         tracing::info!("signal received, shutting down");
         node.shutdown().await?;
         println!("stopped");

@@ -1,0 +1,353 @@
+//! The client: a metadata store session plus connections to bookies. It creates, opens
+//! (with or without recovery), deletes and lists ledgers.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use folio_env::{Clock, Rng, SystemClock, SystemRng};
+use folio_metadata::{MetadataStore, Versioned};
+use folio_proto::{DigestManager, master_key};
+use folio_types::metadata::{DigestType, LedgerMetadata};
+use folio_types::quorum::QuorumConfig;
+use folio_types::{EntryId, LedgerId};
+
+use crate::config::ClientConfig;
+use crate::conn::{Bookies, Connector, TcpConnector};
+use crate::ensemble::{RACK_PROPERTY, Racks, choose_ensemble};
+use crate::error::{ClientError, Result};
+use crate::ledger::LedgerHandle;
+use crate::reader::ReadHandle;
+use crate::recover::recover;
+
+/// What a new ledger looks like. Defaults: ensemble 3, write quorum 2, ack quorum 2,
+/// CRC32 digest (BookKeeper's defaults), empty password, no custom metadata.
+#[derive(Debug, Clone)]
+pub struct CreateOptions {
+    pub ensemble_size: usize,
+    pub write_quorum: usize,
+    pub ack_quorum: usize,
+    pub digest_type: DigestType,
+    pub password: Vec<u8>,
+    pub custom_metadata: BTreeMap<String, Vec<u8>>,
+    /// Caller-chosen entry ids (BookKeeper's `createLedgerAdv`): append with
+    /// [`LedgerHandle::append_with_id`]; the LAC advances over the contiguous prefix.
+    pub adv: bool,
+}
+
+impl Default for CreateOptions {
+    fn default() -> Self {
+        CreateOptions {
+            ensemble_size: 3,
+            write_quorum: 2,
+            ack_quorum: 2,
+            digest_type: DigestType::Crc32,
+            password: Vec::new(),
+            custom_metadata: BTreeMap::new(),
+            adv: false,
+        }
+    }
+}
+
+impl CreateOptions {
+    /// Ensemble, write quorum and ack quorum sizes.
+    pub fn quorum(mut self, ensemble: usize, write: usize, ack: usize) -> Self {
+        self.ensemble_size = ensemble;
+        self.write_quorum = write;
+        self.ack_quorum = ack;
+        self
+    }
+
+    pub fn digest(mut self, digest_type: DigestType) -> Self {
+        self.digest_type = digest_type;
+        self
+    }
+
+    pub fn password(mut self, password: impl Into<Vec<u8>>) -> Self {
+        self.password = password.into();
+        self
+    }
+
+    pub fn custom(mut self, key: impl Into<String>, value: impl Into<Vec<u8>>) -> Self {
+        self.custom_metadata.insert(key.into(), value.into());
+        self
+    }
+
+    pub fn adv(mut self, adv: bool) -> Self {
+        self.adv = adv;
+        self
+    }
+}
+
+/// Shared by the client and every handle it made.
+pub(crate) struct Inner {
+    pub metadata: Arc<dyn MetadataStore>,
+    pub bookies: Bookies,
+    pub config: Arc<ClientConfig>,
+    pub rng: Arc<dyn Rng>,
+    pub clock: Arc<dyn Clock>,
+}
+
+impl Inner {
+    /// The racks of `bookies`, when rack-aware placement is on (bookies without a `rack`
+    /// property, or whose registration cannot be read, have none).
+    pub(crate) async fn racks(
+        &self,
+        bookies: &std::collections::BTreeSet<folio_types::BookieId>,
+    ) -> Racks {
+        let mut racks = Racks::new();
+        if !self.config.rack_aware {
+            return racks;
+        }
+        for b in bookies {
+            if let Ok(info) = self.metadata.bookie_service_info(b).await
+                && let Some(rack) = info.properties.get(RACK_PROPERTY)
+            {
+                racks.insert(b.clone(), rack.clone());
+            }
+        }
+        racks
+    }
+}
+
+/// A Folio (BookKeeper) client.
+///
+/// ```no_run
+/// # async fn demo(metadata: std::sync::Arc<dyn folio_metadata::MetadataStore>) -> folio_client::Result<()> {
+/// use folio_client::{Client, ClientConfig, CreateOptions, OpenOptions};
+///
+/// let client = Client::connect(metadata, ClientConfig::default()).await?;
+/// let writer = client
+///     .create_ledger(CreateOptions::default().quorum(3, 2, 2).password("secret"))
+///     .await?;
+/// // Appends pipeline: start many, then await them; they complete in entry order.
+/// let first = writer.append("hello");
+/// let second = writer.append("world");
+/// assert_eq!((first.await?, second.await?), (0, 1));
+/// writer.close().await?;
+///
+/// let reader = client
+///     .open_ledger(writer.id(), b"secret", OpenOptions::recovery())
+///     .await?;
+/// for entry in reader.read(0, reader.last_add_confirmed()).await? {
+///     println!("{}: {:?}", entry.entry_id, entry.payload);
+/// }
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct Client {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("metadata", &self.inner.metadata.uri())
+            .finish()
+    }
+}
+
+/// How to open a ledger.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OpenOptions {
+    /// Fence and recover the ledger (and close it) if it is not closed. Without it the
+    /// ledger is read as it is: only up to the LAC known when asked.
+    pub recovery: bool,
+}
+
+impl OpenOptions {
+    /// Open with recovery: fences the writer, recovers the tail and closes the ledger.
+    pub fn recovery() -> Self {
+        OpenOptions { recovery: true }
+    }
+
+    /// Open without recovery, for tailing a ledger that is still being written.
+    pub fn no_recovery() -> Self {
+        OpenOptions { recovery: false }
+    }
+}
+
+pub(crate) fn proto_digest(d: DigestType) -> folio_proto::DigestType {
+    match d {
+        DigestType::Crc32 => folio_proto::DigestType::Crc32,
+        DigestType::Mac => folio_proto::DigestType::Mac,
+        DigestType::Crc32c => folio_proto::DigestType::Crc32c,
+        DigestType::Dummy => folio_proto::DigestType::Dummy,
+    }
+}
+
+impl Client {
+    /// A client over `metadata`, reaching bookies by TCP, with the system clock and
+    /// OS-seeded randomness.
+    pub async fn connect(metadata: Arc<dyn MetadataStore>, config: ClientConfig) -> Result<Client> {
+        Ok(Client::with_seams(
+            metadata,
+            config,
+            Arc::new(TcpConnector),
+            Arc::new(SystemRng::new()),
+            Arc::new(SystemClock),
+        ))
+    }
+
+    /// A client with explicit seams (network, randomness, clock), for simulation.
+    pub fn with_seams(
+        metadata: Arc<dyn MetadataStore>,
+        config: ClientConfig,
+        connector: Arc<dyn Connector>,
+        rng: Arc<dyn Rng>,
+        clock: Arc<dyn Clock>,
+    ) -> Client {
+        let config = Arc::new(config);
+        Client {
+            inner: Arc::new(Inner {
+                metadata,
+                bookies: Bookies::new(connector, config.clone()),
+                config,
+                rng,
+                clock,
+            }),
+        }
+    }
+
+    /// The metadata store this client uses.
+    pub fn metadata(&self) -> &Arc<dyn MetadataStore> {
+        &self.inner.metadata
+    }
+
+    /// Creates a ledger on a random ensemble of writable bookies and returns its writer.
+    /// Fails with [`ClientError::NotEnoughBookies`] if fewer than E bookies are writable.
+    pub async fn create_ledger(&self, opts: CreateOptions) -> Result<LedgerHandle> {
+        let quorum = QuorumConfig::new(opts.ensemble_size, opts.write_quorum, opts.ack_quorum)
+            .map_err(ClientError::InvalidArgument)?;
+        let inner = &self.inner;
+        let writable = inner.metadata.list_bookies().await?.writable;
+        let racks = inner.racks(&writable).await;
+        let ensemble = choose_ensemble(
+            quorum.ensemble_size,
+            quorum.write_quorum,
+            &writable,
+            &racks,
+            inner.rng.as_ref(),
+        )?;
+        let mut meta =
+            LedgerMetadata::new_open(quorum, ensemble, opts.digest_type, opts.password.clone());
+        meta.custom_metadata = opts.custom_metadata.clone();
+        meta.ctime = Some(inner.clock.unix_millis() as i64);
+        meta.c_token = (inner.rng.next_u64() >> 1) as i64;
+        let mut attempts = 0;
+        let (ledger, version) = loop {
+            let id = inner.metadata.generate_ledger_id().await?;
+            match inner.metadata.create_ledger(id, &meta).await {
+                Ok(v) => break (id, v),
+                // Someone holds this id (e.g. one created by hand): take another.
+                Err(e) if e.is_already_exists() && attempts < inner.config.metadata_retries => {
+                    attempts += 1;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        };
+        tracing::debug!(ledger, ensemble = ?meta.ensembles, "created ledger");
+        Ok(LedgerHandle::spawn(
+            self.inner.clone(),
+            ledger,
+            Versioned {
+                value: meta,
+                version,
+            },
+            opts.password,
+            opts.adv,
+        ))
+    }
+
+    /// Opens a ledger for reading. With [`OpenOptions::recovery`] an open ledger is
+    /// fenced, its tail recovered and the ledger closed (anyone writing it then fails with
+    /// [`ClientError::Fenced`]); a wrong password fails before anything is fenced.
+    pub async fn open_ledger(
+        &self,
+        ledger: LedgerId,
+        password: &[u8],
+        opts: OpenOptions,
+    ) -> Result<ReadHandle> {
+        let inner = &self.inner;
+        let mut meta = inner
+            .metadata
+            .read_ledger(ledger)
+            .await
+            .map_err(|e| ClientError::from_metadata(ledger, e))?;
+        meta.value
+            .validate()
+            .map_err(|reason| ClientError::MetadataConflict { ledger, reason })?;
+        if let Some(pw) = &meta.value.password
+            && pw.as_slice() != password
+        {
+            return Err(ClientError::Unauthorized {
+                ledger,
+                bookie: None,
+            });
+        }
+        let digest = DigestManager::new(ledger, proto_digest(meta.value.digest_type), password);
+        let key = master_key(password);
+        if opts.recovery && !meta.value.is_closed() {
+            meta = recover(inner, ledger, &digest, &key).await?;
+        }
+        let handle = ReadHandle::new(self.inner.clone(), ledger, meta, digest);
+        if !handle.is_closed() {
+            // Without recovery the reader starts at the LAC the bookies know now; if none
+            // answer it starts at what the metadata proves (before the last fragment).
+            let _ = handle.read_last_add_confirmed().await;
+        }
+        Ok(handle)
+    }
+
+    /// Deletes a ledger's metadata (bookies garbage-collect its entries later).
+    pub async fn delete_ledger(&self, ledger: LedgerId) -> Result<()> {
+        self.inner
+            .metadata
+            .delete_ledger(ledger, None)
+            .await
+            .map_err(|e| ClientError::from_metadata(ledger, e))
+    }
+
+    /// Every ledger id, ascending.
+    pub async fn list_ledgers(&self) -> Result<Vec<LedgerId>> {
+        let mut out = Vec::new();
+        let mut after = None;
+        loop {
+            let page = self.inner.metadata.list_ledgers(after, 1000).await?;
+            out.extend(page.ledgers);
+            match page.next {
+                Some(n) => after = Some(n),
+                None => return Ok(out),
+            }
+        }
+    }
+
+    /// A ledger's metadata as stored now.
+    pub async fn ledger_metadata(&self, ledger: LedgerId) -> Result<LedgerMetadata> {
+        Ok(self
+            .inner
+            .metadata
+            .read_ledger(ledger)
+            .await
+            .map_err(|e| ClientError::from_metadata(ledger, e))?
+            .value)
+    }
+
+    /// Drops every bookie connection. Handles made by this client fail afterwards
+    /// only if they need a connection again (they reconnect).
+    pub fn close(&self) {
+        self.inner.bookies.close_all();
+    }
+}
+
+/// The highest entry id every reader may trust without asking bookies: the last entry of
+/// a closed ledger, or the entry before the last fragment of an open one (the writer
+/// started that fragment at its LAC + 1).
+pub(crate) fn metadata_lac(meta: &LedgerMetadata) -> EntryId {
+    if meta.is_closed() {
+        return meta.last_entry_id;
+    }
+    meta.current_ensemble()
+        .map(|(start, _)| start - 1)
+        .unwrap_or(-1)
+}

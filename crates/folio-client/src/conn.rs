@@ -1,0 +1,612 @@
+//! Connections to bookies: one pooled v3 connection per bookie, requests matched to
+//! responses by txn id, reconnection with backoff.
+//!
+//! This is the only place that moves bytes. A connection has a writer task (frames from
+//! a queue to the socket, so concurrent requests never interleave bytes) and a reader
+//! task (frames from the socket to the waiting request). When either side fails, every
+//! request waiting on that connection fails at once with the cause, and the next request
+//! reconnects, unless the last attempt failed less than the backoff ago, in which case it
+//! fails immediately: a dead bookie costs one connect timeout, not one per request.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use bytes::{Bytes, BytesMut};
+use folio_proto::pb::{self, OperationType};
+use folio_proto::{FrameDecoder, Status, v3};
+use folio_types::BookieId;
+use parking_lot::Mutex;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+
+use crate::config::ClientConfig;
+
+/// A byte stream to a bookie.
+pub trait Stream: AsyncRead + AsyncWrite + Unpin + Send + 'static {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send + 'static> Stream for T {}
+
+/// A future returned by [`Connector::connect`].
+pub type ConnectFuture<'a> = Pin<Box<dyn Future<Output = io::Result<Box<dyn Stream>>> + Send + 'a>>;
+
+/// How the client reaches a bookie: the network seam (a simulator plugs in its own).
+pub trait Connector: Send + Sync + 'static {
+    fn connect<'a>(&'a self, bookie: &'a BookieId) -> ConnectFuture<'a>;
+}
+
+/// TCP to the bookie id read as `host:port` (BookKeeper's legacy address resolution).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct TcpConnector;
+
+impl Connector for TcpConnector {
+    fn connect<'a>(&'a self, bookie: &'a BookieId) -> ConnectFuture<'a> {
+        Box::pin(async move {
+            let s = tokio::net::TcpStream::connect(bookie.as_str()).await?;
+            s.set_nodelay(true)?;
+            Ok(Box::new(s) as Box<dyn Stream>)
+        })
+    }
+}
+
+/// Why a request got no usable response.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RpcError {
+    /// The bookie answered with this (non-OK) status.
+    Status(Status),
+    /// No answer within the timeout.
+    Timeout,
+    /// The bookie cannot be reached, or the connection broke before the answer came.
+    Unreachable(String),
+    /// The answer could not be decoded or did not match the request.
+    BadResponse(String),
+}
+
+impl std::fmt::Display for RpcError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RpcError::Status(s) => write!(f, "status {s}"),
+            RpcError::Timeout => f.write_str("timed out"),
+            RpcError::Unreachable(r) => write!(f, "unreachable: {r}"),
+            RpcError::BadResponse(r) => write!(f, "bad response: {r}"),
+        }
+    }
+}
+
+type Waiter = oneshot::Sender<Result<pb::Response, RpcError>>;
+
+/// State shared by a connection's tasks and its requesters.
+struct Shared {
+    /// `None` once the connection is dead: nobody may wait on it any more.
+    waiting: Mutex<Option<HashMap<u64, Waiter>>>,
+}
+
+impl Shared {
+    fn kill(&self, reason: &str) {
+        let waiting = self.waiting.lock().take();
+        for (_, w) in waiting.into_iter().flatten() {
+            let _ = w.send(Err(RpcError::Unreachable(reason.to_string())));
+        }
+    }
+
+    fn is_alive(&self) -> bool {
+        self.waiting.lock().is_some()
+    }
+}
+
+struct Conn {
+    shared: Arc<Shared>,
+    frames: mpsc::UnboundedSender<Bytes>,
+    reader: JoinHandle<()>,
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        self.reader.abort();
+        self.shared.kill("connection closed");
+    }
+}
+
+#[derive(Default)]
+struct ChannelState {
+    conn: Option<Arc<Conn>>,
+    /// When the last connect failed, why, and the backoff then in force.
+    failure: Option<(Instant, String, Duration)>,
+}
+
+/// The connection to one bookie.
+struct Channel {
+    bookie: BookieId,
+    /// The live connection, for the fast path (no async lock per request).
+    live: Mutex<Option<Arc<Conn>>>,
+    /// Held while connecting, so that one attempt serves every waiting request.
+    state: tokio::sync::Mutex<ChannelState>,
+}
+
+/// Every bookie connection of a client.
+pub struct Bookies {
+    connector: Arc<dyn Connector>,
+    config: Arc<ClientConfig>,
+    channels: Mutex<HashMap<BookieId, Arc<Channel>>>,
+    next_txn: AtomicU64,
+}
+
+impl std::fmt::Debug for Bookies {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Bookies")
+            .field("connections", &self.channels.lock().len())
+            .finish()
+    }
+}
+
+impl Bookies {
+    pub fn new(connector: Arc<dyn Connector>, config: Arc<ClientConfig>) -> Bookies {
+        Bookies {
+            connector,
+            config,
+            channels: Mutex::new(HashMap::new()),
+            next_txn: AtomicU64::new(1),
+        }
+    }
+
+    /// Drops every connection (waiting requests fail).
+    pub fn close_all(&self) {
+        self.channels.lock().clear();
+    }
+
+    fn channel(&self, bookie: &BookieId) -> Arc<Channel> {
+        self.channels
+            .lock()
+            .entry(bookie.clone())
+            .or_insert_with(|| {
+                Arc::new(Channel {
+                    bookie: bookie.clone(),
+                    live: Mutex::new(None),
+                    state: tokio::sync::Mutex::new(ChannelState::default()),
+                })
+            })
+            .clone()
+    }
+
+    /// The live connection to the bookie, and whether it was made just now.
+    async fn connection(&self, ch: &Channel) -> Result<(Arc<Conn>, bool), RpcError> {
+        if let Some(c) = ch.live.lock().as_ref()
+            && c.shared.is_alive()
+        {
+            return Ok((c.clone(), false));
+        }
+        let mut st = ch.state.lock().await;
+        if let Some(c) = &st.conn
+            && c.shared.is_alive()
+        {
+            return Ok((c.clone(), false));
+        }
+        st.conn = None;
+        let mut backoff = self.config.reconnect_backoff;
+        if let Some((at, reason, b)) = &st.failure {
+            if at.elapsed() < *b {
+                return Err(RpcError::Unreachable(reason.clone()));
+            }
+            backoff = (*b * 2).min(self.config.max_reconnect_backoff);
+        }
+        let connected = tokio::time::timeout(
+            self.config.connect_timeout,
+            self.connector.connect(&ch.bookie),
+        )
+        .await;
+        let stream = match connected {
+            Ok(Ok(s)) => s,
+            Ok(Err(e)) => {
+                let reason = format!("connect to {}: {e}", ch.bookie);
+                st.failure = Some((Instant::now(), reason.clone(), backoff));
+                return Err(RpcError::Unreachable(reason));
+            }
+            Err(_) => {
+                let reason = format!(
+                    "connect to {} timed out after {:?}",
+                    ch.bookie, self.config.connect_timeout
+                );
+                st.failure = Some((Instant::now(), reason.clone(), backoff));
+                return Err(RpcError::Unreachable(reason));
+            }
+        };
+        st.failure = None;
+        let conn = Arc::new(spawn_conn(
+            stream,
+            ch.bookie.clone(),
+            self.config.max_frame_size,
+        ));
+        st.conn = Some(conn.clone());
+        *ch.live.lock() = Some(conn.clone());
+        Ok((conn, true))
+    }
+
+    /// Sends `req` (its txn id is assigned here) and waits for the response, at most
+    /// `timeout`. A response whose status is not OK becomes [`RpcError::Status`].
+    pub async fn call(
+        &self,
+        bookie: &BookieId,
+        mut req: pb::Request,
+        timeout: Duration,
+    ) -> Result<pb::Response, RpcError> {
+        let ch = self.channel(bookie);
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut retried = false;
+        let resp = loop {
+            let (conn, fresh) = tokio::time::timeout_at(deadline, self.connection(&ch))
+                .await
+                .map_err(|_| RpcError::Timeout)??;
+            match self.exchange(&conn, bookie, &mut req, deadline).await {
+                // A pooled connection the bookie had already closed (it restarted, or
+                // dropped idle connections) is noticed only when used: try once more on a
+                // new connection. Every request the client sends may be repeated (adds
+                // of the same entry, reads, fences, LAC writes).
+                Err(RpcError::Unreachable(reason)) if !fresh && !retried => {
+                    tracing::debug!(%bookie, "stale connection ({reason}); reconnecting");
+                    retried = true;
+                }
+                other => break other?,
+            }
+        };
+        if resp.header.operation != req.header.operation {
+            return Err(RpcError::BadResponse(format!(
+                "{bookie} answered txn {} with operation {} instead of {}",
+                resp.header.txn_id, resp.header.operation, req.header.operation
+            )));
+        }
+        let status =
+            response_status(&resp).map_err(|e| RpcError::BadResponse(format!("{bookie}: {e}")))?;
+        if status != Status::Ok {
+            return Err(RpcError::Status(status));
+        }
+        Ok(resp)
+    }
+
+    /// Sends `req` on `conn` with a new txn id and waits for its response.
+    async fn exchange(
+        &self,
+        conn: &Conn,
+        bookie: &BookieId,
+        req: &mut pb::Request,
+        deadline: tokio::time::Instant,
+    ) -> Result<pb::Response, RpcError> {
+        let txn = self.next_txn.fetch_add(1, Ordering::Relaxed);
+        req.header.txn_id = txn;
+        let (tx, rx) = oneshot::channel();
+        {
+            let mut waiting = conn.shared.waiting.lock();
+            let Some(map) = waiting.as_mut() else {
+                return Err(RpcError::Unreachable(format!(
+                    "connection to {bookie} lost"
+                )));
+            };
+            map.insert(txn, tx);
+        }
+        let mut frame = BytesMut::new();
+        v3::encode_request_frame(req, &mut frame);
+        if conn.frames.send(frame.freeze()).is_err() {
+            conn.shared.kill("connection writer stopped");
+        }
+        match tokio::time::timeout_at(deadline, rx).await {
+            Err(_) => {
+                if let Some(map) = conn.shared.waiting.lock().as_mut() {
+                    map.remove(&txn);
+                }
+                Err(RpcError::Timeout)
+            }
+            Ok(Err(_)) => Err(RpcError::Unreachable(format!(
+                "connection to {bookie} lost"
+            ))),
+            Ok(Ok(r)) => r,
+        }
+    }
+}
+
+/// BookKeeper's rule: the top-level status unless it is OK and a sub-response carries one.
+fn response_status(resp: &pb::Response) -> Result<Status, folio_proto::ProtoError> {
+    let top = Status::from_v3_value(resp.status)?;
+    if top != Status::Ok {
+        return Ok(top);
+    }
+    let sub = resp
+        .read_response
+        .as_ref()
+        .map(|r| r.status)
+        .or(resp.add_response.as_ref().map(|r| r.status))
+        .or(resp.write_lac_response.as_ref().map(|r| r.status))
+        .or(resp.read_lac_response.as_ref().map(|r| r.status))
+        .or(resp.force_ledger_response.as_ref().map(|r| r.status));
+    match sub {
+        Some(s) => Status::from_v3_value(s),
+        None => Ok(top),
+    }
+}
+
+fn spawn_conn(stream: Box<dyn Stream>, bookie: BookieId, max_frame: usize) -> Conn {
+    let (mut rd, mut wr) = tokio::io::split(stream);
+    let shared = Arc::new(Shared {
+        waiting: Mutex::new(Some(HashMap::new())),
+    });
+    let (frames, mut frames_rx) = mpsc::unbounded_channel::<Bytes>();
+    let ws = shared.clone();
+    let wb = bookie.clone();
+    tokio::spawn(async move {
+        // Frames queued while the previous write was in progress go out in one write.
+        let mut batch = BytesMut::new();
+        while let Some(f) = frames_rx.recv().await {
+            batch.extend_from_slice(&f);
+            while batch.len() < 1 << 20 {
+                match frames_rx.try_recv() {
+                    Ok(f) => batch.extend_from_slice(&f),
+                    Err(_) => break,
+                }
+            }
+            if let Err(e) = wr.write_all(&batch).await {
+                ws.kill(&format!("write to {wb}: {e}"));
+                return;
+            }
+            batch.clear();
+        }
+        let _ = wr.shutdown().await;
+    });
+    let rs = shared.clone();
+    let reader = tokio::spawn(async move {
+        let mut decoder = FrameDecoder::with_max_frame_size(max_frame);
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            loop {
+                match decoder.next_frame() {
+                    Ok(Some(frame)) => match v3::decode_response(frame) {
+                        Ok(resp) => {
+                            let w = rs
+                                .waiting
+                                .lock()
+                                .as_mut()
+                                .and_then(|m| m.remove(&resp.header.txn_id));
+                            // A response nobody waits for (timed out) is dropped.
+                            if let Some(w) = w {
+                                let _ = w.send(Ok(resp));
+                            }
+                        }
+                        Err(e) => {
+                            rs.kill(&format!("undecodable response from {bookie}: {e}"));
+                            return;
+                        }
+                    },
+                    Ok(None) => break,
+                    Err(e) => {
+                        rs.kill(&format!("bad frame from {bookie}: {e}"));
+                        return;
+                    }
+                }
+            }
+            match rd.read(&mut buf).await {
+                Ok(0) => {
+                    rs.kill(&format!("{bookie} closed the connection"));
+                    return;
+                }
+                Ok(n) => decoder.feed(&buf[..n]),
+                Err(e) => {
+                    rs.kill(&format!("read from {bookie}: {e}"));
+                    return;
+                }
+            }
+        }
+    });
+    Conn {
+        shared,
+        frames,
+        reader,
+    }
+}
+
+/// Builders of the v3 requests the client sends.
+pub mod req {
+    use super::*;
+    use folio_proto::v3::{HIGH_PRIORITY, request_header};
+
+    fn request(op: OperationType, high_priority: bool) -> pb::Request {
+        pb::Request {
+            header: request_header(op, 0, high_priority.then_some(HIGH_PRIORITY)),
+            ..Default::default()
+        }
+    }
+
+    /// An add; `recovery` sets RECOVERY_ADD and high priority.
+    pub fn add(
+        ledger: i64,
+        entry: i64,
+        master_key: &[u8],
+        body: Bytes,
+        recovery: bool,
+    ) -> pb::Request {
+        let mut r = request(OperationType::AddEntry, recovery);
+        r.add_request = Some(pb::AddRequest {
+            flag: recovery.then_some(pb::add_request::Flag::RecoveryAdd as i32),
+            ledger_id: ledger,
+            entry_id: entry,
+            master_key: Bytes::copy_from_slice(master_key),
+            body,
+            write_flags: None,
+        });
+        r
+    }
+
+    /// A read; with `fence_key` it carries FENCE_LEDGER, the master key and high priority.
+    pub fn read(ledger: i64, entry: i64, fence_key: Option<&[u8]>) -> pb::Request {
+        let mut r = request(OperationType::ReadEntry, fence_key.is_some());
+        r.read_request = Some(pb::ReadRequest {
+            flag: fence_key.map(|_| pb::read_request::Flag::FenceLedger as i32),
+            ledger_id: ledger,
+            entry_id: entry,
+            master_key: fence_key.map(Bytes::copy_from_slice),
+            previous_lac: None,
+            time_out: None,
+        });
+        r
+    }
+
+    /// A long-poll read: answered once the bookie's LAC passes `previous_lac` (with the
+    /// next entry piggybacked when it has it) or after `timeout_ms`.
+    pub fn long_poll(ledger: i64, previous_lac: i64, timeout_ms: i64) -> pb::Request {
+        let mut r = request(OperationType::ReadEntry, false);
+        r.read_request = Some(pb::ReadRequest {
+            flag: Some(pb::read_request::Flag::EntryPiggyback as i32),
+            ledger_id: ledger,
+            entry_id: -1,
+            master_key: None,
+            previous_lac: Some(previous_lac),
+            time_out: Some(timeout_ms),
+        });
+        r
+    }
+
+    pub fn read_lac(ledger: i64) -> pb::Request {
+        let mut r = request(OperationType::ReadLac, false);
+        r.read_lac_request = Some(pb::ReadLacRequest { ledger_id: ledger });
+        r
+    }
+
+    pub fn write_lac(ledger: i64, lac: i64, master_key: &[u8], body: Bytes) -> pb::Request {
+        let mut r = request(OperationType::WriteLac, false);
+        r.write_lac_request = Some(pb::WriteLacRequest {
+            ledger_id: ledger,
+            lac,
+            master_key: Bytes::copy_from_slice(master_key),
+            body,
+        });
+        r
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::net::TcpListener;
+
+    /// A scripted bookie over a real socket: answers each request with `answer`.
+    async fn serve_once<F>(answer: F) -> (BookieId, JoinHandle<()>)
+    where
+        F: Fn(pb::Request) -> Option<pb::Response> + Send + 'static,
+    {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let id = BookieId::new(l.local_addr().unwrap().to_string()).unwrap();
+        let h = tokio::spawn(async move {
+            let (mut s, _) = l.accept().await.unwrap();
+            let mut dec = FrameDecoder::new();
+            let mut buf = vec![0u8; 4096];
+            loop {
+                while let Ok(Some(f)) = dec.next_frame() {
+                    let r = v3::decode_request(f).unwrap();
+                    if let Some(resp) = answer(r) {
+                        let mut out = BytesMut::new();
+                        v3::encode_response_frame(&resp, &mut out);
+                        s.write_all(&out).await.unwrap();
+                    }
+                }
+                match s.read(&mut buf).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => dec.feed(&buf[..n]),
+                }
+            }
+        });
+        (id, h)
+    }
+
+    fn ok_add(r: &pb::Request, status: pb::StatusCode) -> pb::Response {
+        let a = r.add_request.as_ref().unwrap();
+        pb::Response {
+            header: v3::response_header(&r.header),
+            status: status as i32,
+            add_response: Some(pb::AddResponse {
+                status: status as i32,
+                ledger_id: a.ledger_id,
+                entry_id: a.entry_id,
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn bookies() -> Bookies {
+        Bookies::new(Arc::new(TcpConnector), Arc::new(ClientConfig::default()))
+    }
+
+    #[tokio::test]
+    async fn matches_responses_by_txn_and_maps_statuses() {
+        let (id, _h) = serve_once(|r| {
+            let entry = r.add_request.as_ref().unwrap().entry_id;
+            Some(ok_add(
+                &r,
+                if entry == 1 {
+                    pb::StatusCode::Efenced
+                } else {
+                    pb::StatusCode::Eok
+                },
+            ))
+        })
+        .await;
+        let b = bookies();
+        let t = Duration::from_secs(30);
+        let r0 = b
+            .call(&id, req::add(1, 0, &[0; 20], Bytes::new(), false), t)
+            .await
+            .unwrap();
+        assert_eq!(r0.add_response.unwrap().entry_id, 0);
+        let r1 = b
+            .call(&id, req::add(1, 1, &[0; 20], Bytes::new(), false), t)
+            .await;
+        assert_eq!(r1.unwrap_err(), RpcError::Status(Status::Fenced));
+    }
+
+    #[tokio::test]
+    async fn unanswered_request_times_out_and_a_closed_connection_fails_waiters() {
+        let (id, h) = serve_once(|_| None).await;
+        let b = bookies();
+        let r = b
+            .call(&id, req::read(1, 0, None), Duration::from_millis(200))
+            .await;
+        assert_eq!(r.unwrap_err(), RpcError::Timeout);
+        // The server goes away: a waiting request fails with the cause, not a timeout.
+        let b = Arc::new(b);
+        let b2 = b.clone();
+        let id2 = id.clone();
+        let waiter = tokio::spawn(async move {
+            b2.call(&id2, req::read(1, 1, None), Duration::from_secs(60))
+                .await
+        });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        h.abort();
+        let r = waiter.await.unwrap();
+        assert!(matches!(r, Err(RpcError::Unreachable(_))), "{r:?}");
+    }
+
+    #[tokio::test]
+    async fn refused_connection_is_unreachable_and_backs_off() {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let id = BookieId::new(l.local_addr().unwrap().to_string()).unwrap();
+        drop(l);
+        let cfg = ClientConfig {
+            reconnect_backoff: Duration::from_secs(60),
+            ..ClientConfig::default()
+        };
+        let b = Bookies::new(Arc::new(TcpConnector), Arc::new(cfg));
+        let r = b
+            .call(&id, req::read(1, 0, None), Duration::from_secs(30))
+            .await;
+        let Err(RpcError::Unreachable(reason)) = r else {
+            panic!("{r:?}")
+        };
+        assert!(reason.contains(id.as_str()), "{reason}");
+        // Within the backoff the same cause is returned without a new attempt.
+        let r2 = b
+            .call(&id, req::read(1, 0, None), Duration::from_secs(30))
+            .await;
+        assert_eq!(r2.unwrap_err(), RpcError::Unreachable(reason));
+    }
+}

@@ -1,0 +1,496 @@
+//! Reading a ledger: entries (digest verified, next replica on a mismatch or an error),
+//! the LAC (from all bookies until every ack quorum answered, or the first answer), and
+//! the long poll that waits for the LAC to move.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use folio_metadata::Versioned;
+use folio_proto::{DigestManager, Status, VerifiedEntry};
+use folio_types::metadata::LedgerMetadata;
+use folio_types::{BookieId, EntryId, LedgerId};
+use parking_lot::Mutex;
+use tokio::task::JoinSet;
+
+use crate::client::{Inner, metadata_lac};
+use crate::conn::{RpcError, req};
+use crate::coverage::covers_ensemble;
+use crate::error::{ClientError, Result};
+
+/// One entry read from a ledger.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LedgerEntry {
+    pub ledger_id: LedgerId,
+    pub entry_id: EntryId,
+    pub payload: Bytes,
+}
+
+/// Maps a failed request to a bookie into the client's error for (ledger, entry).
+pub(crate) fn rpc_error(
+    ledger: LedgerId,
+    entry: EntryId,
+    bookie: &BookieId,
+    e: RpcError,
+) -> ClientError {
+    match e {
+        RpcError::Status(Status::NoEntry) => ClientError::NoSuchEntry { ledger, entry },
+        RpcError::Status(Status::NoLedger) => ClientError::NoSuchEntry { ledger, entry },
+        RpcError::Status(Status::Fenced) => ClientError::Fenced { ledger },
+        RpcError::Status(Status::Unauthorized) => ClientError::Unauthorized {
+            ledger,
+            bookie: Some(bookie.clone()),
+        },
+        RpcError::Status(status) => ClientError::BookieError {
+            ledger,
+            entry,
+            bookie: bookie.clone(),
+            status,
+        },
+        RpcError::Timeout => ClientError::Timeout {
+            what: format!("bookie {bookie} did not answer for ledger {ledger} entry {entry}"),
+        },
+        RpcError::Unreachable(reason) | RpcError::BadResponse(reason) => {
+            ClientError::BookieUnreachable {
+                bookie: bookie.clone(),
+                reason,
+            }
+        }
+    }
+}
+
+/// Reads one entry from the replicas of its write set, in order, until one returns it
+/// with a valid digest. All "no entry" is [`ClientError::NoSuchEntry`]; otherwise the
+/// first digest mismatch, or the last error, is returned.
+pub(crate) async fn read_entry(
+    inner: &Inner,
+    meta: &LedgerMetadata,
+    digest: &DigestManager,
+    entry: EntryId,
+) -> Result<VerifiedEntry> {
+    let ledger = digest.ledger_id();
+    let quorum = meta
+        .quorum()
+        .map_err(|e| ClientError::MetadataConflict { ledger, reason: e })?;
+    let Some(ensemble) = meta.ensemble_for_entry(entry) else {
+        return Err(ClientError::NoSuchEntry { ledger, entry });
+    };
+    let mut mismatch = None;
+    let mut other = None;
+    for p in quorum.write_set(entry) {
+        let bookie = &ensemble[p];
+        let result = inner
+            .bookies
+            .call(
+                bookie,
+                req::read(ledger, entry, None),
+                inner.config.read_timeout,
+            )
+            .await;
+        match result {
+            Ok(resp) => {
+                let body = resp.read_response.and_then(|r| r.body).unwrap_or_default();
+                match digest.verify(&body, entry) {
+                    Ok(v) => return Ok(v),
+                    Err(e) => {
+                        tracing::warn!(ledger, entry, %bookie, "bad entry: {e}");
+                        mismatch.get_or_insert(ClientError::DigestMismatch {
+                            ledger,
+                            entry,
+                            bookie: bookie.clone(),
+                        });
+                    }
+                }
+            }
+            Err(RpcError::Status(Status::NoEntry | Status::NoLedger)) => {}
+            Err(e) => other = Some(rpc_error(ledger, entry, bookie, e)),
+        }
+    }
+    Err(mismatch
+        .or(other)
+        .unwrap_or(ClientError::NoSuchEntry { ledger, entry }))
+}
+
+/// How to read the LAC.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LacMode {
+    /// Until the answering bookies cover every ack quorum (or all answered).
+    Quorum,
+    /// The first answer.
+    First,
+}
+
+/// A ledger opened for reading.
+pub struct ReadHandle {
+    inner: Arc<Inner>,
+    ledger: LedgerId,
+    meta: Mutex<Versioned<LedgerMetadata>>,
+    digest: DigestManager,
+    lac: AtomicI64,
+}
+
+impl std::fmt::Debug for ReadHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReadHandle")
+            .field("ledger", &self.ledger)
+            .field("lac", &self.last_add_confirmed())
+            .finish()
+    }
+}
+
+impl ReadHandle {
+    pub(crate) fn new(
+        inner: Arc<Inner>,
+        ledger: LedgerId,
+        meta: Versioned<LedgerMetadata>,
+        digest: DigestManager,
+    ) -> ReadHandle {
+        let lac = metadata_lac(&meta.value);
+        ReadHandle {
+            inner,
+            ledger,
+            meta: Mutex::new(meta),
+            digest,
+            lac: AtomicI64::new(lac),
+        }
+    }
+
+    pub fn id(&self) -> LedgerId {
+        self.ledger
+    }
+
+    /// The metadata as this handle last read it.
+    pub fn metadata(&self) -> LedgerMetadata {
+        self.meta.lock().value.clone()
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.meta.lock().value.is_closed()
+    }
+
+    /// The last entry readers may read: the last entry of a closed ledger, or the LAC
+    /// learnt so far of an open one (it only moves forward).
+    pub fn last_add_confirmed(&self) -> EntryId {
+        self.lac.load(Ordering::SeqCst)
+    }
+
+    fn raise_lac(&self, lac: EntryId) -> EntryId {
+        self.lac.fetch_max(lac, Ordering::SeqCst).max(lac)
+    }
+
+    /// Reads entries `first..=last`, which must not go beyond the LAC.
+    pub async fn read(&self, first: EntryId, last: EntryId) -> Result<Vec<LedgerEntry>> {
+        let lac = self.last_add_confirmed();
+        if last > lac {
+            return Err(ClientError::ReadBeyondLac {
+                ledger: self.ledger,
+                entry: last,
+                lac,
+            });
+        }
+        self.read_range(first, last).await
+    }
+
+    /// Reads entries `first..=last` even beyond the LAC (they may never be confirmed:
+    /// BookKeeper's `readUnconfirmedEntries`).
+    pub async fn read_unconfirmed(
+        &self,
+        first: EntryId,
+        last: EntryId,
+    ) -> Result<Vec<LedgerEntry>> {
+        self.read_range(first, last).await
+    }
+
+    async fn read_range(&self, first: EntryId, last: EntryId) -> Result<Vec<LedgerEntry>> {
+        if first < 0 {
+            return Err(ClientError::InvalidArgument(format!(
+                "bad entry range {first}..={last} for ledger {}: negative first entry",
+                self.ledger
+            )));
+        }
+        if last < first {
+            // An empty range (e.g. 0..=-1 of an empty ledger).
+            return Ok(Vec::new());
+        }
+        match self.read_range_once(first, last).await {
+            // The writer of an open ledger may have moved to a new fragment since this
+            // handle read the metadata: look again once.
+            Err(e) if !self.is_closed() => {
+                tracing::debug!(
+                    ledger = self.ledger,
+                    "read failed ({e}); re-reading the metadata"
+                );
+                self.refresh_metadata().await?;
+                self.read_range_once(first, last).await
+            }
+            other => other,
+        }
+    }
+
+    async fn read_range_once(&self, first: EntryId, last: EntryId) -> Result<Vec<LedgerEntry>> {
+        let meta = Arc::new(self.metadata());
+        if meta.is_closed() && last > meta.last_entry_id {
+            return Err(ClientError::NoSuchEntry {
+                ledger: self.ledger,
+                entry: meta.last_entry_id + 1,
+            });
+        }
+        let mut out = Vec::with_capacity((last - first + 1) as usize);
+        let window = self.inner.config.read_parallelism.max(1) as i64;
+        let mut start = first;
+        while start <= last {
+            let end = (start + window - 1).min(last);
+            let mut set = JoinSet::new();
+            for entry in start..=end {
+                let inner = self.inner.clone();
+                let meta = meta.clone();
+                let digest = self.digest.clone();
+                set.spawn(async move { (entry, read_entry(&inner, &meta, &digest, entry).await) });
+            }
+            let mut batch = Vec::new();
+            while let Some(r) = set.join_next().await {
+                let (entry, result) =
+                    r.map_err(|e| ClientError::InvalidArgument(format!("read task failed: {e}")))?;
+                batch.push((entry, result?));
+            }
+            batch.sort_by_key(|(e, _)| *e);
+            out.extend(batch.into_iter().map(|(entry_id, v)| LedgerEntry {
+                ledger_id: self.ledger,
+                entry_id,
+                payload: v.payload,
+            }));
+            start = end + 1;
+        }
+        Ok(out)
+    }
+
+    /// Asks every bookie of the last ensemble for its LAC (explicit LAC or the LAC carried
+    /// by its last entry) until the answers cover every ack quorum; returns the new LAC.
+    pub async fn read_last_add_confirmed(&self) -> Result<EntryId> {
+        self.read_lac(LacMode::Quorum).await
+    }
+
+    /// Like [`ReadHandle::read_last_add_confirmed`] but takes the first answer
+    /// (BookKeeper's `tryReadLastAddConfirmed`): cheaper, possibly older.
+    pub async fn try_read_last_add_confirmed(&self) -> Result<EntryId> {
+        self.read_lac(LacMode::First).await
+    }
+
+    async fn read_lac(&self, mode: LacMode) -> Result<EntryId> {
+        let meta = self.metadata();
+        if meta.is_closed() {
+            return Ok(meta.last_entry_id);
+        }
+        let quorum = meta.quorum().map_err(|e| ClientError::MetadataConflict {
+            ledger: self.ledger,
+            reason: e,
+        })?;
+        let Some((_, ensemble)) = meta.current_ensemble() else {
+            return Ok(self.last_add_confirmed());
+        };
+        let mut set = JoinSet::new();
+        for (p, bookie) in ensemble.iter().enumerate() {
+            let inner = self.inner.clone();
+            let bookie = bookie.clone();
+            let digest = self.digest.clone();
+            let ledger = self.ledger;
+            set.spawn(async move {
+                let r = inner
+                    .bookies
+                    .call(&bookie, req::read_lac(ledger), inner.config.read_timeout)
+                    .await;
+                let answer = match r {
+                    Ok(resp) => {
+                        let rl = resp.read_lac_response.unwrap_or_default();
+                        let mut lac = None;
+                        if let Some(b) = rl.lac_body
+                            && let Ok(l) = digest.verify_lac(&b)
+                        {
+                            lac = Some(l);
+                        }
+                        if let Some(b) = rl.last_entry_body
+                            && let Ok(v) = digest.verify_any_entry(&b)
+                        {
+                            lac = Some(lac.unwrap_or(-1).max(v.lac));
+                        }
+                        match lac {
+                            Some(l) => Ok(Some(l)),
+                            None => Err(rpc_error(
+                                ledger,
+                                -1,
+                                &bookie,
+                                RpcError::BadResponse("no valid LAC in the answer".into()),
+                            )),
+                        }
+                    }
+                    Err(RpcError::Status(Status::NoEntry | Status::NoLedger)) => Ok(None),
+                    Err(e) => Err(rpc_error(ledger, -1, &bookie, e)),
+                };
+                (p, answer)
+            });
+        }
+        let mut answered = vec![false; ensemble.len()];
+        let mut best = metadata_lac(&meta);
+        let mut last_error = None;
+        let mut any = false;
+        while let Some(r) = set.join_next().await {
+            let Ok((p, answer)) = r else { continue };
+            match answer {
+                Ok(lac) => {
+                    any = true;
+                    answered[p] = true;
+                    if let Some(l) = lac {
+                        best = best.max(l);
+                    }
+                    let done = match mode {
+                        LacMode::First => true,
+                        LacMode::Quorum => covers_ensemble(&quorum, &answered),
+                    };
+                    if done {
+                        set.abort_all();
+                        break;
+                    }
+                }
+                Err(e) => last_error = Some(e),
+            }
+        }
+        if !any && let Some(e) = last_error {
+            return Err(e);
+        }
+        Ok(self.raise_lac(best))
+    }
+
+    /// Waits until the LAC passes `previous` (a long poll on the bookies of the last
+    /// ensemble) or `timeout` elapses; returns the LAC then. A ledger found closed in the
+    /// meantime returns its last entry.
+    pub async fn wait_for_lac_beyond(
+        &self,
+        previous: EntryId,
+        timeout: Duration,
+    ) -> Result<EntryId> {
+        let current = self.last_add_confirmed();
+        if current > previous {
+            return Ok(current);
+        }
+        let meta = self.metadata();
+        if meta.is_closed() {
+            return Ok(meta.last_entry_id);
+        }
+        let Some(ensemble) = meta.current_ensemble().map(|(_, e)| e.to_vec()) else {
+            return Ok(current);
+        };
+        let timeout_ms = timeout.as_millis().min(i64::MAX as u128) as i64;
+        let mut set = JoinSet::new();
+        for bookie in ensemble {
+            let inner = self.inner.clone();
+            let ledger = self.ledger;
+            // The bookie holds the request up to `timeout`; allow it the read timeout on top.
+            let rpc_timeout = timeout + inner.config.read_timeout;
+            set.spawn(async move {
+                inner
+                    .bookies
+                    .call(
+                        &bookie,
+                        req::long_poll(ledger, previous, timeout_ms),
+                        rpc_timeout,
+                    )
+                    .await
+                    .ok()
+                    .and_then(|r| r.read_response)
+                    .and_then(|r| r.max_lac)
+            });
+        }
+        let polls = async {
+            while let Some(r) = set.join_next().await {
+                if let Ok(Some(lac)) = r
+                    && lac > previous
+                {
+                    return Some(lac);
+                }
+            }
+            None
+        };
+        // A close (or delete) of the ledger ends the wait at once: no bookie LAC will move.
+        let mut watch = self.inner.metadata.watch_ledger(self.ledger).await.ok();
+        let ended = async {
+            let Some(w) = watch.as_mut() else {
+                return std::future::pending().await;
+            };
+            loop {
+                let done = w
+                    .borrow_and_update()
+                    .as_ref()
+                    .is_none_or(|v| v.value.is_closed());
+                if done {
+                    return;
+                }
+                if w.changed().await.is_err() {
+                    return std::future::pending().await;
+                }
+            }
+        };
+        tokio::select! {
+            lac = polls => {
+                if let Some(lac) = lac {
+                    return Ok(self.raise_lac(lac));
+                }
+            }
+            () = ended => {}
+        }
+        // Nothing moved, or the ledger ended: look at the metadata.
+        self.refresh_metadata().await?;
+        Ok(self.last_add_confirmed())
+    }
+
+    /// Waits (long-polling the LAC) until `entry` is confirmed, then reads it; `None` if
+    /// `timeout` passes first or the ledger is closed below `entry`.
+    pub async fn wait_for_entry(
+        &self,
+        entry: EntryId,
+        timeout: Duration,
+    ) -> Result<Option<LedgerEntry>> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let lac = self.last_add_confirmed();
+            if lac >= entry {
+                return Ok(self.read(entry, entry).await?.pop());
+            }
+            if self.is_closed() {
+                return Ok(None);
+            }
+            let now = tokio::time::Instant::now();
+            if now >= deadline {
+                return Ok(None);
+            }
+            self.wait_for_lac_beyond(lac, deadline - now).await?;
+        }
+    }
+
+    /// Re-reads the metadata (to notice a close or a new fragment).
+    pub async fn refresh_metadata(&self) -> Result<()> {
+        let m = self
+            .inner
+            .metadata
+            .read_ledger(self.ledger)
+            .await
+            .map_err(|e| ClientError::from_metadata(self.ledger, e))?;
+        m.value
+            .validate()
+            .map_err(|reason| ClientError::MetadataConflict {
+                ledger: self.ledger,
+                reason,
+            })?;
+        let lac = metadata_lac(&m.value);
+        let closed = m.value.is_closed();
+        *self.meta.lock() = m;
+        if closed {
+            // Only the metadata bounds a closed ledger: bookies may hold entries (and LACs)
+            // past its end, written by a concurrent recovery.
+            self.lac.store(lac, Ordering::SeqCst);
+        } else {
+            self.raise_lac(lac);
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,179 @@
+//! The LAC seen by readers: piggybacked, explicit, long-polled; and adv ledgers, whose
+//! LAC advances over the contiguous prefix only. Real bookies over TCP.
+
+mod common;
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::*;
+use folio_client::{ClientConfig, ClientError, CreateOptions, DigestType, OpenOptions};
+
+fn opts() -> CreateOptions {
+    CreateOptions::default()
+        .quorum(3, 2, 2)
+        .digest(DigestType::Crc32c)
+        .password("pw")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn long_poll_wakes_on_a_new_entry() {
+    let cluster = Cluster::start(3).await;
+    let client = cluster.client().await;
+    let w = patient(client.create_ledger(opts())).await.unwrap();
+    patient(w.append(payload(0))).await.unwrap();
+    patient(w.append(payload(1))).await.unwrap();
+    let r = patient(client.open_ledger(w.id(), b"pw", OpenOptions::no_recovery()))
+        .await
+        .unwrap();
+    assert_eq!(r.last_add_confirmed(), 0);
+    let r = std::sync::Arc::new(r);
+    let poller = {
+        let r = r.clone();
+        tokio::spawn(async move { r.wait_for_lac_beyond(0, PATIENCE).await })
+    };
+    // Entry 2 carries LAC 1 to its bookies, which wakes the poll.
+    patient(w.append(payload(2))).await.unwrap();
+    let lac = patient(poller).await.unwrap().unwrap();
+    assert!(lac >= 1, "lac {lac}");
+    assert_eq!(
+        patient(r.read(1, 1)).await.unwrap()[0].payload,
+        Bytes::from(payload(1))
+    );
+    // A poll with nothing new returns the current LAC after its timeout.
+    let same = patient(r.wait_for_lac_beyond(r.last_add_confirmed(), Duration::from_millis(200)))
+        .await
+        .unwrap();
+    assert_eq!(same, r.last_add_confirmed());
+    // Closing the ledger ends tailing at its last entry.
+    patient(w.close()).await.unwrap();
+    let end = patient(r.wait_for_lac_beyond(2, Duration::from_millis(200)))
+        .await
+        .unwrap();
+    assert_eq!(end, 2);
+    assert!(r.is_closed());
+}
+
+async fn lac_seen_by_reader_after_idle_writer(explicit: Option<Duration>) -> i64 {
+    let cluster = Cluster::start(3).await;
+    let client = cluster
+        .client_with(ClientConfig {
+            explicit_lac_interval: explicit,
+            ..test_config()
+        })
+        .await;
+    let w = patient(client.create_ledger(opts())).await.unwrap();
+    patient(w.append(payload(0))).await.unwrap();
+    let reader = cluster.client().await;
+    let r = patient(reader.open_ledger(w.id(), b"pw", OpenOptions::no_recovery()))
+        .await
+        .unwrap();
+    // The only entry carries LAC -1; only an explicit LAC tells the bookies about 0.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let mut lac = -1;
+    while lac < 0 && tokio::time::Instant::now() < deadline {
+        lac = patient(r.read_last_add_confirmed()).await.unwrap();
+        if explicit.is_none() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    patient(w.close()).await.unwrap();
+    lac
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explicit_lac_reaches_readers_of_an_idle_writer() {
+    assert_eq!(
+        lac_seen_by_reader_after_idle_writer(Some(Duration::from_millis(100))).await,
+        0
+    );
+    // Control: without explicit LAC the reader cannot know entry 0 is confirmed.
+    assert_eq!(lac_seen_by_reader_after_idle_writer(None).await, -1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn first_answer_lac_read() {
+    let cluster = Cluster::start(3).await;
+    let client = cluster.client().await;
+    let w = patient(client.create_ledger(opts().quorum(3, 3, 3)))
+        .await
+        .unwrap();
+    for e in 0..4 {
+        patient(w.append(payload(e))).await.unwrap();
+    }
+    let r = patient(client.open_ledger(w.id(), b"pw", OpenOptions::no_recovery()))
+        .await
+        .unwrap();
+    // With Qw = E every bookie has entry 3 carrying LAC 2.
+    assert_eq!(patient(r.try_read_last_add_confirmed()).await.unwrap(), 2);
+    assert_eq!(patient(r.read_last_add_confirmed()).await.unwrap(), 2);
+    patient(w.close()).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn adv_ledger_lac_advances_over_the_contiguous_prefix() {
+    let cluster = Cluster::start(3).await;
+    let client = cluster.client().await;
+    let w = patient(client.create_ledger(opts().adv(true)))
+        .await
+        .unwrap();
+    assert!(w.is_adv());
+    let three = w.append_with_id(3, payload(3));
+    let zero = w.append_with_id(0, payload(0));
+    let two = w.append_with_id(2, payload(2));
+    assert_eq!(patient(zero).await.unwrap(), 0);
+    assert_eq!(w.last_add_confirmed(), 0);
+    let one = w.append_with_id(1, payload(1));
+    for (f, e) in [(one, 1), (two, 2), (three, 3)] {
+        assert_eq!(patient(f).await.unwrap(), e);
+    }
+    assert_eq!(w.last_add_confirmed(), 3);
+    assert!(matches!(
+        patient(w.append_with_id(2, "again")).await,
+        Err(ClientError::DuplicateEntry { entry: 2, .. })
+    ));
+    assert!(matches!(
+        patient(w.append("no id")).await,
+        Err(ClientError::InvalidArgument(_))
+    ));
+    patient(w.close()).await.unwrap();
+    let r = patient(client.open_ledger(w.id(), b"pw", OpenOptions::recovery()))
+        .await
+        .unwrap();
+    let entries = patient(r.read(0, 3)).await.unwrap();
+    for (i, e) in entries.iter().enumerate() {
+        assert_eq!(e.payload, Bytes::from(payload(i as i64)));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wait_for_entry_returns_it_once_confirmed_or_none_after_the_timeout() {
+    let cluster = Cluster::start(3).await;
+    let client = cluster.client().await;
+    let w = patient(client.create_ledger(opts())).await.unwrap();
+    patient(w.append(payload(0))).await.unwrap();
+    let r = std::sync::Arc::new(
+        patient(client.open_ledger(w.id(), b"pw", OpenOptions::no_recovery()))
+            .await
+            .unwrap(),
+    );
+    assert_eq!(
+        patient(r.wait_for_entry(0, Duration::from_millis(200)))
+            .await
+            .unwrap(),
+        None,
+        "entry 0 is not confirmed yet (no later entry carried its LAC)"
+    );
+    let waiter = {
+        let r = r.clone();
+        tokio::spawn(async move { r.wait_for_entry(1, PATIENCE).await })
+    };
+    for e in 1..3 {
+        patient(w.append(payload(e))).await.unwrap();
+    }
+    let got = patient(waiter).await.unwrap().unwrap().unwrap();
+    assert_eq!((got.entry_id, got.payload), (1, Bytes::from(payload(1))));
+    patient(w.close()).await.unwrap();
+    assert_eq!(patient(r.wait_for_entry(3, PATIENCE)).await.unwrap(), None);
+}
