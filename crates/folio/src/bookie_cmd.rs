@@ -46,6 +46,9 @@ async fn connect(
             };
             Ok(Arc::new(SqliteMetadataStore::open(&path, opts).await?))
         }
+        // zk:// goes to its driver (BookKeeper's ZooKeeper layout), so a Folio bookie can join
+        // a cluster the Java client also uses.
+        folio_metadata::MetadataUri::Zk { .. } => folio_metadata_zk::connect(uri).await,
         _ => folio_metadata::connect_embedded(uri).await,
     }
 }

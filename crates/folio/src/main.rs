@@ -4,7 +4,13 @@
 
 mod bench;
 mod bookie_cmd;
+mod ledger_cmd;
+mod metadata_connect;
+mod payload;
+mod progress;
 mod shell;
+mod shell_ledger;
+mod standalone;
 
 use clap::{Parser, Subcommand};
 
@@ -30,6 +36,10 @@ enum Command {
     Version,
     /// Run one bookie: --metadata URI --data-dir DIR [--port P] [--http-port P] [--config FILE].
     Bookie(bookie_cmd::BookieArgs),
+    /// A whole cluster in one process: sqlite metadata in --data-dir and N bookies.
+    Standalone(standalone::StandaloneArgs),
+    /// Ledgers: write, read, tail, list, meta, delete.
+    Ledger(ledger_cmd::LedgerArgs),
     /// BookKeeper's shell commands (listbookies, listledgers, ledgermetadata, ...).
     Shell(shell::ShellArgs),
     /// Benchmarks: throughput and latency percentiles (DESIGN.md section 7).
@@ -37,20 +47,28 @@ enum Command {
 }
 
 fn main() {
+    let cli = Cli::parse();
+    // Servers log warnings; client commands keep stderr for their one-line error (a client
+    // retrying a bookie is not news), unless FOLIO_LOG asks for more.
+    let default_level = match cli.command {
+        Command::Bookie(_) | Command::Standalone(_) => "warn",
+        _ => "error",
+    };
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("FOLIO_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level)),
         )
         .with_writer(std::io::stderr)
         .init();
-    let cli = Cli::parse();
     let result: anyhow::Result<()> = match cli.command {
         Command::Version => {
             println!("folio {}", env!("CARGO_PKG_VERSION"));
             Ok(())
         }
         Command::Bookie(args) => bookie_cmd::run(cli.metadata, args),
+        Command::Standalone(args) => standalone::run(cli.metadata.as_deref(), args),
+        Command::Ledger(args) => ledger_cmd::run(args, cli.metadata.as_deref()),
         Command::Shell(args) => shell::run(args, cli.metadata.as_deref()),
         Command::Bench(args) => bench::run(args),
     };

@@ -4,17 +4,18 @@
 //! `whoisauditor`, `lostbookierecoverydelay`, `autorecovery`, `cookie_get`); output
 //! lines follow BookKeeper's shell where it has a fixed shape (`ledgerID: 7`).
 //!
-//! The metadata store is reached through `folio_metadata::connect_embedded`, so
-//! `sqlite://` and `mem://` work here; `zk://` and `etcd://` are wired in when their
-//! drivers land.
-
-use std::sync::Arc;
+//! The ledger data commands (`readledger`, `simpletest`, `deleteledger`, `bookiesanity`)
+//! live in `shell_ledger`. The metadata store is reached through `metadata_connect`, so
+//! every scheme works here.
 
 use anyhow::{Context, anyhow, bail};
 use clap::{Args, Subcommand};
-use folio_metadata::{MetadataError, MetadataStore, MetadataUri};
+use folio_metadata::{MetadataError, MetadataStore};
 use folio_types::LedgerId;
 use folio_types::metadata::LedgerMetadata;
+
+use crate::metadata_connect::{self, Missing};
+use crate::shell_ledger;
 
 #[derive(Args, Debug)]
 pub struct ShellArgs {
@@ -74,6 +75,30 @@ enum ShellCommand {
         #[arg(allow_hyphen_values = true)]
         flags: Vec<String>,
     },
+    /// Print a ledger's entries: -ledgerid <id> [-firstentryid N] [-lastentryid N] [-force-recovery] [-msg].
+    #[command(name = "readledger")]
+    ReadLedger {
+        #[arg(allow_hyphen_values = true)]
+        flags: Vec<String>,
+    },
+    /// Write entries to a new ledger and read them back: [-ensemble E] [-writeQuorum Qw] [-ackQuorum Qa] [-numEntries N].
+    #[command(name = "simpletest")]
+    SimpleTest {
+        #[arg(allow_hyphen_values = true)]
+        flags: Vec<String>,
+    },
+    /// Delete a ledger: -ledgerid <id> [-force].
+    #[command(name = "deleteledger")]
+    DeleteLedger {
+        #[arg(allow_hyphen_values = true)]
+        flags: Vec<String>,
+    },
+    /// Write and read entries on one bookie: [-bookie host:port] [-entries N] [-timeout S].
+    #[command(name = "bookiesanity")]
+    BookieSanity {
+        #[arg(allow_hyphen_values = true)]
+        flags: Vec<String>,
+    },
     /// Print a bookie's cookie as stored in the metadata service.
     #[command(name = "cookie_get")]
     CookieGet {
@@ -84,32 +109,33 @@ enum ShellCommand {
 
 /// Runs one shell command against the metadata service `metadata`.
 pub fn run(args: ShellArgs, metadata: Option<&str>) -> anyhow::Result<()> {
-    let Some(uri) = metadata else {
-        bail!("no metadata service given: pass --metadata URI or set FOLIO_METADATA");
-    };
-    let runtime = tokio::runtime::Builder::new_current_thread()
+    let uri = metadata_connect::require_uri(metadata)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
         .enable_all()
         .build()
         .context("starting the async runtime")?;
     runtime.block_on(async {
-        let store = connect(uri).await?;
-        let result = execute(args.command, store.as_ref()).await;
+        let store = metadata_connect::connect(uri, Missing::Create).await?;
+        let result = match args.command {
+            ShellCommand::ReadLedger { flags } => {
+                shell_ledger::readledger(store.clone(), &flags).await
+            }
+            ShellCommand::SimpleTest { flags } => {
+                shell_ledger::simpletest(store.clone(), &flags).await
+            }
+            ShellCommand::DeleteLedger { flags } => {
+                shell_ledger::deleteledger(store.clone(), &flags).await
+            }
+            ShellCommand::BookieSanity { flags } => {
+                shell_ledger::bookiesanity(store.clone(), &flags).await
+            }
+            command => execute(command, store.as_ref()).await,
+        };
         // End the session cleanly, whatever happened (best effort).
         let _ = store.close().await;
         result
     })
-}
-
-async fn connect(uri: &str) -> anyhow::Result<Arc<dyn MetadataStore>> {
-    match MetadataUri::parse(uri)? {
-        MetadataUri::Zk { .. } | MetadataUri::Etcd { .. } => {
-            let scheme = MetadataUri::parse(uri)?.scheme();
-            bail!(
-                "{scheme}:// metadata is not available in the shell yet: it arrives with the {scheme} driver; use a sqlite:// URI"
-            )
-        }
-        _ => Ok(folio_metadata::connect_embedded(uri).await?),
-    }
 }
 
 async fn execute(command: ShellCommand, store: &dyn MetadataStore) -> anyhow::Result<()> {
@@ -236,6 +262,13 @@ async fn execute(command: ShellCommand, store: &dyn MetadataStore) -> anyhow::Re
             };
             print!("{}", String::from_utf8_lossy(&cookie.value));
             Ok(())
+        }
+        // The ledger data commands need a client; `run` sends them to `shell_ledger`.
+        ShellCommand::ReadLedger { .. }
+        | ShellCommand::SimpleTest { .. }
+        | ShellCommand::DeleteLedger { .. }
+        | ShellCommand::BookieSanity { .. } => {
+            bail!("this shell command needs the client and is run by shell::run")
         }
         ShellCommand::WhatIsInstanceId => {
             let info = store.read_cluster().await?;

@@ -1,0 +1,417 @@
+//! `folio ledger write | read | tail | list | meta | delete`: ledgers through the client
+//! library, with the line formats of DESIGN.md section 4 that scripts parse
+//! (`ledger <id>`, `acked <entryId>`, `closed <lastEntryId>`, `<entryId>\t<payload>`).
+//! Every line is flushed as soon as it is printed, so a script sees an `acked` line the
+//! moment the entry is durable.
+
+use std::io::Write;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use clap::{Args, Subcommand};
+use folio_client::{
+    AppendFuture, Client, ClientConfig, CreateOptions, DigestType, OpenOptions, ReadHandle,
+};
+use folio_metadata::MetadataStore;
+use folio_types::metadata::LedgerMetadata;
+use folio_types::{EntryId, LedgerId};
+use tokio::sync::mpsc;
+
+use crate::metadata_connect::{self, Missing};
+use crate::payload::{Encoding, EncodingArgs};
+
+#[derive(Args, Debug)]
+pub struct LedgerArgs {
+    #[command(subcommand)]
+    command: LedgerCommand,
+}
+
+#[derive(Subcommand, Debug)]
+enum LedgerCommand {
+    /// Create a ledger and append each stdin line as an entry; close it at EOF.
+    Write(WriteArgs),
+    /// Print a ledger's entries as `<entryId>\t<payload>` lines.
+    Read(ReadArgs),
+    /// Follow an open ledger, printing entries as they are confirmed, until it is closed.
+    Tail(TailArgs),
+    /// List every ledger id, one a line.
+    List,
+    /// Print a ledger's metadata as JSON.
+    Meta { id: LedgerId },
+    /// Delete a ledger (its metadata; bookies garbage-collect the entries).
+    Delete { id: LedgerId },
+}
+
+#[derive(Args, Debug)]
+struct WriteArgs {
+    /// Ensemble size.
+    #[arg(short = 'e', long = "ensemble", default_value_t = 3)]
+    ensemble: usize,
+    /// Write quorum size.
+    #[arg(short = 'w', long = "write-quorum", default_value_t = 2)]
+    write_quorum: usize,
+    /// Ack quorum size.
+    #[arg(short = 'a', long = "ack-quorum", default_value_t = 2)]
+    ack_quorum: usize,
+    /// Digest type: crc32c, crc32, mac (HMAC-SHA1) or dummy.
+    #[arg(long, default_value = "crc32c", value_parser = parse_digest)]
+    digest: DigestType,
+    /// The ledger password.
+    #[arg(long, default_value = "")]
+    password: String,
+    /// Appends in flight before reading more of stdin waits.
+    #[arg(long, default_value_t = 1000)]
+    in_flight: usize,
+    #[command(flatten)]
+    encoding: EncodingArgs,
+}
+
+#[derive(Args, Debug)]
+struct ReadArgs {
+    id: LedgerId,
+    /// First entry to print.
+    #[arg(long, default_value_t = 0)]
+    from: EntryId,
+    /// Last entry to print (default: the last confirmed entry).
+    #[arg(long)]
+    to: Option<EntryId>,
+    /// Read the ledger as it is, without fencing and recovering it.
+    #[arg(long)]
+    no_recovery: bool,
+    /// The ledger password.
+    #[arg(long, default_value = "")]
+    password: String,
+    #[command(flatten)]
+    encoding: EncodingArgs,
+}
+
+#[derive(Args, Debug)]
+struct TailArgs {
+    id: LedgerId,
+    /// First entry to print.
+    #[arg(long, default_value_t = 0)]
+    from: EntryId,
+    /// The ledger password.
+    #[arg(long, default_value = "")]
+    password: String,
+    #[command(flatten)]
+    encoding: EncodingArgs,
+}
+
+fn parse_digest(s: &str) -> Result<DigestType, String> {
+    match s.to_ascii_lowercase().as_str() {
+        "crc32c" => Ok(DigestType::Crc32c),
+        "crc32" => Ok(DigestType::Crc32),
+        "mac" | "hmac" => Ok(DigestType::Mac),
+        "dummy" => Ok(DigestType::Dummy),
+        _ => Err(format!(
+            "unknown digest {s:?}: expected crc32c, crc32, mac or dummy"
+        )),
+    }
+}
+
+/// Runs one `folio ledger` command against the metadata service `metadata`.
+pub fn run(args: LedgerArgs, metadata: Option<&str>) -> anyhow::Result<()> {
+    let uri = metadata_connect::require_uri(metadata)?.to_owned();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    let result = runtime.block_on(async move {
+        let store = metadata_connect::connect(&uri, Missing::Refuse).await?;
+        let result = execute(args.command, store.clone()).await;
+        let _ = store.close().await;
+        result
+    });
+    // Blocking stdin readers may still wait for input: do not wait for them.
+    runtime.shutdown_background();
+    result
+}
+
+async fn execute(command: LedgerCommand, store: Arc<dyn MetadataStore>) -> anyhow::Result<()> {
+    let config = ClientConfig {
+        // An idle writer tells the bookies its LAC soon, so a `tail` prints an entry as
+        // soon as it is confirmed rather than when the next one is written.
+        explicit_lac_interval: Some(EXPLICIT_LAC_INTERVAL),
+        ..ClientConfig::default()
+    };
+    let client = Client::connect(store, config).await?;
+    let result = match command {
+        LedgerCommand::Write(a) => write(&client, a).await,
+        LedgerCommand::Read(a) => read(&client, a).await,
+        LedgerCommand::Tail(a) => tail(&client, a).await,
+        LedgerCommand::List => {
+            let mut out = Stdout::new();
+            for id in client.list_ledgers().await? {
+                out.line(format!("{id}").as_bytes())?;
+            }
+            Ok(())
+        }
+        LedgerCommand::Meta { id } => {
+            let m = client.ledger_metadata(id).await?;
+            Stdout::new().line(metadata_json(id, &m).to_string().as_bytes())
+        }
+        LedgerCommand::Delete { id } => {
+            client.delete_ledger(id).await?;
+            Stdout::new().line(format!("deleted {id}").as_bytes())
+        }
+    };
+    client.close();
+    result
+}
+
+/// How long a writer stays idle before it sends its LAC explicitly.
+const EXPLICIT_LAC_INTERVAL: Duration = Duration::from_millis(100);
+
+/// Stdout, flushed after every line (a script waits for each `acked` line).
+pub struct Stdout(std::io::Stdout);
+
+impl Stdout {
+    pub fn new() -> Self {
+        Stdout(std::io::stdout())
+    }
+
+    pub fn line(&mut self, bytes: &[u8]) -> anyhow::Result<()> {
+        let mut lock = self.0.lock();
+        lock.write_all(bytes)
+            .and_then(|()| lock.write_all(b"\n"))
+            .and_then(|()| lock.flush())
+            .context("cannot write to stdout")
+    }
+
+    /// `<entryId>\t<payload>`.
+    pub fn entry(&mut self, id: EntryId, payload: &[u8], enc: Encoding) -> anyhow::Result<()> {
+        let mut line = format!("{id}\t").into_bytes();
+        line.extend_from_slice(&enc.encode(payload));
+        self.line(&line)
+    }
+}
+
+async fn write(client: &Client, a: WriteArgs) -> anyhow::Result<()> {
+    let enc = a.encoding.encoding();
+    let writer = client
+        .create_ledger(
+            CreateOptions::default()
+                .quorum(a.ensemble, a.write_quorum, a.ack_quorum)
+                .digest(a.digest)
+                .password(a.password.into_bytes()),
+        )
+        .await?;
+    let id = writer.id();
+    let mut out = Stdout::new();
+    out.line(format!("ledger {id}").as_bytes())?;
+
+    // Acknowledgements come in entry order: one task awaits them in order and prints
+    // each at once, while the loop below keeps appending (pipelined).
+    let (tx, mut rx) = mpsc::channel::<AppendFuture>(a.in_flight.max(1));
+    let mut acks = tokio::spawn(async move {
+        let mut out = Stdout::new();
+        while let Some(ack) = rx.recv().await {
+            let entry = ack.await?;
+            out.line(format!("acked {entry}").as_bytes())?;
+        }
+        anyhow::Ok(())
+    });
+    // Someone recovering the ledger (state no longer OPEN) fences this writer: say so at
+    // once, even when stdin is idle.
+    let mut watch = client.metadata().watch_ledger(id).await.ok();
+    let fenced = async {
+        let Some(w) = watch.as_mut() else {
+            return std::future::pending().await;
+        };
+        loop {
+            let open = w
+                .borrow_and_update()
+                .as_ref()
+                .is_some_and(|v| !v.value.is_closed() && !v.value.is_in_recovery());
+            if !open {
+                return;
+            }
+            if w.changed().await.is_err() {
+                return std::future::pending().await;
+            }
+        }
+    };
+    tokio::pin!(fenced);
+
+    let mut stdin = stdin_lines();
+    let mut acks_done = false;
+    // Bad input stops the appends; what was acknowledged is kept and the ledger closed.
+    let mut input_error = None;
+    loop {
+        tokio::select! {
+            read = stdin.recv() => {
+                let line = match read {
+                    None => break,
+                    Some(Ok(line)) => line,
+                    Some(Err(e)) => {
+                        input_error = Some(anyhow::Error::new(e).context("cannot read stdin"));
+                        break;
+                    }
+                };
+                let payload = match enc.decode(&line) {
+                    Ok(p) => p,
+                    Err(e) => {
+                        input_error = Some(e);
+                        break;
+                    }
+                };
+                if tx.send(writer.append(payload)).await.is_err() {
+                    // The ack task ended early: it failed; its error is reported below.
+                    break;
+                }
+            }
+            r = &mut acks => {
+                acks_done = true;
+                r.context("acknowledgement task failed")??;
+                // The ack task only ends on its own with an error.
+                break;
+            }
+            () = &mut fenced => bail!("ledger {id} is fenced"),
+        }
+    }
+    drop(tx);
+    if !acks_done {
+        acks.await.context("acknowledgement task failed")??;
+    }
+    writer.close().await?;
+    out.line(format!("closed {}", writer.last_add_confirmed()).as_bytes())?;
+    match input_error {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+/// Stdin's lines (without their newline), read on a thread of their own: std's blocking
+/// reads need no extra tokio feature, and a line is handed over as soon as it is complete.
+fn stdin_lines() -> mpsc::Receiver<std::io::Result<Vec<u8>>> {
+    let (tx, rx) = mpsc::channel(64);
+    std::thread::spawn(move || {
+        let stdin = std::io::stdin();
+        let mut lock = stdin.lock();
+        loop {
+            let mut line = Vec::new();
+            match std::io::BufRead::read_until(&mut lock, b'\n', &mut line) {
+                Ok(0) => return,
+                Ok(_) => {
+                    if line.last() == Some(&b'\n') {
+                        line.pop();
+                    }
+                    if tx.blocking_send(Ok(line)).is_err() {
+                        return;
+                    }
+                }
+                Err(e) => {
+                    let _ = tx.blocking_send(Err(e));
+                    return;
+                }
+            }
+        }
+    });
+    rx
+}
+
+async fn open(
+    client: &Client,
+    id: LedgerId,
+    password: &str,
+    recovery: bool,
+) -> anyhow::Result<ReadHandle> {
+    let opts = if recovery {
+        OpenOptions::recovery()
+    } else {
+        OpenOptions::no_recovery()
+    };
+    Ok(client.open_ledger(id, password.as_bytes(), opts).await?)
+}
+
+/// Entries read per request batch.
+const READ_BATCH: EntryId = 100;
+
+async fn print_range(
+    h: &ReadHandle,
+    first: EntryId,
+    last: EntryId,
+    enc: Encoding,
+    out: &mut Stdout,
+) -> anyhow::Result<()> {
+    let mut next = first;
+    while next <= last {
+        let end = last.min(next + READ_BATCH - 1);
+        for e in h.read(next, end).await? {
+            out.entry(e.entry_id, &e.payload, enc)?;
+        }
+        next = end + 1;
+    }
+    Ok(())
+}
+
+async fn read(client: &Client, a: ReadArgs) -> anyhow::Result<()> {
+    if a.from < 0 {
+        bail!("invalid --from {}: entry ids are non-negative", a.from);
+    }
+    let h = open(client, a.id, &a.password, !a.no_recovery).await?;
+    let lac = h.last_add_confirmed();
+    let last = a.to.map_or(lac, |to| to.min(lac));
+    print_range(&h, a.from, last, a.encoding.encoding(), &mut Stdout::new()).await
+}
+
+/// How long one long poll waits before asking again.
+const LONG_POLL: Duration = Duration::from_secs(10);
+
+async fn tail(client: &Client, a: TailArgs) -> anyhow::Result<()> {
+    if a.from < 0 {
+        bail!("invalid --from {}: entry ids are non-negative", a.from);
+    }
+    let enc = a.encoding.encoding();
+    let h = open(client, a.id, &a.password, false).await?;
+    let mut out = Stdout::new();
+    let mut next = a.from;
+    loop {
+        let lac = h.last_add_confirmed();
+        if next <= lac {
+            print_range(&h, next, lac, enc, &mut out).await?;
+            next = lac + 1;
+        }
+        if h.is_closed() {
+            return Ok(());
+        }
+        h.wait_for_lac_beyond(lac, LONG_POLL).await?;
+    }
+}
+
+/// A ledger's metadata as one JSON object (ensembles keyed by their first entry id).
+pub fn metadata_json(id: LedgerId, m: &LedgerMetadata) -> serde_json::Value {
+    let ensembles: serde_json::Map<String, serde_json::Value> = m
+        .ensembles
+        .iter()
+        .map(|(first, bookies)| {
+            (
+                first.to_string(),
+                bookies.iter().map(|b| b.to_string()).collect(),
+            )
+        })
+        .collect();
+    let custom: serde_json::Map<String, serde_json::Value> = m
+        .custom_metadata
+        .iter()
+        .map(|(k, v)| (k.clone(), String::from_utf8_lossy(v).into_owned().into()))
+        .collect();
+    serde_json::json!({
+        "ledgerId": id,
+        "formatVersion": m.metadata_format_version,
+        "state": m.state.to_string(),
+        "ensembleSize": m.ensemble_size,
+        "writeQuorumSize": m.write_quorum,
+        "ackQuorumSize": m.ack_quorum,
+        "lastEntryId": m.last_entry_id,
+        "length": m.length,
+        "digestType": m.digest_type.to_string(),
+        "hasPassword": m.password.as_ref().is_some_and(|p| !p.is_empty()),
+        "ctime": m.ctime,
+        "ensembles": ensembles,
+        "customMetadata": custom,
+    })
+}

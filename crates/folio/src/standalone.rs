@@ -1,0 +1,162 @@
+//! `folio standalone`: a whole cluster in one process, for a laptop or a test. The
+//! metadata is an embedded sqlite database (`DIR/metadata.db`, the cluster initialised on
+//! first start), and N bookies listen on consecutive localhost ports, each with its data in
+//! `DIR/bookie-<i>`. Starting again on the same directory finds every ledger again: the
+//! bookies replay their journals and keep their ids (and so their cookies).
+//!
+//! It prints `metadata <uri>`, one `bookie <id>` line a bookie (and `http <addr>` for the
+//! admin endpoint), then `ready`; SIGINT or SIGTERM stops the bookies (each unregisters,
+//! drains its port and checkpoints) and it prints `stopped`.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{Context, bail};
+use folio_bookie::config::BookieConfig;
+use folio_bookie::node::{BookieNode, MetadataAccess};
+use folio_bookie::registration::Connector;
+
+use crate::ledger_cmd::Stdout;
+use crate::metadata_connect::{self, Missing};
+
+#[derive(clap::Args, Debug)]
+pub struct StandaloneArgs {
+    /// Number of bookies.
+    #[arg(long, default_value_t = 3)]
+    pub bookies: u16,
+    /// Directory for the metadata database and every bookie's data.
+    #[arg(long, default_value = "./folio-data")]
+    pub data_dir: PathBuf,
+    /// Port of the first bookie; the others take the next ones (0: any free ports, which
+    /// a restart will not find again).
+    #[arg(long, default_value_t = 3181)]
+    pub port: u16,
+    /// Admin HTTP port (of the first bookie); BookKeeper's default is 8080.
+    #[arg(long, default_value_t = 8080)]
+    pub http_port: u16,
+}
+
+fn connector(uri: String) -> Connector {
+    Arc::new(move || {
+        let uri = uri.clone();
+        Box::pin(async move { folio_metadata::connect_embedded(&uri).await })
+    })
+}
+
+pub async fn wait_for_signal() -> anyhow::Result<()> {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .context("cannot listen for SIGTERM")?;
+    tokio::select! {
+        r = tokio::signal::ctrl_c() => r.context("cannot listen for SIGINT")?,
+        _ = term.recv() => {}
+    }
+    Ok(())
+}
+
+pub fn run(metadata: Option<&str>, args: StandaloneArgs) -> anyhow::Result<()> {
+    if let Some(uri) = metadata {
+        // Often FOLIO_METADATA left set in the shell: not worth refusing to start.
+        eprintln!(
+            "folio standalone: ignoring --metadata / FOLIO_METADATA ({uri}): it serves its own store in --data-dir"
+        );
+    }
+    if args.bookies == 0 {
+        bail!("--bookies must be at least 1");
+    }
+    if args.port != 0 && u32::from(args.port) + u32::from(args.bookies) - 1 > 65535 {
+        bail!(
+            "--port {} leaves no room for {} bookies on consecutive ports",
+            args.port,
+            args.bookies
+        );
+    }
+    std::fs::create_dir_all(&args.data_dir)
+        .with_context(|| format!("cannot create data directory {}", args.data_dir.display()))?;
+    let dir = std::fs::canonicalize(&args.data_dir)
+        .with_context(|| format!("cannot resolve data directory {}", args.data_dir.display()))?;
+    let Some(dir_text) = dir.to_str() else {
+        bail!("data directory {} is not valid UTF-8", dir.display());
+    };
+    let uri = format!("sqlite://{dir_text}/metadata.db");
+
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime.block_on(async move {
+        let store = metadata_connect::connect(&uri, Missing::Create).await?;
+        if let Err(e) = store.read_cluster().await {
+            if !e.is_not_found() {
+                return Err(anyhow::Error::new(e).context("cannot read the cluster"));
+            }
+            match store.init_cluster().await {
+                Ok(_) | Err(folio_metadata::MetadataError::AlreadyExists { .. }) => {}
+                Err(e) => {
+                    return Err(anyhow::Error::new(e).context("cannot initialise the cluster"));
+                }
+            }
+        }
+        let mut out = Stdout::new();
+        out.line(format!("metadata {uri}").as_bytes())?;
+
+        let mut nodes: Vec<BookieNode> = Vec::new();
+        let started = start_bookies(&args, &dir, &uri, &mut nodes, &mut out).await;
+        let result = match started {
+            Ok(()) => {
+                out.line(b"ready")?;
+                wait_for_signal().await
+            }
+            Err(e) => Err(e),
+        };
+        // Stop in reverse order of start, whatever happened; report the first failure.
+        let mut stop_error = None;
+        while let Some(node) = nodes.pop() {
+            let id = node.bookie_id().clone();
+            if let Err(e) = node.shutdown().await {
+                stop_error.get_or_insert(anyhow::Error::new(e).context(format!("bookie {id}")));
+            }
+        }
+        let _ = store.close().await;
+        result?;
+        if let Some(e) = stop_error {
+            return Err(e);
+        }
+        out.line(b"stopped")
+    })
+}
+
+async fn start_bookies(
+    args: &StandaloneArgs,
+    dir: &std::path::Path,
+    uri: &str,
+    nodes: &mut Vec<BookieNode>,
+    out: &mut Stdout,
+) -> anyhow::Result<()> {
+    for i in 0..args.bookies {
+        let config = BookieConfig {
+            listen_address: "127.0.0.1".into(),
+            port: if args.port == 0 { 0 } else { args.port + i },
+            http_port: (i == 0).then_some(args.http_port),
+            data_dir: Some(dir.join(format!("bookie-{i}"))),
+            ..BookieConfig::default()
+        };
+        let session = metadata_connect::connect(uri, Missing::Create).await?;
+        let node = BookieNode::start(
+            &folio_env::Env::real(),
+            config,
+            Some(MetadataAccess {
+                store: session,
+                connector: connector(uri.to_owned()),
+                init_cluster_if_missing: true,
+            }),
+        )
+        .await
+        .with_context(|| format!("cannot start bookie {i}"))?;
+        out.line(format!("bookie {}", node.bookie_id()).as_bytes())?;
+        if let Some(http) = node.http_addr() {
+            out.line(format!("http {http}").as_bytes())?;
+        }
+        nodes.push(node);
+    }
+    Ok(())
+}

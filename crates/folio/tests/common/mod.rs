@@ -1,0 +1,333 @@
+//! Helpers for tests that run the real `folio` binary: child processes killed on drop (a
+//! failed test leaves nothing running), their output read line by line as it comes, free
+//! ports, and a `folio standalone` cluster in a temporary directory.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Generous: the machine is slow and shared; nothing is asserted about speed.
+pub const TIMEOUT: Duration = Duration::from_secs(180);
+
+pub fn folio() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_folio"));
+    c.env_remove("FOLIO_METADATA").env_remove("FOLIO_LOG");
+    c
+}
+
+/// A port nobody listens on right now.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A first port such that it and the `n - 1` following ones are free right now.
+pub fn free_ports(n: u16) -> u16 {
+    for _ in 0..200 {
+        let first = free_port();
+        if u32::from(first) + u32::from(n) > 65535 {
+            continue;
+        }
+        let held: Vec<_> = (0..n)
+            .map_while(|i| TcpListener::bind(("127.0.0.1", first + i)).ok())
+            .collect();
+        if held.len() == usize::from(n) {
+            return first;
+        }
+    }
+    panic!("no {n} consecutive free ports found");
+}
+
+/// A running child: stdout lines arrive on a channel, stderr is collected; killed on drop.
+pub struct Proc {
+    pub child: Child,
+    pub stdin: Option<ChildStdin>,
+    lines: Receiver<Vec<u8>>,
+    /// Every stdout line so far (lossy UTF-8, without the newline).
+    pub seen: Vec<String>,
+    /// Every stdout byte so far, exactly.
+    pub raw: Vec<u8>,
+    stderr: Arc<Mutex<Vec<u8>>>,
+    stderr_thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Proc {
+    pub fn spawn(mut cmd: Command) -> Proc {
+        let mut child = cmd
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawning folio");
+        let stdout = child.stdout.take().unwrap();
+        let (tx, lines) = channel();
+        std::thread::spawn(move || {
+            let mut r = BufReader::new(stdout);
+            loop {
+                let mut line = Vec::new();
+                match r.read_until(b'\n', &mut line) {
+                    Ok(0) | Err(_) => break,
+                    Ok(_) => {
+                        if tx.send(line).is_err() {
+                            break;
+                        }
+                    }
+                }
+            }
+        });
+        let stderr = Arc::new(Mutex::new(Vec::new()));
+        let mut err_pipe = child.stderr.take().unwrap();
+        let sink = stderr.clone();
+        let stderr_thread = std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = err_pipe.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                sink.lock().unwrap().extend_from_slice(&buf[..n]);
+            }
+        });
+        let stdin = child.stdin.take();
+        Proc {
+            child,
+            stdin,
+            lines,
+            seen: Vec::new(),
+            raw: Vec::new(),
+            stderr,
+            stderr_thread: Some(stderr_thread),
+        }
+    }
+
+    /// Waits for a stdout line satisfying `pred` (every line is kept in `seen`).
+    pub fn wait_line(&mut self, pred: impl Fn(&str) -> bool) -> String {
+        let deadline = Instant::now() + TIMEOUT;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) => {
+                    let line = self.keep(line);
+                    if pred(&line) {
+                        return line;
+                    }
+                }
+                Err(RecvTimeoutError::Timeout) => panic!(
+                    "no expected line within {TIMEOUT:?}; stdout so far {:?}, stderr {:?}",
+                    self.seen,
+                    self.stderr()
+                ),
+                Err(RecvTimeoutError::Disconnected) => panic!(
+                    "process ended without the expected line; stdout {:?}, stderr {:?}",
+                    self.seen,
+                    self.stderr()
+                ),
+            }
+        }
+    }
+
+    fn keep(&mut self, bytes: Vec<u8>) -> String {
+        self.raw.extend_from_slice(&bytes);
+        let text =
+            String::from_utf8_lossy(bytes.strip_suffix(b"\n").unwrap_or(&bytes)).into_owned();
+        self.seen.push(text.clone());
+        text
+    }
+
+    /// Writes to stdin (errors ignored: the process may have exited).
+    pub fn send(&mut self, bytes: &[u8]) {
+        if let Some(s) = self.stdin.as_mut() {
+            let _ = s.write_all(bytes).and_then(|()| s.flush());
+        }
+    }
+
+    pub fn close_stdin(&mut self) {
+        self.stdin = None;
+    }
+
+    pub fn stderr(&self) -> String {
+        String::from_utf8_lossy(&self.stderr.lock().unwrap()).into_owned()
+    }
+
+    /// Waits for the exit (killing it after the timeout), then collects the rest of stdout.
+    pub fn wait(&mut self) -> ExitStatus {
+        self.close_stdin();
+        let deadline = Instant::now() + TIMEOUT;
+        let status = loop {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                break s;
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                panic!(
+                    "process did not exit within {TIMEOUT:?}; stdout {:?}, stderr {:?}",
+                    self.seen,
+                    self.stderr()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        while let Ok(line) = self.lines.recv_timeout(Duration::from_secs(10)) {
+            self.keep(line);
+        }
+        if let Some(t) = self.stderr_thread.take() {
+            let _ = t.join();
+        }
+        status
+    }
+
+    /// Sends SIGTERM.
+    pub fn terminate(&self) {
+        let ok = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.child.id().to_string())
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "kill -TERM failed");
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// `folio standalone` in `dir`, started and ready.
+pub struct Standalone {
+    pub proc: Proc,
+    pub uri: String,
+    pub bookies: Vec<String>,
+    pub dir: PathBuf,
+    pub port: u16,
+}
+
+impl Standalone {
+    pub fn start(dir: &Path, bookies: u16) -> Standalone {
+        let port = free_ports(bookies);
+        Standalone::start_on(dir, bookies, port)
+    }
+
+    pub fn start_on(dir: &Path, bookies: u16, port: u16) -> Standalone {
+        let mut cmd = folio();
+        cmd.arg("standalone")
+            .arg("--data-dir")
+            .arg(dir)
+            .arg("--bookies")
+            .arg(bookies.to_string())
+            .arg("--port")
+            .arg(port.to_string())
+            .arg("--http-port")
+            .arg(free_port().to_string());
+        let mut proc = Proc::spawn(cmd);
+        proc.wait_line(|l| l == "ready");
+        let uri = proc
+            .seen
+            .iter()
+            .find_map(|l| l.strip_prefix("metadata "))
+            .expect("a metadata line")
+            .to_owned();
+        let bookies = proc
+            .seen
+            .iter()
+            .filter_map(|l| l.strip_prefix("bookie "))
+            .map(str::to_owned)
+            .collect();
+        Standalone {
+            proc,
+            uri,
+            bookies,
+            dir: dir.to_owned(),
+            port,
+        }
+    }
+
+    /// SIGTERM, then a clean exit.
+    pub fn stop(mut self) {
+        self.proc.terminate();
+        let status = self.proc.wait();
+        assert!(
+            status.success(),
+            "standalone did not stop cleanly: {status}, stderr {}",
+            self.proc.stderr()
+        );
+        assert_eq!(self.proc.seen.last().map(String::as_str), Some("stopped"));
+    }
+
+    /// `folio --metadata <uri> <args>` to completion.
+    pub fn run(&self, args: &[&str], stdin: &[u8]) -> Outcome {
+        let mut cmd = folio();
+        cmd.arg("--metadata").arg(&self.uri).args(args);
+        run(cmd, stdin)
+    }
+}
+
+/// A finished command.
+pub struct Outcome {
+    pub status: ExitStatus,
+    pub stdout: Vec<u8>,
+    pub stderr: String,
+}
+
+impl Outcome {
+    pub fn ok(self) -> Self {
+        assert!(
+            self.status.success(),
+            "command failed ({}): {}",
+            self.status,
+            self.stderr
+        );
+        self
+    }
+
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.stdout).into_owned()
+    }
+
+    /// Asserts a clean failure: non-zero, one stderr line naming `cause`, no panic.
+    pub fn fails_with(&self, cause: &str) {
+        assert!(
+            !self.status.success(),
+            "should have failed: {}",
+            self.text()
+        );
+        assert!(!self.stderr.contains("panicked"), "{}", self.stderr);
+        assert_eq!(
+            self.stderr.trim_end().lines().count(),
+            1,
+            "one line on stderr: {:?}",
+            self.stderr
+        );
+        assert!(
+            self.stderr.contains(cause),
+            "stderr {:?} should name {cause:?}",
+            self.stderr
+        );
+    }
+}
+
+pub fn run(mut cmd: Command, stdin: &[u8]) -> Outcome {
+    let mut p = Proc::spawn({
+        cmd.stdin(Stdio::piped());
+        cmd
+    });
+    p.send(stdin);
+    let status = p.wait();
+    Outcome {
+        status,
+        stdout: std::mem::take(&mut p.raw),
+        stderr: p.stderr(),
+    }
+}
