@@ -2,9 +2,9 @@
 //! wires the real implementations of the seams, and runs one subcommand. Each
 //! subcommand lives in its own module; this file only dispatches.
 
+mod bench;
 mod bookie_cmd;
 mod shell;
-mod bench;
 
 use clap::{Parser, Subcommand};
 
@@ -52,7 +52,7 @@ fn main() {
         }
         Command::Bookie(args) => bookie_cmd::run(cli.metadata, args),
         Command::Shell(args) => shell::run(args, cli.metadata.as_deref()),
-        Command::Bench(args) => bench::run(args),
+        Command::Bench(args) => bench::run(args, cli.metadata),
     };
     if let Err(e) = result {
         // One line on stderr that names the cause, and a non-zero status (DESIGN.md section 4).
