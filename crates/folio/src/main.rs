@@ -70,7 +70,7 @@ fn main() {
         Command::Standalone(args) => standalone::run(cli.metadata.as_deref(), args),
         Command::Ledger(args) => ledger_cmd::run(args, cli.metadata.as_deref()),
         Command::Shell(args) => shell::run(args, cli.metadata.as_deref()),
-        Command::Bench(args) => bench::run(args),
+        Command::Bench(args) => bench::run(args, cli.metadata),
     };
     if let Err(e) = result {
         // One line on stderr that names the cause, and a non-zero status (DESIGN.md section 4).

@@ -2,8 +2,10 @@
 //! section 7). Each kind of benchmark is a subcommand in its own module; `report`
 //! holds what they all print.
 
+pub mod bookie;
 pub mod journal;
 pub mod report;
+pub mod write;
 
 use clap::{Args, Subcommand};
 
@@ -18,10 +20,16 @@ pub enum BenchCommand {
     /// Adds through the storage engine alone (journal with fdatasync, ledger store; no
     /// network), like BookKeeper's `bkperf journal append`.
     Journal(journal::JournalArgs),
+    /// Adds to one bookie over the wire, like BookKeeper's `benchmark bookie`.
+    Bookie(bookie::BookieBenchArgs),
+    /// Appends through the client to the cluster of --metadata, like `benchmark writes`.
+    Write(write::WriteBenchArgs),
 }
 
-pub fn run(args: BenchArgs) -> anyhow::Result<()> {
+pub fn run(args: BenchArgs, metadata: Option<String>) -> anyhow::Result<()> {
     match args.command {
         BenchCommand::Journal(a) => journal::run(a),
+        BenchCommand::Bookie(a) => bookie::run(a),
+        BenchCommand::Write(a) => write::run(a, metadata),
     }
 }

@@ -1,0 +1,220 @@
+//! `folio bench bookie` and `folio bench write` as real processes against real `folio bookie`
+//! processes on free ports over sqlite:// metadata in a temp dir. The checks are on the
+//! shape and consistency of the JSON (entry counts, positive rates, ordered percentiles),
+//! never on speed.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use serde_json::Value;
+
+/// A `folio bookie` process, stopped with SIGTERM when dropped.
+struct Bookie {
+    child: Child,
+    addr: String,
+}
+
+impl Drop for Bookie {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.child.id().to_string())
+            .status();
+        let _ = self.child.wait();
+    }
+}
+
+fn metadata_uri(dir: &Path) -> String {
+    format!("sqlite://{}/meta.db", dir.display())
+}
+
+fn init_cluster(dir: &Path) {
+    let out = Command::new(env!("CARGO_BIN_EXE_folio"))
+        .args(["--metadata", &metadata_uri(dir), "shell", "initnewcluster"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "initnewcluster: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn start_bookie(dir: &Path, n: usize) -> Bookie {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_folio"))
+        .arg("--metadata")
+        .arg(metadata_uri(dir))
+        .args(["bookie", "--port", "0", "--data-dir"])
+        .arg(dir.join(format!("bookie{n}")))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("spawn folio bookie");
+    let stdout = child.stdout.take().unwrap();
+    let (tx, lines) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let mut addr = None;
+    loop {
+        let line = lines
+            .recv_timeout(Duration::from_secs(120))
+            .expect("folio bookie never said ready");
+        if let Some(rest) = line.strip_prefix("bookie ") {
+            let port = rest.rsplit(':').next().unwrap().trim().to_string();
+            addr = Some(format!("127.0.0.1:{port}"));
+        }
+        if line == "ready" {
+            break;
+        }
+    }
+    Bookie {
+        child,
+        addr: addr.expect("an address line before ready"),
+    }
+}
+
+fn bench_json(metadata: Option<&str>, args: &[&str]) -> Value {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_folio"));
+    if let Some(uri) = metadata {
+        cmd.args(["--metadata", uri]);
+    }
+    let out = cmd.arg("bench").args(args).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "folio bench {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        stdout.trim().lines().count(),
+        1,
+        "one JSON object: {stdout}"
+    );
+    serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{e}: {stdout}"))
+}
+
+/// The fields of DESIGN.md section 7, consistent with each other.
+fn check_summary(v: &Value, entries: u64, entry_size: u64) {
+    assert_eq!(v["entries"].as_u64(), Some(entries), "{v}");
+    let seconds = v["seconds"].as_f64().unwrap();
+    let eps = v["entries_per_sec"].as_f64().unwrap();
+    let mbps = v["mb_per_sec"].as_f64().unwrap();
+    assert!(seconds > 0.0 && eps > 0.0 && mbps > 0.0, "{v}");
+    // entries_per_sec is entries / seconds, both rounded in the output.
+    let expect = entries as f64 / seconds;
+    assert!((eps - expect).abs() <= expect * 0.01 + 1.0, "{v}");
+    let expect_mb = eps * entry_size as f64 / 1e6;
+    assert!((mbps - expect_mb).abs() <= expect_mb * 0.01 + 0.01, "{v}");
+    let l = &v["latency_ms"];
+    let (p50, p99, p999, max) = (
+        l["p50"].as_f64().unwrap(),
+        l["p99"].as_f64().unwrap(),
+        l["p999"].as_f64().unwrap(),
+        l["max"].as_f64().unwrap(),
+    );
+    assert!(0.0 < p50 && p50 <= p99 && p99 <= p999 && p999 <= max, "{v}");
+}
+
+#[test]
+fn bench_bookie_reports_both_phases_against_a_real_bookie() {
+    let dir = tempfile::tempdir().unwrap();
+    init_cluster(dir.path());
+    let b = start_bookie(dir.path(), 0);
+    let v = bench_json(
+        None,
+        &[
+            "bookie",
+            "--bookie",
+            &b.addr,
+            "--entry-size",
+            "100",
+            "--entries",
+            "200",
+            "--in-flight",
+            "16",
+            "--ledgers",
+            "2",
+            "--json",
+        ],
+    );
+    assert_eq!(v["bench"], "bookie");
+    check_summary(&v, 200, 100);
+    check_summary(&v["latency_phase"], 200, 100);
+    check_summary(&v["throughput_phase"], 200, 100);
+    assert_eq!(v["latency_phase"]["in_flight"], 1);
+    assert_eq!(v["throughput_phase"]["in_flight"], 16);
+    // The top-level figures are the throughput phase's.
+    assert_eq!(v["seconds"], v["throughput_phase"]["seconds"]);
+}
+
+#[test]
+fn bench_bookie_names_an_unreachable_bookie() {
+    // A port nothing listens on: bind one, then free it.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let out = Command::new(env!("CARGO_BIN_EXE_folio"))
+        .args(["bench", "bookie", "--entries", "5", "--bookie"])
+        .arg(format!("127.0.0.1:{port}"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(&format!("127.0.0.1:{port}")), "{err}");
+}
+
+#[test]
+fn bench_write_appends_through_the_client_to_three_bookies() {
+    let dir = tempfile::tempdir().unwrap();
+    init_cluster(dir.path());
+    let bookies: Vec<Bookie> = (0..3).map(|i| start_bookie(dir.path(), i)).collect();
+    let uri = metadata_uri(dir.path());
+    let v = bench_json(
+        Some(&uri),
+        &[
+            "write",
+            "-e",
+            "3",
+            "-w",
+            "2",
+            "-a",
+            "2",
+            "--entry-size",
+            "100",
+            "--entries",
+            "200",
+            "--in-flight",
+            "20",
+            "--ledgers",
+            "2",
+            "--json",
+        ],
+    );
+    assert_eq!(v["bench"], "write");
+    check_summary(&v, 200, 100);
+    assert_eq!(v["ensemble"], 3);
+    assert_eq!(v["write_quorum"], 2);
+    assert_eq!(v["ack_quorum"], 2);
+    assert_eq!(v["ledger_ids"].as_array().unwrap().len(), 2);
+    drop(bookies);
+}
+
+#[test]
+fn bench_write_without_metadata_is_a_one_line_error() {
+    let out = Command::new(env!("CARGO_BIN_EXE_folio"))
+        .args(["bench", "write", "--entries", "5"])
+        .env_remove("FOLIO_METADATA")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("--metadata"), "{err}");
+}
