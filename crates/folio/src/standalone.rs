@@ -43,14 +43,28 @@ fn connector(uri: String) -> Connector {
     })
 }
 
-pub async fn wait_for_signal() -> anyhow::Result<()> {
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .context("cannot listen for SIGTERM")?;
-    tokio::select! {
-        r = tokio::signal::ctrl_c() => r.context("cannot listen for SIGINT")?,
-        _ = term.recv() => {}
+/// SIGINT and SIGTERM, listened for from creation on: a stop that comes right after
+/// `ready` is a clean stop, not the default (fatal) action.
+struct Signals {
+    int: tokio::signal::unix::Signal,
+    term: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn listen() -> anyhow::Result<Signals> {
+        use tokio::signal::unix::{SignalKind, signal};
+        Ok(Signals {
+            int: signal(SignalKind::interrupt()).context("cannot listen for SIGINT")?,
+            term: signal(SignalKind::terminate()).context("cannot listen for SIGTERM")?,
+        })
     }
-    Ok(())
+
+    async fn wait(&mut self) {
+        tokio::select! {
+            _ = self.int.recv() => {}
+            _ = self.term.recv() => {}
+        }
+    }
 }
 
 pub fn run(metadata: Option<&str>, args: StandaloneArgs) -> anyhow::Result<()> {
@@ -84,6 +98,7 @@ pub fn run(metadata: Option<&str>, args: StandaloneArgs) -> anyhow::Result<()> {
         .build()
         .context("cannot start the async runtime")?;
     runtime.block_on(async move {
+        let mut signals = Signals::listen()?;
         let store = metadata_connect::connect(&uri, Missing::Create).await?;
         if let Err(e) = store.read_cluster().await {
             if !e.is_not_found() {
@@ -102,10 +117,13 @@ pub fn run(metadata: Option<&str>, args: StandaloneArgs) -> anyhow::Result<()> {
         let mut nodes: Vec<BookieNode> = Vec::new();
         let started = start_bookies(&args, &dir, &uri, &mut nodes, &mut out).await;
         let result = match started {
-            Ok(()) => {
-                out.line(b"ready")?;
-                wait_for_signal().await
-            }
+            Ok(()) => match out.line(b"ready") {
+                Ok(()) => {
+                    signals.wait().await;
+                    Ok(())
+                }
+                Err(e) => Err(e),
+            },
             Err(e) => Err(e),
         };
         // Stop in reverse order of start, whatever happened; report the first failure.

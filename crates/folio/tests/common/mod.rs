@@ -186,13 +186,18 @@ impl Proc {
 
     /// Sends SIGTERM.
     pub fn terminate(&self) {
+        self.signal("TERM");
+    }
+
+    /// Sends a signal by name (`TERM`, `INT`).
+    pub fn signal(&self, name: &str) {
         let ok = Command::new("kill")
-            .arg("-TERM")
+            .arg(format!("-{name}"))
             .arg(self.child.id().to_string())
             .status()
             .unwrap()
             .success();
-        assert!(ok, "kill -TERM failed");
+        assert!(ok, "kill -{name} failed");
     }
 }
 
@@ -255,8 +260,13 @@ impl Standalone {
     }
 
     /// SIGTERM, then a clean exit.
-    pub fn stop(mut self) {
-        self.proc.terminate();
+    pub fn stop(self) {
+        self.stop_with("TERM");
+    }
+
+    /// A signal (`TERM`, `INT` as Ctrl-C sends), then a clean exit.
+    pub fn stop_with(mut self, signal: &str) {
+        self.proc.signal(signal);
         let status = self.proc.wait();
         assert!(
             status.success(),
