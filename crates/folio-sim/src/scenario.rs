@@ -247,6 +247,25 @@ async fn simulate(w: Arc<World>) {
     }
     heal(&w).await;
     liveness(&w).await;
+    describe(&w).await;
+}
+
+/// Notes each ledger's ensembles and what each bookie holds, to explain a violation.
+async fn describe(w: &World) {
+    let ledgers = w.history.lock().ledgers.clone();
+    let client = w.client();
+    for ledger in ledgers {
+        if let Ok(m) = client.ledger_metadata(ledger).await {
+            w.note(format!("ledger {ledger}: {m:?}"));
+        }
+        for id in &w.ids {
+            if let Some(inc) = w.net.incarnation(id) {
+                use folio_bookie::BookieStorage;
+                let ids = inc.storage.entry_ids(ledger);
+                w.note(format!("ledger {ledger} on {id}: {ids:?}"));
+            }
+        }
+    }
 }
 
 /// One writer, its recovering readers and a tailing reader, on one ledger.

@@ -33,16 +33,39 @@ fn run_checked(seed: u64, cfg: &SimConfig) -> Outcome {
     o
 }
 
+/// Seeds whose violation is a known, reported bug outside this crate (docs/simulation.md,
+/// "Findings"). Seed 3: the writer records an ensemble change whose new fragment starts
+/// at entry 36, already acknowledged by the old write set and never sent to the
+/// replacement bookie; recovery then takes the replacement's NoSuchEntry as proof that
+/// 36 is absent (Qw - Qa + 1 = 1) and truncates acknowledged entries 36..=39.
+const KNOWN_FAILING: &[u64] = &[3];
+
 #[test]
 fn seeds_hold_the_invariants() {
     let n = env_u64("FOLIO_SIM_SEEDS").unwrap_or(24);
     let base = env_u64("FOLIO_SIM_BASE").unwrap_or(1);
     let mut acked = 0;
     for seed in base..base + n {
+        if KNOWN_FAILING.contains(&seed) {
+            continue;
+        }
         acked += run_checked(seed, &SimConfig::default()).acked;
     }
     // The workload must do something, or the checks above prove nothing.
     assert!(acked > 0, "no entry acknowledged in {n} seeds");
+}
+
+/// Fails once the bug behind a known failing seed is fixed: then empty `KNOWN_FAILING`.
+#[test]
+fn known_failing_seeds_still_report_their_violation() {
+    for &seed in KNOWN_FAILING {
+        let o = run(seed, &SimConfig::default());
+        assert!(
+            o.violations.iter().any(|v| v.contains("persistence")),
+            "seed {seed} no longer fails: remove it from KNOWN_FAILING\n{}",
+            report(&o)
+        );
+    }
 }
 
 #[test]
@@ -79,7 +102,8 @@ fn a_seed_replays_the_same_trace() {
 
 /// Runs seeds until the checker reports a violation matching `kind`; fails if none does.
 fn checker_catches(what: &str, kind: &str, cfg: SimConfig, seeds: u64) {
-    for seed in 1..=seeds {
+    // Known failing seeds would be caught without the switch: they prove nothing here.
+    for seed in (1..=seeds).filter(|s| !KNOWN_FAILING.contains(s)) {
         let o = run(seed, &cfg);
         if o.violations.iter().any(|v| v.contains(kind)) {
             println!("{what}: caught at seed {seed}: {}", o.violations[0]);
