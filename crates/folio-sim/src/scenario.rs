@@ -247,7 +247,6 @@ async fn simulate(w: Arc<World>) {
     }
     heal(&w).await;
     liveness(&w).await;
-    describe(&w).await;
 }
 
 /// Notes each ledger's ensembles and what each bookie holds, to explain a violation.
@@ -579,6 +578,8 @@ async fn liveness(w: &Arc<World>) {
     let ledgers = w.history.lock().ledgers.clone();
     for (round, wipe) in [(0, false), (1, true)] {
         if wipe {
+            // What every bookie holds now explains a violation found so far.
+            describe(w).await;
             if ledgers.is_empty() {
                 return;
             }
