@@ -13,7 +13,12 @@ fn main() {
     let count = args.get(1).copied().unwrap_or(100);
     let mut failing = Vec::new();
     for seed in first..first + count {
-        let o = folio_sim::run(seed, &folio_sim::SimConfig::default());
+        let cfg = folio_sim::SimConfig {
+            // FOLIO_SIM_NO_FSYNC_FAULTS=1: the same runs without fsync failures.
+            fsync_faults: std::env::var_os("FOLIO_SIM_NO_FSYNC_FAULTS").is_none(),
+            ..folio_sim::SimConfig::default()
+        };
+        let o = folio_sim::run(seed, &cfg);
         println!(
             "seed {seed}: {} violations, {} acked, {} closed reads, {} late completions",
             o.violations.len(),

@@ -30,6 +30,9 @@ pub struct SimConfig {
     pub entries: u64,
     /// Inject faults (off: a fault-free run, for sanity).
     pub faults: bool,
+    /// Inject fsync failures (off: the same draws are made, the fault is skipped, so the
+    /// rest of the run stays the same; to tell whether a violation needs one).
+    pub fsync_faults: bool,
     pub knobs: BookieKnobs,
 }
 
@@ -40,6 +43,7 @@ impl Default for SimConfig {
             ledgers: 3,
             entries: 40,
             faults: true,
+            fsync_faults: true,
             knobs: BookieKnobs::default(),
         }
     }
@@ -521,8 +525,8 @@ async fn inject_faults(w: Arc<World>) {
             }
             4 if up.is_some() => {
                 let after = w.rng.range(0, 40);
-                w.note(format!("fault: fsync EIO on {id} after {after} ops"));
-                if let Some(inc) = up {
+                if let Some(inc) = up.filter(|_| w.cfg.fsync_faults) {
+                    w.note(format!("fault: fsync EIO on {id} after {after} ops"));
                     inc.fs.inject(Fault::SyncEio { after_ops: after });
                 }
             }
@@ -560,9 +564,14 @@ async fn heal(w: &World) {
         w.start_bookie(&id, fs).await;
     }
     for id in w.ids.clone() {
+        // Scheduled fsync failures that have not fired yet are faults too.
+        if let Some(inc) = w.net.incarnation(&id) {
+            inc.fs.clear_faults();
+        }
         match w.net.incarnation(&id) {
             Some(inc) if !inc.is_read_only() => {}
             Some(_) => {
+                w.note(format!("heal: restart read-only {id}"));
                 // Restart the read-only bookie (a failed fsync needs an operator restart).
                 let fs = w.crash_bookie(&id).expect("it was up");
                 w.start_bookie(&id, fs).await;
