@@ -154,6 +154,7 @@ use folio_env::Rng;
 
 /// Runs one seed.
 pub fn run(seed: u64, cfg: &SimConfig) -> Outcome {
+    eprintln!("folio-sim: seed {seed} (replay: FOLIO_SIM_SEED={seed})");
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .start_paused(true)

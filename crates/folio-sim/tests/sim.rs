@@ -34,10 +34,10 @@ fn run_checked(seed: u64, cfg: &SimConfig) -> Outcome {
 }
 
 /// Seeds whose violation is a known, reported bug outside this crate (docs/simulation.md,
-/// "Findings"). Seed 3: the writer records an ensemble change whose new fragment starts
-/// at entry 36, already acknowledged by the old write set and never sent to the
-/// replacement bookie; recovery then takes the replacement's NoSuchEntry as proof that
-/// 36 is absent (Qw - Qa + 1 = 1) and truncates acknowledged entries 36..=39.
+/// "Findings"). Seed 3: the writer's ensemble change starts a new fragment at entry 36,
+/// but 36 is never sent to the replacement bookie and still counts as acknowledged (the
+/// replaced bookie's ack kept counting); recovery takes the replacement's NoSuchEntry as
+/// proof that 36 is absent (Qw - Qa + 1 = 1) and truncates acknowledged 36..=39.
 const KNOWN_FAILING: &[u64] = &[3];
 
 #[test]
