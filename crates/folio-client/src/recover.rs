@@ -178,13 +178,25 @@ async fn run(
             reason: "the metadata has no ensemble".into(),
         });
     };
+    // Fence and read the writer's fragment, even when an earlier recovery appended
+    // write-back fragments after it (their new bookies hold only what was written back).
+    let (read_start, read_ensemble) = writer_fragment(&meta).unwrap_or((fragment_start, ensemble));
     let (mut machine, actions) = Recovery::start(
         ledger,
         quorum,
-        fragment_start,
-        ensemble.to_vec(),
+        read_start,
+        read_ensemble.to_vec(),
         digest.clone(),
     );
+    if read_start != fragment_start {
+        tracing::debug!(
+            ledger,
+            read_start,
+            fragment_start,
+            "recovery reads the writer's fragment, writes back to the last"
+        );
+        machine.set_write_fragment(fragment_start, ensemble.to_vec());
+    }
     machine.set_max_ensemble_changes(inner.config.max_ensemble_changes);
     let (tx, mut rx) = mpsc::unbounded_channel::<Event>();
     let mut queue = actions;
@@ -257,6 +269,18 @@ async fn run(
     }
 }
 
+/// Custom metadata key naming the first entry of the writer's last fragment, set by the
+/// first recovery that appends a write-back fragment after it.
+pub(crate) const WRITER_FRAGMENT_KEY: &str = "folio.recovery.writer-fragment";
+
+/// The writer's last fragment (first entry and ensemble) when a recovery appended
+/// write-back fragments after it; `None` when the last fragment is the writer's.
+fn writer_fragment(meta: &LedgerMetadata) -> Option<(EntryId, &[BookieId])> {
+    let raw = meta.custom_metadata.get(WRITER_FRAGMENT_KEY)?;
+    let start: EntryId = std::str::from_utf8(raw).ok()?.parse().ok()?;
+    meta.ensembles.get(&start).map(|e| (start, e.as_slice()))
+}
+
 /// Records a write-back fragment in the metadata of the ledger in recovery.
 async fn change_ensemble(
     inner: &Inner,
@@ -286,7 +310,7 @@ async fn change_ensemble(
             &racks,
             inner.rng.as_ref(),
         )?;
-        let value = with_new_fragment(
+        let mut value = with_new_fragment(
             ledger,
             &meta.value,
             LedgerState::InRecovery,
@@ -297,6 +321,16 @@ async fn change_ensemble(
             ledger,
             reason: format!("the ledger is {} during recovery", meta.value.state),
         })?;
+        // The first write-back fragment records which fragment was the writer's, so that
+        // a later recovery still fences and reads there.
+        if writer_fragment(&meta.value).is_none()
+            && let Some((writer_start, _)) = meta.value.current_ensemble()
+        {
+            value.custom_metadata.insert(
+                WRITER_FRAGMENT_KEY.to_string(),
+                writer_start.to_string().into_bytes(),
+            );
+        }
         match inner
             .metadata
             .write_ledger(ledger, &value, meta.version)

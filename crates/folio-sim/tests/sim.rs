@@ -34,11 +34,9 @@ fn run_checked(seed: u64, cfg: &SimConfig) -> Outcome {
 }
 
 /// Seeds whose violation is a known, reported bug outside this crate (docs/simulation.md,
-/// "Findings"). Seed 3: the writer's ensemble change starts a new fragment at entry 36,
-/// but 36 is never sent to the replacement bookie and still counts as acknowledged (the
-/// replaced bookie's ack kept counting); recovery takes the replacement's NoSuchEntry as
-/// proof that 36 is absent (Qw - Qa + 1 = 1) and truncates acknowledged 36..=39.
-const KNOWN_FAILING: &[u64] = &[3];
+/// "Findings"). Empty: seed 3 (a later recovery read a write-back fragment's new bookie
+/// and took its NoSuchEntry as proof of absence) is fixed in folio-client's recovery.
+const KNOWN_FAILING: &[u64] = &[];
 
 #[test]
 fn seeds_hold_the_invariants() {
