@@ -178,13 +178,26 @@ async fn run(
             reason: "the metadata has no ensemble".into(),
         });
     };
+    // Fence and read the writer's fragment, even when an earlier recovery appended
+    // write-back fragments after it (their new bookies hold only what was written back).
+    let (read_start, read_ensemble) =
+        writer_fragment(&meta).unwrap_or((fragment_start, ensemble.to_vec()));
     let (mut machine, actions) = Recovery::start(
         ledger,
         quorum,
-        fragment_start,
-        ensemble.to_vec(),
+        read_start,
+        read_ensemble.clone(),
         digest.clone(),
     );
+    if read_start != fragment_start || read_ensemble != ensemble {
+        tracing::debug!(
+            ledger,
+            read_start,
+            fragment_start,
+            "recovery reads the writer's fragment, writes back to the last"
+        );
+        machine.set_write_fragment(fragment_start, ensemble.to_vec());
+    }
     machine.set_max_ensemble_changes(inner.config.max_ensemble_changes);
     let (tx, mut rx) = mpsc::unbounded_channel::<Event>();
     let mut queue = actions;
@@ -257,6 +270,30 @@ async fn run(
     }
 }
 
+/// Custom metadata key recording the writer's last fragment, `<first entry>|<bookie>,...`,
+/// set by the first recovery that changes the ensemble. The ensemble itself is recorded
+/// because a write-back fragment starting at the same entry replaces the writer's in the
+/// ensembles map (simulator seed 507).
+pub(crate) const WRITER_FRAGMENT_KEY: &str = "folio.recovery.writer-fragment";
+
+fn encode_writer_fragment(start: EntryId, ensemble: &[BookieId]) -> Vec<u8> {
+    let bookies: Vec<&str> = ensemble.iter().map(|b| b.as_str()).collect();
+    format!("{start}|{}", bookies.join(",")).into_bytes()
+}
+
+/// The writer's last fragment (first entry and ensemble) when a recovery changed the
+/// ensemble after it; `None` when the last fragment is the writer's.
+fn writer_fragment(meta: &LedgerMetadata) -> Option<(EntryId, Vec<BookieId>)> {
+    let raw = meta.custom_metadata.get(WRITER_FRAGMENT_KEY)?;
+    let (start, bookies) = std::str::from_utf8(raw).ok()?.split_once('|')?;
+    let start: EntryId = start.parse().ok()?;
+    let ensemble = bookies
+        .split(',')
+        .map(|b| BookieId::new(b).ok())
+        .collect::<Option<Vec<_>>>()?;
+    (ensemble.len() == meta.ensemble_size).then_some((start, ensemble))
+}
+
 /// Records a write-back fragment in the metadata of the ledger in recovery.
 async fn change_ensemble(
     inner: &Inner,
@@ -286,7 +323,7 @@ async fn change_ensemble(
             &racks,
             inner.rng.as_ref(),
         )?;
-        let value = with_new_fragment(
+        let mut value = with_new_fragment(
             ledger,
             &meta.value,
             LedgerState::InRecovery,
@@ -297,6 +334,16 @@ async fn change_ensemble(
             ledger,
             reason: format!("the ledger is {} during recovery", meta.value.state),
         })?;
+        // The first write-back fragment records which fragment was the writer's, so that
+        // a later recovery still fences and reads there.
+        if writer_fragment(&meta.value).is_none()
+            && let Some((writer_start, writer_ensemble)) = meta.value.current_ensemble()
+        {
+            value.custom_metadata.insert(
+                WRITER_FRAGMENT_KEY.to_string(),
+                encode_writer_fragment(writer_start, writer_ensemble),
+            );
+        }
         match inner
             .metadata
             .write_ledger(ledger, &value, meta.version)
@@ -444,5 +491,40 @@ fn perform(
         RecoveryAction::Close { .. }
         | RecoveryAction::Fail(_)
         | RecoveryAction::ChangeEnsemble { .. } => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use folio_types::metadata::DigestType;
+    use folio_types::quorum::QuorumConfig;
+
+    use super::*;
+
+    #[test]
+    fn the_writer_fragment_round_trips_and_bad_values_are_ignored() {
+        let bookies: Vec<BookieId> = (1..=3)
+            .map(|i| BookieId::new(format!("10.0.0.{i}:3181")).unwrap())
+            .collect();
+        let mut meta = LedgerMetadata::new_open(
+            QuorumConfig::new(3, 2, 2).unwrap(),
+            bookies.clone(),
+            DigestType::Crc32,
+            b"pw".to_vec(),
+        );
+        assert_eq!(writer_fragment(&meta), None);
+        meta.custom_metadata.insert(
+            WRITER_FRAGMENT_KEY.into(),
+            encode_writer_fragment(7, &bookies),
+        );
+        assert_eq!(writer_fragment(&meta), Some((7, bookies.clone())));
+        meta.custom_metadata.insert(
+            WRITER_FRAGMENT_KEY.into(),
+            encode_writer_fragment(7, &bookies[..2]),
+        );
+        assert_eq!(writer_fragment(&meta), None, "wrong ensemble size");
+        meta.custom_metadata
+            .insert(WRITER_FRAGMENT_KEY.into(), b"x|y".to_vec());
+        assert_eq!(writer_fragment(&meta), None);
     }
 }

@@ -161,6 +161,8 @@ pub struct Recovery {
     end: Option<EntryId>,
     /// Where write-backs go: the fragment's ensemble until a bookie fails a write-back.
     write_ensemble: Vec<BookieId>,
+    /// First entry of the fragment `write_ensemble` belongs to.
+    write_start: EntryId,
     failed: BTreeMap<usize, BookieId>,
     changing: bool,
     ensemble_changes: u32,
@@ -205,6 +207,7 @@ impl Recovery {
             write_backs: BTreeMap::new(),
             end: None,
             write_ensemble: ensemble,
+            write_start: fragment_start,
             failed: BTreeMap::new(),
             changing: false,
             ensemble_changes: 0,
@@ -214,6 +217,23 @@ impl Recovery {
     }
 
     /// Bounds the ensemble changes of the write-backs (default 10).
+    /// An earlier recovery already replaced bookies by write-back fragments: the last
+    /// fragment (starting at `start`, with `ensemble`) is where write-backs go, while
+    /// fencing and reads stay on the ensemble given to [`Recovery::start`], the writer's,
+    /// where the entries to recover were written. A bookie that joined through a
+    /// recovery's fragment holds only what was written back, so its NoSuchEntry proves
+    /// nothing about the writer's entries (simulator seed 93: counting it truncated
+    /// acknowledged entries). Call before answering the fencing reads.
+    pub fn set_write_fragment(&mut self, start: EntryId, ensemble: Vec<BookieId>) {
+        assert_eq!(ensemble.len(), self.quorum.ensemble_size, "ensemble size");
+        assert!(
+            start >= self.fragment_start,
+            "write fragment before the writer's"
+        );
+        self.write_start = start;
+        self.write_ensemble = ensemble;
+    }
+
     pub fn set_max_ensemble_changes(&mut self, max: u32) {
         self.max_ensemble_changes = max;
     }
@@ -458,8 +478,18 @@ impl Recovery {
         // fragment can never start before the last fragment (write-backs are above the LAC
         // frozen at or after its first entry - 1).
         debug_assert!(first_pending >= self.fragment_start);
+        if first_pending < self.write_start {
+            // The entry lies before the last fragment: no fragment can be added there. The
+            // shell starts over from the metadata rather than count a wrong bookie.
+            return self.fail(format!(
+                "write-back of entry {first_pending} failed before the last fragment (first entry {})",
+                self.write_start
+            ));
+        }
         self.changing = true;
         self.ensemble_changes += 1;
+        // Only a recorded change matters: a failed one ends the recovery.
+        self.write_start = first_pending;
         vec![RecoveryAction::ChangeEnsemble {
             fragment_start: first_pending,
             failed: self.failed.clone(),

@@ -229,6 +229,74 @@ fn a_failed_write_back_changes_the_ensemble_from_the_first_pending_entry() {
     );
 }
 
+/// Simulator seed 93: a first recovery replaced b2 by b3 in a write-back fragment at 10
+/// and then failed. A second recovery must fence and read the writer's fragment (b0 b1
+/// b2), not the last one: b3 holds only what was written back, and its NoSuchEntry for
+/// entry 11 (one negative proves absence with Qw - Qa + 1 = 1) truncated acknowledged
+/// entries.
+#[test]
+fn a_later_recovery_reads_the_writers_fragment_not_a_write_back_fragment() {
+    // Writer's fragment starts at 0 on b0 b1 b2; the earlier recovery's fragment at 10
+    // is b0 b1 b3.
+    let (mut r, fences) = start(3, 2, 2, 0);
+    r.set_write_fragment(10, vec![b(0), b(1), b(3)]);
+    let fenced: Vec<BookieId> = fences
+        .iter()
+        .filter_map(|a| match a {
+            RecoveryAction::FenceRead { bookie, .. } => Some(bookie.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(fenced, vec![b(0), b(1), b(2)]);
+    r.on_fence_answer(
+        0,
+        FenceAnswer::LastEntry {
+            entry: 11,
+            lac: 9,
+            length: 9,
+        },
+    );
+    let a = r.on_fence_answer(1, FenceAnswer::Empty);
+    assert_eq!(reads(&a), vec![(10, 1), (10, 2)]);
+    let read_bookies: Vec<BookieId> = a
+        .iter()
+        .filter_map(|x| match x {
+            RecoveryAction::RecoveryRead { bookie, .. } => Some(bookie.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        read_bookies,
+        vec![b(1), b(2)],
+        "reads go to the writer's b2"
+    );
+    // Entry 10 is found; it is written back to the last fragment (b1, b3).
+    let a = r.on_read_answer(10, 2, entry(b"ten", 3));
+    assert_eq!(write_backs(&a), vec![(10, b(1)), (10, b(3))]);
+    let read_bookies: Vec<BookieId> = a
+        .iter()
+        .filter_map(|x| match x {
+            RecoveryAction::RecoveryRead { bookie, .. } => Some(bookie.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(read_bookies, vec![b(2), b(0)]);
+    // Entry 11 is on the writer's b2 and b0: found, not declared absent.
+    let a = r.on_read_answer(11, 2, entry(b"eleven", 9));
+    assert_eq!(write_backs(&a), vec![(11, b(3)), (11, b(0))]);
+    r.on_read_answer(12, 0, ReadAnswer::NoEntry);
+    for (e, bk) in [(10, b(1)), (10, b(3)), (11, b(3))] {
+        assert!(r.on_write_answer(e, &bk, WriteAnswer::Ok).is_empty());
+    }
+    assert_eq!(
+        r.on_write_answer(11, &b(0), WriteAnswer::Ok),
+        vec![RecoveryAction::Close {
+            last_entry: 11,
+            length: 9
+        }]
+    );
+}
+
 #[test]
 fn a_failed_write_back_ensemble_change_fails_recovery() {
     let (mut r, _) = start(3, 3, 2, 0);
