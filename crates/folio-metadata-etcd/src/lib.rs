@@ -34,7 +34,7 @@ mod election;
 mod keys;
 mod session;
 mod store;
-mod text;
+use folio_metadata::text;
 mod underreplication;
 mod uri;
 mod watches;

@@ -22,7 +22,7 @@ mod election;
 mod paths;
 mod session;
 mod store;
-mod text;
+use folio_metadata::text;
 mod underreplication;
 mod uri;
 mod watches;

@@ -11,6 +11,7 @@ pub mod layout;
 pub mod mem;
 pub mod sqlite;
 pub mod store;
+pub mod text;
 pub mod uri;
 
 use std::sync::Arc;

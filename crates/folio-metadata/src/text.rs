@@ -1,8 +1,9 @@
-//! Protobuf *text format* for the small records kept under `underreplication/`
-//! (`UnderreplicatedLedgerFormat`, `LockDataFormat`, `AuditorVoteFormat`): the same text
-//! BookKeeper writes on ZooKeeper (spec §5.8), so a mark reads the same on every driver.
-//! Java writes them with `TextFormat.printToString`: one `name: value` per line, strings
-//! double-quoted with C-style escapes. Only scalar fields occur, so a field list is all
+//! Protobuf *text format* for the small records BookKeeper keeps under `underreplication/`
+//! (spec §5.8), shared by the zk:// and etcd:// drivers so a mark reads the same on both: `UnderreplicatedLedgerFormat`, `LockDataFormat`, `AuditorVoteFormat` and
+//! `LedgerRereplicationLayoutFormat`. Java writes them with `TextFormat.printToString`: one
+//! `name: value` per line, strings double-quoted with C-style escapes.
+//!
+//! Only scalar fields (strings and integers) occur in these messages, so a field list is all
 //! this needs: [`print`] writes one, [`parse`] reads one back (in order, repeats kept).
 
 use std::fmt::Write as _;
