@@ -4,7 +4,6 @@
 //! `S/underreplication/locks/<UUID(0, id)>` holding a text `LockDataFormat`, attached to the
 //! session lease and taken with a create-if-absent transaction. Key order is id order.
 
-use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -16,7 +15,9 @@ use folio_types::{BookieId, LedgerId};
 use crate::keys;
 use crate::session::{CasFailure, Etcd};
 use crate::store::{delete_own, delete_own_later, last_component};
-use crate::text::{self, Value};
+use folio_metadata::text::{
+    self, Value, decode_underreplicated as decode_mark, encode_underreplicated as encode_mark,
+};
 
 fn mark_what(ledger: LedgerId) -> String {
     format!("under-replication mark of ledger {ledger}")
@@ -27,32 +28,6 @@ fn now_ms() -> i64 {
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as i64)
         .unwrap_or(0)
-}
-
-fn encode_mark(replicas: &BTreeSet<BookieId>, ctime: Option<i64>) -> Vec<u8> {
-    let mut fields: Vec<(&str, Value)> = replicas
-        .iter()
-        .map(|b| ("replica", Value::Str(b.to_string())))
-        .collect();
-    if let Some(c) = ctime {
-        fields.push(("ctime", Value::Int(c)));
-    }
-    text::print(&fields).into_bytes()
-}
-
-fn decode_mark(ledger: LedgerId, data: &[u8]) -> Result<UnderreplicatedLedger> {
-    let corrupt = |reason: String| MetadataError::corrupt(mark_what(ledger), reason);
-    let s = std::str::from_utf8(data).map_err(|_| corrupt("not valid UTF-8".into()))?;
-    let fields = text::parse(s).map_err(corrupt)?;
-    let mut missing = BTreeSet::new();
-    for r in text::strings(&fields, "replica") {
-        missing.insert(BookieId::new(r).map_err(|e| corrupt(e.to_string()))?);
-    }
-    Ok(UnderreplicatedLedger {
-        ledger_id: ledger,
-        missing_replicas: missing,
-        ctime: text::int(&fields, "ctime"),
-    })
 }
 
 pub(crate) async fn mark(etcd: &Etcd, ledger: LedgerId, missing: &[BookieId]) -> Result<()> {
@@ -217,6 +192,7 @@ impl Drop for EtcdUrLock {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeSet;
 
     #[test]
     fn marks_use_bookkeeper_text_format() {

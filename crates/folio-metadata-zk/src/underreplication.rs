@@ -5,7 +5,6 @@
 //! `lostBookieRecoveryDelay`. The layout node `underreplication/LAYOUT` is created on first use,
 //! as BookKeeper's manager does when it starts.
 
-use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -16,7 +15,9 @@ use zookeeper_client as zk;
 
 use crate::paths::{self, UNDERREPLICATION};
 use crate::session::{Zk, ephemeral, persistent};
-use crate::text::{self, Value};
+use folio_metadata::text::{
+    self, Value, decode_underreplicated as decode_mark, encode_underreplicated as encode_mark,
+};
 
 fn mark_what(ledger: LedgerId) -> String {
     format!("under-replication mark of ledger {ledger}")
@@ -46,32 +47,6 @@ fn now_ms() -> i64 {
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as i64)
         .unwrap_or(0)
-}
-
-fn encode_mark(replicas: &BTreeSet<BookieId>, ctime: Option<i64>) -> Vec<u8> {
-    let mut fields: Vec<(&str, Value)> = replicas
-        .iter()
-        .map(|b| ("replica", Value::Str(b.to_string())))
-        .collect();
-    if let Some(c) = ctime {
-        fields.push(("ctime", Value::Int(c)));
-    }
-    text::print(&fields).into_bytes()
-}
-
-fn decode_mark(ledger: LedgerId, data: &[u8]) -> Result<UnderreplicatedLedger> {
-    let corrupt = |reason: String| MetadataError::corrupt(mark_what(ledger), reason);
-    let s = std::str::from_utf8(data).map_err(|_| corrupt("not valid UTF-8".into()))?;
-    let fields = text::parse(s).map_err(corrupt)?;
-    let mut missing = BTreeSet::new();
-    for r in text::strings(&fields, "replica") {
-        missing.insert(BookieId::new(r).map_err(|e| corrupt(e.to_string()))?);
-    }
-    Ok(UnderreplicatedLedger {
-        ledger_id: ledger,
-        missing_replicas: missing,
-        ctime: text::int(&fields, "ctime"),
-    })
 }
 
 pub(crate) async fn mark(zk: &Zk, ledger: LedgerId, missing: &[BookieId]) -> Result<()> {
@@ -356,6 +331,7 @@ impl Drop for ZkUrLock {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeSet;
 
     #[test]
     fn mark_text_round_trips() {

@@ -8,6 +8,42 @@
 
 use std::fmt::Write as _;
 
+use std::collections::BTreeSet;
+
+use folio_types::{BookieId, LedgerId};
+
+use crate::{MetadataError, Result, UnderreplicatedLedger};
+
+/// The text record of an under-replication mark (`UnderreplicatedLedgerFormat`): one
+/// `replica` per missing bookie, then `ctime` in ms. Both zk:// and etcd:// store this.
+pub fn encode_underreplicated(replicas: &BTreeSet<BookieId>, ctime: Option<i64>) -> Vec<u8> {
+    let mut fields: Vec<(&str, Value)> = replicas
+        .iter()
+        .map(|b| ("replica", Value::Str(b.to_string())))
+        .collect();
+    if let Some(c) = ctime {
+        fields.push(("ctime", Value::Int(c)));
+    }
+    print(&fields).into_bytes()
+}
+
+/// Reads [`encode_underreplicated`]'s record; errors name the ledger.
+pub fn decode_underreplicated(ledger: LedgerId, data: &[u8]) -> Result<UnderreplicatedLedger> {
+    let what = format!("under-replication mark of ledger {ledger}");
+    let corrupt = |reason: String| MetadataError::corrupt(&what, reason);
+    let s = std::str::from_utf8(data).map_err(|_| corrupt("not valid UTF-8".into()))?;
+    let fields = parse(s).map_err(corrupt)?;
+    let mut missing = BTreeSet::new();
+    for r in strings(&fields, "replica") {
+        missing.insert(BookieId::new(r).map_err(|e| corrupt(e.to_string()))?);
+    }
+    Ok(UnderreplicatedLedger {
+        ledger_id: ledger,
+        missing_replicas: missing,
+        ctime: int(&fields, "ctime"),
+    })
+}
+
 /// A scalar field value.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Value {
