@@ -69,15 +69,21 @@ final class FolioCluster {
         return conf;
     }
 
-    /** Entry sizes cycle through small and medium ones, with a large one now and then. */
+    /**
+     * Entry sizes cycle through small and medium ones (0 B to 16 KiB), with 64 KiB every 97th
+     * entry, 256 KiB every 1999th and one of 1 MiB (entry 500): about 3.4 KiB on average.
+     */
     static int entrySize(int i) {
         if (i == 500) {
             return 1 << 20;
         }
-        if (i % 97 == 13) {
+        if (i % 1999 == 7) {
             return 256 * 1024;
         }
-        int[] sizes = {1, 0, 17, 100, 513, 1024, 3000, 4096, 16_384, 65_536};
+        if (i % 97 == 13) {
+            return 65_536;
+        }
+        int[] sizes = {1, 0, 17, 100, 513, 1024, 3000, 4096, 100, 16_384};
         return sizes[i % sizes.length];
     }
 
@@ -91,7 +97,7 @@ final class FolioCluster {
     static long totalLength(long seed, int count) {
         long n = 0;
         for (int i = 0; i < count; i++) {
-            n += payload(seed, i).length;
+            n += entrySize(i);
         }
         return n;
     }
