@@ -10,13 +10,18 @@ import java.util.HashSet;
 import java.util.List;
 import java.util.Set;
 import java.util.concurrent.TimeUnit;
+import org.apache.bookkeeper.bookie.Cookie;
 import org.apache.bookkeeper.client.BKException;
 import org.apache.bookkeeper.client.BookKeeper;
 import org.apache.bookkeeper.client.BookKeeper.DigestType;
 import org.apache.bookkeeper.client.BookKeeperAdmin;
 import org.apache.bookkeeper.client.LedgerHandle;
 import org.apache.bookkeeper.client.api.LedgerMetadata;
+import org.apache.bookkeeper.conf.ServerConfiguration;
+import org.apache.bookkeeper.discover.RegistrationManager;
+import org.apache.bookkeeper.meta.MetadataDrivers;
 import org.apache.bookkeeper.net.BookieId;
+import org.apache.bookkeeper.versioning.Versioned;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
@@ -48,17 +53,63 @@ class MixedClusterTest {
         }
     }
 
+    /** The Java bookies' cookies (in ZooKeeper) carry the instance id Folio's initnewcluster wrote. */
+    @Test
+    void javaBookiesJoinFolioInstance() throws Exception {
+        withRegistrationManager(rm -> {
+            String instanceId = rm.getClusterInstanceId();
+            for (JavaBookie b : JAVA) {
+                String cookie = Cookie.readFromRegistrationManager(rm, BookieId.parse(b.id)).getValue().toString();
+                assertTrue(cookie.contains("instanceId: \"" + instanceId + "\""), cookie);
+                assertTrue(cookie.contains("bookieHost: \"" + b.id + "\""), cookie);
+            }
+        });
+        Set<String> all = new HashSet<>(FolioCluster.bookies());
+        all.addAll(javaIds());
+        try (BookKeeperAdmin admin = new BookKeeperAdmin(FolioCluster.conf(false))) {
+            Set<String> available = new HashSet<>();
+            admin.getAvailableBookies().forEach(b -> available.add(b.toString()));
+            assertEquals(all, available);
+        }
+    }
+
+    interface RmAction {
+        void run(RegistrationManager rm) throws Exception;
+    }
+
+    static void withRegistrationManager(RmAction action) throws Exception {
+        ServerConfiguration conf = new ServerConfiguration();
+        conf.setMetadataServiceUri(FolioCluster.javaMetadataUri());
+        conf.setZkTimeout(30_000);
+        MetadataDrivers.runFunctionWithRegistrationManager(conf, rm -> {
+            try {
+                action.run(rm);
+                return null;
+            } catch (Exception e) {
+                throw new RuntimeException(e);
+            }
+        });
+    }
+
     @AfterAll
     static void stopJavaBookies() throws Exception {
         for (JavaBookie b : JAVA) {
             b.stop();
         }
-        // The other test classes expect the three Folio bookies only.
+        // The other test classes expect the three Folio bookies only: wait for the
+        // registrations to go, and remove the cookies (BookKeeper lists all bookies from them).
         try (BookKeeperAdmin admin = new BookKeeperAdmin(FolioCluster.conf(false))) {
             for (JavaBookie b : JAVA) {
                 b.awaitUnregistered(admin);
             }
         }
+        withRegistrationManager(rm -> {
+            for (JavaBookie b : JAVA) {
+                BookieId id = BookieId.parse(b.id);
+                Versioned<Cookie> cookie = Cookie.readFromRegistrationManager(rm, id);
+                cookie.getValue().deleteFromRegistrationManager(rm, id, cookie.getVersion());
+            }
+        });
         JAVA.clear();
     }
 
