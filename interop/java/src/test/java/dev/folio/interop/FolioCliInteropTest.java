@@ -114,6 +114,46 @@ class FolioCliInteropTest {
         }
     }
 
+    /**
+     * A live Folio writer is fenced by the Java client's open-with-recovery: the Java reader gets
+     * every acknowledged entry, and the Folio writer acknowledges nothing more and stops with an
+     * error instead of closing the ledger.
+     */
+    @ParameterizedTest(name = "v2={0}")
+    @ValueSource(booleans = {false, true})
+    void javaRecoveryFencesLiveFolioWriter(boolean v2) throws Exception {
+        long seed = System.nanoTime();
+        int count = 100;
+        try (FolioCli w = FolioCli.start("ledger", "write", "--digest", "crc32c",
+                "--password", FolioCli.PASSWORD, "--hex")) {
+            long id = Long.parseLong(w.expect("ledger"));
+            for (int i = 0; i < count; i++) {
+                w.writeEntry(FolioCluster.payload(seed, i));
+            }
+            for (int i = 0; i < count; i++) {
+                assertEquals(Integer.toString(i), w.expect("acked"));
+            }
+            try (BookKeeper bk = new BookKeeper(FolioCluster.conf(v2))) {
+                LedgerHandle lh = bk.openLedger(id, DigestType.CRC32C, FolioCluster.PASSWORD);
+                assertTrue(lh.isClosed());
+                assertEquals(count - 1, lh.getLastAddConfirmed());
+                RoundTripTest.readAllBack(lh, seed, count);
+            }
+            try {
+                w.writeEntry(FolioCluster.payload(seed, count));
+                w.stdin.close();
+            } catch (java.io.IOException e) {
+                // The writer may already have stopped on seeing the ledger fenced.
+            }
+            String l;
+            while ((l = w.nextLine()) != null) {
+                assertTrue(!l.startsWith("acked ") && !l.startsWith("closed "),
+                        "the fenced Folio writer printed: " + l);
+            }
+            assertTrue(w.waitFor() != 0, "the fenced Folio writer exited 0");
+        }
+    }
+
     /** `folio ledger read` recovers a ledger a live Java writer holds: the writer is fenced. */
     @ParameterizedTest(name = "v2={0}")
     @ValueSource(booleans = {false, true})
