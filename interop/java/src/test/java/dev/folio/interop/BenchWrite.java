@@ -18,7 +18,8 @@ import org.apache.bookkeeper.conf.ClientConfiguration;
  * Central does not serve): one ledger, {@code asyncAddEntry} with a semaphore keeping
  * {@code --in-flight} appends outstanding, each append's latency from the call to its callback,
  * for {@code --seconds}. A warm-up ledger is written first (not measured) so the JIT has compiled
- * the client. Prints the same JSON object as {@code folio bench write --json}.
+ * the client. The client's 5000 adds/s rate limit is off ({@code throttle=0}). Prints the same
+ * JSON object as {@code folio bench write --json}.
  *
  * <pre>java -cp CLASSPATH dev.folio.interop.BenchWrite --metadata zk+null://HOST:PORT/ROOT
  *     [-e 3] [-w 3] [-a 2] [--entry-size 1024] [--in-flight 128] [--seconds 15] [--warmup 3]</pre>
@@ -59,6 +60,9 @@ public final class BenchWrite {
         }
         ClientConfiguration conf = new ClientConfiguration();
         conf.setMetadataServiceUri(uri);
+        // The client's default rate limit (throttle = 5000 adds/s per client) would cap every
+        // run at 5000 entries/s whatever the bookies do; the in-flight window is the limit here.
+        conf.setThrottleValue(0);
         try (BookKeeper bk = new BookKeeper(conf)) {
             byte[] payload = new byte[size];
             new java.util.Random(42).nextBytes(payload);
