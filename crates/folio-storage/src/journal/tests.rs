@@ -617,7 +617,10 @@ fn tools_scan_a_file_with_offsets_list_files_and_read_the_mark() {
     let offsets: Vec<u64> = seen.iter().map(|(o, _)| *o).collect();
     assert_eq!(offsets, record_offsets(5));
     for (i, (_, rec)) in seen.iter().enumerate() {
-        assert_eq!((rec.kind, rec.ledger, rec.entry), (RecordKind::Add, 3, i as i64));
+        assert_eq!(
+            (rec.kind, rec.ledger, rec.entry),
+            (RecordKind::Add, 3, i as i64)
+        );
         assert_eq!(rec.payload.as_ref(), payload(3, i as i64).as_slice());
     }
     let current = Path::new("/j/current");
