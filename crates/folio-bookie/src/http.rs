@@ -1,10 +1,19 @@
-//! The admin HTTP endpoint, first part: the routes of BookKeeper's bookie HTTP service that
-//! monitoring needs. `/heartbeat` (liveness), `/metrics` (Prometheus text: request latency
-//! histograms per operation, bytes in and out, connections), `/api/v1/bookie/state`,
-//! `/api/v1/bookie/is_ready` and `/api/v1/bookie/info` (free and total disk space), with
-//! BookKeeper's JSON field names.
+//! The admin HTTP endpoint: the routes of BookKeeper's bookie HTTP service, with its paths
+//! and JSON field names. For monitoring: `/heartbeat` (liveness), `/metrics` (Prometheus
+//! text: request latency histograms per operation, bytes in and out, connections),
+//! `/api/v1/bookie/state`, `/api/v1/bookie/is_ready` and `/api/v1/bookie/info` (free and
+//! total disk space). This bookie's disk: `/api/v1/bookie/last_log_mark`,
+//! `/api/v1/bookie/list_disk_file`, `/api/v1/bookie/gc`. The cluster, through the metadata
+//! store (see [`admin_api`]): `/api/v1/ledger/list`, `/api/v1/ledger/metadata`,
+//! `/api/v1/ledger/read`, `/api/v1/bookie/list_bookies`, `/api/v1/bookie/list_bookie_info`.
+//!
+//! Errors are JSON `{"error": "..."}` with a status that fits: 400 for a bad parameter, 404
+//! for a missing ledger, 503 when the metadata store cannot be reached.
+
+pub mod admin_api;
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 
@@ -42,6 +51,11 @@ pub struct AdminState {
     shutting_down: Arc<AtomicBool>,
     /// Sets point-in-time gauges (pending requests, journal numbers) just before a scrape.
     refresh: Option<Arc<dyn Fn() + Send + Sync>>,
+    /// This bookie's directories and journal marks (`last_log_mark`, `list_disk_file`).
+    local: Option<admin_api::LocalDisk>,
+    /// The metadata store and an entry reader, for the cluster routes.
+    cluster: admin_api::ClusterAccess,
+    session: admin_api::Session,
 }
 
 impl AdminState {
@@ -53,7 +67,35 @@ impl AdminState {
             storage,
             shutting_down: Arc::new(AtomicBool::new(false)),
             refresh: None,
+            local: None,
+            cluster: admin_api::ClusterAccess::default(),
+            session: admin_api::Session::default(),
         }
+    }
+
+    /// Serves this bookie's directories and marks (`last_log_mark`, `list_disk_file`).
+    pub fn with_local_disk(
+        mut self,
+        journal_dirs: Vec<PathBuf>,
+        ledger_dirs: Vec<PathBuf>,
+        index_dir: Option<PathBuf>,
+        marks: Arc<dyn Fn() -> Vec<folio_storage::journal::Position> + Send + Sync>,
+    ) -> Self {
+        self.local = Some(admin_api::LocalDisk {
+            journal_dirs,
+            ledger_dirs,
+            index_dir,
+            marks,
+        });
+        self
+    }
+
+    /// Serves the cluster routes from this metadata store (and `ledger/read` through
+    /// `reader`, when given).
+    pub fn with_cluster(mut self, cluster: admin_api::ClusterAccess) -> Self {
+        self.session = admin_api::Session::new(cluster.store.clone());
+        self.cluster = cluster;
+        self
     }
 
     /// Runs `refresh` before each `/metrics` render, to set gauges that are read, not counted.
@@ -91,6 +133,7 @@ pub fn router(state: AdminState) -> Router {
         .route("/api/v1/bookie/state", get(bookie_state))
         .route("/api/v1/bookie/is_ready", get(is_ready))
         .route("/api/v1/bookie/info", get(bookie_info))
+        .merge(admin_api::routes())
         .with_state(state)
 }
 

@@ -18,6 +18,7 @@ use tracing::info;
 
 use crate::config::{BookieConfig, ConfigError};
 use crate::engine::{EngineStorage, OpenError};
+use crate::http::admin_api::{ClusterAccess, LedgerReader};
 use crate::http::{AdminState, HttpHandle};
 use crate::processor::{Processor, ProcessorConfig};
 use crate::registration::{self, Connector, CookieCheckError, Registrar};
@@ -137,6 +138,17 @@ impl BookieNode {
         config: BookieConfig,
         metadata: Option<MetadataAccess>,
     ) -> Result<BookieNode, NodeError> {
+        Self::start_with_reader(env, config, metadata, None).await
+    }
+
+    /// Like [`BookieNode::start`]; the admin endpoint's `/api/v1/ledger/read` reads through
+    /// `reader` (the client library, which this crate does not depend on).
+    pub async fn start_with_reader(
+        env: &Env,
+        config: BookieConfig,
+        metadata: Option<MetadataAccess>,
+        reader: Option<Arc<dyn LedgerReader>>,
+    ) -> Result<BookieNode, NodeError> {
         config.validate()?;
         let listen = format!("{}:{}", config.listen_address, config.port);
         let listener = TcpListener::bind(&listen)
@@ -253,6 +265,19 @@ impl BookieNode {
                         }
                     }),
                 );
+                let marks_engine = storage.engine().clone();
+                let state = state
+                    .with_local_disk(
+                        config.effective_journal_dirs(),
+                        config.effective_ledger_dirs(),
+                        config.effective_index_dir(),
+                        Arc::new(move || marks_engine.journal_marks()),
+                    )
+                    .with_cluster(ClusterAccess {
+                        store: metadata.as_ref().map(|m| m.store.clone()),
+                        connector: metadata.as_ref().map(|m| m.connector.clone()),
+                        reader,
+                    });
                 let addr = listener
                     .local_addr()
                     .map(|a| a.to_string())

@@ -109,7 +109,15 @@ pub fn run(metadata: Option<String>, args: BookieArgs) -> anyhow::Result<()> {
             .await
             .with_context(|| format!("cannot connect to metadata service {uri}"))?;
         let embedded = uri.starts_with("sqlite:") || uri.starts_with("mem:");
-        let node = BookieNode::start(
+        // The admin endpoint's /api/v1/ledger/read goes through a client on its own session.
+        let reader: Option<Arc<dyn folio_bookie::http::admin_api::LedgerReader>> =
+            match config.http_port {
+                Some(_) => Some(Arc::new(crate::ledger_cmd::ClientLedgerReader::new(
+                    connect(&uri, session_timeout).await?,
+                ))),
+                None => None,
+            };
+        let node = BookieNode::start_with_reader(
             &folio_env::Env::real(),
             config,
             Some(MetadataAccess {
@@ -117,6 +125,7 @@ pub fn run(metadata: Option<String>, args: BookieArgs) -> anyhow::Result<()> {
                 connector: connector(uri.clone(), session_timeout),
                 init_cluster_if_missing: embedded,
             }),
+            reader,
         )
         .await?;
         println!(

@@ -382,36 +382,75 @@ async fn tail(client: &Client, a: TailArgs) -> anyhow::Result<()> {
     }
 }
 
-/// A ledger's metadata as one JSON object (ensembles keyed by their first entry id).
+/// A ledger's metadata as one JSON object (ensembles keyed by their first entry id); the
+/// bookie's admin endpoint serves the same object.
 pub fn metadata_json(id: LedgerId, m: &LedgerMetadata) -> serde_json::Value {
-    let ensembles: serde_json::Map<String, serde_json::Value> = m
-        .ensembles
-        .iter()
-        .map(|(first, bookies)| {
-            (
-                first.to_string(),
-                bookies.iter().map(|b| b.to_string()).collect(),
-            )
+    folio_bookie::http::admin_api::ledger_metadata_json(id, m)
+}
+
+/// Reads ledgers for a bookie's admin endpoint (`/api/v1/ledger/read`) through the client
+/// library, connected on first use. Opens without recovery (an admin look never fences a
+/// writer) with the password kept in the ledger's metadata.
+pub struct ClientLedgerReader {
+    store: Arc<dyn MetadataStore>,
+    client: tokio::sync::OnceCell<Client>,
+}
+
+impl ClientLedgerReader {
+    pub fn new(store: Arc<dyn MetadataStore>) -> Self {
+        ClientLedgerReader {
+            store,
+            client: tokio::sync::OnceCell::new(),
+        }
+    }
+
+    async fn read_range(
+        &self,
+        ledger: LedgerId,
+        first: EntryId,
+        last: Option<EntryId>,
+    ) -> anyhow::Result<Vec<(EntryId, bytes::Bytes)>> {
+        let client = self
+            .client
+            .get_or_try_init(|| Client::connect(self.store.clone(), ClientConfig::default()))
+            .await?;
+        let m = client.ledger_metadata(ledger).await?;
+        let password = m.password.clone().unwrap_or_default();
+        let h = client
+            .open_ledger(ledger, &password, OpenOptions::no_recovery())
+            .await?;
+        let lac = h.last_add_confirmed();
+        let last = last.map_or(lac, |l| l.min(lac));
+        let mut out = Vec::new();
+        let mut next = first;
+        while next <= last {
+            let end = last.min(next + READ_BATCH - 1);
+            for e in h.read(next, end).await? {
+                out.push((e.entry_id, e.payload));
+            }
+            next = end + 1;
+        }
+        Ok(out)
+    }
+}
+
+impl folio_bookie::http::admin_api::LedgerReader for ClientLedgerReader {
+    fn read(
+        &self,
+        ledger: LedgerId,
+        first: EntryId,
+        last: Option<EntryId>,
+    ) -> std::pin::Pin<
+        Box<
+            dyn std::future::Future<Output = Result<Vec<(EntryId, bytes::Bytes)>, String>>
+                + Send
+                + '_,
+        >,
+    > {
+        Box::pin(async move {
+            self.read_range(ledger, first, last)
+                .await
+                .map_err(|e| format!("{e:#}"))
         })
-        .collect();
-    let custom: serde_json::Map<String, serde_json::Value> = m
-        .custom_metadata
-        .iter()
-        .map(|(k, v)| (k.clone(), String::from_utf8_lossy(v).into_owned().into()))
-        .collect();
-    serde_json::json!({
-        "ledgerId": id,
-        "formatVersion": m.metadata_format_version,
-        "state": m.state.to_string(),
-        "ensembleSize": m.ensemble_size,
-        "writeQuorumSize": m.write_quorum,
-        "ackQuorumSize": m.ack_quorum,
-        "lastEntryId": m.last_entry_id,
-        "length": m.length,
-        "digestType": m.digest_type.to_string(),
-        "hasPassword": m.password.as_ref().is_some_and(|p| !p.is_empty()),
-        "ctime": m.ctime,
-        "ensembles": ensembles,
-        "customMetadata": custom,
-    })
+    }
 }

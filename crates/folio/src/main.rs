@@ -10,6 +10,7 @@ mod payload;
 mod progress;
 mod shell;
 mod shell_ledger;
+mod shell_local;
 mod standalone;
 
 use clap::{Parser, Subcommand};

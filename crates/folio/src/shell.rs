@@ -5,7 +5,8 @@
 //! lines follow BookKeeper's shell where it has a fixed shape (`ledgerID: 7`).
 //!
 //! The ledger data commands (`readledger`, `simpletest`, `deleteledger`, `bookiesanity`)
-//! live in `shell_ledger`. The metadata store is reached through `metadata_connect`, so
+//! live in `shell_ledger`; the commands on a bookie's local directories (`readjournal`,
+//! `readlog`, `lastmark`, `bookieformat`) in `shell_local`. The metadata store is reached through `metadata_connect`, so
 //! every scheme works here.
 
 use anyhow::{Context, anyhow, bail};
@@ -15,7 +16,7 @@ use folio_types::LedgerId;
 use folio_types::metadata::LedgerMetadata;
 
 use crate::metadata_connect::{self, Missing};
-use crate::shell_ledger;
+use crate::{shell_ledger, shell_local};
 
 #[derive(Args, Debug)]
 pub struct ShellArgs {
@@ -99,6 +100,30 @@ enum ShellCommand {
         #[arg(allow_hyphen_values = true)]
         flags: Vec<String>,
     },
+    /// Print the records of a bookie's journal files: [-datadir DIR | -conf FILE | -dir JOURNALDIR] [-msg] [<journal id> | <file>].
+    #[command(name = "readjournal")]
+    ReadJournal {
+        #[arg(allow_hyphen_values = true)]
+        flags: Vec<String>,
+    },
+    /// Print the records of an entry log: [-datadir DIR | -conf FILE] [-ledgerid L] [-entryid E] [-msg] <entry log id | file>.
+    #[command(name = "readlog")]
+    ReadLog {
+        #[arg(allow_hyphen_values = true)]
+        flags: Vec<String>,
+    },
+    /// Print each journal directory's last log mark: [-datadir DIR | -conf FILE].
+    #[command(name = "lastmark")]
+    LastMark {
+        #[arg(allow_hyphen_values = true)]
+        flags: Vec<String>,
+    },
+    /// Delete a stopped bookie's data: [-datadir DIR | -conf FILE] [-nonInteractive] [-force] [-deleteCookie].
+    #[command(name = "bookieformat")]
+    BookieFormat {
+        #[arg(allow_hyphen_values = true)]
+        flags: Vec<String>,
+    },
     /// Print a bookie's cookie as stored in the metadata service.
     #[command(name = "cookie_get")]
     CookieGet {
@@ -109,6 +134,17 @@ enum ShellCommand {
 
 /// Runs one shell command against the metadata service `metadata`.
 pub fn run(args: ShellArgs, metadata: Option<&str>) -> anyhow::Result<()> {
+    // The commands on a bookie's local directories need no metadata service (bookieformat
+    // only with -deleteCookie).
+    let args = match args.command {
+        ShellCommand::ReadJournal { flags } => return shell_local::readjournal(&flags),
+        ShellCommand::ReadLog { flags } => return shell_local::readlog(&flags),
+        ShellCommand::LastMark { flags } => return shell_local::lastmark(&flags),
+        ShellCommand::BookieFormat { flags } => {
+            return shell_local::bookieformat(&flags, metadata);
+        }
+        command => ShellArgs { command },
+    };
     let uri = metadata_connect::require_uri(metadata)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -267,8 +303,12 @@ async fn execute(command: ShellCommand, store: &dyn MetadataStore) -> anyhow::Re
         ShellCommand::ReadLedger { .. }
         | ShellCommand::SimpleTest { .. }
         | ShellCommand::DeleteLedger { .. }
-        | ShellCommand::BookieSanity { .. } => {
-            bail!("this shell command needs the client and is run by shell::run")
+        | ShellCommand::BookieSanity { .. }
+        | ShellCommand::ReadJournal { .. }
+        | ShellCommand::ReadLog { .. }
+        | ShellCommand::LastMark { .. }
+        | ShellCommand::BookieFormat { .. } => {
+            bail!("this shell command is run by shell::run")
         }
         ShellCommand::WhatIsInstanceId => {
             let info = store.read_cluster().await?;

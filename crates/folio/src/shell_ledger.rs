@@ -20,23 +20,40 @@ use crate::ledger_cmd::Stdout;
 use crate::progress;
 
 /// BookKeeper-style flags: `-name value` pairs and bare `-switch`es, each known by its
-/// aliases; anything else is an error naming it.
-struct Flags {
+/// aliases, and (for commands that take them) up to a given number of positional
+/// arguments; anything else is an error naming it.
+pub(crate) struct Flags {
     values: HashMap<&'static str, String>,
     switches: Vec<&'static str>,
+    pub(crate) positional: Vec<String>,
 }
 
 /// (canonical name, aliases, takes a value)
-type Spec = (&'static str, &'static [&'static str], bool);
+pub(crate) type Spec = (&'static str, &'static [&'static str], bool);
 
 impl Flags {
-    fn parse(command: &str, args: &[String], spec: &[Spec]) -> anyhow::Result<Flags> {
+    pub(crate) fn parse(command: &str, args: &[String], spec: &[Spec]) -> anyhow::Result<Flags> {
+        Flags::parse_with_positional(command, args, spec, 0)
+    }
+
+    /// Like `parse`, also taking up to `max_positional` arguments that are not flags.
+    pub(crate) fn parse_with_positional(
+        command: &str,
+        args: &[String],
+        spec: &[Spec],
+        max_positional: usize,
+    ) -> anyhow::Result<Flags> {
         let mut flags = Flags {
             values: HashMap::new(),
             switches: Vec::new(),
+            positional: Vec::new(),
         };
         let mut it = args.iter();
         while let Some(a) = it.next() {
+            if !a.starts_with('-') && flags.positional.len() < max_positional {
+                flags.positional.push(a.clone());
+                continue;
+            }
             let name = a.trim_start_matches('-');
             let Some((canonical, _, takes_value)) = spec
                 .iter()
@@ -57,7 +74,11 @@ impl Flags {
         Ok(flags)
     }
 
-    fn get<T: std::str::FromStr>(&self, command: &str, name: &str) -> anyhow::Result<Option<T>> {
+    pub(crate) fn get<T: std::str::FromStr>(
+        &self,
+        command: &str,
+        name: &str,
+    ) -> anyhow::Result<Option<T>> {
         self.values
             .get(name)
             .map(|v| {
@@ -67,7 +88,7 @@ impl Flags {
             .transpose()
     }
 
-    fn has(&self, name: &str) -> bool {
+    pub(crate) fn has(&self, name: &str) -> bool {
         self.switches.contains(&name)
     }
 }

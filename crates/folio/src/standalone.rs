@@ -10,13 +10,16 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::{Context, bail};
 use folio_bookie::config::BookieConfig;
 use folio_bookie::node::{BookieNode, MetadataAccess};
 use folio_bookie::registration::Connector;
+use folio_metadata::MetadataStore;
+use folio_metadata::sqlite::{SqliteMetadataStore, SqliteOptions};
 
-use crate::ledger_cmd::Stdout;
+use crate::ledger_cmd::{ClientLedgerReader, Stdout};
 use crate::metadata_connect::{self, Missing};
 
 #[derive(clap::Args, Debug)]
@@ -36,10 +39,24 @@ pub struct StandaloneArgs {
     pub http_port: u16,
 }
 
-fn connector(uri: String) -> Connector {
+/// A bookie's metadata session on the embedded store: it lives `session_timeout` past its
+/// last heartbeat (the bookie config's metadata_session_timeout_ms, BookKeeper's zkTimeout,
+/// 10 s by default), after which its registration disappears.
+async fn bookie_session(
+    path: &std::path::Path,
+    session_timeout: Duration,
+) -> folio_metadata::Result<Arc<dyn MetadataStore>> {
+    let opts = SqliteOptions {
+        session_timeout,
+        ..SqliteOptions::default()
+    };
+    Ok(Arc::new(SqliteMetadataStore::open(path, opts).await?))
+}
+
+fn connector(path: PathBuf, session_timeout: Duration) -> Connector {
     Arc::new(move || {
-        let uri = uri.clone();
-        Box::pin(async move { folio_metadata::connect_embedded(&uri).await })
+        let path = path.clone();
+        Box::pin(async move { bookie_session(&path, session_timeout).await })
     })
 }
 
@@ -115,7 +132,8 @@ pub fn run(metadata: Option<&str>, args: StandaloneArgs) -> anyhow::Result<()> {
         out.line(format!("metadata {uri}").as_bytes())?;
 
         let mut nodes: Vec<BookieNode> = Vec::new();
-        let started = start_bookies(&args, &dir, &uri, &mut nodes, &mut out).await;
+        let db = dir.join("metadata.db");
+        let started = start_bookies(&args, &dir, &uri, &db, &mut nodes, &mut out).await;
         let result = match started {
             Ok(()) => match out.line(b"ready") {
                 Ok(()) => {
@@ -147,6 +165,7 @@ async fn start_bookies(
     args: &StandaloneArgs,
     dir: &std::path::Path,
     uri: &str,
+    db: &std::path::Path,
     nodes: &mut Vec<BookieNode>,
     out: &mut Stdout,
 ) -> anyhow::Result<()> {
@@ -158,15 +177,28 @@ async fn start_bookies(
             data_dir: Some(dir.join(format!("bookie-{i}"))),
             ..BookieConfig::default()
         };
-        let session = metadata_connect::connect(uri, Missing::Create).await?;
-        let node = BookieNode::start(
+        let session_timeout = Duration::from_millis(config.metadata_session_timeout_ms);
+        let session = bookie_session(db, session_timeout)
+            .await
+            .with_context(|| format!("cannot connect to metadata service {uri}"))?;
+        // The admin endpoint (first bookie only) reads ledgers through a client on its
+        // own session.
+        let reader: Option<Arc<dyn folio_bookie::http::admin_api::LedgerReader>> =
+            if config.http_port.is_some() {
+                let store = metadata_connect::connect(uri, Missing::Create).await?;
+                Some(Arc::new(ClientLedgerReader::new(store)))
+            } else {
+                None
+            };
+        let node = BookieNode::start_with_reader(
             &folio_env::Env::real(),
             config,
             Some(MetadataAccess {
                 store: session,
-                connector: connector(uri.to_owned()),
+                connector: connector(db.to_owned(), session_timeout),
                 init_cluster_if_missing: true,
             }),
+            reader,
         )
         .await
         .with_context(|| format!("cannot start bookie {i}"))?;

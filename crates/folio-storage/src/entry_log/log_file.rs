@@ -294,11 +294,32 @@ pub struct LogScan {
     pub end: u64,
 }
 
+/// One valid record of an entry log, as a tool sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogRecord {
+    /// Offset of the record's first byte in the file.
+    pub offset: u64,
+    pub ledger: i64,
+    pub entry: i64,
+    /// The stored entry (what the client sent, digest included).
+    pub payload: Bytes,
+}
+
 /// Rebuilds a log's per-ledger byte counts by reading its records in order, for logs
 /// without a ledgers map (the process stopped before rotating them). Stops at the
 /// ledgers map, at the end of the file, or at the first record that is incomplete or
 /// fails its checksum: the torn tail of a crash, which the index never points into.
 pub fn scan_records(file: &dyn File, path: &Path) -> Result<LogScan, LedgerStoreError> {
+    scan_entries(file, path, &mut |_| {})
+}
+
+/// Reads a log's valid records in order, handing each to `visit` (for `scan_records`
+/// and for tools that print a log). Stops where `scan_records` does.
+pub fn scan_entries(
+    file: &dyn File,
+    path: &Path,
+    visit: &mut dyn FnMut(LogRecord),
+) -> Result<LogScan, LedgerStoreError> {
     let header = read_header(file, path)?;
     let dir = path.parent().unwrap_or(path);
     let file_len = file
@@ -324,11 +345,17 @@ pub fn scan_records(file: &dyn File, path: &Path) -> Result<LogScan, LedgerStore
             offset,
             len,
         };
-        match read_record(file, path, loc, ledger, entry) {
-            Ok(_) => {}
+        let payload = match read_record(file, path, loc, ledger, entry) {
+            Ok(p) => p,
             Err(LedgerStoreError::Corrupt { .. }) => break,
             Err(e) => return Err(e),
-        }
+        };
+        visit(LogRecord {
+            offset,
+            ledger,
+            entry,
+            payload,
+        });
         *ledgers.entry(ledger).or_insert(0) += end - offset;
         records += 1;
         offset = end;
@@ -338,6 +365,23 @@ pub fn scan_records(file: &dyn File, path: &Path) -> Result<LogScan, LedgerStore
         records,
         end: offset,
     })
+}
+
+/// Opens the entry log file at `path` read-only and reads its records through
+/// [`scan_entries`] (tools: `folio shell readlog`). Safe while a bookie appends to it:
+/// it sees the records synced so far.
+pub fn scan_file(
+    fs: &dyn FileSystem,
+    path: &Path,
+    visit: &mut dyn FnMut(LogRecord),
+) -> Result<(format::Header, LogScan), LedgerStoreError> {
+    let dir = path.parent().unwrap_or(path);
+    let file = fs
+        .open(path, OpenOptions::read())
+        .map_err(|e| io_error("open entry log", dir, path, None, e))?;
+    let header = read_header(&*file, path)?;
+    let scan = scan_entries(&*file, path, visit)?;
+    Ok((header, scan))
 }
 
 #[cfg(test)]
@@ -403,6 +447,13 @@ mod tests {
             unclosed,
             "stops at the map"
         );
+        let mut seen = Vec::new();
+        let (header, scan) = scan_file(&fs, &path, &mut |r| seen.push(r)).unwrap();
+        assert_eq!((header.log_id, scan), (3, unclosed.clone()));
+        let ids: Vec<_> = seen.iter().map(|r| (r.ledger, r.entry)).collect();
+        assert_eq!(ids, vec![(0, 0), (1, 1), (0, 2), (1, 3), (0, 4)]);
+        assert_eq!(seen[2].payload, vec![2u8; 12]);
+        assert_eq!(seen[0].offset, HEADER_LEN as u64);
 
         // A torn tail: the last record is cut short and followed by zeros.
         let mut w = LogWriter::create(&fs, dir.path(), 4).unwrap();

@@ -20,7 +20,7 @@ use folio_env::{Clock, Env, FileLock, FileSystem};
 use parking_lot::Mutex;
 
 pub use format::{Position, RecordKind};
-pub use reader::{FileReplay, ReplayRecord};
+pub use reader::{FileReplay, ReplayRecord, scan_file};
 pub use writer::RequestKind;
 use writer::{DirShared, Request, Writer};
 
@@ -314,8 +314,10 @@ pub fn dir_for(ledger: i64, n: usize) -> usize {
     ((h >> 32) % n as u64) as usize
 }
 
-/// Reads a directory's mark (absent = the beginning).
-fn read_mark(fs: &dyn FileSystem, dir: &Path) -> Result<Position, StorageError> {
+/// Reads the mark of a journal directory's `current/` (absent = the beginning). Public
+/// for tools (`folio shell lastmark`); reading it while a bookie runs is safe, the mark
+/// is replaced atomically.
+pub fn read_mark(fs: &dyn FileSystem, dir: &Path) -> Result<Position, StorageError> {
     let path = dir.join(format::MARK_FILE);
     if !fs.exists(&path) {
         return Ok(Position::default());
@@ -328,6 +330,19 @@ fn read_mark(fs: &dyn FileSystem, dir: &Path) -> Result<Position, StorageError> 
         offset: 0,
         reason,
     })
+}
+
+/// The ids of the journal files in a journal directory's `current/`, ascending.
+pub fn list_files(fs: &dyn FileSystem, dir: &Path) -> Result<Vec<u64>, StorageError> {
+    let names = fs
+        .list_dir(dir)
+        .map_err(|e| StorageError::io_dir("list journal directory", dir.to_path_buf(), e))?;
+    let mut ids: Vec<u64> = names
+        .iter()
+        .filter_map(|n| format::parse_file_name(n))
+        .collect();
+    ids.sort_unstable();
+    Ok(ids)
 }
 
 /// Replays one directory from its mark; returns the mark and the next file id.

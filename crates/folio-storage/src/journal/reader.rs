@@ -149,6 +149,30 @@ pub fn replay_file(
     Ok(out)
 }
 
+/// Reads every record of the journal file at `path` (named `<id>.txn`, the id seeds
+/// its checksums), handing `visit` each record with its offset; for tools such as
+/// `folio shell readjournal`. Safe while a bookie appends to the file: it sees the
+/// records written so far, the rest reads as a torn tail.
+pub fn scan_file(
+    fs: &dyn FileSystem,
+    path: &Path,
+    visit: &mut dyn FnMut(u64, &ReplayRecord),
+) -> Result<FileReplay, StorageError> {
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    let Some(file_id) = format::parse_file_name(name) else {
+        return Err(StorageError::BadRequest(format!(
+            "{} is not a journal file (expected a name of 16 hex digits and .txn)",
+            path.display()
+        )));
+    };
+    let mut offset = HEADER_LEN;
+    replay_file(fs, path, file_id, 0, &mut |r| {
+        visit(offset, &r);
+        offset += RECORD_HEADER_LEN as u64 + r.payload.len() as u64;
+        Ok(())
+    })
+}
+
 /// Ok(Ok(header)) when a whole, valid record starts at `pos`; Ok(Err(why)) if not.
 fn check_record(
     w: &mut Window,

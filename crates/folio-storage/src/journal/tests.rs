@@ -606,3 +606,36 @@ fn a_single_add_costs_one_fdatasync_not_two() {
     let (_, seen) = open(&sim_env(&fs.crash(folio_env::sim::CrashMode::Clean)), &c).unwrap();
     assert_eq!(seen.len(), n as usize);
 }
+
+#[test]
+fn tools_scan_a_file_with_offsets_list_files_and_read_the_mark() {
+    let fs = SimFileSystem::new();
+    let file = journal_with_records(&fs, 5);
+    let mut seen = Vec::new();
+    let r = scan_file(&fs, &file, &mut |off, rec| seen.push((off, rec.clone()))).unwrap();
+    assert_eq!(r.records, 5);
+    let offsets: Vec<u64> = seen.iter().map(|(o, _)| *o).collect();
+    assert_eq!(offsets, record_offsets(5));
+    for (i, (_, rec)) in seen.iter().enumerate() {
+        assert_eq!(
+            (rec.kind, rec.ledger, rec.entry),
+            (RecordKind::Add, 3, i as i64)
+        );
+        assert_eq!(rec.payload.as_ref(), payload(3, i as i64).as_slice());
+    }
+    let current = Path::new("/j/current");
+    let ids = list_files(&fs, current).unwrap();
+    assert_eq!(ids.len(), 1);
+    assert_eq!(current.join(format::file_name(ids[0])), file);
+    assert_eq!(read_mark(&fs, current).unwrap(), Position::default());
+    let mark = Position {
+        file_id: ids[0],
+        offset: offsets[2],
+    };
+    fs.write_file_atomic(&current.join(format::MARK_FILE), &format::encode_mark(mark))
+        .unwrap();
+    assert_eq!(read_mark(&fs, current).unwrap(), mark);
+    // A file not named like a journal file is refused, naming it.
+    let e = scan_file(&fs, Path::new("/j/current/lastMark"), &mut |_, _| {}).unwrap_err();
+    assert!(e.to_string().contains("not a journal file"), "{e}");
+}

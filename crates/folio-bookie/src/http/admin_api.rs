@@ -1,0 +1,551 @@
+//! The admin routes beyond monitoring, with BookKeeper's paths and parameters:
+//!
+//! * `GET /api/v1/ledger/list[?print_metadata=true]`: `{"<ledger id>": null | metadata}`.
+//! * `GET /api/v1/ledger/metadata?ledger_id=N`: `{"<ledger id>": metadata}`.
+//! * `GET /api/v1/ledger/read?ledger_id=N[&start_entry_id=A][&end_entry_id=B]`:
+//!   `{"<entry id>": "<payload>"}` up to the last add confirmed (no recovery, no fencing).
+//! * `GET /api/v1/bookie/list_bookies?type=rw|ro[&print_hostnames=true]`:
+//!   `{"<bookie id>": null | "<host>"}`.
+//! * `GET /api/v1/bookie/list_bookie_info`: free and total space of every writable bookie
+//!   (asked over its own admin endpoint) and the cluster's sums.
+//! * `GET /api/v1/bookie/last_log_mark`: per journal directory, the persisted mark.
+//! * `GET /api/v1/bookie/list_disk_file[?file_type=journal|entrylog|index]`.
+//! * `PUT /api/v1/bookie/gc`: 501, the storage engine has no garbage collection yet.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::{Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use bytes::Bytes;
+use folio_metadata::{MetadataError, MetadataStore};
+use folio_types::metadata::LedgerMetadata;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use super::{AdminState, json};
+use crate::registration::Connector;
+
+/// How long one metadata call may take before the store counts as unreachable.
+const METADATA_TIMEOUT: Duration = Duration::from_secs(15);
+/// How long asking another bookie's admin endpoint may take.
+const PEER_TIMEOUT: Duration = Duration::from_secs(5);
+/// At most this many entries per `ledger/read` (a response is built in memory).
+pub const MAX_READ_ENTRIES: i64 = 10_000;
+
+/// Reads a range of a ledger's confirmed entries (the client library, provided by the
+/// binary: the bookie crate does not depend on the client).
+pub trait LedgerReader: Send + Sync {
+    /// Entries `first..=last` (`last` = None: up to the last add confirmed) of `ledger`,
+    /// opened without recovery, as (entry id, payload).
+    fn read(
+        &self,
+        ledger: i64,
+        first: i64,
+        last: Option<i64>,
+    ) -> Pin<Box<dyn Future<Output = Result<Vec<(i64, Bytes)>, String>> + Send + '_>>;
+}
+
+/// What the cluster routes use; without a store they answer 503.
+#[derive(Clone, Default)]
+pub struct ClusterAccess {
+    /// The session used first.
+    pub store: Option<Arc<dyn MetadataStore>>,
+    /// Opens a new session once that one has expired (a lost session never comes back).
+    pub connector: Option<Connector>,
+    pub reader: Option<Arc<dyn LedgerReader>>,
+}
+
+/// The cluster routes' current metadata session, replaced after it expires.
+#[derive(Clone, Default)]
+pub(super) struct Session(Arc<parking_lot::Mutex<Option<Arc<dyn MetadataStore>>>>);
+
+impl Session {
+    pub(super) fn new(store: Option<Arc<dyn MetadataStore>>) -> Self {
+        Session(Arc::new(parking_lot::Mutex::new(store)))
+    }
+}
+
+/// This bookie's directories and its journal marks.
+#[derive(Clone)]
+pub struct LocalDisk {
+    pub journal_dirs: Vec<PathBuf>,
+    pub ledger_dirs: Vec<PathBuf>,
+    pub index_dir: Option<PathBuf>,
+    pub marks: Arc<dyn Fn() -> Vec<folio_storage::journal::Position> + Send + Sync>,
+}
+
+pub(super) fn routes() -> Router<AdminState> {
+    Router::new()
+        .route("/api/v1/ledger/list", get(ledger_list))
+        .route("/api/v1/ledger/metadata", get(ledger_metadata))
+        .route("/api/v1/ledger/read", get(ledger_read))
+        .route("/api/v1/bookie/list_bookies", get(list_bookies))
+        .route("/api/v1/bookie/list_bookie_info", get(list_bookie_info))
+        .route("/api/v1/bookie/last_log_mark", get(last_log_mark))
+        .route("/api/v1/bookie/list_disk_file", get(list_disk_file))
+        .route("/api/v1/bookie/gc", get(gc).put(gc))
+}
+
+/// An error response: `{"error": message}` with `status`.
+pub fn error(status: StatusCode, message: impl Into<String>) -> Response {
+    let body = serde_json::json!({ "error": message.into() });
+    (
+        status,
+        [(axum::http::header::CONTENT_TYPE, "application/json")],
+        format!("{body:#}\n"),
+    )
+        .into_response()
+}
+
+type Params = Query<HashMap<String, String>>;
+
+/// The status that fits a metadata error.
+fn metadata_error(e: MetadataError) -> Response {
+    let status = match &e {
+        MetadataError::NotFound { .. } => StatusCode::NOT_FOUND,
+        MetadataError::InvalidArgument(_) => StatusCode::BAD_REQUEST,
+        MetadataError::Unreachable { .. } | MetadataError::SessionExpired => {
+            StatusCode::SERVICE_UNAVAILABLE
+        }
+        _ => StatusCode::INTERNAL_SERVER_ERROR,
+    };
+    error(status, e.to_string())
+}
+
+/// The current session, or a new one through the connector if it expired.
+async fn session(s: &AdminState) -> Result<Arc<dyn MetadataStore>, Response> {
+    if let Some(store) = s.session.0.lock().clone() {
+        return Ok(store);
+    }
+    let Some(connect) = s.cluster.connector.clone() else {
+        return Err(error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "this bookie runs without a metadata store",
+        ));
+    };
+    match tokio::time::timeout(METADATA_TIMEOUT, connect()).await {
+        Ok(Ok(store)) => {
+            *s.session.0.lock() = Some(store.clone());
+            Ok(store)
+        }
+        Ok(Err(e)) => Err(metadata_error(e)),
+        Err(_) => Err(error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "metadata store did not answer within {} s",
+                METADATA_TIMEOUT.as_secs()
+            ),
+        )),
+    }
+}
+
+/// Runs one metadata call with a deadline; a missing store or a timeout is a 503. An
+/// expired session is dropped, so that the next call opens a new one.
+async fn with_store<T, F, Fut>(s: &AdminState, call: F) -> Result<T, Response>
+where
+    F: FnOnce(Arc<dyn MetadataStore>) -> Fut,
+    Fut: Future<Output = folio_metadata::Result<T>>,
+{
+    let store = session(s).await?;
+    match tokio::time::timeout(METADATA_TIMEOUT, call(store.clone())).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => {
+            if matches!(e, MetadataError::SessionExpired) {
+                let mut current = s.session.0.lock();
+                if current.as_ref().is_some_and(|c| Arc::ptr_eq(c, &store)) {
+                    *current = None;
+                }
+            }
+            Err(metadata_error(e))
+        }
+        Err(_) => Err(error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "metadata store did not answer within {} s",
+                METADATA_TIMEOUT.as_secs()
+            ),
+        )),
+    }
+}
+
+fn flag(p: &HashMap<String, String>, name: &str) -> Result<bool, Response> {
+    match p.get(name).map(|v| v.to_ascii_lowercase()) {
+        None => Ok(false),
+        Some(v) if v == "true" || v == "1" => Ok(true),
+        Some(v) if v == "false" || v == "0" => Ok(false),
+        Some(v) => Err(error(
+            StatusCode::BAD_REQUEST,
+            format!("invalid {name} {v:?}: expected true or false"),
+        )),
+    }
+}
+
+fn id_param(p: &HashMap<String, String>, name: &str) -> Result<Option<i64>, Response> {
+    match p.get(name) {
+        None => Ok(None),
+        Some(v) => match v.parse::<i64>() {
+            Ok(n) if n >= 0 => Ok(Some(n)),
+            _ => Err(error(
+                StatusCode::BAD_REQUEST,
+                format!("invalid {name} {v:?}: expected a non-negative integer"),
+            )),
+        },
+    }
+}
+
+fn required_ledger(p: &HashMap<String, String>) -> Result<i64, Response> {
+    id_param(p, "ledger_id")?
+        .ok_or_else(|| error(StatusCode::BAD_REQUEST, "missing parameter ledger_id"))
+}
+
+/// A ledger's metadata as one JSON object (ensembles keyed by their first entry id); the
+/// same object `folio ledger meta` prints.
+pub fn ledger_metadata_json(id: i64, m: &LedgerMetadata) -> serde_json::Value {
+    let ensembles: serde_json::Map<String, serde_json::Value> = m
+        .ensembles
+        .iter()
+        .map(|(first, bookies)| {
+            (
+                first.to_string(),
+                bookies.iter().map(|b| b.to_string()).collect(),
+            )
+        })
+        .collect();
+    let custom: serde_json::Map<String, serde_json::Value> = m
+        .custom_metadata
+        .iter()
+        .map(|(k, v)| (k.clone(), String::from_utf8_lossy(v).into_owned().into()))
+        .collect();
+    serde_json::json!({
+        "ledgerId": id,
+        "formatVersion": m.metadata_format_version,
+        "state": m.state.to_string(),
+        "ensembleSize": m.ensemble_size,
+        "writeQuorumSize": m.write_quorum,
+        "ackQuorumSize": m.ack_quorum,
+        "lastEntryId": m.last_entry_id,
+        "length": m.length,
+        "digestType": m.digest_type.to_string(),
+        "hasPassword": m.password.as_ref().is_some_and(|p| !p.is_empty()),
+        "ctime": m.ctime,
+        "ensembles": ensembles,
+        "customMetadata": custom,
+    })
+}
+
+async fn ledger_list(State(s): State<AdminState>, Query(p): Params) -> Response {
+    let print_metadata = match flag(&p, "print_metadata") {
+        Ok(v) => v,
+        Err(r) => return r,
+    };
+    let mut ids = Vec::new();
+    let mut start = None;
+    loop {
+        let page =
+            match with_store(&s, |st| async move { st.list_ledgers(start, 1000).await }).await {
+                Ok(p) => p,
+                Err(r) => return r,
+            };
+        ids.extend(page.ledgers);
+        match page.next {
+            Some(n) => start = Some(n),
+            None => break,
+        }
+    }
+    let mut out = serde_json::Map::new();
+    for id in ids {
+        let value = if print_metadata {
+            match with_store(&s, |st| async move { st.read_ledger(id).await }).await {
+                Ok(m) => ledger_metadata_json(id, &m.value),
+                // Deleted since it was listed.
+                Err(r) if r.status() == StatusCode::NOT_FOUND => continue,
+                Err(r) => return r,
+            }
+        } else {
+            serde_json::Value::Null
+        };
+        out.insert(id.to_string(), value);
+    }
+    json(serde_json::Value::Object(out))
+}
+
+async fn ledger_metadata(State(s): State<AdminState>, Query(p): Params) -> Response {
+    let id = match required_ledger(&p) {
+        Ok(id) => id,
+        Err(r) => return r,
+    };
+    match with_store(&s, |st| async move { st.read_ledger(id).await }).await {
+        Ok(m) => json(serde_json::json!({ id.to_string(): ledger_metadata_json(id, &m.value) })),
+        Err(r) => r,
+    }
+}
+
+async fn ledger_read(State(s): State<AdminState>, Query(p): Params) -> Response {
+    let (id, first, last) = match (|| {
+        Ok::<_, Response>((
+            required_ledger(&p)?,
+            id_param(&p, "start_entry_id")?.unwrap_or(0),
+            id_param(&p, "end_entry_id")?,
+        ))
+    })() {
+        Ok(v) => v,
+        Err(r) => return r,
+    };
+    if let Some(last) = last
+        && last < first
+    {
+        return error(
+            StatusCode::BAD_REQUEST,
+            format!("end_entry_id {last} is before start_entry_id {first}"),
+        );
+    }
+    // A missing ledger is a 404 before the client is involved.
+    let m = match with_store(&s, |st| async move { st.read_ledger(id).await }).await {
+        Ok(m) => m.value,
+        Err(r) => return r,
+    };
+    let end = last.unwrap_or(m.last_entry_id.max(first));
+    if end - first + 1 > MAX_READ_ENTRIES {
+        return error(
+            StatusCode::BAD_REQUEST,
+            format!(
+                "range {first}..={end} is too large: at most {MAX_READ_ENTRIES} entries per request"
+            ),
+        );
+    }
+    let Some(reader) = s.cluster.reader.clone() else {
+        return error(
+            StatusCode::NOT_IMPLEMENTED,
+            "this bookie has no client to read ledgers with",
+        );
+    };
+    let last = last.or_else(|| (m.last_entry_id >= 0).then_some(m.last_entry_id));
+    match reader.read(id, first, last).await {
+        Ok(entries) => {
+            let out: serde_json::Map<String, serde_json::Value> = entries
+                .into_iter()
+                .map(|(e, payload)| {
+                    (
+                        e.to_string(),
+                        String::from_utf8_lossy(&payload).into_owned().into(),
+                    )
+                })
+                .collect();
+            json(serde_json::Value::Object(out))
+        }
+        Err(e) => error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("cannot read ledger {id}: {e}"),
+        ),
+    }
+}
+
+async fn list_bookies(State(s): State<AdminState>, Query(p): Params) -> Response {
+    let readonly = match p.get("type").map(String::as_str) {
+        Some("rw") => false,
+        Some("ro") => true,
+        Some(other) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                format!("invalid type {other:?}: expected rw or ro"),
+            );
+        }
+        None => return error(StatusCode::BAD_REQUEST, "missing parameter type (rw or ro)"),
+    };
+    let hostnames = match flag(&p, "print_hostnames") {
+        Ok(v) => v,
+        Err(r) => return r,
+    };
+    let set = match with_store(&s, |st| async move { st.list_bookies().await }).await {
+        Ok(set) => set,
+        Err(r) => return r,
+    };
+    let bookies = if readonly { set.readonly } else { set.writable };
+    let out: serde_json::Map<String, serde_json::Value> = bookies
+        .iter()
+        .map(|b| {
+            let id = b.to_string();
+            let host = hostnames.then(|| {
+                serde_json::Value::String(id.rsplit_once(':').map_or(id.clone(), |(h, _)| h.into()))
+            });
+            (id, host.unwrap_or(serde_json::Value::Null))
+        })
+        .collect();
+    json(serde_json::Value::Object(out))
+}
+
+/// `GET /api/v1/bookie/info` of another bookie over plain HTTP/1.1.
+async fn peer_info(host: &str, port: u16) -> Result<(u64, u64), String> {
+    tokio::time::timeout(PEER_TIMEOUT, ask_peer_info(host, port))
+        .await
+        .map_err(|_| format!("no answer within {} s", PEER_TIMEOUT.as_secs()))?
+}
+
+async fn ask_peer_info(host: &str, port: u16) -> Result<(u64, u64), String> {
+    let mut conn = tokio::net::TcpStream::connect((host, port))
+        .await
+        .map_err(|e| format!("cannot connect to {host}:{port}: {e}"))?;
+    let request = format!(
+        "GET /api/v1/bookie/info HTTP/1.1\r\nHost: {host}:{port}\r\nConnection: close\r\n\r\n"
+    );
+    conn.write_all(request.as_bytes())
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut response = Vec::new();
+    conn.read_to_end(&mut response)
+        .await
+        .map_err(|e| e.to_string())?;
+    let text = String::from_utf8_lossy(&response);
+    let Some((_, body)) = text.split_once("\r\n\r\n") else {
+        return Err("malformed HTTP response".into());
+    };
+    let v: serde_json::Value =
+        serde_json::from_str(body.trim()).map_err(|e| format!("malformed JSON: {e}"))?;
+    match (v["freeSpace"].as_u64(), v["totalSpace"].as_u64()) {
+        (Some(f), Some(t)) => Ok((f, t)),
+        _ => Err(format!("no freeSpace/totalSpace in {body:?}")),
+    }
+}
+
+async fn list_bookie_info(State(s): State<AdminState>) -> Response {
+    let set = match with_store(&s, |st| async move { st.list_bookies().await }).await {
+        Ok(set) => set,
+        Err(r) => return r,
+    };
+    let mut out = serde_json::Map::new();
+    let (mut free, mut total) = (0u64, 0u64);
+    for b in &set.writable {
+        let info = if b.to_string() == s.bookie_id {
+            s.storage
+                .space()
+                .map(|sp| (sp.free, sp.total))
+                .map_err(|e| e.to_string())
+        } else {
+            let b2 = b.clone();
+            match with_store(&s, |st| async move { st.bookie_service_info(&b2).await }).await {
+                Ok(service) => match service.endpoints.iter().find(|e| e.id == "http") {
+                    Some(ep) => peer_info(&ep.host, ep.port).await,
+                    None => Err("the bookie publishes no admin endpoint".into()),
+                },
+                Err(_) => Err("the bookie's service info is unreadable".into()),
+            }
+        };
+        let v = match info {
+            Ok((f, t)) => {
+                free += f;
+                total += t;
+                serde_json::json!({ "freeSpace": f, "totalSpace": t })
+            }
+            Err(e) => serde_json::json!({ "error": e }),
+        };
+        out.insert(b.to_string(), v);
+    }
+    out.insert(
+        "ClusterInfo".into(),
+        serde_json::json!({ "totalFreeSpace": free, "totalSpace": total }),
+    );
+    json(serde_json::Value::Object(out))
+}
+
+fn local(s: &AdminState) -> Result<&LocalDisk, Response> {
+    s.local.as_ref().ok_or_else(|| {
+        error(
+            StatusCode::NOT_IMPLEMENTED,
+            "this bookie does not publish its directories",
+        )
+    })
+}
+
+async fn last_log_mark(State(s): State<AdminState>) -> Response {
+    let disk = match local(&s) {
+        Ok(d) => d,
+        Err(r) => return r,
+    };
+    let marks = (disk.marks)();
+    let out: serde_json::Map<String, serde_json::Value> = disk
+        .journal_dirs
+        .iter()
+        .zip(marks)
+        .map(|(d, m)| {
+            (
+                d.display().to_string(),
+                serde_json::json!({ "logFileId": m.file_id, "logFileOffset": m.offset }),
+            )
+        })
+        .collect();
+    json(serde_json::Value::Object(out))
+}
+
+/// The names in `<dir>/<sub>` of files ending with `suffix` (every entry if empty, but
+/// the lock file).
+fn files_in(dirs: &[PathBuf], sub: &str, suffix: &str) -> Result<Vec<String>, String> {
+    let mut names = Vec::new();
+    for d in dirs {
+        let current = d.join(sub);
+        let read = match std::fs::read_dir(&current) {
+            Ok(r) => r,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(format!("cannot list {}: {e}", current.display())),
+        };
+        for e in read {
+            let e = e.map_err(|e| format!("cannot list {}: {e}", current.display()))?;
+            let name = e.file_name().to_string_lossy().into_owned();
+            let wanted = if suffix.is_empty() {
+                name != folio_storage::dir_lock::LOCK_FILE
+            } else {
+                name.ends_with(suffix) && e.path().is_file()
+            };
+            if wanted {
+                names.push(name);
+            }
+        }
+    }
+    names.sort();
+    Ok(names)
+}
+
+async fn list_disk_file(State(s): State<AdminState>, Query(p): Params) -> Response {
+    let disk = match local(&s) {
+        Ok(d) => d.clone(),
+        Err(r) => return r,
+    };
+    let wanted: Vec<&str> = match p.get("file_type").map(String::as_str) {
+        None => vec!["journal", "entrylog", "index"],
+        Some(t @ ("journal" | "entrylog" | "index")) => vec![t],
+        Some(other) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                format!("invalid file_type {other:?}: expected journal, entrylog or index"),
+            );
+        }
+    };
+    let mut out = serde_json::Map::new();
+    for t in wanted {
+        let listed = match t {
+            "journal" => files_in(&disk.journal_dirs, "current", ".txn"),
+            "entrylog" => files_in(&disk.ledger_dirs, "current", ".log"),
+            _ => files_in(disk.index_dir.as_slice(), "", ""),
+        };
+        match listed {
+            Ok(names) => {
+                out.insert(format!("{t} files"), names.join(" ").into());
+            }
+            Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, e),
+        }
+    }
+    json(serde_json::Value::Object(out))
+}
+
+async fn gc() -> Response {
+    error(
+        StatusCode::NOT_IMPLEMENTED,
+        "garbage collection is not implemented: the storage engine has no GC or compaction yet",
+    )
+}

@@ -1,0 +1,201 @@
+//! The admin HTTP endpoint of a `folio standalone` bookie, asked over a real socket with
+//! plain HTTP/1.1: BookKeeper's paths for ledgers, bookies, the journal mark and the disk
+//! files, JSON bodies, and JSON errors with a status that fits.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+
+use common::Standalone;
+
+/// (status, body) of one request.
+fn http(addr: &str, method: &str, path: &str) -> (u16, String) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(common::TIMEOUT)).unwrap();
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut response = String::new();
+    s.read_to_string(&mut response).unwrap();
+    let (head, body) = response.split_once("\r\n\r\n").unwrap();
+    let status = head.split_whitespace().nth(1).unwrap().parse().unwrap();
+    (status, body.to_owned())
+}
+
+fn get_json(addr: &str, path: &str) -> serde_json::Value {
+    let (status, body) = http(addr, "GET", path);
+    assert_eq!(status, 200, "{path}: {body}");
+    serde_json::from_str(&body).unwrap_or_else(|e| panic!("{path}: {e}: {body}"))
+}
+
+/// Asserts a JSON error naming `cause` with `status`.
+fn fails(addr: &str, method: &str, path: &str, status: u16, cause: &str) {
+    let (got, body) = http(addr, method, path);
+    assert_eq!(got, status, "{path}: {body}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let e = v["error"].as_str().unwrap_or_else(|| panic!("{body}"));
+    assert!(e.contains(cause), "{path}: {e:?} should name {cause:?}");
+}
+
+#[test]
+fn admin_http_serves_bookkeepers_ledger_and_bookie_paths() {
+    let dir = tempfile::tempdir().unwrap();
+    let sa = Standalone::start(dir.path(), 3);
+    let addr = sa
+        .proc
+        .seen
+        .iter()
+        .find_map(|l| l.strip_prefix("http "))
+        .expect("an http line")
+        .to_owned();
+
+    let w = sa
+        .run(&["ledger", "write"], b"one\ntwo\nthree\n")
+        .ok()
+        .text();
+    let id: i64 = w
+        .lines()
+        .next()
+        .unwrap()
+        .trim_start_matches("ledger ")
+        .parse()
+        .unwrap();
+    let key = id.to_string();
+
+    let list = get_json(&addr, "/api/v1/ledger/list");
+    assert_eq!(list, serde_json::json!({ key.clone(): null }));
+    let list = get_json(&addr, "/api/v1/ledger/list?print_metadata=true");
+    assert_eq!(list[&key]["state"], "CLOSED");
+    assert_eq!(list[&key]["lastEntryId"], 2);
+
+    let meta = get_json(&addr, &format!("/api/v1/ledger/metadata?ledger_id={id}"));
+    assert_eq!(meta[&key]["ledgerId"], id);
+    assert_eq!(meta[&key]["ensembleSize"], 3);
+    assert_eq!(meta[&key]["writeQuorumSize"], 2);
+    // The same object `folio ledger meta` prints.
+    let cli: serde_json::Value =
+        serde_json::from_str(&sa.run(&["ledger", "meta", &key], b"").ok().text()).unwrap();
+    assert_eq!(meta[&key], cli);
+    fails(
+        &addr,
+        "GET",
+        "/api/v1/ledger/metadata?ledger_id=999999",
+        404,
+        "999999",
+    );
+    fails(
+        &addr,
+        "GET",
+        "/api/v1/ledger/metadata?ledger_id=abc",
+        400,
+        "ledger_id",
+    );
+    fails(
+        &addr,
+        "GET",
+        "/api/v1/ledger/metadata",
+        400,
+        "missing parameter ledger_id",
+    );
+
+    let read = get_json(&addr, &format!("/api/v1/ledger/read?ledger_id={id}"));
+    assert_eq!(
+        read,
+        serde_json::json!({"0": "one", "1": "two", "2": "three"})
+    );
+    let read = get_json(
+        &addr,
+        &format!("/api/v1/ledger/read?ledger_id={id}&start_entry_id=1&end_entry_id=1"),
+    );
+    assert_eq!(read, serde_json::json!({"1": "two"}));
+    fails(
+        &addr,
+        "GET",
+        "/api/v1/ledger/read?ledger_id=999999",
+        404,
+        "999999",
+    );
+    fails(
+        &addr,
+        "GET",
+        &format!("/api/v1/ledger/read?ledger_id={id}&start_entry_id=2&end_entry_id=1"),
+        400,
+        "before start_entry_id",
+    );
+
+    let rw = get_json(&addr, "/api/v1/bookie/list_bookies?type=rw");
+    let want: serde_json::Map<String, serde_json::Value> = sa
+        .bookies
+        .iter()
+        .map(|b| (b.clone(), serde_json::Value::Null))
+        .collect();
+    assert_eq!(rw, serde_json::Value::Object(want));
+    let rw = get_json(
+        &addr,
+        "/api/v1/bookie/list_bookies?type=rw&print_hostnames=true",
+    );
+    assert_eq!(rw[&sa.bookies[1]], "127.0.0.1");
+    assert_eq!(
+        get_json(&addr, "/api/v1/bookie/list_bookies?type=ro"),
+        serde_json::json!({})
+    );
+    fails(
+        &addr,
+        "GET",
+        "/api/v1/bookie/list_bookies?type=xx",
+        400,
+        "expected rw or ro",
+    );
+
+    let info = get_json(&addr, "/api/v1/bookie/list_bookie_info");
+    let own = &info[&sa.bookies[0]];
+    let free = own["freeSpace"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("{info}"));
+    let total = own["totalSpace"].as_u64().unwrap();
+    assert!(free > 0 && free <= total, "{info}");
+    // Only the first standalone bookie serves HTTP; the others are named with the reason.
+    let other = info[&sa.bookies[1]]["error"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{info}"));
+    assert!(other.contains("no admin endpoint"), "{other}");
+    assert_eq!(info["ClusterInfo"]["totalSpace"].as_u64(), Some(total));
+
+    let marks = get_json(&addr, "/api/v1/bookie/last_log_mark");
+    let marks = marks.as_object().unwrap();
+    assert_eq!(marks.len(), 1, "{marks:?}");
+    let (jdir, mark) = marks.iter().next().unwrap();
+    assert!(jdir.ends_with("bookie-0/journal"), "{jdir}");
+    assert!(
+        mark["logFileId"].is_u64() && mark["logFileOffset"].is_u64(),
+        "{mark}"
+    );
+
+    let files = get_json(&addr, "/api/v1/bookie/list_disk_file");
+    let journal = files["journal files"].as_str().unwrap();
+    assert!(journal.ends_with(".txn"), "{files}");
+    assert!(
+        files["entrylog files"].is_string() && files["index files"].is_string(),
+        "{files}"
+    );
+    let only = get_json(&addr, "/api/v1/bookie/list_disk_file?file_type=journal");
+    assert_eq!(only.as_object().unwrap().len(), 1, "{only}");
+    fails(
+        &addr,
+        "GET",
+        "/api/v1/bookie/list_disk_file?file_type=x",
+        400,
+        "file_type",
+    );
+
+    // The storage engine has no garbage collection yet: said so, not pretended.
+    fails(&addr, "PUT", "/api/v1/bookie/gc", 501, "not implemented");
+
+    // The monitoring routes still answer.
+    let (status, body) = http(&addr, "GET", "/heartbeat");
+    assert_eq!((status, body.as_str()), (200, "OK\n"));
+    sa.stop();
+}
