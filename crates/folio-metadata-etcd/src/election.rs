@@ -17,7 +17,7 @@ use tokio::task::JoinHandle;
 use crate::keys::Keys;
 use crate::session::Etcd;
 use crate::store::{delete_own, delete_own_later};
-use crate::text::{self, Value};
+use folio_metadata::text;
 
 static CANDIDACIES: AtomicU64 = AtomicU64::new(0);
 
@@ -36,16 +36,8 @@ async fn votes(etcd: &Etcd) -> Result<(Vec<KeyValue>, i64)> {
 }
 
 fn parse_vote(kv: &KeyValue) -> Result<BookieId> {
-    let name = String::from_utf8_lossy(kv.key()).into_owned();
-    let corrupt = |r: String| MetadataError::corrupt(format!("Auditor vote {name}"), r);
-    let s = std::str::from_utf8(kv.value()).map_err(|_| corrupt("not valid UTF-8".into()))?;
-    let fields = text::parse(s).map_err(corrupt)?;
-    let id = text::strings(&fields, "bookieId")
-        .first()
-        .copied()
-        .ok_or_else(|| corrupt("no bookieId".into()))?
-        .to_string();
-    BookieId::new(id).map_err(|e| corrupt(e.to_string()))
+    let name = String::from_utf8_lossy(kv.key());
+    text::decode_bookie_id(&format!("Auditor vote {name}"), kv.value())
 }
 
 pub(crate) async fn current(etcd: &Etcd) -> Result<Option<BookieId>> {
@@ -60,9 +52,9 @@ pub(crate) async fn join(
     let key = etcd
         .keys
         .vote(etcd.lease, CANDIDACIES.fetch_add(1, Ordering::Relaxed));
-    let vote = text::print(&[("bookieId", Value::Str(candidate.to_string()))]);
+    let vote = text::encode_bookie_id(candidate.as_str());
     if etcd
-        .create(&key, vote.as_bytes(), true, "the Auditor election")
+        .create(&key, &vote, true, "the Auditor election")
         .await?
         .is_none()
     {

@@ -12,6 +12,7 @@ use async_trait::async_trait;
 use etcd_client::{
     Compare, CompareOp, GetOptions, KeyValue, PutOptions, Txn, TxnOp, TxnOpResponse,
 };
+use folio_metadata::driver::{check_ledger_id, check_page_limit, page};
 use folio_metadata::{
     BookieMode, BookieRegistration, BookieServiceInfo, BookieSet, ClusterInfo, LeaderCandidacy,
     LedgerPage, MetadataError, MetadataStore, Result, SessionState, UnderreplicatedLedger,
@@ -21,7 +22,6 @@ use folio_types::metadata::LedgerMetadata;
 use folio_types::{BookieId, LedgerId};
 use tokio::sync::watch;
 
-use crate::codec;
 use crate::keys::{self, Keys, NUM_BUCKETS};
 use crate::session::{CasFailure, Etcd, EtcdOptions};
 
@@ -66,15 +66,6 @@ impl EtcdMetadataStore {
         &self.etcd.keys
     }
 
-    fn check_ledger_id(ledger: LedgerId) -> Result<()> {
-        if ledger < 0 {
-            return Err(MetadataError::InvalidArgument(format!(
-                "ledger id {ledger} is negative"
-            )));
-        }
-        Ok(())
-    }
-
     fn bookie_key(&self, bookie: &BookieId, mode: BookieMode) -> String {
         match mode {
             BookieMode::Writable => format!("{}/{bookie}", self.keys().writable()),
@@ -84,7 +75,7 @@ impl EtcdMetadataStore {
 
     fn versioned_ledger(ledger: LedgerId, kv: &KeyValue) -> Result<Versioned<LedgerMetadata>> {
         Ok(Versioned {
-            value: codec::decode_ledger(ledger, kv.value())?,
+            value: folio_metadata::format::decode_ledger_metadata(ledger, kv.value())?,
             version: Version::from_raw(kv.mod_revision()),
         })
     }
@@ -127,7 +118,7 @@ impl MetadataStore for EtcdMetadataStore {
 
     async fn init_cluster(&self) -> Result<ClusterInfo> {
         let scope = self.keys().scope.clone();
-        let instance_id = codec::new_instance_id();
+        let instance_id = folio_metadata::new_instance_id();
         let puts: Vec<TxnOp> = self
             .keys()
             .init_keys(&instance_id)
@@ -196,7 +187,7 @@ impl MetadataStore for EtcdMetadataStore {
         info: &BookieServiceInfo,
     ) -> Result<Box<dyn BookieRegistration>> {
         let what = format!("registration of bookie {bookie}");
-        let data = codec::encode_service_info(info);
+        let data = folio_metadata::format::encode_bookie_service_info(info);
         // A key of a dead session vanishes when its lease expires: wait that out (up to two
         // TTLs, as BookKeeper's etcd driver does); a live holder means AlreadyExists.
         let deadline = tokio::time::Instant::now() + self.etcd.ttl() * 2;
@@ -244,7 +235,7 @@ impl MetadataStore for EtcdMetadataStore {
         let what = format!("registered bookie {bookie}");
         for mode in [BookieMode::Writable, BookieMode::ReadOnly] {
             if let Some(kv) = self.etcd.get(&self.bookie_key(bookie, mode), &what).await? {
-                return codec::decode_service_info(bookie, kv.value());
+                return folio_metadata::format::decode_bookie_service_info(bookie, kv.value());
             }
         }
         Err(MetadataError::not_found(what))
@@ -347,9 +338,9 @@ impl MetadataStore for EtcdMetadataStore {
     }
 
     async fn create_ledger(&self, ledger: LedgerId, metadata: &LedgerMetadata) -> Result<Version> {
-        Self::check_ledger_id(ledger)?;
+        check_ledger_id(ledger)?;
         let what = format!("ledger {ledger}");
-        let data = codec::encode_ledger(ledger, metadata)?;
+        let data = folio_metadata::driver::encode_ledger_metadata(ledger, metadata)?;
         let key = self.keys().ledger(ledger);
         match self.etcd.create(&key, &data, false, &what).await? {
             Some(rev) => Ok(Version::from_raw(rev)),
@@ -365,7 +356,7 @@ impl MetadataStore for EtcdMetadataStore {
     }
 
     async fn read_ledger(&self, ledger: LedgerId) -> Result<Versioned<LedgerMetadata>> {
-        Self::check_ledger_id(ledger)?;
+        check_ledger_id(ledger)?;
         let what = format!("ledger {ledger}");
         let kv = self
             .etcd
@@ -381,9 +372,9 @@ impl MetadataStore for EtcdMetadataStore {
         metadata: &LedgerMetadata,
         expected: Version,
     ) -> Result<Version> {
-        Self::check_ledger_id(ledger)?;
+        check_ledger_id(ledger)?;
         let what = format!("ledger {ledger}");
-        let data = codec::encode_ledger(ledger, metadata)?;
+        let data = folio_metadata::driver::encode_ledger_metadata(ledger, metadata)?;
         match self
             .etcd
             .cas_put(&self.keys().ledger(ledger), &data, expected, &what)
@@ -396,7 +387,7 @@ impl MetadataStore for EtcdMetadataStore {
     }
 
     async fn delete_ledger(&self, ledger: LedgerId, expected: Option<Version>) -> Result<()> {
-        Self::check_ledger_id(ledger)?;
+        check_ledger_id(ledger)?;
         let what = format!("ledger {ledger}");
         match self
             .etcd
@@ -417,11 +408,7 @@ impl MetadataStore for EtcdMetadataStore {
         start_after: Option<LedgerId>,
         limit: usize,
     ) -> Result<LedgerPage> {
-        if limit == 0 {
-            return Err(MetadataError::InvalidArgument(
-                "list_ledgers needs a limit of at least 1".into(),
-            ));
-        }
+        check_page_limit(limit)?;
         let dir = self.keys().ledgers();
         let from = match start_after {
             Some(a) if a == i64::MAX => {
@@ -442,31 +429,25 @@ impl MetadataStore for EtcdMetadataStore {
             .etcd
             .run("the ledger list", c.get(from, Some(opts)))
             .await?;
-        let mut ledgers: Vec<LedgerId> = resp
+        let ledgers: Vec<LedgerId> = resp
             .take_kvs()
             .iter()
             .filter_map(|kv| last_component(kv.key()))
             .filter_map(|n| keys::parse_ledger_uuid(&n))
             .collect();
-        let next = if ledgers.len() > limit {
-            ledgers.truncate(limit);
-            ledgers.last().copied()
-        } else {
-            None
-        };
-        Ok(LedgerPage { ledgers, next })
+        Ok(page(ledgers, limit))
     }
 
     async fn watch_ledger(
         &self,
         ledger: LedgerId,
     ) -> Result<watch::Receiver<Option<Versioned<LedgerMetadata>>>> {
-        Self::check_ledger_id(ledger)?;
+        check_ledger_id(ledger)?;
         crate::watches::watch_ledger(self.etcd.clone(), ledger).await
     }
 
     async fn mark_underreplicated(&self, ledger: LedgerId, missing: &[BookieId]) -> Result<()> {
-        Self::check_ledger_id(ledger)?;
+        check_ledger_id(ledger)?;
         crate::underreplication::mark(&self.etcd, ledger, missing).await
     }
 
@@ -475,11 +456,11 @@ impl MetadataStore for EtcdMetadataStore {
     }
 
     async fn get_underreplicated(&self, ledger: LedgerId) -> Result<UnderreplicatedLedger> {
-        Self::check_ledger_id(ledger)?;
+        check_ledger_id(ledger)?;
         crate::underreplication::get(&self.etcd, ledger)
             .await?
             .ok_or_else(|| {
-                MetadataError::not_found(format!("under-replication mark of ledger {ledger}"))
+                MetadataError::not_found(folio_metadata::driver::underreplicated_what(ledger))
             })
     }
 
@@ -488,7 +469,7 @@ impl MetadataStore for EtcdMetadataStore {
         ledger: LedgerId,
         holder: &str,
     ) -> Result<Option<Box<dyn UnderreplicationLock>>> {
-        Self::check_ledger_id(ledger)?;
+        check_ledger_id(ledger)?;
         crate::underreplication::try_lock(&self.etcd, ledger, holder).await
     }
 
@@ -500,7 +481,7 @@ impl MetadataStore for EtcdMetadataStore {
     }
 
     async fn remove_underreplicated(&self, ledger: LedgerId) -> Result<()> {
-        Self::check_ledger_id(ledger)?;
+        check_ledger_id(ledger)?;
         crate::underreplication::remove(&self.etcd, ledger).await
     }
 

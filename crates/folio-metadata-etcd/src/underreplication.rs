@@ -5,7 +5,6 @@
 //! session lease and taken with a create-if-absent transaction. Key order is id order.
 
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use etcd_client::GetOptions;
@@ -15,28 +14,18 @@ use folio_types::{BookieId, LedgerId};
 use crate::keys;
 use crate::session::{CasFailure, Etcd};
 use crate::store::{delete_own, delete_own_later, last_component};
+use folio_metadata::driver::{self, underreplicated_what};
 use folio_metadata::text::{
-    self, Value, decode_underreplicated as decode_mark, encode_underreplicated as encode_mark,
+    self, decode_underreplicated as decode_mark, encode_underreplicated as encode_mark,
 };
 
-fn mark_what(ledger: LedgerId) -> String {
-    format!("under-replication mark of ledger {ledger}")
-}
-
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}
-
 pub(crate) async fn mark(etcd: &Etcd, ledger: LedgerId, missing: &[BookieId]) -> Result<()> {
-    let what = mark_what(ledger);
+    let what = underreplicated_what(ledger);
     let key = etcd.keys.ur_ledger(ledger);
     for _ in 0..100 {
         match etcd.get(&key, &what).await? {
             None => {
-                let data = encode_mark(&missing.iter().cloned().collect(), Some(now_ms()));
+                let data = encode_mark(&missing.iter().cloned().collect(), Some(driver::now_ms()));
                 if etcd.create(&key, &data, false, &what).await?.is_some() {
                     return Ok(());
                 }
@@ -64,7 +53,7 @@ pub(crate) async fn mark(etcd: &Etcd, ledger: LedgerId, missing: &[BookieId]) ->
 
 pub(crate) async fn get(etcd: &Etcd, ledger: LedgerId) -> Result<Option<UnderreplicatedLedger>> {
     match etcd
-        .get(&etcd.keys.ur_ledger(ledger), &mark_what(ledger))
+        .get(&etcd.keys.ur_ledger(ledger), &underreplicated_what(ledger))
         .await?
     {
         Some(kv) => Ok(Some(decode_mark(ledger, kv.value())?)),
@@ -96,16 +85,16 @@ pub(crate) async fn try_lock(
     holder: &str,
 ) -> Result<Option<Box<dyn UnderreplicationLock>>> {
     if etcd
-        .get(&etcd.keys.ur_ledger(ledger), &mark_what(ledger))
+        .get(&etcd.keys.ur_ledger(ledger), &underreplicated_what(ledger))
         .await?
         .is_none()
     {
-        return Err(MetadataError::not_found(mark_what(ledger)));
+        return Err(MetadataError::not_found(underreplicated_what(ledger)));
     }
     let key = etcd.keys.ur_lock(ledger);
-    let data = text::print(&[("bookieId", Value::Str(holder.to_string()))]);
+    let data = text::encode_bookie_id(holder);
     let what = format!("under-replication lock of ledger {ledger}");
-    match etcd.create(&key, data.as_bytes(), true, &what).await? {
+    match etcd.create(&key, &data, true, &what).await? {
         Some(_) => Ok(Some(Box::new(EtcdUrLock {
             etcd: etcd.clone(),
             ledger,
@@ -144,7 +133,7 @@ pub(crate) async fn lock_next(
 }
 
 pub(crate) async fn remove(etcd: &Etcd, ledger: LedgerId) -> Result<()> {
-    etcd.delete(&etcd.keys.ur_ledger(ledger), &mark_what(ledger))
+    etcd.delete(&etcd.keys.ur_ledger(ledger), &underreplicated_what(ledger))
         .await
 }
 

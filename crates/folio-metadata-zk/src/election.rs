@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use folio_metadata::{LeaderCandidacy, MetadataError, Result, SessionState};
+use folio_metadata::{LeaderCandidacy, Result, SessionState};
 use folio_types::BookieId;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -15,7 +15,7 @@ use zookeeper_client as zk;
 
 use crate::paths::UNDERREPLICATION;
 use crate::session::{Zk, ephemeral_sequential};
-use crate::text::{self, Value};
+use folio_metadata::text;
 
 fn election_rel() -> String {
     format!("{UNDERREPLICATION}/auditorelection")
@@ -36,10 +36,6 @@ async fn votes(zk: &Zk) -> Result<Vec<(String, i64)>> {
     Ok(v)
 }
 
-fn vote_text(candidate: &BookieId) -> Vec<u8> {
-    text::print(&[("bookieId", Value::Str(candidate.to_string()))]).into_bytes()
-}
-
 pub(crate) async fn current(zk: &Zk) -> Result<Option<BookieId>> {
     for (name, _) in votes(zk).await? {
         let rel = format!("{}/{name}", election_rel());
@@ -47,24 +43,14 @@ pub(crate) async fn current(zk: &Zk) -> Result<Option<BookieId>> {
         let Some((data, _)) = zk.get(&rel, "the Auditor vote").await? else {
             continue;
         };
-        let corrupt = |r: String| MetadataError::corrupt(format!("Auditor vote {name}"), r);
-        let s = std::str::from_utf8(&data).map_err(|_| corrupt("not valid UTF-8".into()))?;
-        let fields = text::parse(s).map_err(corrupt)?;
-        let id = text::strings(&fields, "bookieId")
-            .first()
-            .copied()
-            .ok_or_else(|| corrupt("no bookieId".into()))?
-            .to_string();
-        return BookieId::new(id)
-            .map(Some)
-            .map_err(|e| corrupt(e.to_string()));
+        return text::decode_bookie_id(&format!("Auditor vote {name}"), &data).map(Some);
     }
     Ok(None)
 }
 
 pub(crate) async fn join(zk: Arc<Zk>, candidate: &BookieId) -> Result<Box<dyn LeaderCandidacy>> {
     let what = "the Auditor election";
-    let vote = vote_text(candidate);
+    let vote = text::encode_bookie_id(candidate.as_str());
     let rel = format!("{}/V_", election_rel());
     let (_, seq) = zk
         .create_with_parents(&rel, &vote, &ephemeral_sequential())

@@ -6,7 +6,6 @@
 //! as BookKeeper's manager does when it starts.
 
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use folio_metadata::{MetadataError, Result, UnderreplicatedLedger, UnderreplicationLock};
@@ -15,13 +14,10 @@ use zookeeper_client as zk;
 
 use crate::paths::{self, UNDERREPLICATION};
 use crate::session::{Zk, ephemeral, persistent};
+use folio_metadata::driver::{self, underreplicated_what};
 use folio_metadata::text::{
-    self, Value, decode_underreplicated as decode_mark, encode_underreplicated as encode_mark,
+    self, decode_underreplicated as decode_mark, encode_underreplicated as encode_mark,
 };
-
-fn mark_what(ledger: LedgerId) -> String {
-    format!("under-replication mark of ledger {ledger}")
-}
 
 /// Creates `underreplication/LAYOUT`, `ledgers` and `locks` if missing.
 async fn ensure_layout(zk: &Zk) -> Result<()> {
@@ -42,22 +38,15 @@ async fn ensure_layout(zk: &Zk) -> Result<()> {
     Ok(())
 }
 
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}
-
 pub(crate) async fn mark(zk: &Zk, ledger: LedgerId, missing: &[BookieId]) -> Result<()> {
     ensure_layout(zk).await?;
-    let what = mark_what(ledger);
+    let what = underreplicated_what(ledger);
     let rel = paths::underreplicated_rel(ledger);
     let client = zk.client()?;
     for _ in 0..100 {
         match zk.get(&rel, &what).await? {
             None => {
-                let data = encode_mark(&missing.iter().cloned().collect(), Some(now_ms()));
+                let data = encode_mark(&missing.iter().cloned().collect(), Some(driver::now_ms()));
                 match zk.create_with_parents(&rel, &data, &persistent()).await? {
                     Ok(_) => return Ok(()),
                     Err(zk::Error::NodeExists) => continue,
@@ -89,7 +78,7 @@ pub(crate) async fn mark(zk: &Zk, ledger: LedgerId, missing: &[BookieId]) -> Res
 }
 
 pub(crate) async fn get(zk: &Zk, ledger: LedgerId) -> Result<Option<UnderreplicatedLedger>> {
-    let what = mark_what(ledger);
+    let what = underreplicated_what(ledger);
     match zk.get(&paths::underreplicated_rel(ledger), &what).await? {
         Some((data, _)) => Ok(Some(decode_mark(ledger, &data)?)),
         None => Ok(None),
@@ -140,18 +129,18 @@ pub(crate) async fn try_lock(
     holder: &str,
 ) -> Result<Option<Box<dyn UnderreplicationLock>>> {
     if !zk
-        .exists(&paths::underreplicated_rel(ledger), &mark_what(ledger))
+        .exists(
+            &paths::underreplicated_rel(ledger),
+            &underreplicated_what(ledger),
+        )
         .await?
     {
-        return Err(MetadataError::not_found(mark_what(ledger)));
+        return Err(MetadataError::not_found(underreplicated_what(ledger)));
     }
     ensure_layout(zk).await?;
     let rel = paths::underreplication_lock_rel(ledger);
-    let data = text::print(&[("bookieId", Value::Str(holder.to_string()))]);
-    match zk
-        .create_with_parents(&rel, data.as_bytes(), &ephemeral())
-        .await?
-    {
+    let data = text::encode_bookie_id(holder);
+    match zk.create_with_parents(&rel, &data, &ephemeral()).await? {
         Ok(_) => {
             let path = zk.abs(&rel);
             zk.own(&path);
@@ -194,7 +183,7 @@ async fn delete_mark(zk: &Zk, ledger: LedgerId) -> Result<()> {
     let client = zk.client()?;
     match zk.run(client.delete(&zk.abs(&rel), None)).await? {
         Ok(()) | Err(zk::Error::NoNode) => {}
-        Err(e) => return Err(zk.err(e, &mark_what(ledger), None)),
+        Err(e) => return Err(zk.err(e, &underreplicated_what(ledger), None)),
     }
     // Keep `underreplication/ledgers` itself (two levels).
     zk.delete_empty_parents(&rel, 2).await;
