@@ -12,7 +12,7 @@ use async_trait::async_trait;
 use etcd_client::{
     Compare, CompareOp, GetOptions, KeyValue, PutOptions, Txn, TxnOp, TxnOpResponse,
 };
-use folio_metadata::driver::{check_ledger_id, check_page_limit, page};
+use folio_metadata::driver::{Ephemeral, check_ledger_id, check_page_limit, page};
 use folio_metadata::{
     BookieMode, BookieRegistration, BookieServiceInfo, BookieSet, ClusterInfo, LeaderCandidacy,
     LedgerPage, MetadataError, MetadataStore, Result, SessionState, UnderreplicatedLedger,
@@ -203,11 +203,10 @@ impl MetadataStore for EtcdMetadataStore {
                     let key = self.bookie_key(bookie, mode);
                     if self.etcd.create(&key, &data, true, &what).await?.is_some() {
                         return Ok(Box::new(EtcdRegistration {
-                            etcd: self.etcd.clone(),
                             bookie: bookie.clone(),
                             mode,
                             data,
-                            key: Some(key),
+                            node: Ephemeral::new(self.etcd.clone(), key),
                         }));
                     }
                     // Lost a race with another registration: look again.
@@ -564,11 +563,10 @@ pub(crate) fn delete_own_later(etcd: &Arc<Etcd>, key: String) {
 /// A bookie's lease-attached registration key.
 #[derive(Debug)]
 struct EtcdRegistration {
-    etcd: Arc<Etcd>,
     bookie: BookieId,
     mode: BookieMode,
     data: Vec<u8>,
-    key: Option<String>,
+    node: Ephemeral<Etcd>,
 }
 
 #[async_trait]
@@ -586,43 +584,31 @@ impl BookieRegistration for EtcdRegistration {
             return Ok(());
         }
         let what = format!("registration of bookie {}", self.bookie);
-        let keys = &self.etcd.keys;
+        let etcd = self.node.owner().clone();
         let new_key = match mode {
-            BookieMode::Writable => format!("{}/{}", keys.writable(), self.bookie),
-            BookieMode::ReadOnly => format!("{}/{}", keys.readonly(), self.bookie),
+            BookieMode::Writable => format!("{}/{}", etcd.keys.writable(), self.bookie),
+            BookieMode::ReadOnly => format!("{}/{}", etcd.keys.readonly(), self.bookie),
         };
         // Put the new key first, then delete the old one: never absent.
-        let mut c = self.etcd.client()?;
-        self.etcd
-            .run(
-                &what,
-                c.put(
-                    new_key.as_str(),
-                    self.data.clone(),
-                    Some(PutOptions::new().with_lease(self.etcd.lease)),
-                ),
-            )
-            .await?;
-        if let Some(old) = self.key.replace(new_key) {
-            delete_own(&self.etcd, &old, &what).await?;
+        let mut c = etcd.client()?;
+        etcd.run(
+            &what,
+            c.put(
+                new_key.as_str(),
+                self.data.clone(),
+                Some(PutOptions::new().with_lease(etcd.lease)),
+            ),
+        )
+        .await?;
+        if let Some(old) = self.node.replace(new_key) {
+            delete_own(&etcd, &old, &what).await?;
         }
         self.mode = mode;
         Ok(())
     }
 
     async fn unregister(mut self: Box<Self>) -> Result<()> {
-        let Some(key) = self.key.take() else {
-            return Ok(());
-        };
         let what = format!("registration of bookie {}", self.bookie);
-        delete_own(&self.etcd, &key, &what).await
-    }
-}
-
-impl Drop for EtcdRegistration {
-    fn drop(&mut self) {
-        if let Some(key) = self.key.take() {
-            delete_own_later(&self.etcd, key);
-        }
+        self.node.delete(&what).await
     }
 }

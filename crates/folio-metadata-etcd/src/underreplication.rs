@@ -14,7 +14,7 @@ use folio_types::{BookieId, LedgerId};
 use crate::keys;
 use crate::session::{CasFailure, Etcd};
 use crate::store::{delete_own, delete_own_later, last_component};
-use folio_metadata::driver::{self, underreplicated_what};
+use folio_metadata::driver::{self, EphemeralLock, EphemeralOwner, underreplicated_what};
 use folio_metadata::text::{
     self, decode_underreplicated as decode_mark, encode_underreplicated as encode_mark,
 };
@@ -95,11 +95,11 @@ pub(crate) async fn try_lock(
     let data = text::encode_bookie_id(holder);
     let what = format!("under-replication lock of ledger {ledger}");
     match etcd.create(&key, &data, true, &what).await? {
-        Some(_) => Ok(Some(Box::new(EtcdUrLock {
-            etcd: etcd.clone(),
+        Some(_) => Ok(Some(Box::new(EphemeralLock::new(
+            etcd.clone(),
             ledger,
-            key: Some(key),
-        }))),
+            key,
+        )))),
         None => Ok(None),
     }
 }
@@ -137,44 +137,20 @@ pub(crate) async fn remove(etcd: &Etcd, ledger: LedgerId) -> Result<()> {
         .await
 }
 
-#[derive(Debug)]
-struct EtcdUrLock {
-    etcd: Arc<Etcd>,
-    ledger: LedgerId,
-    key: Option<String>,
-}
-
-impl EtcdUrLock {
-    async fn unlock(&mut self) -> Result<()> {
-        let Some(key) = self.key.take() else {
-            return Ok(());
-        };
-        let what = format!("under-replication lock of ledger {}", self.ledger);
-        delete_own(&self.etcd, &key, &what).await
-    }
-}
-
+/// Locks, votes and registrations are keys on this session's lease: deleting one deletes
+/// it only while it is still attached to the lease (it is ours).
 #[async_trait]
-impl UnderreplicationLock for EtcdUrLock {
-    fn ledger_id(&self) -> LedgerId {
-        self.ledger
+impl EphemeralOwner for Etcd {
+    async fn delete_ephemeral(&self, key: &str, what: &str) -> Result<()> {
+        delete_own(self, key, what).await
     }
 
-    async fn release(mut self: Box<Self>) -> Result<()> {
-        self.unlock().await
+    fn delete_ephemeral_later(self: Arc<Self>, key: String) {
+        delete_own_later(&self, key);
     }
 
-    async fn mark_replicated(mut self: Box<Self>) -> Result<()> {
-        remove(&self.etcd, self.ledger).await?;
-        self.unlock().await
-    }
-}
-
-impl Drop for EtcdUrLock {
-    fn drop(&mut self) {
-        if let Some(key) = self.key.take() {
-            delete_own_later(&self.etcd, key);
-        }
+    async fn remove_underreplicated(&self, ledger: LedgerId) -> Result<()> {
+        remove(self, ledger).await
     }
 }
 

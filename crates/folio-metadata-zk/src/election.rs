@@ -6,11 +6,10 @@
 
 use std::sync::Arc;
 
-use async_trait::async_trait;
+use folio_metadata::driver::EphemeralCandidacy;
 use folio_metadata::{LeaderCandidacy, Result, SessionState};
 use folio_types::BookieId;
 use tokio::sync::watch;
-use tokio::task::JoinHandle;
 use zookeeper_client as zk;
 
 use crate::paths::UNDERREPLICATION;
@@ -62,13 +61,9 @@ pub(crate) async fn join(zk: Arc<Zk>, candidate: &BookieId) -> Result<Box<dyn Le
     let (leader_tx, leader_rx) = watch::channel(false);
     let leader_tx = Arc::new(leader_tx);
     let task = tokio::spawn(campaign(zk.clone(), name, vote, leader_tx.clone()));
-    Ok(Box::new(ZkCandidacy {
-        zk,
-        path: Some(path),
-        leader_tx,
-        leader_rx,
-        task,
-    }))
+    Ok(Box::new(EphemeralCandidacy::new(
+        zk, path, leader_tx, leader_rx, task,
+    )))
 }
 
 /// Follows the election until this vote is gone; keeps `leader` up to date.
@@ -131,54 +126,6 @@ async fn campaign(zk: Arc<Zk>, name: String, vote: Vec<u8>, leader: Arc<watch::S
                 leader.send_replace(false);
                 return;
             }
-        }
-    }
-}
-
-/// One vote in the Auditor election.
-#[derive(Debug)]
-struct ZkCandidacy {
-    zk: Arc<Zk>,
-    path: Option<String>,
-    leader_tx: Arc<watch::Sender<bool>>,
-    leader_rx: watch::Receiver<bool>,
-    task: JoinHandle<()>,
-}
-
-impl ZkCandidacy {
-    fn withdraw(&mut self) -> Option<String> {
-        self.task.abort();
-        self.leader_tx.send_replace(false);
-        let path = self.path.take()?;
-        self.zk.disown(&path);
-        Some(path)
-    }
-}
-
-#[async_trait]
-impl LeaderCandidacy for ZkCandidacy {
-    fn leadership(&self) -> watch::Receiver<bool> {
-        self.leader_rx.clone()
-    }
-
-    async fn resign(mut self: Box<Self>) -> Result<()> {
-        let Some(path) = self.withdraw() else {
-            return Ok(());
-        };
-        let client = self.zk.client()?;
-        match self.zk.run(client.delete(&path, None)).await? {
-            Ok(()) | Err(zk::Error::NoNode) => Ok(()),
-            Err(e) => Err(self.zk.err(e, "the Auditor vote", None)),
-        }
-    }
-}
-
-impl Drop for ZkCandidacy {
-    fn drop(&mut self) {
-        if let Some(path) = self.withdraw()
-            && let Ok(client) = self.zk.client()
-        {
-            drop(client.delete(&path, None));
         }
     }
 }

@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use folio_metadata::driver::{check_ledger_id, check_page_limit, page};
+use folio_metadata::driver::{Ephemeral, EphemeralOwner, check_ledger_id, check_page_limit, page};
 use folio_metadata::{
     BookieMode, BookieRegistration, BookieServiceInfo, BookieSet, ClusterInfo, LeaderCandidacy,
     LedgerPage, MetadataError, MetadataStore, Result, SessionState, UnderreplicatedLedger,
@@ -410,11 +410,10 @@ impl MetadataStore for ZkMetadataStore {
         let path = self.zk.abs(&rel);
         self.zk.own(&path);
         Ok(Box::new(ZkRegistration {
-            zk: self.zk.clone(),
             bookie: bookie.clone(),
             mode,
             data,
-            path: Some(path),
+            node: Ephemeral::new(self.zk.clone(), path),
         }))
     }
 
@@ -699,12 +698,10 @@ impl MetadataStore for ZkMetadataStore {
 /// A bookie's ephemeral registration znode.
 #[derive(Debug)]
 struct ZkRegistration {
-    zk: Arc<Zk>,
     bookie: BookieId,
     mode: BookieMode,
     data: Vec<u8>,
-    /// `None` once unregistered.
-    path: Option<String>,
+    node: Ephemeral<Zk>,
 }
 
 #[async_trait]
@@ -722,53 +719,27 @@ impl BookieRegistration for ZkRegistration {
             return Ok(());
         }
         let what = format!("registration of bookie {}", self.bookie);
+        let zk = self.node.owner().clone();
         let new_rel = ZkMetadataStore::bookie_rel(&self.bookie, mode);
         // Create the new node first, then delete the old: never absent (BookKeeper's order).
-        match self
-            .zk
+        if let Err(e) = zk
             .create_with_parents(&new_rel, &self.data, &ephemeral())
             .await?
         {
-            Ok(_) => {}
-            Err(e) => return Err(self.zk.err(e, &what, None)),
+            return Err(zk.err(e, &what, None));
         }
-        let new_path = self.zk.abs(&new_rel);
-        self.zk.own(&new_path);
-        if let Some(old) = self.path.replace(new_path) {
-            let client = self.zk.client()?;
-            match self.zk.run(client.delete(&old, None)).await? {
-                Ok(()) | Err(zk::Error::NoNode) => {}
-                Err(e) => return Err(self.zk.err(e, &what, None)),
-            }
-            self.zk.disown(&old);
+        let new_path = zk.abs(&new_rel);
+        zk.own(&new_path);
+        if let Some(old) = self.node.replace(new_path) {
+            zk.delete_ephemeral(&old, &what).await?;
         }
         self.mode = mode;
         Ok(())
     }
 
     async fn unregister(mut self: Box<Self>) -> Result<()> {
-        let Some(path) = self.path.take() else {
-            return Ok(());
-        };
         let what = format!("registration of bookie {}", self.bookie);
-        self.zk.disown(&path);
-        let client = self.zk.client()?;
-        match self.zk.run(client.delete(&path, None)).await? {
-            Ok(()) | Err(zk::Error::NoNode) => Ok(()),
-            Err(e) => Err(self.zk.err(e, &what, None)),
-        }
-    }
-}
-
-impl Drop for ZkRegistration {
-    fn drop(&mut self) {
-        if let Some(path) = self.path.take() {
-            self.zk.disown(&path);
-            if let Ok(client) = self.zk.client() {
-                // Sent on call; nobody waits for the reply.
-                drop(client.delete(&path, None));
-            }
-        }
+        self.node.delete(&what).await
     }
 }
 

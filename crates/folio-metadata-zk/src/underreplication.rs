@@ -14,7 +14,7 @@ use zookeeper_client as zk;
 
 use crate::paths::{self, UNDERREPLICATION};
 use crate::session::{Zk, ephemeral, persistent};
-use folio_metadata::driver::{self, underreplicated_what};
+use folio_metadata::driver::{self, EphemeralLock, EphemeralOwner, underreplicated_what};
 use folio_metadata::text::{
     self, decode_underreplicated as decode_mark, encode_underreplicated as encode_mark,
 };
@@ -144,11 +144,7 @@ pub(crate) async fn try_lock(
         Ok(_) => {
             let path = zk.abs(&rel);
             zk.own(&path);
-            Ok(Some(Box::new(ZkUrLock {
-                zk: zk.clone(),
-                ledger,
-                path: Some(path),
-            })))
+            Ok(Some(Box::new(EphemeralLock::new(zk.clone(), ledger, path))))
         }
         Err(zk::Error::NodeExists) => Ok(None),
         Err(e) => Err(zk.err(
@@ -264,56 +260,29 @@ pub(crate) async fn set_lost_bookie_recovery_delay(zk: &Zk, seconds: u32) -> Res
     )))
 }
 
-/// A held lock znode.
-#[derive(Debug)]
-struct ZkUrLock {
-    zk: Arc<Zk>,
-    ledger: LedgerId,
-    path: Option<String>,
-}
-
-impl ZkUrLock {
-    async fn unlock(&mut self) -> Result<()> {
-        let Some(path) = self.path.take() else {
-            return Ok(());
-        };
-        self.zk.disown(&path);
-        let client = self.zk.client()?;
-        match self.zk.run(client.delete(&path, None)).await? {
-            Ok(()) | Err(zk::Error::NoNode) => Ok(()),
-            Err(e) => Err(self.zk.err(
-                e,
-                &format!("under-replication lock of ledger {}", self.ledger),
-                None,
-            )),
-        }
-    }
-}
-
+/// Locks, votes and registrations are ephemeral znodes this session owns: deleting one
+/// first forgets it (so `close` does not delete it again), then deletes it.
 #[async_trait]
-impl UnderreplicationLock for ZkUrLock {
-    fn ledger_id(&self) -> LedgerId {
-        self.ledger
-    }
-
-    async fn release(mut self: Box<Self>) -> Result<()> {
-        self.unlock().await
-    }
-
-    async fn mark_replicated(mut self: Box<Self>) -> Result<()> {
-        delete_mark(&self.zk, self.ledger).await?;
-        self.unlock().await
-    }
-}
-
-impl Drop for ZkUrLock {
-    fn drop(&mut self) {
-        if let Some(path) = self.path.take() {
-            self.zk.disown(&path);
-            if let Ok(client) = self.zk.client() {
-                drop(client.delete(&path, None));
-            }
+impl EphemeralOwner for Zk {
+    async fn delete_ephemeral(&self, path: &str, what: &str) -> Result<()> {
+        self.disown(path);
+        let client = self.client()?;
+        match self.run(client.delete(path, None)).await? {
+            Ok(()) | Err(zk::Error::NoNode) => Ok(()),
+            Err(e) => Err(self.err(e, what, None)),
         }
+    }
+
+    fn delete_ephemeral_later(self: Arc<Self>, path: String) {
+        self.disown(&path);
+        if let Ok(client) = self.client() {
+            // Sent on call; nobody waits for the reply.
+            drop(client.delete(&path, None));
+        }
+    }
+
+    async fn remove_underreplicated(&self, ledger: LedgerId) -> Result<()> {
+        delete_mark(self, ledger).await
     }
 }
 

@@ -1,12 +1,19 @@
 //! Small rules every metadata driver applies the same way (mem://, sqlite://, and the zk://
 //! and etcd:// crates): argument checks, the ledger-list page, the ledger-metadata bytes with
-//! the ledger named in errors, and the wall clock of under-replication marks. One copy here
+//! the ledger named in errors, the wall clock of under-replication marks; and, for the
+//! networked drivers, the handles of a session's ephemeral records ([`Ephemeral`],
+//! [`EphemeralLock`], [`EphemeralCandidacy`]). One copy here
 //! so the drivers cannot drift apart in what they accept or how they say no.
 
+use std::sync::Arc;
+
+use async_trait::async_trait;
 use folio_types::LedgerId;
 use folio_types::metadata::LedgerMetadata;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
 
-use crate::{LedgerPage, MetadataError, Result, format};
+use crate::{LeaderCandidacy, LedgerPage, MetadataError, Result, UnderreplicationLock, format};
 
 /// Milliseconds since the Unix epoch (ctime of under-replication marks, leases).
 pub fn now_ms() -> i64 {
@@ -70,6 +77,159 @@ pub fn underreplicated_what(ledger: LedgerId) -> String {
     format!("under-replication mark of ledger {ledger}")
 }
 
+/// How a networked driver deletes the ephemeral records of its own session (bookie
+/// registrations, under-replication locks, Auditor votes), for [`Ephemeral`] and the
+/// lock and candidacy built on it.
+#[async_trait]
+pub trait EphemeralOwner: Send + Sync + std::fmt::Debug + 'static {
+    /// Deletes `name` now if it is still this session's; one already gone is fine.
+    async fn delete_ephemeral(&self, name: &str, what: &str) -> Result<()>;
+
+    /// Deletes `name` without waiting (from a `Drop`); failures are ignored, since the
+    /// session's end deletes it anyway.
+    fn delete_ephemeral_later(self: Arc<Self>, name: String);
+
+    /// Removes the under-replication mark of `ledger` (what a lock's holder does once the
+    /// ledger is replicated).
+    async fn remove_underreplicated(&self, ledger: LedgerId) -> Result<()>;
+}
+
+/// One ephemeral record of a session: deleted by [`Ephemeral::delete`], or in the
+/// background when dropped undeleted.
+#[derive(Debug)]
+pub struct Ephemeral<O: EphemeralOwner> {
+    owner: Arc<O>,
+    name: Option<String>,
+}
+
+impl<O: EphemeralOwner> Ephemeral<O> {
+    pub fn new(owner: Arc<O>, name: String) -> Self {
+        Ephemeral {
+            owner,
+            name: Some(name),
+        }
+    }
+
+    pub fn owner(&self) -> &Arc<O> {
+        &self.owner
+    }
+
+    /// Makes `name` the record this handle deletes, returning the one it held (the caller
+    /// deletes that itself, e.g. after creating its replacement).
+    pub fn replace(&mut self, name: String) -> Option<String> {
+        self.name.replace(name)
+    }
+
+    /// Deletes the record now (once; later calls do nothing).
+    pub async fn delete(&mut self, what: &str) -> Result<()> {
+        match self.name.take() {
+            Some(name) => self.owner.delete_ephemeral(&name, what).await,
+            None => Ok(()),
+        }
+    }
+}
+
+impl<O: EphemeralOwner> Drop for Ephemeral<O> {
+    fn drop(&mut self) {
+        if let Some(name) = self.name.take() {
+            self.owner.clone().delete_ephemeral_later(name);
+        }
+    }
+}
+
+/// An under-replication lock held as an ephemeral record of the session.
+#[derive(Debug)]
+pub struct EphemeralLock<O: EphemeralOwner> {
+    ledger: LedgerId,
+    node: Ephemeral<O>,
+}
+
+impl<O: EphemeralOwner> EphemeralLock<O> {
+    pub fn new(owner: Arc<O>, ledger: LedgerId, name: String) -> Self {
+        EphemeralLock {
+            ledger,
+            node: Ephemeral::new(owner, name),
+        }
+    }
+
+    async fn unlock(&mut self) -> Result<()> {
+        let what = format!("under-replication lock of ledger {}", self.ledger);
+        self.node.delete(&what).await
+    }
+}
+
+#[async_trait]
+impl<O: EphemeralOwner> UnderreplicationLock for EphemeralLock<O> {
+    fn ledger_id(&self) -> LedgerId {
+        self.ledger
+    }
+
+    async fn release(mut self: Box<Self>) -> Result<()> {
+        self.unlock().await
+    }
+
+    async fn mark_replicated(mut self: Box<Self>) -> Result<()> {
+        self.node
+            .owner()
+            .remove_underreplicated(self.ledger)
+            .await?;
+        self.unlock().await
+    }
+}
+
+/// A vote in the Auditor election held as an ephemeral record of the session, with the
+/// task that follows the election and publishes `leadership`.
+#[derive(Debug)]
+pub struct EphemeralCandidacy<O: EphemeralOwner> {
+    vote: Ephemeral<O>,
+    leader_tx: Arc<watch::Sender<bool>>,
+    leader_rx: watch::Receiver<bool>,
+    campaign: JoinHandle<()>,
+}
+
+impl<O: EphemeralOwner> EphemeralCandidacy<O> {
+    /// `campaign` follows the election and sends on `leader_tx` (its receiver is
+    /// `leader_rx`); it is stopped when the candidacy resigns or is dropped.
+    pub fn new(
+        owner: Arc<O>,
+        vote: String,
+        leader_tx: Arc<watch::Sender<bool>>,
+        leader_rx: watch::Receiver<bool>,
+        campaign: JoinHandle<()>,
+    ) -> Self {
+        EphemeralCandidacy {
+            vote: Ephemeral::new(owner, vote),
+            leader_tx,
+            leader_rx,
+            campaign,
+        }
+    }
+
+    fn stop_campaign(&self) {
+        self.campaign.abort();
+        self.leader_tx.send_replace(false);
+    }
+}
+
+#[async_trait]
+impl<O: EphemeralOwner> LeaderCandidacy for EphemeralCandidacy<O> {
+    fn leadership(&self) -> watch::Receiver<bool> {
+        self.leader_rx.clone()
+    }
+
+    async fn resign(mut self: Box<Self>) -> Result<()> {
+        self.stop_campaign();
+        self.vote.delete("the Auditor vote").await
+    }
+}
+
+impl<O: EphemeralOwner> Drop for EphemeralCandidacy<O> {
+    fn drop(&mut self) {
+        // The vote itself is deleted when `self.vote` drops, right after this.
+        self.stop_campaign();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -84,6 +244,64 @@ mod tests {
             Err(MetadataError::InvalidArgument(_))
         ));
         assert!(check_page_limit(1).is_ok());
+    }
+
+    /// Records what the handles ask of their session.
+    #[derive(Debug, Default)]
+    struct Recorder(parking_lot::Mutex<Vec<String>>);
+
+    #[async_trait]
+    impl EphemeralOwner for Recorder {
+        async fn delete_ephemeral(&self, name: &str, what: &str) -> Result<()> {
+            self.0.lock().push(format!("delete {name} ({what})"));
+            Ok(())
+        }
+
+        fn delete_ephemeral_later(self: Arc<Self>, name: String) {
+            self.0.lock().push(format!("delete later {name}"));
+        }
+
+        async fn remove_underreplicated(&self, ledger: LedgerId) -> Result<()> {
+            self.0.lock().push(format!("remove mark {ledger}"));
+            Ok(())
+        }
+    }
+
+    #[tokio::test]
+    async fn ephemerals_are_deleted_once_now_or_on_drop() {
+        let owner = Arc::new(Recorder::default());
+        let mut e = Ephemeral::new(owner.clone(), "a".into());
+        e.delete("x").await.unwrap();
+        e.delete("x").await.unwrap();
+        drop(e);
+        let mut e = Ephemeral::new(owner.clone(), "b".into());
+        assert_eq!(e.replace("c".into()).as_deref(), Some("b"));
+        drop(e);
+        let lock: Box<dyn UnderreplicationLock> =
+            Box::new(EphemeralLock::new(owner.clone(), 7, "l".into()));
+        assert_eq!(lock.ledger_id(), 7);
+        lock.mark_replicated().await.unwrap();
+        let (tx, rx) = watch::channel(true);
+        let vote = EphemeralCandidacy::new(
+            owner.clone(),
+            "v".into(),
+            Arc::new(tx),
+            rx,
+            tokio::spawn(std::future::pending()),
+        );
+        let leadership = vote.leadership();
+        drop(vote);
+        assert!(!*leadership.borrow());
+        assert_eq!(
+            *owner.0.lock(),
+            [
+                "delete a (x)",
+                "delete later c",
+                "remove mark 7",
+                "delete l (under-replication lock of ledger 7)",
+                "delete later v",
+            ]
+        );
     }
 
     #[test]
