@@ -118,18 +118,7 @@ pub(crate) async fn lock_next(
         .iter()
         .filter_map(|kv| last_component(kv.key()).and_then(|n| keys::parse_ledger_uuid(&n)))
         .collect();
-    for id in ids {
-        let lock = match try_lock(etcd, id, holder).await {
-            Ok(Some(lock)) => lock,
-            Ok(None) | Err(MetadataError::NotFound { .. }) => continue,
-            Err(e) => return Err(e),
-        };
-        match get(etcd, id).await? {
-            Some(mark) => return Ok(Some((mark, lock))),
-            None => lock.release().await?,
-        }
-    }
-    Ok(None)
+    driver::lock_first_marked(ids, |id| try_lock(etcd, id, holder), |id| get(etcd, id)).await
 }
 
 pub(crate) async fn remove(etcd: &Etcd, ledger: LedgerId) -> Result<()> {

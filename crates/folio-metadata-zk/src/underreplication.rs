@@ -159,19 +159,12 @@ pub(crate) async fn lock_next(
     zk: &Arc<Zk>,
     holder: &str,
 ) -> Result<Option<(UnderreplicatedLedger, Box<dyn UnderreplicationLock>)>> {
-    for id in marked_ids(zk).await? {
-        let lock = match try_lock(zk, id, holder).await {
-            Ok(Some(lock)) => lock,
-            Ok(None) | Err(MetadataError::NotFound { .. }) => continue,
-            Err(e) => return Err(e),
-        };
-        match get(zk, id).await? {
-            Some(mark) => return Ok(Some((mark, lock))),
-            // Replicated by someone else between the listing and our lock.
-            None => lock.release().await?,
-        }
-    }
-    Ok(None)
+    driver::lock_first_marked(
+        marked_ids(zk).await?,
+        |id| try_lock(zk, id, holder),
+        |id| get(zk, id),
+    )
+    .await
 }
 
 async fn delete_mark(zk: &Zk, ledger: LedgerId) -> Result<()> {

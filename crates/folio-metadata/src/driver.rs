@@ -5,6 +5,7 @@
 //! [`EphemeralLock`], [`EphemeralCandidacy`]). One copy here
 //! so the drivers cannot drift apart in what they accept or how they say no.
 
+use std::future::Future;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -13,7 +14,10 @@ use folio_types::metadata::LedgerMetadata;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::{LeaderCandidacy, LedgerPage, MetadataError, Result, UnderreplicationLock, format};
+use crate::{
+    LeaderCandidacy, LedgerPage, MetadataError, Result, UnderreplicatedLedger,
+    UnderreplicationLock, format,
+};
 
 /// Milliseconds since the Unix epoch (ctime of under-replication marks, leases).
 pub fn now_ms() -> i64 {
@@ -70,6 +74,35 @@ pub fn publish_if_changed<T: PartialEq>(tx: &tokio::sync::watch::Sender<T>, valu
         }
         changed
     });
+}
+
+/// `lock_next_underreplicated` for a driver that lists the marks and then locks them one
+/// at a time: the first of `marked` it can lock whose mark is still there once locked.
+/// Marks locked by someone else, or replicated meanwhile, are skipped.
+pub async fn lock_first_marked<L, LF, G, GF>(
+    marked: Vec<LedgerId>,
+    try_lock: L,
+    get: G,
+) -> Result<Option<(UnderreplicatedLedger, Box<dyn UnderreplicationLock>)>>
+where
+    L: Fn(LedgerId) -> LF,
+    LF: Future<Output = Result<Option<Box<dyn UnderreplicationLock>>>>,
+    G: Fn(LedgerId) -> GF,
+    GF: Future<Output = Result<Option<UnderreplicatedLedger>>>,
+{
+    for id in marked {
+        let lock = match try_lock(id).await {
+            Ok(Some(lock)) => lock,
+            Ok(None) | Err(MetadataError::NotFound { .. }) => continue,
+            Err(e) => return Err(e),
+        };
+        match get(id).await? {
+            Some(mark) => return Ok(Some((mark, lock))),
+            // Replicated by someone else between the listing and our lock.
+            None => lock.release().await?,
+        }
+    }
+    Ok(None)
 }
 
 /// What an under-replication mark is called in errors.

@@ -59,14 +59,7 @@ impl EtcdServer {
     }
 
     fn try_start(etcd: &str) -> Result<std::result::Result<Self, String>> {
-        let io = |context: &str| {
-            let context = context.to_string();
-            move |source| Error::Io {
-                server: NAME,
-                context,
-                source,
-            }
-        };
+        let io = |context: &str| crate::io_error(NAME, context.to_string());
         let dir = tempfile::Builder::new()
             .prefix("folio-etcd-")
             .tempdir()

@@ -71,6 +71,19 @@ pub enum Error {
 
 pub type Result<T> = std::result::Result<T, Error>;
 
+/// `map_err` for an I/O failure of `server` while doing `context`.
+fn io_error(
+    server: &'static str,
+    context: impl Into<String>,
+) -> impl FnOnce(std::io::Error) -> Error {
+    let context = context.into();
+    move |source| Error::Io {
+        server,
+        context,
+        source,
+    }
+}
+
 /// Starts a server with up to [`START_ATTEMPTS`] attempts: `attempt` gives `Ok(Err(log))`
 /// when the process exited early (e.g. another process took the chosen port first).
 fn start_with_retries<S>(

@@ -35,13 +35,7 @@ impl ServerProcess {
         dir: tempfile::TempDir,
     ) -> Result<Self> {
         let log = dir.path().join("server.log");
-        let io = |context: String| {
-            move |source| Error::Io {
-                server: name,
-                context,
-                source,
-            }
-        };
+        let io = |context: String| crate::io_error(name, context);
         let out = std::fs::File::create(&log).map_err(io(format!("create {}", log.display())))?;
         let err = out.try_clone().map_err(io("dup log file".into()))?;
         cmd.stdin(Stdio::null())
@@ -65,13 +59,7 @@ impl ServerProcess {
     pub(crate) fn respawn(&mut self) -> Result<()> {
         self.kill();
         let name = self.name;
-        let io = |context: String| {
-            move |source| Error::Io {
-                server: name,
-                context,
-                source,
-            }
-        };
+        let io = |context: String| crate::io_error(name, context);
         let out = std::fs::OpenOptions::new()
             .append(true)
             .open(&self.log)

@@ -55,14 +55,7 @@ impl ZooKeeperServer {
 
     /// One attempt: `Ok(Err(log))` when the process exited early (e.g. the port was taken).
     fn try_start(java: &str, classpath: &str) -> Result<std::result::Result<Self, String>> {
-        let io = |context: &str| {
-            let context = context.to_string();
-            move |source| Error::Io {
-                server: NAME,
-                context,
-                source,
-            }
-        };
+        let io = |context: &str| crate::io_error(NAME, context.to_string());
         let dir = tempfile::Builder::new()
             .prefix("folio-zk-")
             .tempdir()
