@@ -7,17 +7,15 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use async_trait::async_trait;
 use etcd_client::{EventType, GetOptions, KeyValue, SortOrder, SortTarget, WatchOptions};
+use folio_metadata::driver::EphemeralCandidacy;
 use folio_metadata::{LeaderCandidacy, MetadataError, Result, SessionState};
 use folio_types::BookieId;
 use tokio::sync::watch;
-use tokio::task::JoinHandle;
 
 use crate::keys::Keys;
 use crate::session::Etcd;
-use crate::store::{delete_own, delete_own_later};
-use crate::text::{self, Value};
+use folio_metadata::text;
 
 static CANDIDACIES: AtomicU64 = AtomicU64::new(0);
 
@@ -36,16 +34,8 @@ async fn votes(etcd: &Etcd) -> Result<(Vec<KeyValue>, i64)> {
 }
 
 fn parse_vote(kv: &KeyValue) -> Result<BookieId> {
-    let name = String::from_utf8_lossy(kv.key()).into_owned();
-    let corrupt = |r: String| MetadataError::corrupt(format!("Auditor vote {name}"), r);
-    let s = std::str::from_utf8(kv.value()).map_err(|_| corrupt("not valid UTF-8".into()))?;
-    let fields = text::parse(s).map_err(corrupt)?;
-    let id = text::strings(&fields, "bookieId")
-        .first()
-        .copied()
-        .ok_or_else(|| corrupt("no bookieId".into()))?
-        .to_string();
-    BookieId::new(id).map_err(|e| corrupt(e.to_string()))
+    let name = String::from_utf8_lossy(kv.key());
+    text::decode_bookie_id(&format!("Auditor vote {name}"), kv.value())
 }
 
 pub(crate) async fn current(etcd: &Etcd) -> Result<Option<BookieId>> {
@@ -60,9 +50,9 @@ pub(crate) async fn join(
     let key = etcd
         .keys
         .vote(etcd.lease, CANDIDACIES.fetch_add(1, Ordering::Relaxed));
-    let vote = text::print(&[("bookieId", Value::Str(candidate.to_string()))]);
+    let vote = text::encode_bookie_id(candidate.as_str());
     if etcd
-        .create(&key, vote.as_bytes(), true, "the Auditor election")
+        .create(&key, &vote, true, "the Auditor election")
         .await?
         .is_none()
     {
@@ -73,13 +63,9 @@ pub(crate) async fn join(
     let (leader_tx, leader_rx) = watch::channel(false);
     let leader_tx = Arc::new(leader_tx);
     let task = tokio::spawn(campaign(etcd.clone(), key.clone(), leader_tx.clone()));
-    Ok(Box::new(EtcdCandidacy {
-        etcd,
-        key: Some(key),
-        leader_tx,
-        leader_rx,
-        task,
-    }))
+    Ok(Box::new(EphemeralCandidacy::new(
+        etcd, key, leader_tx, leader_rx, task,
+    )))
 }
 
 /// Follows the election until this vote is gone; keeps `leader` up to date.
@@ -144,45 +130,6 @@ async fn campaign(etcd: Arc<Etcd>, key: String, leader: Arc<watch::Sender<bool>>
                     return;
                 }
             }
-        }
-    }
-}
-
-#[derive(Debug)]
-struct EtcdCandidacy {
-    etcd: Arc<Etcd>,
-    key: Option<String>,
-    leader_tx: Arc<watch::Sender<bool>>,
-    leader_rx: watch::Receiver<bool>,
-    task: JoinHandle<()>,
-}
-
-impl EtcdCandidacy {
-    fn withdraw(&mut self) -> Option<String> {
-        self.task.abort();
-        self.leader_tx.send_replace(false);
-        self.key.take()
-    }
-}
-
-#[async_trait]
-impl LeaderCandidacy for EtcdCandidacy {
-    fn leadership(&self) -> watch::Receiver<bool> {
-        self.leader_rx.clone()
-    }
-
-    async fn resign(mut self: Box<Self>) -> Result<()> {
-        match self.withdraw() {
-            Some(key) => delete_own(&self.etcd, &key, "the Auditor vote").await,
-            None => Ok(()),
-        }
-    }
-}
-
-impl Drop for EtcdCandidacy {
-    fn drop(&mut self) {
-        if let Some(key) = self.withdraw() {
-            delete_own_later(&self.etcd, key);
         }
     }
 }

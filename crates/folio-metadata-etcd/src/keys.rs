@@ -2,10 +2,11 @@
 //! design for under-replication and the Auditor election). Every key is under the scope `S`.
 //! See `docs/formats/etcd-layout.md` and the crate documentation for the table.
 
+use folio_metadata::layout;
 use folio_types::LedgerId;
 
 /// BookKeeper's etcd LAYOUT: layout format 2, the etcd ledger manager factory, version 0.
-pub const ETCD_LAYOUT: &str = "2\norg.apache.bookkeeper.metadata.etcd.EtcdLedgerManagerFactory:0";
+pub const ETCD_LAYOUT: &str = layout::ETCD_LAYOUT_TEXT;
 
 /// Id-generation buckets (BookKeeper's `Etcd64bitIdGenerator.NUM_BUCKETS`).
 pub const NUM_BUCKETS: u64 = 0x80;
@@ -16,27 +17,9 @@ pub struct Keys {
     pub scope: String,
 }
 
-/// BookKeeper's ledger key: Java `UUID(0, ledgerId).toString()`.
-pub fn ledger_uuid(ledger: LedgerId) -> String {
-    let id = ledger as u64;
-    format!(
-        "00000000-0000-0000-{:04x}-{:012x}",
-        (id >> 48) & 0xffff,
-        id & 0xffff_ffff_ffff
-    )
-}
-
-/// Inverse of [`ledger_uuid`].
-pub fn parse_ledger_uuid(s: &str) -> Option<LedgerId> {
-    let rest = s.strip_prefix("00000000-0000-0000-")?;
-    let (hi, lo) = rest.split_once('-')?;
-    if hi.len() != 4 || lo.len() != 12 {
-        return None;
-    }
-    let hi = u64::from_str_radix(hi, 16).ok()?;
-    let lo = u64::from_str_radix(lo, 16).ok()?;
-    Some(((hi << 48) | lo) as LedgerId)
-}
+// A ledger's name under `S/ledgers` and `S/underreplication/{ledgers,locks}`: Java's
+// `UUID(0, ledgerId)` string, from `folio_metadata::layout` (shared with the shell).
+pub use layout::{ledger_id_from_uuid as parse_ledger_uuid, ledger_uuid};
 
 impl Keys {
     pub fn new(scope: &str) -> Self {
@@ -142,27 +125,19 @@ mod tests {
     use super::*;
 
     #[test]
-    fn ledger_keys_are_java_uuid_strings() {
-        assert_eq!(ledger_uuid(1), "00000000-0000-0000-0000-000000000001");
-        assert_eq!(
-            ledger_uuid(0x0123_4567_89ab_cdef),
-            "00000000-0000-0000-0123-456789abcdef"
-        );
-        for id in [0, 1, 255, i32::MAX as i64, 1 << 56, i64::MAX] {
-            assert_eq!(parse_ledger_uuid(&ledger_uuid(id)), Some(id));
-        }
-        assert_eq!(parse_ledger_uuid("junk"), None);
-        // Fixed-width lowercase hex: key order is id order.
-        assert!(ledger_uuid(9) < ledger_uuid(10));
-        assert!(ledger_uuid(0xffff) < ledger_uuid(1 << 48));
-    }
-
-    #[test]
     fn key_schema() {
         let k = Keys::new("/ledgers");
         assert_eq!(k.writable(), "/ledgers/bookies/writable");
         assert_eq!(Keys::end_of(&k.writable()), "/ledgers/bookies/writable0");
         assert_eq!(k.bucket(7), "/ledgers/buckets/007");
+        assert_eq!(
+            k.ledger(1),
+            "/ledgers/ledgers/00000000-0000-0000-0000-000000000001"
+        );
+        assert_eq!(
+            k.ledger(0x0123_4567_89ab_cdef),
+            layout::etcd_ledger_key("/ledgers", 0x0123_4567_89ab_cdef)
+        );
         assert_eq!(
             k.ur_lock(5),
             "/ledgers/underreplication/locks/00000000-0000-0000-0000-000000000005"
@@ -171,38 +146,5 @@ mod tests {
             k.vote(0xab, 2),
             "/ledgers/underreplication/auditorelection/00000000000000ab-2"
         );
-    }
-}
-
-/// This driver's keys agree with `folio_metadata::layout`, the shared helpers.
-#[cfg(test)]
-mod agreement {
-    use folio_metadata::layout;
-
-    use super::*;
-
-    #[test]
-    fn ledger_keys_and_layout_agree() {
-        let k = Keys::new("/ledgers");
-        for id in [
-            0,
-            1,
-            255,
-            i32::MAX as i64,
-            1 << 56,
-            (127 << 56) | 5,
-            i64::MAX,
-        ] {
-            assert_eq!(
-                k.ledger(id),
-                layout::etcd_ledger_key("/ledgers", id),
-                "{id}"
-            );
-            assert_eq!(
-                layout::ledger_id_from_etcd_key("/ledgers", &k.ledger(id)),
-                Some(id)
-            );
-        }
-        assert_eq!(ETCD_LAYOUT, layout::ETCD_LAYOUT_TEXT);
     }
 }

@@ -29,12 +29,10 @@
 //! one lease (TTL = session timeout, kept alive every TTL/3): closing revokes it, and an
 //! expired lease takes every registration, lock and vote of the store with it.
 
-mod codec;
 mod election;
 mod keys;
 mod session;
 mod store;
-use folio_metadata::text;
 mod underreplication;
 mod uri;
 mod watches;

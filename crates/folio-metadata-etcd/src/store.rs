@@ -12,6 +12,7 @@ use async_trait::async_trait;
 use etcd_client::{
     Compare, CompareOp, GetOptions, KeyValue, PutOptions, Txn, TxnOp, TxnOpResponse,
 };
+use folio_metadata::driver::{Ephemeral, check_ledger_id, check_page_limit, page};
 use folio_metadata::{
     BookieMode, BookieRegistration, BookieServiceInfo, BookieSet, ClusterInfo, LeaderCandidacy,
     LedgerPage, MetadataError, MetadataStore, Result, SessionState, UnderreplicatedLedger,
@@ -21,7 +22,6 @@ use folio_types::metadata::LedgerMetadata;
 use folio_types::{BookieId, LedgerId};
 use tokio::sync::watch;
 
-use crate::codec;
 use crate::keys::{self, Keys, NUM_BUCKETS};
 use crate::session::{CasFailure, Etcd, EtcdOptions};
 
@@ -66,15 +66,6 @@ impl EtcdMetadataStore {
         &self.etcd.keys
     }
 
-    fn check_ledger_id(ledger: LedgerId) -> Result<()> {
-        if ledger < 0 {
-            return Err(MetadataError::InvalidArgument(format!(
-                "ledger id {ledger} is negative"
-            )));
-        }
-        Ok(())
-    }
-
     fn bookie_key(&self, bookie: &BookieId, mode: BookieMode) -> String {
         match mode {
             BookieMode::Writable => format!("{}/{bookie}", self.keys().writable()),
@@ -84,7 +75,7 @@ impl EtcdMetadataStore {
 
     fn versioned_ledger(ledger: LedgerId, kv: &KeyValue) -> Result<Versioned<LedgerMetadata>> {
         Ok(Versioned {
-            value: codec::decode_ledger(ledger, kv.value())?,
+            value: folio_metadata::format::decode_ledger_metadata(ledger, kv.value())?,
             version: Version::from_raw(kv.mod_revision()),
         })
     }
@@ -127,7 +118,7 @@ impl MetadataStore for EtcdMetadataStore {
 
     async fn init_cluster(&self) -> Result<ClusterInfo> {
         let scope = self.keys().scope.clone();
-        let instance_id = codec::new_instance_id();
+        let instance_id = folio_metadata::new_instance_id();
         let puts: Vec<TxnOp> = self
             .keys()
             .init_keys(&instance_id)
@@ -196,7 +187,7 @@ impl MetadataStore for EtcdMetadataStore {
         info: &BookieServiceInfo,
     ) -> Result<Box<dyn BookieRegistration>> {
         let what = format!("registration of bookie {bookie}");
-        let data = codec::encode_service_info(info);
+        let data = folio_metadata::format::encode_bookie_service_info(info);
         // A key of a dead session vanishes when its lease expires: wait that out (up to two
         // TTLs, as BookKeeper's etcd driver does); a live holder means AlreadyExists.
         let deadline = tokio::time::Instant::now() + self.etcd.ttl() * 2;
@@ -212,11 +203,10 @@ impl MetadataStore for EtcdMetadataStore {
                     let key = self.bookie_key(bookie, mode);
                     if self.etcd.create(&key, &data, true, &what).await?.is_some() {
                         return Ok(Box::new(EtcdRegistration {
-                            etcd: self.etcd.clone(),
                             bookie: bookie.clone(),
                             mode,
                             data,
-                            key: Some(key),
+                            node: Ephemeral::new(self.etcd.clone(), key),
                         }));
                     }
                     // Lost a race with another registration: look again.
@@ -244,7 +234,7 @@ impl MetadataStore for EtcdMetadataStore {
         let what = format!("registered bookie {bookie}");
         for mode in [BookieMode::Writable, BookieMode::ReadOnly] {
             if let Some(kv) = self.etcd.get(&self.bookie_key(bookie, mode), &what).await? {
-                return codec::decode_service_info(bookie, kv.value());
+                return folio_metadata::format::decode_bookie_service_info(bookie, kv.value());
             }
         }
         Err(MetadataError::not_found(what))
@@ -347,9 +337,9 @@ impl MetadataStore for EtcdMetadataStore {
     }
 
     async fn create_ledger(&self, ledger: LedgerId, metadata: &LedgerMetadata) -> Result<Version> {
-        Self::check_ledger_id(ledger)?;
+        check_ledger_id(ledger)?;
         let what = format!("ledger {ledger}");
-        let data = codec::encode_ledger(ledger, metadata)?;
+        let data = folio_metadata::driver::encode_ledger_metadata(ledger, metadata)?;
         let key = self.keys().ledger(ledger);
         match self.etcd.create(&key, &data, false, &what).await? {
             Some(rev) => Ok(Version::from_raw(rev)),
@@ -365,7 +355,7 @@ impl MetadataStore for EtcdMetadataStore {
     }
 
     async fn read_ledger(&self, ledger: LedgerId) -> Result<Versioned<LedgerMetadata>> {
-        Self::check_ledger_id(ledger)?;
+        check_ledger_id(ledger)?;
         let what = format!("ledger {ledger}");
         let kv = self
             .etcd
@@ -381,9 +371,9 @@ impl MetadataStore for EtcdMetadataStore {
         metadata: &LedgerMetadata,
         expected: Version,
     ) -> Result<Version> {
-        Self::check_ledger_id(ledger)?;
+        check_ledger_id(ledger)?;
         let what = format!("ledger {ledger}");
-        let data = codec::encode_ledger(ledger, metadata)?;
+        let data = folio_metadata::driver::encode_ledger_metadata(ledger, metadata)?;
         match self
             .etcd
             .cas_put(&self.keys().ledger(ledger), &data, expected, &what)
@@ -396,7 +386,7 @@ impl MetadataStore for EtcdMetadataStore {
     }
 
     async fn delete_ledger(&self, ledger: LedgerId, expected: Option<Version>) -> Result<()> {
-        Self::check_ledger_id(ledger)?;
+        check_ledger_id(ledger)?;
         let what = format!("ledger {ledger}");
         match self
             .etcd
@@ -417,11 +407,7 @@ impl MetadataStore for EtcdMetadataStore {
         start_after: Option<LedgerId>,
         limit: usize,
     ) -> Result<LedgerPage> {
-        if limit == 0 {
-            return Err(MetadataError::InvalidArgument(
-                "list_ledgers needs a limit of at least 1".into(),
-            ));
-        }
+        check_page_limit(limit)?;
         let dir = self.keys().ledgers();
         let from = match start_after {
             Some(a) if a == i64::MAX => {
@@ -442,31 +428,25 @@ impl MetadataStore for EtcdMetadataStore {
             .etcd
             .run("the ledger list", c.get(from, Some(opts)))
             .await?;
-        let mut ledgers: Vec<LedgerId> = resp
+        let ledgers: Vec<LedgerId> = resp
             .take_kvs()
             .iter()
             .filter_map(|kv| last_component(kv.key()))
             .filter_map(|n| keys::parse_ledger_uuid(&n))
             .collect();
-        let next = if ledgers.len() > limit {
-            ledgers.truncate(limit);
-            ledgers.last().copied()
-        } else {
-            None
-        };
-        Ok(LedgerPage { ledgers, next })
+        Ok(page(ledgers, limit))
     }
 
     async fn watch_ledger(
         &self,
         ledger: LedgerId,
     ) -> Result<watch::Receiver<Option<Versioned<LedgerMetadata>>>> {
-        Self::check_ledger_id(ledger)?;
+        check_ledger_id(ledger)?;
         crate::watches::watch_ledger(self.etcd.clone(), ledger).await
     }
 
     async fn mark_underreplicated(&self, ledger: LedgerId, missing: &[BookieId]) -> Result<()> {
-        Self::check_ledger_id(ledger)?;
+        check_ledger_id(ledger)?;
         crate::underreplication::mark(&self.etcd, ledger, missing).await
     }
 
@@ -475,11 +455,11 @@ impl MetadataStore for EtcdMetadataStore {
     }
 
     async fn get_underreplicated(&self, ledger: LedgerId) -> Result<UnderreplicatedLedger> {
-        Self::check_ledger_id(ledger)?;
+        check_ledger_id(ledger)?;
         crate::underreplication::get(&self.etcd, ledger)
             .await?
             .ok_or_else(|| {
-                MetadataError::not_found(format!("under-replication mark of ledger {ledger}"))
+                MetadataError::not_found(folio_metadata::driver::underreplicated_what(ledger))
             })
     }
 
@@ -488,7 +468,7 @@ impl MetadataStore for EtcdMetadataStore {
         ledger: LedgerId,
         holder: &str,
     ) -> Result<Option<Box<dyn UnderreplicationLock>>> {
-        Self::check_ledger_id(ledger)?;
+        check_ledger_id(ledger)?;
         crate::underreplication::try_lock(&self.etcd, ledger, holder).await
     }
 
@@ -500,7 +480,7 @@ impl MetadataStore for EtcdMetadataStore {
     }
 
     async fn remove_underreplicated(&self, ledger: LedgerId) -> Result<()> {
-        Self::check_ledger_id(ledger)?;
+        check_ledger_id(ledger)?;
         crate::underreplication::remove(&self.etcd, ledger).await
     }
 
@@ -583,11 +563,10 @@ pub(crate) fn delete_own_later(etcd: &Arc<Etcd>, key: String) {
 /// A bookie's lease-attached registration key.
 #[derive(Debug)]
 struct EtcdRegistration {
-    etcd: Arc<Etcd>,
     bookie: BookieId,
     mode: BookieMode,
     data: Vec<u8>,
-    key: Option<String>,
+    node: Ephemeral<Etcd>,
 }
 
 #[async_trait]
@@ -605,43 +584,31 @@ impl BookieRegistration for EtcdRegistration {
             return Ok(());
         }
         let what = format!("registration of bookie {}", self.bookie);
-        let keys = &self.etcd.keys;
+        let etcd = self.node.owner().clone();
         let new_key = match mode {
-            BookieMode::Writable => format!("{}/{}", keys.writable(), self.bookie),
-            BookieMode::ReadOnly => format!("{}/{}", keys.readonly(), self.bookie),
+            BookieMode::Writable => format!("{}/{}", etcd.keys.writable(), self.bookie),
+            BookieMode::ReadOnly => format!("{}/{}", etcd.keys.readonly(), self.bookie),
         };
         // Put the new key first, then delete the old one: never absent.
-        let mut c = self.etcd.client()?;
-        self.etcd
-            .run(
-                &what,
-                c.put(
-                    new_key.as_str(),
-                    self.data.clone(),
-                    Some(PutOptions::new().with_lease(self.etcd.lease)),
-                ),
-            )
-            .await?;
-        if let Some(old) = self.key.replace(new_key) {
-            delete_own(&self.etcd, &old, &what).await?;
+        let mut c = etcd.client()?;
+        etcd.run(
+            &what,
+            c.put(
+                new_key.as_str(),
+                self.data.clone(),
+                Some(PutOptions::new().with_lease(etcd.lease)),
+            ),
+        )
+        .await?;
+        if let Some(old) = self.node.replace(new_key) {
+            delete_own(&etcd, &old, &what).await?;
         }
         self.mode = mode;
         Ok(())
     }
 
     async fn unregister(mut self: Box<Self>) -> Result<()> {
-        let Some(key) = self.key.take() else {
-            return Ok(());
-        };
         let what = format!("registration of bookie {}", self.bookie);
-        delete_own(&self.etcd, &key, &what).await
-    }
-}
-
-impl Drop for EtcdRegistration {
-    fn drop(&mut self) {
-        if let Some(key) = self.key.take() {
-            delete_own_later(&self.etcd, key);
-        }
+        self.node.delete(&what).await
     }
 }

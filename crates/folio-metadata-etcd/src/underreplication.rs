@@ -5,7 +5,6 @@
 //! session lease and taken with a create-if-absent transaction. Key order is id order.
 
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use etcd_client::GetOptions;
@@ -15,28 +14,18 @@ use folio_types::{BookieId, LedgerId};
 use crate::keys;
 use crate::session::{CasFailure, Etcd};
 use crate::store::{delete_own, delete_own_later, last_component};
+use folio_metadata::driver::{self, EphemeralLock, EphemeralOwner, underreplicated_what};
 use folio_metadata::text::{
-    self, Value, decode_underreplicated as decode_mark, encode_underreplicated as encode_mark,
+    self, decode_underreplicated as decode_mark, encode_underreplicated as encode_mark,
 };
 
-fn mark_what(ledger: LedgerId) -> String {
-    format!("under-replication mark of ledger {ledger}")
-}
-
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}
-
 pub(crate) async fn mark(etcd: &Etcd, ledger: LedgerId, missing: &[BookieId]) -> Result<()> {
-    let what = mark_what(ledger);
+    let what = underreplicated_what(ledger);
     let key = etcd.keys.ur_ledger(ledger);
     for _ in 0..100 {
         match etcd.get(&key, &what).await? {
             None => {
-                let data = encode_mark(&missing.iter().cloned().collect(), Some(now_ms()));
+                let data = encode_mark(&missing.iter().cloned().collect(), Some(driver::now_ms()));
                 if etcd.create(&key, &data, false, &what).await?.is_some() {
                     return Ok(());
                 }
@@ -64,7 +53,7 @@ pub(crate) async fn mark(etcd: &Etcd, ledger: LedgerId, missing: &[BookieId]) ->
 
 pub(crate) async fn get(etcd: &Etcd, ledger: LedgerId) -> Result<Option<UnderreplicatedLedger>> {
     match etcd
-        .get(&etcd.keys.ur_ledger(ledger), &mark_what(ledger))
+        .get(&etcd.keys.ur_ledger(ledger), &underreplicated_what(ledger))
         .await?
     {
         Some(kv) => Ok(Some(decode_mark(ledger, kv.value())?)),
@@ -96,21 +85,21 @@ pub(crate) async fn try_lock(
     holder: &str,
 ) -> Result<Option<Box<dyn UnderreplicationLock>>> {
     if etcd
-        .get(&etcd.keys.ur_ledger(ledger), &mark_what(ledger))
+        .get(&etcd.keys.ur_ledger(ledger), &underreplicated_what(ledger))
         .await?
         .is_none()
     {
-        return Err(MetadataError::not_found(mark_what(ledger)));
+        return Err(MetadataError::not_found(underreplicated_what(ledger)));
     }
     let key = etcd.keys.ur_lock(ledger);
-    let data = text::print(&[("bookieId", Value::Str(holder.to_string()))]);
+    let data = text::encode_bookie_id(holder);
     let what = format!("under-replication lock of ledger {ledger}");
-    match etcd.create(&key, data.as_bytes(), true, &what).await? {
-        Some(_) => Ok(Some(Box::new(EtcdUrLock {
-            etcd: etcd.clone(),
+    match etcd.create(&key, &data, true, &what).await? {
+        Some(_) => Ok(Some(Box::new(EphemeralLock::new(
+            etcd.clone(),
             ledger,
-            key: Some(key),
-        }))),
+            key,
+        )))),
         None => Ok(None),
     }
 }
@@ -129,63 +118,28 @@ pub(crate) async fn lock_next(
         .iter()
         .filter_map(|kv| last_component(kv.key()).and_then(|n| keys::parse_ledger_uuid(&n)))
         .collect();
-    for id in ids {
-        let lock = match try_lock(etcd, id, holder).await {
-            Ok(Some(lock)) => lock,
-            Ok(None) | Err(MetadataError::NotFound { .. }) => continue,
-            Err(e) => return Err(e),
-        };
-        match get(etcd, id).await? {
-            Some(mark) => return Ok(Some((mark, lock))),
-            None => lock.release().await?,
-        }
-    }
-    Ok(None)
+    driver::lock_first_marked(ids, |id| try_lock(etcd, id, holder), |id| get(etcd, id)).await
 }
 
 pub(crate) async fn remove(etcd: &Etcd, ledger: LedgerId) -> Result<()> {
-    etcd.delete(&etcd.keys.ur_ledger(ledger), &mark_what(ledger))
+    etcd.delete(&etcd.keys.ur_ledger(ledger), &underreplicated_what(ledger))
         .await
 }
 
-#[derive(Debug)]
-struct EtcdUrLock {
-    etcd: Arc<Etcd>,
-    ledger: LedgerId,
-    key: Option<String>,
-}
-
-impl EtcdUrLock {
-    async fn unlock(&mut self) -> Result<()> {
-        let Some(key) = self.key.take() else {
-            return Ok(());
-        };
-        let what = format!("under-replication lock of ledger {}", self.ledger);
-        delete_own(&self.etcd, &key, &what).await
-    }
-}
-
+/// Locks, votes and registrations are keys on this session's lease: deleting one deletes
+/// it only while it is still attached to the lease (it is ours).
 #[async_trait]
-impl UnderreplicationLock for EtcdUrLock {
-    fn ledger_id(&self) -> LedgerId {
-        self.ledger
+impl EphemeralOwner for Etcd {
+    async fn delete_ephemeral(&self, key: &str, what: &str) -> Result<()> {
+        delete_own(self, key, what).await
     }
 
-    async fn release(mut self: Box<Self>) -> Result<()> {
-        self.unlock().await
+    fn delete_ephemeral_later(self: Arc<Self>, key: String) {
+        delete_own_later(&self, key);
     }
 
-    async fn mark_replicated(mut self: Box<Self>) -> Result<()> {
-        remove(&self.etcd, self.ledger).await?;
-        self.unlock().await
-    }
-}
-
-impl Drop for EtcdUrLock {
-    fn drop(&mut self) {
-        if let Some(key) = self.key.take() {
-            delete_own_later(&self.etcd, key);
-        }
+    async fn remove_underreplicated(&self, ledger: LedgerId) -> Result<()> {
+        remove(self, ledger).await
     }
 }
 

@@ -1,7 +1,7 @@
 //! Parsing `etcd://host:port[,host:port]/prefix` (hosts separated by `,` or `;`, spec §6)
 //! into client endpoints and the key scope.
 
-use folio_metadata::MetadataError;
+use folio_metadata::{MetadataError, ServiceUri};
 
 /// A parsed `etcd://` metadata URI.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -13,53 +13,14 @@ pub struct EtcdUri {
 }
 
 impl EtcdUri {
+    /// Parses with `folio_metadata`'s URI parser (the one the `folio` binary uses), so the
+    /// driver accepts exactly what the binary does; only `etcd://` URIs are this driver's.
     pub fn parse(uri: &str) -> Result<EtcdUri, MetadataError> {
-        let bad = |reason: &str| MetadataError::InvalidUri {
-            uri: uri.to_string(),
-            reason: reason.to_string(),
-        };
-        let rest = uri
-            .strip_prefix("etcd://")
-            .ok_or_else(|| bad("expected etcd://host:port[,host:port]/prefix"))?;
-        let (hosts, path) = match rest.find('/') {
-            Some(i) => (&rest[..i], &rest[i..]),
-            None => (rest, "/ledgers"),
-        };
-        let mut endpoints = Vec::new();
-        for host in hosts.split([',', ';']) {
-            let host = host.trim();
-            if host.is_empty() {
-                continue;
-            }
-            // A host without a port gets the service's default port (2379).
-            let host = match host.rsplit_once(':') {
-                Some((name, port)) => {
-                    if name.is_empty() {
-                        return Err(bad(&format!("server {host:?} has no host name")));
-                    }
-                    port.parse::<u16>()
-                        .map_err(|_| bad(&format!("server {host:?} has an invalid port")))?;
-                    host.to_string()
-                }
-                None => format!("{host}:2379"),
-            };
-            endpoints.push(format!("http://{host}"));
-        }
-        if endpoints.is_empty() {
-            return Err(bad("no etcd server given"));
-        }
-        let scope = path.trim_end_matches('/');
-        if scope.is_empty() {
-            return Err(bad("the key prefix must not be / (use e.g. /ledgers)"));
-        }
-        if scope.contains("//") || scope.contains('?') || scope.contains('#') {
-            return Err(bad(
-                "the key prefix has an empty component, a query or a fragment",
-            ));
-        }
+        let ServiceUri { hosts, root } =
+            ServiceUri::parse(uri, "etcd", "etcd://host:port[,host:port]/prefix")?;
         Ok(EtcdUri {
-            endpoints,
-            scope: scope.to_string(),
+            endpoints: hosts.iter().map(|h| format!("http://{h}")).collect(),
+            scope: root,
         })
     }
 
@@ -92,10 +53,10 @@ mod tests {
     fn rejects_bad_uris_with_the_cause() {
         for (uri, cause) in [
             ("zk://a:1/x", "expected etcd://"),
-            ("etcd://a:x/x", "invalid port"),
-            ("etcd:///x", "no etcd server"),
+            ("etcd://a:x/x", "bad port"),
+            ("etcd:///x", "no host"),
             ("etcd://a:1/", "must not be /"),
-            ("etcd://a:1/x//y", "empty component"),
+            ("etcd://a:1/x//y", "empty path segment"),
         ] {
             let e = EtcdUri::parse(uri).unwrap_err().to_string();
             assert!(e.contains(cause), "{uri}: {e}");

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{EventType, WatchOptions, WatchStream};
+use folio_metadata::driver::publish_if_changed;
 use folio_metadata::{BookieSet, MetadataError, Result, Version, Versioned};
 use folio_types::LedgerId;
 use folio_types::metadata::LedgerMetadata;
@@ -72,16 +73,6 @@ pub(crate) async fn watch_bookies(etcd: Arc<Etcd>) -> Result<watch::Receiver<Boo
     let (set, mut stream) = bookies_and_watch(&etcd).await?;
     let (tx, rx) = watch::channel(set);
     let mut shutdown = etcd.shutdown.subscribe();
-    let publish = |tx: &watch::Sender<BookieSet>, set: BookieSet| {
-        tx.send_if_modified(|cur| {
-            if *cur != set {
-                *cur = set;
-                true
-            } else {
-                false
-            }
-        });
-    };
     tokio::spawn(async move {
         loop {
             let msg = tokio::select! {
@@ -99,14 +90,14 @@ pub(crate) async fn watch_bookies(etcd: Arc<Etcd>) -> Result<watch::Receiver<Boo
                 _ => None,
             };
             match reread {
-                Some(set) => publish(&tx, set),
+                Some(set) => publish_if_changed(&tx, set),
                 None => {
                     let Some((set, s)) =
                         reestablish(&etcd, || tx.is_closed(), || bookies_and_watch(&etcd)).await
                     else {
                         return;
                     };
-                    publish(&tx, set);
+                    publish_if_changed(&tx, set);
                     stream = s;
                 }
             }
@@ -126,7 +117,7 @@ async fn ledger_and_watch(etcd: &Etcd, ledger: LedgerId) -> Result<(LedgerValue,
     let rev = resp.header().map(|h| h.revision()).unwrap_or(0);
     let value = match resp.take_kvs().into_iter().next() {
         Some(kv) => Some(Versioned {
-            value: crate::codec::decode_ledger(ledger, kv.value())?,
+            value: folio_metadata::format::decode_ledger_metadata(ledger, kv.value())?,
             version: Version::from_raw(kv.mod_revision()),
         }),
         None => None,
@@ -155,7 +146,10 @@ pub(crate) async fn watch_ledger(
                     for event in resp.events() {
                         let value = match (event.event_type(), event.kv()) {
                             (EventType::Put, Some(kv)) => {
-                                match crate::codec::decode_ledger(ledger, kv.value()) {
+                                match folio_metadata::format::decode_ledger_metadata(
+                                    ledger,
+                                    kv.value(),
+                                ) {
                                     Ok(value) => Some(Versioned {
                                         value,
                                         version: Version::from_raw(kv.mod_revision()),

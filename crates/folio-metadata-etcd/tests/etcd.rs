@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use etcd_client::GetOptions;
+use folio_metadata::conformance::outages;
 use folio_metadata::{BookieMode, BookieServiceInfo, MetadataError, MetadataStore, SessionState};
 use folio_metadata_etcd::{EtcdMetadataStore, EtcdOptions, ledger_uuid};
 use folio_testsvc::{EtcdServer, TcpProxy};
@@ -279,17 +280,12 @@ async fn the_auditor_election_fails_over() {
 async fn an_unreachable_server_is_an_error_naming_it() {
     let mut server = EtcdServer::start().unwrap();
     let uri = server.metadata_uri("/ledgers");
-    let address = server.endpoint();
     server.stop();
-    let err = tokio::time::timeout(HANG, EtcdMetadataStore::connect(&uri))
-        .await
-        .expect("connect hung")
-        .unwrap_err();
-    assert!(
-        matches!(&err, MetadataError::Unreachable { address: a, .. } if *a == address),
-        "{err:?}"
-    );
-    assert!(err.to_string().contains(&address), "{err}");
+    outages::an_unreachable_server_is_an_error_naming_it(
+        EtcdMetadataStore::connect(&uri),
+        &server.endpoint(),
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -299,17 +295,10 @@ async fn a_server_lost_after_connecting_gives_errors_not_hangs() {
     let store = EtcdMetadataStore::connect(&server.metadata_uri("/ledgers"))
         .await
         .unwrap();
-    store.init_cluster().await.unwrap();
-    server.stop();
-    let err = tokio::time::timeout(HANG, store.read_ledger(1))
-        .await
-        .expect("read hung")
-        .unwrap_err();
-    match &err {
-        MetadataError::Unreachable { address: a, .. } => assert_eq!(*a, address),
-        MetadataError::SessionExpired => {}
-        other => panic!("unexpected error {other:?}"),
-    }
+    outages::a_server_lost_after_connecting_gives_errors_not_hangs(&store, &address, || {
+        server.stop()
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -363,29 +352,18 @@ async fn an_expired_lease_loses_its_registrations() {
         EtcdMetadataStore::connect_with(&format!("etcd://{}/ledgers", proxy.addr()), options)
             .await
             .unwrap();
-    bookie_store.init_cluster().await.unwrap();
-    let id = bookie("10.0.0.7:3181");
-    let _reg = bookie_store
-        .register_bookie(&id, BookieMode::Writable, &BookieServiceInfo::default())
-        .await
-        .unwrap();
     let observer = EtcdMetadataStore::connect(&server.metadata_uri("/ledgers"))
         .await
         .unwrap();
-    let mut membership = observer.watch_bookies().await.unwrap();
-    assert!(membership.borrow().writable.contains(&id));
-    let mut state = bookie_store.session_state();
-    // Partition the bookie from etcd: its keep-alives stop, the lease expires, etcd deletes
-    // the registration, and the bookie's store reports its session expired.
-    proxy.block();
-    tokio::time::timeout(HANG, membership.wait_for(|s| !s.writable.contains(&id)))
-        .await
-        .expect("registration never vanished")
-        .unwrap();
-    tokio::time::timeout(HANG, state.wait_for(|s| *s == SessionState::Expired))
-        .await
-        .expect("the bookie's store never saw its lease expire")
-        .unwrap();
+    // Cut off, the bookie's keep-alives stop, the lease expires, etcd deletes the
+    // registration, and the bookie's store reports its session expired by itself.
+    outages::an_expired_session_loses_its_registrations(
+        &bookie_store,
+        &observer,
+        |cut| if cut { proxy.block() } else { proxy.unblock() },
+        true,
+    )
+    .await;
     observer.close().await.unwrap();
 }
 
@@ -396,36 +374,13 @@ async fn watches_survive_a_connection_blip() {
     let direct = EtcdMetadataStore::connect(&server.metadata_uri("/ledgers"))
         .await
         .unwrap();
-    direct.init_cluster().await.unwrap();
     let watcher = EtcdMetadataStore::connect(&format!("etcd://{}/ledgers", proxy.addr()))
         .await
         .unwrap();
-    let mut membership = watcher.watch_bookies().await.unwrap();
-    let v0 = direct.create_ledger(3, &metadata()).await.unwrap();
-    let mut ledger = watcher.watch_ledger(3).await.unwrap();
-    // Cut the watcher off (well within its lease TTL), change things, reconnect.
-    proxy.block();
-    let id = bookie("10.0.0.9:3181");
-    let _reg = direct
-        .register_bookie(&id, BookieMode::Writable, &BookieServiceInfo::default())
-        .await
-        .unwrap();
-    let mut closed = metadata();
-    closed.state = folio_types::metadata::LedgerState::Closed;
-    let v1 = direct.write_ledger(3, &closed, v0).await.unwrap();
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    proxy.unblock();
-    tokio::time::timeout(HANG, membership.wait_for(|s| s.writable.contains(&id)))
-        .await
-        .expect("the membership watch never recovered")
-        .unwrap();
-    tokio::time::timeout(
-        HANG,
-        ledger.wait_for(|v| v.as_ref().is_some_and(|v| v.version == v1)),
-    )
-    .await
-    .expect("the ledger watch never recovered")
-    .unwrap();
+    outages::watches_survive_a_connection_blip(&direct, &watcher, |cut| {
+        if cut { proxy.block() } else { proxy.unblock() }
+    })
+    .await;
     watcher.close().await.unwrap();
     direct.close().await.unwrap();
 }
@@ -475,45 +430,13 @@ async fn a_registration_survives_an_etcd_restart() {
     let store = EtcdMetadataStore::connect_with(&uri, options)
         .await
         .unwrap();
-    store.init_cluster().await.unwrap();
-    let id = bookie("10.0.0.4:3181");
-    let _reg = store
-        .register_bookie(&id, BookieMode::Writable, &BookieServiceInfo::default())
-        .await
-        .unwrap();
-    // etcd persists leases; a restart shorter than the TTL keeps the lease (the keep-alive
-    // task reconnects), and with it the registration.
-    server.restart().unwrap();
-    let observer = EtcdMetadataStore::connect(&uri).await.unwrap();
-    assert!(
-        observer
-            .list_bookies()
-            .await
-            .unwrap()
-            .writable
-            .contains(&id)
-    );
-    tokio::time::timeout(HANG, async {
-        loop {
-            if store.read_cluster().await.is_ok() {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-    })
-    .await
-    .expect("the store never answered again");
-    // Still there after several keep-alive periods of the new server.
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    assert!(
-        observer
-            .list_bookies()
-            .await
-            .unwrap()
-            .writable
-            .contains(&id)
-    );
-    assert_eq!(*store.session_state().borrow(), SessionState::Connected);
-    observer.close().await.unwrap();
+    // etcd persists leases: a restart shorter than the TTL keeps the lease (the keep-alive
+    // task reconnects).
+    outages::a_registration_survives_a_server_restart(
+        &store,
+        || server.restart().unwrap(),
+        async || folio_metadata_etcd::connect(&uri).await,
+    )
+    .await;
     store.close().await.unwrap();
 }

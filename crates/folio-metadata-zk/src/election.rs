@@ -6,16 +6,15 @@
 
 use std::sync::Arc;
 
-use async_trait::async_trait;
-use folio_metadata::{LeaderCandidacy, MetadataError, Result, SessionState};
+use folio_metadata::driver::EphemeralCandidacy;
+use folio_metadata::{LeaderCandidacy, Result, SessionState};
 use folio_types::BookieId;
 use tokio::sync::watch;
-use tokio::task::JoinHandle;
 use zookeeper_client as zk;
 
 use crate::paths::UNDERREPLICATION;
 use crate::session::{Zk, ephemeral_sequential};
-use crate::text::{self, Value};
+use folio_metadata::text;
 
 fn election_rel() -> String {
     format!("{UNDERREPLICATION}/auditorelection")
@@ -36,10 +35,6 @@ async fn votes(zk: &Zk) -> Result<Vec<(String, i64)>> {
     Ok(v)
 }
 
-fn vote_text(candidate: &BookieId) -> Vec<u8> {
-    text::print(&[("bookieId", Value::Str(candidate.to_string()))]).into_bytes()
-}
-
 pub(crate) async fn current(zk: &Zk) -> Result<Option<BookieId>> {
     for (name, _) in votes(zk).await? {
         let rel = format!("{}/{name}", election_rel());
@@ -47,24 +42,14 @@ pub(crate) async fn current(zk: &Zk) -> Result<Option<BookieId>> {
         let Some((data, _)) = zk.get(&rel, "the Auditor vote").await? else {
             continue;
         };
-        let corrupt = |r: String| MetadataError::corrupt(format!("Auditor vote {name}"), r);
-        let s = std::str::from_utf8(&data).map_err(|_| corrupt("not valid UTF-8".into()))?;
-        let fields = text::parse(s).map_err(corrupt)?;
-        let id = text::strings(&fields, "bookieId")
-            .first()
-            .copied()
-            .ok_or_else(|| corrupt("no bookieId".into()))?
-            .to_string();
-        return BookieId::new(id)
-            .map(Some)
-            .map_err(|e| corrupt(e.to_string()));
+        return text::decode_bookie_id(&format!("Auditor vote {name}"), &data).map(Some);
     }
     Ok(None)
 }
 
 pub(crate) async fn join(zk: Arc<Zk>, candidate: &BookieId) -> Result<Box<dyn LeaderCandidacy>> {
     let what = "the Auditor election";
-    let vote = vote_text(candidate);
+    let vote = text::encode_bookie_id(candidate.as_str());
     let rel = format!("{}/V_", election_rel());
     let (_, seq) = zk
         .create_with_parents(&rel, &vote, &ephemeral_sequential())
@@ -76,13 +61,9 @@ pub(crate) async fn join(zk: Arc<Zk>, candidate: &BookieId) -> Result<Box<dyn Le
     let (leader_tx, leader_rx) = watch::channel(false);
     let leader_tx = Arc::new(leader_tx);
     let task = tokio::spawn(campaign(zk.clone(), name, vote, leader_tx.clone()));
-    Ok(Box::new(ZkCandidacy {
-        zk,
-        path: Some(path),
-        leader_tx,
-        leader_rx,
-        task,
-    }))
+    Ok(Box::new(EphemeralCandidacy::new(
+        zk, path, leader_tx, leader_rx, task,
+    )))
 }
 
 /// Follows the election until this vote is gone; keeps `leader` up to date.
@@ -145,54 +126,6 @@ async fn campaign(zk: Arc<Zk>, name: String, vote: Vec<u8>, leader: Arc<watch::S
                 leader.send_replace(false);
                 return;
             }
-        }
-    }
-}
-
-/// One vote in the Auditor election.
-#[derive(Debug)]
-struct ZkCandidacy {
-    zk: Arc<Zk>,
-    path: Option<String>,
-    leader_tx: Arc<watch::Sender<bool>>,
-    leader_rx: watch::Receiver<bool>,
-    task: JoinHandle<()>,
-}
-
-impl ZkCandidacy {
-    fn withdraw(&mut self) -> Option<String> {
-        self.task.abort();
-        self.leader_tx.send_replace(false);
-        let path = self.path.take()?;
-        self.zk.disown(&path);
-        Some(path)
-    }
-}
-
-#[async_trait]
-impl LeaderCandidacy for ZkCandidacy {
-    fn leadership(&self) -> watch::Receiver<bool> {
-        self.leader_rx.clone()
-    }
-
-    async fn resign(mut self: Box<Self>) -> Result<()> {
-        let Some(path) = self.withdraw() else {
-            return Ok(());
-        };
-        let client = self.zk.client()?;
-        match self.zk.run(client.delete(&path, None)).await? {
-            Ok(()) | Err(zk::Error::NoNode) => Ok(()),
-            Err(e) => Err(self.zk.err(e, "the Auditor vote", None)),
-        }
-    }
-}
-
-impl Drop for ZkCandidacy {
-    fn drop(&mut self) {
-        if let Some(path) = self.withdraw()
-            && let Ok(client) = self.zk.client()
-        {
-            drop(client.delete(&path, None));
         }
     }
 }

@@ -17,12 +17,10 @@
 //! Versions are znode versions. Registrations, under-replication locks and Auditor votes are
 //! ephemeral znodes of the store's session: they vanish when it is closed or expires.
 
-mod codec;
 mod election;
 mod paths;
 mod session;
 mod store;
-use folio_metadata::text;
 mod underreplication;
 mod uri;
 mod watches;

@@ -8,6 +8,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use folio_metadata::driver::{Ephemeral, EphemeralOwner, check_ledger_id, check_page_limit, page};
 use folio_metadata::{
     BookieMode, BookieRegistration, BookieServiceInfo, BookieSet, ClusterInfo, LeaderCandidacy,
     LedgerPage, MetadataError, MetadataStore, Result, SessionState, UnderreplicatedLedger,
@@ -18,7 +19,6 @@ use folio_types::{BookieId, LedgerId};
 use tokio::sync::watch;
 use zookeeper_client as zk;
 
-use crate::codec;
 use crate::paths::{self, AVAILABLE, COOKIES, IDGEN, IDGEN_LONG, INSTANCEID, LAYOUT, READONLY};
 use crate::session::{Zk, ZkOptions, ephemeral, ephemeral_sequential, persistent};
 
@@ -58,15 +58,6 @@ impl ZkMetadataStore {
 
     fn ledger_what(ledger: LedgerId) -> String {
         format!("ledger {ledger}")
-    }
-
-    fn check_ledger_id(ledger: LedgerId) -> Result<()> {
-        if ledger < 0 {
-            return Err(MetadataError::InvalidArgument(format!(
-                "ledger id {ledger} is negative"
-            )));
-        }
-        Ok(())
     }
 
     pub(crate) fn bookie_rel(bookie: &BookieId, mode: BookieMode) -> String {
@@ -273,7 +264,7 @@ impl MetadataStore for ZkMetadataStore {
                 Err(e) => return Err(self.zk.err(e, "the ledgers root's parent", None)),
             }
         }
-        let instance_id = codec::new_instance_id();
+        let instance_id = folio_metadata::new_instance_id();
         // BookKeeper's initNewCluster: one multi for root, available, available/readonly
         // and INSTANCEID; then LAYOUT. The cluster exists once INSTANCEID does; directories
         // already there (a bookie registered before the cluster was initialised) are kept,
@@ -377,7 +368,7 @@ impl MetadataStore for ZkMetadataStore {
         mode: BookieMode,
         info: &BookieServiceInfo,
     ) -> Result<Box<dyn BookieRegistration>> {
-        let data = codec::encode_service_info(info);
+        let data = folio_metadata::format::encode_bookie_service_info(info);
         let what = format!("registration of bookie {bookie}");
         let client = self.zk.client()?;
         // Refuse if registered in either mode by a live session; a node of an older, dead
@@ -419,11 +410,10 @@ impl MetadataStore for ZkMetadataStore {
         let path = self.zk.abs(&rel);
         self.zk.own(&path);
         Ok(Box::new(ZkRegistration {
-            zk: self.zk.clone(),
             bookie: bookie.clone(),
             mode,
             data,
-            path: Some(path),
+            node: Ephemeral::new(self.zk.clone(), path),
         }))
     }
 
@@ -435,7 +425,7 @@ impl MetadataStore for ZkMetadataStore {
         let what = format!("registered bookie {bookie}");
         for mode in [BookieMode::Writable, BookieMode::ReadOnly] {
             if let Some((data, _)) = self.zk.get(&Self::bookie_rel(bookie, mode), &what).await? {
-                return codec::decode_service_info(bookie, &data);
+                return folio_metadata::format::decode_bookie_service_info(bookie, &data);
             }
         }
         Err(MetadataError::not_found(what))
@@ -531,9 +521,9 @@ impl MetadataStore for ZkMetadataStore {
     }
 
     async fn create_ledger(&self, ledger: LedgerId, metadata: &LedgerMetadata) -> Result<Version> {
-        Self::check_ledger_id(ledger)?;
+        check_ledger_id(ledger)?;
         let what = Self::ledger_what(ledger);
-        let data = codec::encode_ledger(ledger, metadata)?;
+        let data = folio_metadata::driver::encode_ledger_metadata(ledger, metadata)?;
         let rel = paths::ledger_rel(ledger);
         match self
             .zk
@@ -555,7 +545,7 @@ impl MetadataStore for ZkMetadataStore {
     }
 
     async fn read_ledger(&self, ledger: LedgerId) -> Result<Versioned<LedgerMetadata>> {
-        Self::check_ledger_id(ledger)?;
+        check_ledger_id(ledger)?;
         let what = Self::ledger_what(ledger);
         let (data, stat) = self
             .zk
@@ -563,7 +553,7 @@ impl MetadataStore for ZkMetadataStore {
             .await?
             .ok_or_else(|| MetadataError::not_found(what.clone()))?;
         Ok(Versioned {
-            value: codec::decode_ledger(ledger, &data)?,
+            value: folio_metadata::format::decode_ledger_metadata(ledger, &data)?,
             version: Version::from_raw(stat.version as i64),
         })
     }
@@ -574,9 +564,9 @@ impl MetadataStore for ZkMetadataStore {
         metadata: &LedgerMetadata,
         expected: Version,
     ) -> Result<Version> {
-        Self::check_ledger_id(ledger)?;
+        check_ledger_id(ledger)?;
         let what = Self::ledger_what(ledger);
-        let data = codec::encode_ledger(ledger, metadata)?;
+        let data = folio_metadata::driver::encode_ledger_metadata(ledger, metadata)?;
         let version = i32::try_from(expected.raw())
             .map_err(|_| MetadataError::bad_version(what.clone(), expected))?;
         let client = self.zk.client()?;
@@ -593,7 +583,7 @@ impl MetadataStore for ZkMetadataStore {
     }
 
     async fn delete_ledger(&self, ledger: LedgerId, expected: Option<Version>) -> Result<()> {
-        Self::check_ledger_id(ledger)?;
+        check_ledger_id(ledger)?;
         let what = Self::ledger_what(ledger);
         let version = match expected {
             Some(v) => Some(
@@ -616,11 +606,7 @@ impl MetadataStore for ZkMetadataStore {
         start_after: Option<LedgerId>,
         limit: usize,
     ) -> Result<LedgerPage> {
-        if limit == 0 {
-            return Err(MetadataError::InvalidArgument(
-                "list_ledgers needs a limit of at least 1".into(),
-            ));
-        }
+        check_page_limit(limit)?;
         let mut out = Vec::new();
         if start_after.is_none_or(|a| a < paths::LONG_FORM_FROM - 1) {
             self.walk_ledgers(paths::SHORT_SPLIT, start_after, limit, &mut out)
@@ -631,25 +617,19 @@ impl MetadataStore for ZkMetadataStore {
                 .await?;
         }
         out.sort();
-        let next = if out.len() > limit {
-            out.truncate(limit);
-            out.last().copied()
-        } else {
-            None
-        };
-        Ok(LedgerPage { ledgers: out, next })
+        Ok(page(out, limit))
     }
 
     async fn watch_ledger(
         &self,
         ledger: LedgerId,
     ) -> Result<watch::Receiver<Option<Versioned<LedgerMetadata>>>> {
-        Self::check_ledger_id(ledger)?;
+        check_ledger_id(ledger)?;
         crate::watches::watch_ledger(self.zk.clone(), ledger).await
     }
 
     async fn mark_underreplicated(&self, ledger: LedgerId, missing: &[BookieId]) -> Result<()> {
-        Self::check_ledger_id(ledger)?;
+        check_ledger_id(ledger)?;
         crate::underreplication::mark(&self.zk, ledger, missing).await
     }
 
@@ -658,11 +638,11 @@ impl MetadataStore for ZkMetadataStore {
     }
 
     async fn get_underreplicated(&self, ledger: LedgerId) -> Result<UnderreplicatedLedger> {
-        Self::check_ledger_id(ledger)?;
+        check_ledger_id(ledger)?;
         crate::underreplication::get(&self.zk, ledger)
             .await?
             .ok_or_else(|| {
-                MetadataError::not_found(format!("under-replication mark of ledger {ledger}"))
+                MetadataError::not_found(folio_metadata::driver::underreplicated_what(ledger))
             })
     }
 
@@ -671,7 +651,7 @@ impl MetadataStore for ZkMetadataStore {
         ledger: LedgerId,
         holder: &str,
     ) -> Result<Option<Box<dyn UnderreplicationLock>>> {
-        Self::check_ledger_id(ledger)?;
+        check_ledger_id(ledger)?;
         crate::underreplication::try_lock(&self.zk, ledger, holder).await
     }
 
@@ -683,7 +663,7 @@ impl MetadataStore for ZkMetadataStore {
     }
 
     async fn remove_underreplicated(&self, ledger: LedgerId) -> Result<()> {
-        Self::check_ledger_id(ledger)?;
+        check_ledger_id(ledger)?;
         crate::underreplication::remove(&self.zk, ledger).await
     }
 
@@ -718,12 +698,10 @@ impl MetadataStore for ZkMetadataStore {
 /// A bookie's ephemeral registration znode.
 #[derive(Debug)]
 struct ZkRegistration {
-    zk: Arc<Zk>,
     bookie: BookieId,
     mode: BookieMode,
     data: Vec<u8>,
-    /// `None` once unregistered.
-    path: Option<String>,
+    node: Ephemeral<Zk>,
 }
 
 #[async_trait]
@@ -741,53 +719,27 @@ impl BookieRegistration for ZkRegistration {
             return Ok(());
         }
         let what = format!("registration of bookie {}", self.bookie);
+        let zk = self.node.owner().clone();
         let new_rel = ZkMetadataStore::bookie_rel(&self.bookie, mode);
         // Create the new node first, then delete the old: never absent (BookKeeper's order).
-        match self
-            .zk
+        if let Err(e) = zk
             .create_with_parents(&new_rel, &self.data, &ephemeral())
             .await?
         {
-            Ok(_) => {}
-            Err(e) => return Err(self.zk.err(e, &what, None)),
+            return Err(zk.err(e, &what, None));
         }
-        let new_path = self.zk.abs(&new_rel);
-        self.zk.own(&new_path);
-        if let Some(old) = self.path.replace(new_path) {
-            let client = self.zk.client()?;
-            match self.zk.run(client.delete(&old, None)).await? {
-                Ok(()) | Err(zk::Error::NoNode) => {}
-                Err(e) => return Err(self.zk.err(e, &what, None)),
-            }
-            self.zk.disown(&old);
+        let new_path = zk.abs(&new_rel);
+        zk.own(&new_path);
+        if let Some(old) = self.node.replace(new_path) {
+            zk.delete_ephemeral(&old, &what).await?;
         }
         self.mode = mode;
         Ok(())
     }
 
     async fn unregister(mut self: Box<Self>) -> Result<()> {
-        let Some(path) = self.path.take() else {
-            return Ok(());
-        };
         let what = format!("registration of bookie {}", self.bookie);
-        self.zk.disown(&path);
-        let client = self.zk.client()?;
-        match self.zk.run(client.delete(&path, None)).await? {
-            Ok(()) | Err(zk::Error::NoNode) => Ok(()),
-            Err(e) => Err(self.zk.err(e, &what, None)),
-        }
-    }
-}
-
-impl Drop for ZkRegistration {
-    fn drop(&mut self) {
-        if let Some(path) = self.path.take() {
-            self.zk.disown(&path);
-            if let Ok(client) = self.zk.client() {
-                // Sent on call; nobody waits for the reply.
-                drop(client.delete(&path, None));
-            }
-        }
+        self.node.delete(&what).await
     }
 }
 

@@ -6,7 +6,6 @@
 //! as BookKeeper's manager does when it starts.
 
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use folio_metadata::{MetadataError, Result, UnderreplicatedLedger, UnderreplicationLock};
@@ -15,13 +14,10 @@ use zookeeper_client as zk;
 
 use crate::paths::{self, UNDERREPLICATION};
 use crate::session::{Zk, ephemeral, persistent};
+use folio_metadata::driver::{self, EphemeralLock, EphemeralOwner, underreplicated_what};
 use folio_metadata::text::{
-    self, Value, decode_underreplicated as decode_mark, encode_underreplicated as encode_mark,
+    self, decode_underreplicated as decode_mark, encode_underreplicated as encode_mark,
 };
-
-fn mark_what(ledger: LedgerId) -> String {
-    format!("under-replication mark of ledger {ledger}")
-}
 
 /// Creates `underreplication/LAYOUT`, `ledgers` and `locks` if missing.
 async fn ensure_layout(zk: &Zk) -> Result<()> {
@@ -42,22 +38,15 @@ async fn ensure_layout(zk: &Zk) -> Result<()> {
     Ok(())
 }
 
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}
-
 pub(crate) async fn mark(zk: &Zk, ledger: LedgerId, missing: &[BookieId]) -> Result<()> {
     ensure_layout(zk).await?;
-    let what = mark_what(ledger);
+    let what = underreplicated_what(ledger);
     let rel = paths::underreplicated_rel(ledger);
     let client = zk.client()?;
     for _ in 0..100 {
         match zk.get(&rel, &what).await? {
             None => {
-                let data = encode_mark(&missing.iter().cloned().collect(), Some(now_ms()));
+                let data = encode_mark(&missing.iter().cloned().collect(), Some(driver::now_ms()));
                 match zk.create_with_parents(&rel, &data, &persistent()).await? {
                     Ok(_) => return Ok(()),
                     Err(zk::Error::NodeExists) => continue,
@@ -89,7 +78,7 @@ pub(crate) async fn mark(zk: &Zk, ledger: LedgerId, missing: &[BookieId]) -> Res
 }
 
 pub(crate) async fn get(zk: &Zk, ledger: LedgerId) -> Result<Option<UnderreplicatedLedger>> {
-    let what = mark_what(ledger);
+    let what = underreplicated_what(ledger);
     match zk.get(&paths::underreplicated_rel(ledger), &what).await? {
         Some((data, _)) => Ok(Some(decode_mark(ledger, &data)?)),
         None => Ok(None),
@@ -140,26 +129,22 @@ pub(crate) async fn try_lock(
     holder: &str,
 ) -> Result<Option<Box<dyn UnderreplicationLock>>> {
     if !zk
-        .exists(&paths::underreplicated_rel(ledger), &mark_what(ledger))
+        .exists(
+            &paths::underreplicated_rel(ledger),
+            &underreplicated_what(ledger),
+        )
         .await?
     {
-        return Err(MetadataError::not_found(mark_what(ledger)));
+        return Err(MetadataError::not_found(underreplicated_what(ledger)));
     }
     ensure_layout(zk).await?;
     let rel = paths::underreplication_lock_rel(ledger);
-    let data = text::print(&[("bookieId", Value::Str(holder.to_string()))]);
-    match zk
-        .create_with_parents(&rel, data.as_bytes(), &ephemeral())
-        .await?
-    {
+    let data = text::encode_bookie_id(holder);
+    match zk.create_with_parents(&rel, &data, &ephemeral()).await? {
         Ok(_) => {
             let path = zk.abs(&rel);
             zk.own(&path);
-            Ok(Some(Box::new(ZkUrLock {
-                zk: zk.clone(),
-                ledger,
-                path: Some(path),
-            })))
+            Ok(Some(Box::new(EphemeralLock::new(zk.clone(), ledger, path))))
         }
         Err(zk::Error::NodeExists) => Ok(None),
         Err(e) => Err(zk.err(
@@ -174,19 +159,12 @@ pub(crate) async fn lock_next(
     zk: &Arc<Zk>,
     holder: &str,
 ) -> Result<Option<(UnderreplicatedLedger, Box<dyn UnderreplicationLock>)>> {
-    for id in marked_ids(zk).await? {
-        let lock = match try_lock(zk, id, holder).await {
-            Ok(Some(lock)) => lock,
-            Ok(None) | Err(MetadataError::NotFound { .. }) => continue,
-            Err(e) => return Err(e),
-        };
-        match get(zk, id).await? {
-            Some(mark) => return Ok(Some((mark, lock))),
-            // Replicated by someone else between the listing and our lock.
-            None => lock.release().await?,
-        }
-    }
-    Ok(None)
+    driver::lock_first_marked(
+        marked_ids(zk).await?,
+        |id| try_lock(zk, id, holder),
+        |id| get(zk, id),
+    )
+    .await
 }
 
 async fn delete_mark(zk: &Zk, ledger: LedgerId) -> Result<()> {
@@ -194,7 +172,7 @@ async fn delete_mark(zk: &Zk, ledger: LedgerId) -> Result<()> {
     let client = zk.client()?;
     match zk.run(client.delete(&zk.abs(&rel), None)).await? {
         Ok(()) | Err(zk::Error::NoNode) => {}
-        Err(e) => return Err(zk.err(e, &mark_what(ledger), None)),
+        Err(e) => return Err(zk.err(e, &underreplicated_what(ledger), None)),
     }
     // Keep `underreplication/ledgers` itself (two levels).
     zk.delete_empty_parents(&rel, 2).await;
@@ -275,56 +253,29 @@ pub(crate) async fn set_lost_bookie_recovery_delay(zk: &Zk, seconds: u32) -> Res
     )))
 }
 
-/// A held lock znode.
-#[derive(Debug)]
-struct ZkUrLock {
-    zk: Arc<Zk>,
-    ledger: LedgerId,
-    path: Option<String>,
-}
-
-impl ZkUrLock {
-    async fn unlock(&mut self) -> Result<()> {
-        let Some(path) = self.path.take() else {
-            return Ok(());
-        };
-        self.zk.disown(&path);
-        let client = self.zk.client()?;
-        match self.zk.run(client.delete(&path, None)).await? {
-            Ok(()) | Err(zk::Error::NoNode) => Ok(()),
-            Err(e) => Err(self.zk.err(
-                e,
-                &format!("under-replication lock of ledger {}", self.ledger),
-                None,
-            )),
-        }
-    }
-}
-
+/// Locks, votes and registrations are ephemeral znodes this session owns: deleting one
+/// first forgets it (so `close` does not delete it again), then deletes it.
 #[async_trait]
-impl UnderreplicationLock for ZkUrLock {
-    fn ledger_id(&self) -> LedgerId {
-        self.ledger
-    }
-
-    async fn release(mut self: Box<Self>) -> Result<()> {
-        self.unlock().await
-    }
-
-    async fn mark_replicated(mut self: Box<Self>) -> Result<()> {
-        delete_mark(&self.zk, self.ledger).await?;
-        self.unlock().await
-    }
-}
-
-impl Drop for ZkUrLock {
-    fn drop(&mut self) {
-        if let Some(path) = self.path.take() {
-            self.zk.disown(&path);
-            if let Ok(client) = self.zk.client() {
-                drop(client.delete(&path, None));
-            }
+impl EphemeralOwner for Zk {
+    async fn delete_ephemeral(&self, path: &str, what: &str) -> Result<()> {
+        self.disown(path);
+        let client = self.client()?;
+        match self.run(client.delete(path, None)).await? {
+            Ok(()) | Err(zk::Error::NoNode) => Ok(()),
+            Err(e) => Err(self.err(e, what, None)),
         }
+    }
+
+    fn delete_ephemeral_later(self: Arc<Self>, path: String) {
+        self.disown(&path);
+        if let Ok(client) = self.client() {
+            // Sent on call; nobody waits for the reply.
+            drop(client.delete(&path, None));
+        }
+    }
+
+    async fn remove_underreplicated(&self, ledger: LedgerId) -> Result<()> {
+        delete_mark(self, ledger).await
     }
 }
 

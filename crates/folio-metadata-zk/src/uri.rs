@@ -2,7 +2,7 @@
 //! `zk+null://` forms, hosts separated by `,` or `;`, spec §5.1) into a ZooKeeper connect
 //! string and the ledgers root path.
 
-use folio_metadata::MetadataError;
+use folio_metadata::{MetadataError, ServiceUri};
 
 /// A parsed `zk://` metadata URI.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -13,78 +13,15 @@ pub struct ZkUri {
     pub root: String,
 }
 
-/// Ledger manager types of `zk+<type>://` this driver can serve: it always uses BookKeeper's
-/// default hierarchical layout.
-const ACCEPTED_TYPES: &[&str] = &["", "null", "hierarchical"];
-
 impl ZkUri {
+    /// Parses with `folio_metadata`'s URI parser (the one the `folio` binary uses), so the
+    /// driver accepts exactly what the binary does; only `zk://` URIs are this driver's.
     pub fn parse(uri: &str) -> Result<ZkUri, MetadataError> {
-        let bad = |reason: &str| MetadataError::InvalidUri {
-            uri: uri.to_string(),
-            reason: reason.to_string(),
-        };
-        let (scheme, rest) = uri
-            .split_once("://")
-            .ok_or_else(|| bad("expected zk://host:port[,host:port]/ledgers"))?;
-        let kind = match scheme {
-            "zk" => "",
-            s => s
-                .strip_prefix("zk+")
-                .ok_or_else(|| bad("the scheme must be zk (or zk+hierarchical)"))?,
-        };
-        if !ACCEPTED_TYPES.contains(&kind) {
-            return Err(bad(&format!(
-                "ledger manager type {kind:?} is not supported; Folio uses the hierarchical layout"
-            )));
-        }
-        let (hosts, path) = match rest.find('/') {
-            Some(i) => (&rest[..i], &rest[i..]),
-            None => (rest, "/ledgers"),
-        };
-        let mut servers = Vec::new();
-        for host in hosts.split([',', ';']) {
-            let host = host.trim();
-            if host.is_empty() {
-                continue;
-            }
-            // A host without a port gets the service's default port (2181).
-            let host = match host.rsplit_once(':') {
-                Some((name, port)) => {
-                    if name.is_empty() {
-                        return Err(bad(&format!("server {host:?} has no host name")));
-                    }
-                    port.parse::<u16>()
-                        .map_err(|_| bad(&format!("server {host:?} has an invalid port")))?;
-                    host.to_string()
-                }
-                None => format!("{host}:2181"),
-            };
-            servers.push(host.to_string());
-        }
-        if servers.is_empty() {
-            return Err(bad("no ZooKeeper server given"));
-        }
-        let root = path.trim_end_matches('/');
-        if root.is_empty() {
-            return Err(bad(
-                "the ledgers root must not be / (BookKeeper needs its own root, e.g. /ledgers)",
-            ));
-        }
-        if root
-            .split('/')
-            .skip(1)
-            .any(|c| c.is_empty() || c == "." || c == "..")
-        {
-            return Err(bad(
-                "the ledgers root path has an empty, '.' or '..' component",
-            ));
-        }
-        if root.contains('?') || root.contains('#') {
-            return Err(bad("query strings and fragments are not supported"));
-        }
+        let ServiceUri { hosts, root } =
+            ServiceUri::parse(uri, "zk", "zk://host:port[,host:port]/ledgers")?;
         Ok(ZkUri {
-            connect_string: servers.join(","),
-            root: root.to_string(),
+            connect_string: hosts.join(","),
+            root,
         })
     }
 }
@@ -111,13 +48,14 @@ mod tests {
     #[test]
     fn rejects_bad_uris_with_the_cause() {
         for (uri, cause) in [
-            ("etcd://a:1/x", "scheme"),
+            ("etcd://a:1/x", "expected zk://"),
             ("zk+flat://a:1/x", "not supported"),
-            ("zk://a:b/x", "invalid port"),
-            ("zk:///x", "no ZooKeeper server"),
+            ("zk://a:b/x", "bad port"),
+            ("zk:///x", "no host"),
             ("zk://a:1/", "must not be /"),
             ("zk://a:1/x//y", "empty"),
-            ("nonsense", "expected zk://"),
+            ("zk://a:1/x/./y", "'.'"),
+            ("nonsense", "scheme://"),
         ] {
             let e = ZkUri::parse(uri).unwrap_err().to_string();
             assert!(e.contains(cause), "{uri}: {e}");

@@ -92,14 +92,7 @@ pub(crate) async fn watch_bookies(zk: Arc<Zk>) -> Result<watch::Receiver<BookieS
                 writable: bookie_ids(w),
                 readonly: bookie_ids(r),
             };
-            tx.send_if_modified(|cur| {
-                if *cur != set {
-                    *cur = set;
-                    true
-                } else {
-                    false
-                }
-            });
+            folio_metadata::driver::publish_if_changed(&tx, set);
         }
     });
     Ok(rx)
@@ -139,7 +132,7 @@ async fn ledger_and_watch(
     loop {
         match zk.run(client.get_and_watch_data(&path)).await? {
             Ok((data, stat, w)) => {
-                let value = crate::codec::decode_ledger(ledger, &data)?;
+                let value = folio_metadata::format::decode_ledger_metadata(ledger, &data)?;
                 return Ok((
                     Some(Versioned {
                         value,

@@ -4,30 +4,23 @@
 
 use std::time::Duration;
 
+use folio_metadata::conformance::outages;
 use folio_metadata::{BookieMode, BookieServiceInfo, MetadataError, MetadataStore, SessionState};
 use folio_metadata_zk::{ZkMetadataStore, ZkOptions};
 use folio_testsvc::{TcpProxy, ZooKeeperServer};
 use folio_types::BookieId;
 use zookeeper_client as zk;
 
-/// Far above the driver's own 10 s request timeout: only a hang trips it.
-const HANG: Duration = Duration::from_secs(60);
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreachable_server_is_an_error_naming_it() {
     let mut server = ZooKeeperServer::start().unwrap();
     let uri = server.metadata_uri("/ledgers");
-    let address = server.connect_string();
     server.stop();
-    let err = tokio::time::timeout(HANG, ZkMetadataStore::connect(&uri))
-        .await
-        .expect("connect hung")
-        .unwrap_err();
-    assert!(
-        matches!(&err, MetadataError::Unreachable { address: a, .. } if *a == address),
-        "{err:?}"
-    );
-    assert!(err.to_string().contains(&address), "{err}");
+    outages::an_unreachable_server_is_an_error_naming_it(
+        ZkMetadataStore::connect(&uri),
+        &server.connect_string(),
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -37,17 +30,10 @@ async fn a_server_lost_after_connecting_gives_errors_not_hangs() {
     let store = ZkMetadataStore::connect(&server.metadata_uri("/ledgers"))
         .await
         .unwrap();
-    store.init_cluster().await.unwrap();
-    server.stop();
-    let err = tokio::time::timeout(HANG, store.read_ledger(1))
-        .await
-        .expect("read hung")
-        .unwrap_err();
-    match &err {
-        MetadataError::Unreachable { address: a, .. } => assert_eq!(*a, address),
-        MetadataError::SessionExpired => {}
-        other => panic!("unexpected error {other:?}"),
-    }
+    outages::a_server_lost_after_connecting_gives_errors_not_hangs(&store, &address, || {
+        server.stop()
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -145,51 +131,18 @@ async fn an_expired_session_loses_its_registrations() {
         ZkMetadataStore::connect_with(&format!("zk://{}/ledgers", proxy.addr()), options)
             .await
             .unwrap();
-    bookie_store.init_cluster().await.unwrap();
-    let id = BookieId::new("10.0.0.7:3181").unwrap();
-    let _reg = bookie_store
-        .register_bookie(&id, BookieMode::Writable, &BookieServiceInfo::default())
-        .await
-        .unwrap();
     let observer = ZkMetadataStore::connect(&server.metadata_uri("/ledgers"))
         .await
         .unwrap();
-    assert!(
-        observer
-            .list_bookies()
-            .await
-            .unwrap()
-            .writable
-            .contains(&id)
-    );
-    let mut membership = observer.watch_bookies().await.unwrap();
-    let mut state = bookie_store.session_state();
-
-    // Partition the bookie from ZooKeeper for longer than its session timeout: the server
-    // expires the session and deletes its ephemeral znodes.
-    proxy.block();
-    tokio::time::timeout(HANG, membership.wait_for(|s| !s.writable.contains(&id)))
-        .await
-        .expect("registration never vanished")
-        .unwrap();
-    assert!(
-        !observer
-            .list_bookies()
-            .await
-            .unwrap()
-            .writable
-            .contains(&id)
-    );
-    // When it can talk to ZooKeeper again it learns that its session is gone.
-    proxy.unblock();
-    tokio::time::timeout(HANG, state.wait_for(|s| *s == SessionState::Expired))
-        .await
-        .expect("the bookie's store never saw its session expire")
-        .unwrap();
-    assert!(matches!(
-        bookie_store.read_cluster().await,
-        Err(MetadataError::SessionExpired)
-    ));
+    // ZooKeeper expires the session while the bookie is cut off; the bookie learns it
+    // when it can talk to ZooKeeper again.
+    outages::an_expired_session_loses_its_registrations(
+        &bookie_store,
+        &observer,
+        |cut| if cut { proxy.block() } else { proxy.unblock() },
+        false,
+    )
+    .await;
     observer.close().await.unwrap();
 }
 
@@ -227,42 +180,13 @@ async fn watches_survive_a_connection_blip() {
     let direct = ZkMetadataStore::connect(&server.metadata_uri("/ledgers"))
         .await
         .unwrap();
-    direct.init_cluster().await.unwrap();
     let watcher = ZkMetadataStore::connect(&format!("zk://{}/ledgers", proxy.addr()))
         .await
         .unwrap();
-    let mut membership = watcher.watch_bookies().await.unwrap();
-    let m = folio_types::metadata::LedgerMetadata::new_open(
-        folio_types::quorum::QuorumConfig::new(1, 1, 1).unwrap(),
-        vec![BookieId::new("10.0.0.1:3181").unwrap()],
-        folio_types::metadata::DigestType::Crc32,
-        vec![],
-    );
-    let v0 = direct.create_ledger(3, &m).await.unwrap();
-    let mut ledger = watcher.watch_ledger(3).await.unwrap();
-    // Cut the watcher off (well within its session timeout), change things, reconnect.
-    proxy.block();
-    let id = BookieId::new("10.0.0.9:3181").unwrap();
-    let _reg = direct
-        .register_bookie(&id, BookieMode::Writable, &BookieServiceInfo::default())
-        .await
-        .unwrap();
-    let mut closed = m.clone();
-    closed.state = folio_types::metadata::LedgerState::Closed;
-    let v1 = direct.write_ledger(3, &closed, v0).await.unwrap();
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    proxy.unblock();
-    tokio::time::timeout(HANG, membership.wait_for(|s| s.writable.contains(&id)))
-        .await
-        .expect("the membership watch never recovered")
-        .unwrap();
-    tokio::time::timeout(
-        HANG,
-        ledger.wait_for(|v| v.as_ref().is_some_and(|v| v.version == v1)),
-    )
-    .await
-    .expect("the ledger watch never recovered")
-    .unwrap();
+    outages::watches_survive_a_connection_blip(&direct, &watcher, |cut| {
+        if cut { proxy.block() } else { proxy.unblock() }
+    })
+    .await;
     watcher.close().await.unwrap();
     direct.close().await.unwrap();
 }
@@ -276,48 +200,12 @@ async fn a_registration_survives_a_zookeeper_restart() {
         ..ZkOptions::default()
     };
     let store = ZkMetadataStore::connect_with(&uri, options).await.unwrap();
-    store.init_cluster().await.unwrap();
-    let id = BookieId::new("10.0.0.4:3181").unwrap();
-    let _reg = store
-        .register_bookie(&id, BookieMode::Writable, &BookieServiceInfo::default())
-        .await
-        .unwrap();
-    // ZooKeeper persists sessions: a restart shorter than the session timeout keeps the
-    // session, and with it the ephemeral registration.
-    server.restart().unwrap();
-    let observer = ZkMetadataStore::connect(&uri).await.unwrap();
-    assert!(
-        observer
-            .list_bookies()
-            .await
-            .unwrap()
-            .writable
-            .contains(&id)
-    );
-    let mut state = store.session_state();
-    tokio::time::timeout(HANG, state.wait_for(|s| *s == SessionState::Connected))
-        .await
-        .expect("the store never reconnected")
-        .unwrap();
-    // The store works again on the same session.
-    tokio::time::timeout(HANG, async {
-        loop {
-            if store.read_cluster().await.is_ok() {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-    })
-    .await
-    .expect("the store never answered again");
-    assert!(
-        observer
-            .list_bookies()
-            .await
-            .unwrap()
-            .writable
-            .contains(&id)
-    );
-    observer.close().await.unwrap();
+    // ZooKeeper persists sessions: a restart shorter than the session timeout keeps them.
+    outages::a_registration_survives_a_server_restart(
+        &store,
+        || server.restart().unwrap(),
+        async || folio_metadata_zk::connect(&uri).await,
+    )
+    .await;
     store.close().await.unwrap();
 }

@@ -11,6 +11,8 @@
 //! [`format_cluster_wipes_everything`] destroys the cluster's data.
 //! Waits are generous (the machine is slow and shared); nothing asserts on speed.
 
+pub mod outages;
+
 use std::collections::BTreeSet;
 use std::future::Future;
 use std::sync::Arc;
@@ -43,31 +45,81 @@ pub trait Harness: Send + Sync {
 type Property =
     for<'a> fn(&'a dyn Harness) -> std::pin::Pin<Box<dyn Future<Output = ()> + Send + 'a>>;
 
+/// Calls the macro `[$m]` with every property's name, `[$args]` first and the
+/// destructive [`format_cluster_wipes_everything`] last: the one list of the suite, which
+/// [`ALL`] and [`conformance_suite!`](crate::conformance_suite) both expand.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __with_conformance_properties {
+    ([$($m:tt)*] $($args:tt)*) => {
+        $($m)*! {
+            [$($args)*]
+            cluster_init_and_read,
+            ledger_create_read_update_delete_with_cas,
+            concurrent_cas_has_one_winner,
+            ledger_ids_are_unique_under_concurrency,
+            list_ledgers_pages_through_everything,
+            cookies_use_version_cas,
+            registration_visible_until_session_closed,
+            registration_removed_on_unregister_and_drop,
+            bookie_watch_fires,
+            ledger_watch_fires,
+            exactly_one_leader_and_failover,
+            underreplication_lock_is_exclusive_and_dies_with_session,
+            autorecovery_settings_are_shared,
+            corrupt_record_is_an_error_naming_the_ledger,
+            bad_input_is_refused_with_clear_errors;
+            format_cluster_wipes_everything
+        }
+    };
+}
+
 macro_rules! properties {
-    ($($name:ident),* $(,)?) => {
+    ([] $($name:ident),*; $destructive:ident) => {
         /// Every property, in the order [`run_all`] runs them (the destructive
         /// [`format_cluster_wipes_everything`] is not included).
         pub const ALL: &[(&str, Property)] = &[$((stringify!($name), |h| Box::pin($name(h)))),*];
     };
 }
 
-properties!(
-    cluster_init_and_read,
-    ledger_create_read_update_delete_with_cas,
-    concurrent_cas_has_one_winner,
-    ledger_ids_are_unique_under_concurrency,
-    list_ledgers_pages_through_everything,
-    cookies_use_version_cas,
-    registration_visible_until_session_closed,
-    registration_removed_on_unregister_and_drop,
-    bookie_watch_fires,
-    ledger_watch_fires,
-    exactly_one_leader_and_failover,
-    underreplication_lock_is_exclusive_and_dies_with_session,
-    autorecovery_settings_are_shared,
-    corrupt_record_is_an_error_naming_the_ledger,
-    bad_input_is_refused_with_clear_errors,
-);
+__with_conformance_properties!([properties]);
+
+/// One `#[tokio::test]` per property, each on a fresh harness, plus
+/// `run_all_on_one_cluster` ([`run_all`] on one harness). `$make` is a closure from the
+/// test's name to the [`Harness`] (a driver's test file calls this once):
+/// `folio_metadata::conformance_suite!(|_name| MyHarness::new());`
+#[macro_export]
+macro_rules! conformance_suite {
+    ($make:expr) => {
+        $crate::__with_conformance_properties!([$crate::__conformance_tests] $make);
+    };
+}
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __conformance_tests {
+    ([$make:expr] $($name:ident),*; $destructive:ident) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $name() {
+                let h = ($make)(stringify!($name));
+                $crate::conformance::$name(&h).await;
+            }
+        )*
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $destructive() {
+            let h = ($make)(stringify!($destructive));
+            $crate::conformance::$destructive(&h).await;
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn run_all_on_one_cluster() {
+            let h = ($make)("run_all");
+            $crate::conformance::run_all(&h).await;
+        }
+    };
+}
 
 /// Runs every property of [`ALL`] in turn, each under a generous timeout, so a
 /// hang fails the test instead of stalling it.

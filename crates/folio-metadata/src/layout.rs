@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 
 use folio_types::{BookieId, LedgerId};
 
-use crate::{MetadataError, Result};
+use crate::{Result, text};
 
 /// `<root>/LAYOUT` as BookKeeper writes it for the hierarchical ledger manager.
 pub const ZK_LAYOUT_TEXT: &str = "2\norg.apache.bookkeeper.meta.HierarchicalLedgerManagerFactory:1";
@@ -29,23 +29,43 @@ pub const ZK_RESERVED_NAMES: &[&str] = &[
     "disableHealthCheck",
 ];
 
-/// The hierarchical ledger manager's znode of a ledger: ids below 2^31-1 as 10 digits
-/// split 2-4-4 (`<root>/00/0000/L0001`), larger ones as 19 digits split 3-4-4-4-4.
-pub fn hierarchical_ledger_path(root: &str, ledger: LedgerId) -> String {
-    if ledger < i32::MAX as i64 {
-        let d = format!("{ledger:010}");
-        format!("{root}/{}/{}/L{}", &d[0..2], &d[2..6], &d[6..10])
+/// The under-replication LAYOUT (text format of `LedgerRereplicationLayoutFormat`, §5.8).
+pub const UNDERREPLICATION_LAYOUT_TEXT: &str = "type: \"BASIC\"\nversion: 1\n";
+
+/// Digit groups of the hierarchical (10-digit) and long-hierarchical (19-digit) ledger paths.
+pub const SHORT_SPLIT: &[usize] = &[2, 4, 4];
+pub const LONG_SPLIT: &[usize] = &[3, 4, 4, 4, 4];
+
+/// Ids from here on use the long form (BookKeeper: `ledgerId >= Integer.MAX_VALUE`).
+pub const LONG_FORM_FROM: LedgerId = i32::MAX as LedgerId;
+
+/// The hierarchical ledger manager's znode of a ledger relative to the root: ids below
+/// 2^31-1 as 10 digits split 2-4-4 (`00/0000/L0001`), larger ones as 19 digits split
+/// 3-4-4-4-4 (`000/0000/0021/4748/L3647`).
+pub fn hierarchical_ledger_rel(ledger: LedgerId) -> String {
+    let (digits, split) = if ledger < LONG_FORM_FROM {
+        (format!("{ledger:010}"), SHORT_SPLIT)
     } else {
-        let d = format!("{ledger:019}");
-        format!(
-            "{root}/{}/{}/{}/{}/L{}",
-            &d[0..3],
-            &d[3..7],
-            &d[7..11],
-            &d[11..15],
-            &d[15..19]
-        )
+        (format!("{ledger:019}"), LONG_SPLIT)
+    };
+    let mut out = String::with_capacity(digits.len() + split.len());
+    let mut at = 0;
+    for (i, width) in split.iter().enumerate() {
+        if i + 1 == split.len() {
+            out.push('L');
+        }
+        out.push_str(&digits[at..at + width]);
+        if i + 1 < split.len() {
+            out.push('/');
+        }
+        at += width;
     }
+    out
+}
+
+/// The hierarchical ledger manager's znode of a ledger: `<root>/` + [`hierarchical_ledger_rel`].
+pub fn hierarchical_ledger_path(root: &str, ledger: LedgerId) -> String {
+    format!("{root}/{}", hierarchical_ledger_rel(ledger))
 }
 
 /// The ledger id of a hierarchical ledger znode path (the inverse of
@@ -54,32 +74,43 @@ pub fn ledger_id_from_hierarchical_path(root: &str, path: &str) -> Option<Ledger
     let rest = path.strip_prefix(root)?.strip_prefix('/')?;
     let parts: Vec<&str> = rest.split('/').collect();
     let widths: &[usize] = match parts.len() {
-        3 => &[2, 4, 4],
-        5 => &[3, 4, 4, 4, 4],
+        3 => SHORT_SPLIT,
+        5 => LONG_SPLIT,
         _ => return None,
     };
     let mut digits = String::new();
     for (i, (part, width)) in parts.iter().zip(widths).enumerate() {
-        let part = if i + 1 == parts.len() {
-            part.strip_prefix('L')?
-        } else {
-            part
-        };
-        if part.len() != *width || !part.bytes().all(|b| b.is_ascii_digit()) {
+        if !is_ledger_path_group(part, *width, i + 1 == parts.len()) {
             return None;
         }
-        digits.push_str(part);
+        digits.push_str(part.trim_start_matches('L'));
     }
     let id: LedgerId = digits.parse().ok()?;
     // Each id has exactly one path: reject a short path for a long id and vice versa.
     (hierarchical_ledger_path(root, id) == path).then_some(id)
 }
 
-/// `<root>/underreplication/ledgers/<hhhh>/<hhhh>/<hhhh>/<hhhh>/urL<id %010d>`.
-pub fn underreplicated_ledger_path(root: &str, ledger: LedgerId) -> String {
+/// Whether `name` can be a digit group of the given width of a ledger path (a directory or,
+/// with `leaf`, the `L`-prefixed leaf). Everything else under the root (`available`,
+/// `LAYOUT`, `idgen`, ...) is not part of a ledger's path.
+pub fn is_ledger_path_group(name: &str, width: usize, leaf: bool) -> bool {
+    let digits = if leaf {
+        match name.strip_prefix('L') {
+            Some(d) => d,
+            None => return false,
+        }
+    } else {
+        name
+    };
+    digits.len() == width && digits.bytes().all(|b| b.is_ascii_digit())
+}
+
+/// An under-replication mark relative to the root:
+/// `underreplication/ledgers/<hhhh>/<hhhh>/<hhhh>/<hhhh>/urL<id %010d>`.
+pub fn underreplicated_ledger_rel(ledger: LedgerId) -> String {
     let u = ledger as u64;
     format!(
-        "{root}/underreplication/ledgers/{:04x}/{:04x}/{:04x}/{:04x}/urL{ledger:010}",
+        "underreplication/ledgers/{:04x}/{:04x}/{:04x}/{:04x}/urL{ledger:010}",
         (u >> 48) & 0xffff,
         (u >> 32) & 0xffff,
         (u >> 16) & 0xffff,
@@ -87,9 +118,19 @@ pub fn underreplicated_ledger_path(root: &str, ledger: LedgerId) -> String {
     )
 }
 
-/// `<root>/underreplication/locks/urL<id %010d>`.
+/// `<root>/` + [`underreplicated_ledger_rel`].
+pub fn underreplicated_ledger_path(root: &str, ledger: LedgerId) -> String {
+    format!("{root}/{}", underreplicated_ledger_rel(ledger))
+}
+
+/// An under-replication lock relative to the root: `underreplication/locks/urL<id %010d>`.
+pub fn underreplication_lock_rel(ledger: LedgerId) -> String {
+    format!("underreplication/locks/urL{ledger:010}")
+}
+
+/// `<root>/` + [`underreplication_lock_rel`].
 pub fn underreplication_lock_path(root: &str, ledger: LedgerId) -> String {
-    format!("{root}/underreplication/locks/urL{ledger:010}")
+    format!("{root}/{}", underreplication_lock_rel(ledger))
 }
 
 /// The ledger id of an `urL<digits>` node name.
@@ -101,19 +142,20 @@ pub fn ledger_id_from_underreplicated_name(name: &str) -> Option<LedgerId> {
     digits.parse().ok()
 }
 
-/// The etcd key of a ledger: `<scope>/ledgers/` + Java's `UUID(0, ledgerId)` string.
-pub fn etcd_ledger_key(scope: &str, ledger: LedgerId) -> String {
+/// BookKeeper's etcd name of a ledger: Java's `new UUID(0, ledgerId).toString()`,
+/// `00000000-0000-0000-hhhh-hhhhhhhhhhhh` (fixed-width lowercase hex, so key order is id
+/// order).
+pub fn ledger_uuid(ledger: LedgerId) -> String {
     let u = ledger as u64;
     format!(
-        "{scope}/ledgers/00000000-0000-0000-{:04x}-{:012x}",
-        u >> 48,
+        "00000000-0000-0000-{:04x}-{:012x}",
+        (u >> 48) & 0xffff,
         u & 0xffff_ffff_ffff
     )
 }
 
-/// The ledger id of an etcd ledger key (inverse of [`etcd_ledger_key`]).
-pub fn ledger_id_from_etcd_key(scope: &str, key: &str) -> Option<LedgerId> {
-    let uuid = key.strip_prefix(scope)?.strip_prefix("/ledgers/")?;
+/// The ledger id of a [`ledger_uuid`] string.
+pub fn ledger_id_from_uuid(uuid: &str) -> Option<LedgerId> {
     let rest = uuid.strip_prefix("00000000-0000-0000-")?;
     let (hi, lo) = rest.split_once('-')?;
     if hi.len() != 4 || lo.len() != 12 {
@@ -124,74 +166,45 @@ pub fn ledger_id_from_etcd_key(scope: &str, key: &str) -> Option<LedgerId> {
     Some(((hi << 48) | lo) as LedgerId)
 }
 
-/// Protobuf text format of `UnderreplicatedLedgerFormat` (what BookKeeper stores in
-/// ZooKeeper): one `replica: "<id>"` line per missing bookie, then `ctime: <ms>`.
-pub fn underreplicated_text(missing: &BTreeSet<BookieId>, ctime: Option<i64>) -> String {
-    let mut out = String::new();
-    for b in missing {
-        out.push_str(&format!("replica: \"{b}\"\n"));
-    }
-    if let Some(c) = ctime {
-        out.push_str(&format!("ctime: {c}\n"));
-    }
-    out
+/// The etcd key of a ledger: `<scope>/ledgers/` + [`ledger_uuid`].
+pub fn etcd_ledger_key(scope: &str, ledger: LedgerId) -> String {
+    format!("{scope}/ledgers/{}", ledger_uuid(ledger))
 }
 
-/// Parses [`underreplicated_text`]'s format (unknown fields are skipped, as protobuf
-/// does); `ledger` names the record in errors.
+/// The ledger id of an etcd ledger key (inverse of [`etcd_ledger_key`]).
+pub fn ledger_id_from_etcd_key(scope: &str, key: &str) -> Option<LedgerId> {
+    ledger_id_from_uuid(key.strip_prefix(scope)?.strip_prefix("/ledgers/")?)
+}
+
+/// Protobuf text format of `UnderreplicatedLedgerFormat` (what BookKeeper stores in
+/// ZooKeeper): one `replica: "<id>"` line per missing bookie, then `ctime: <ms>`
+/// ([`text::encode_underreplicated`] as a string).
+pub fn underreplicated_text(missing: &BTreeSet<BookieId>, ctime: Option<i64>) -> String {
+    String::from_utf8_lossy(&text::encode_underreplicated(missing, ctime)).into_owned()
+}
+
+/// Parses [`underreplicated_text`]'s format ([`text::decode_underreplicated`]; unknown
+/// fields are skipped, as protobuf does); `ledger` names the record in errors.
 pub fn parse_underreplicated_text(
     ledger: LedgerId,
-    text: &[u8],
+    data: &[u8],
 ) -> Result<(BTreeSet<BookieId>, Option<i64>)> {
-    let what = format!("under-replication mark of ledger {ledger}");
-    let text = std::str::from_utf8(text)
-        .map_err(|e| MetadataError::corrupt(&what, format!("not UTF-8: {e}")))?;
-    let mut missing = BTreeSet::new();
-    let mut ctime = None;
-    for line in text.lines().map(str::trim).filter(|l| !l.is_empty()) {
-        let Some((key, value)) = line.split_once(':') else {
-            return Err(MetadataError::corrupt(&what, format!("bad line {line:?}")));
-        };
-        let value = value.trim();
-        match key.trim() {
-            "replica" => {
-                let id = value
-                    .strip_prefix('"')
-                    .and_then(|v| v.strip_suffix('"'))
-                    .ok_or_else(|| {
-                        MetadataError::corrupt(&what, format!("unquoted replica {value:?}"))
-                    })?;
-                let id =
-                    BookieId::new(id).map_err(|e| MetadataError::corrupt(&what, e.to_string()))?;
-                missing.insert(id);
-            }
-            "ctime" => {
-                ctime =
-                    Some(value.parse().map_err(|_| {
-                        MetadataError::corrupt(&what, format!("bad ctime {value:?}"))
-                    })?);
-            }
-            _ => {}
-        }
-    }
-    Ok((missing, ctime))
+    let mark = text::decode_underreplicated(ledger, data)?;
+    Ok((mark.missing_replicas, mark.ctime))
 }
 
-/// Protobuf text format of `LockDataFormat` / `AuditorVoteFormat` (both are
-/// `{1: optional string bookieId}`): `bookieId: "<id>"`.
+/// Protobuf text format of `LockDataFormat` / `AuditorVoteFormat`: `bookieId: "<id>"`
+/// ([`text::encode_bookie_id`] as a string).
 pub fn bookie_id_text(bookie: &str) -> String {
-    let escaped = bookie.replace('\\', "\\\\").replace('"', "\\\"");
-    format!("bookieId: \"{escaped}\"\n")
+    String::from_utf8_lossy(&text::encode_bookie_id(bookie)).into_owned()
 }
 
-/// The `bookieId` of a `LockDataFormat` / `AuditorVoteFormat` text record.
-pub fn parse_bookie_id_text(text: &[u8]) -> Option<String> {
-    let text = std::str::from_utf8(text).ok()?;
-    text.lines().find_map(|l| {
-        let v = l.trim().strip_prefix("bookieId:")?.trim();
-        let v = v.strip_prefix('"')?.strip_suffix('"')?;
-        Some(v.replace("\\\"", "\"").replace("\\\\", "\\"))
-    })
+/// The `bookieId` of a `LockDataFormat` / `AuditorVoteFormat` text record, whatever it holds.
+pub fn parse_bookie_id_text(data: &[u8]) -> Option<String> {
+    let fields = text::parse(std::str::from_utf8(data).ok()?).ok()?;
+    text::strings(&fields, "bookieId")
+        .first()
+        .map(|s| s.to_string())
 }
 
 #[cfg(test)]
@@ -245,6 +258,26 @@ mod tests {
     }
 
     #[test]
+    fn relative_ledger_paths_match_bookkeeper_examples() {
+        assert_eq!(hierarchical_ledger_rel(1), "00/0000/L0001");
+        assert_eq!(hierarchical_ledger_rel(123456789), "01/2345/L6789");
+        assert_eq!(hierarchical_ledger_rel(2147483646), "21/4748/L3646");
+        assert_eq!(
+            hierarchical_ledger_rel(2147483647),
+            "000/0000/0021/4748/L3647"
+        );
+        assert_eq!(
+            hierarchical_ledger_rel(i64::MAX),
+            "922/3372/0368/5477/L5807"
+        );
+        assert!(is_ledger_path_group("00", 2, false));
+        assert!(!is_ledger_path_group("available", 2, false));
+        assert!(!is_ledger_path_group("ID-0000000001", 2, false));
+        assert!(is_ledger_path_group("L0001", 4, true));
+        assert!(!is_ledger_path_group("0001", 4, true));
+    }
+
+    #[test]
     fn underreplication_paths_match_the_spec_example() {
         let id = 0xcafebeef0000feed_u64 as i64;
         let p = underreplicated_ledger_path("/ledgers", id);
@@ -284,6 +317,21 @@ mod tests {
             Some(big)
         );
         assert_eq!(ledger_id_from_etcd_key("/s", "/s/ledgers/garbage"), None);
+        for id in [
+            0,
+            1,
+            255,
+            i32::MAX as i64,
+            1 << 56,
+            (127 << 56) | 5,
+            i64::MAX,
+        ] {
+            assert_eq!(ledger_id_from_uuid(&ledger_uuid(id)), Some(id));
+        }
+        assert_eq!(ledger_id_from_uuid("junk"), None);
+        // Fixed-width lowercase hex: key order is id order.
+        assert!(ledger_uuid(9) < ledger_uuid(10));
+        assert!(ledger_uuid(0xffff) < ledger_uuid(1 << 48));
     }
 
     #[test]
@@ -297,6 +345,8 @@ mod tests {
             (missing, Some(99))
         );
         let e = parse_underreplicated_text(4, b"replica: a:1").unwrap_err();
+        assert!(e.to_string().contains("ledger 4"), "{e}");
+        let e = parse_underreplicated_text(4, b"replica \"a:1\"").unwrap_err();
         assert!(e.to_string().contains("ledger 4"), "{e}");
         assert_eq!(bookie_id_text("h:1"), "bookieId: \"h:1\"\n");
         assert_eq!(

@@ -5,6 +5,7 @@
 
 #[cfg(feature = "conformance")]
 pub mod conformance;
+pub mod driver;
 pub mod error;
 pub mod format;
 pub mod layout;
@@ -21,7 +22,7 @@ use folio_types::metadata::LedgerMetadata;
 
 pub use error::{MetadataError, Result};
 pub use store::*;
-pub use uri::MetadataUri;
+pub use uri::{MetadataUri, ServiceUri};
 
 /// Connects to an embedded store (`sqlite://` or `mem://`) with default options.
 /// `zk://` and `etcd://` live in their own crates (`folio-metadata-zk`,
@@ -65,28 +66,12 @@ pub fn instance_id_from(rng: &mut fastrand::Rng) -> String {
     )
 }
 
-/// Milliseconds since the Unix epoch (ctime of under-replication marks, leases).
-pub(crate) fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
-}
+pub(crate) use driver::{now_ms, page};
 
+/// [`driver::check_page_limit`], capped: the embedded drivers read a page into memory.
 pub(crate) fn check_limit(limit: usize) -> Result<usize> {
-    if limit == 0 {
-        return Err(MetadataError::InvalidArgument(
-            "a ledger list page needs a limit of at least 1".into(),
-        ));
-    }
+    driver::check_page_limit(limit)?;
     Ok(limit.min(1_000_000))
-}
-
-/// Builds a page from up to `limit + 1` ascending ids (the extra one says "more").
-pub(crate) fn page(mut ids: Vec<LedgerId>, limit: usize) -> LedgerPage {
-    let more = ids.len() > limit;
-    ids.truncate(limit);
-    let next = if more { ids.last().copied() } else { None };
-    LedgerPage { ledgers: ids, next }
 }
 
 /// A create found a record already there: BookKeeper's rule is that it is our own
@@ -103,5 +88,19 @@ pub(crate) fn retried_create(
             Ok(Version::from_raw(rev))
         }
         _ => Err(exists()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn instance_ids_are_uuid_v4_strings() {
+        let a = super::new_instance_id();
+        let b = super::new_instance_id();
+        assert_ne!(a, b);
+        assert_eq!(a.len(), 36);
+        assert_eq!(&a[14..15], "4");
+        assert!(matches!(&a[19..20], "8" | "9" | "a" | "b"), "{a}");
+        assert!(a.chars().all(|c| c == '-' || c.is_ascii_hexdigit()));
     }
 }

@@ -238,13 +238,7 @@ impl MemCluster {
                     _ = tx.closed() => break,
                 }
                 let v = compute(&cluster.inner.state.lock());
-                tx.send_if_modified(|old| {
-                    let changed = *old != v;
-                    if changed {
-                        *old = v;
-                    }
-                    changed
-                });
+                crate::driver::publish_if_changed(&tx, v);
             }
         });
         rx
@@ -322,15 +316,6 @@ impl MemMetadataStore {
 
 fn ledger_what(ledger: LedgerId) -> String {
     format!("ledger {ledger}")
-}
-
-fn check_ledger_id(ledger: LedgerId) -> Result<()> {
-    if ledger < 0 {
-        return Err(MetadataError::InvalidArgument(format!(
-            "negative ledger id {ledger}"
-        )));
-    }
-    Ok(())
 }
 
 #[async_trait]
@@ -506,7 +491,7 @@ impl MetadataStore for MemMetadataStore {
     }
 
     async fn create_ledger(&self, ledger: LedgerId, metadata: &LedgerMetadata) -> Result<Version> {
-        check_ledger_id(ledger)?;
+        crate::driver::check_ledger_id(ledger)?;
         let bytes = format::encode_ledger_metadata(metadata)?;
         self.session.with(|st| {
             if let Some((existing, rev)) = st.ledgers.get(&ledger) {
@@ -604,7 +589,7 @@ impl MetadataStore for MemMetadataStore {
     }
 
     async fn mark_underreplicated(&self, ledger: LedgerId, missing: &[BookieId]) -> Result<()> {
-        check_ledger_id(ledger)?;
+        crate::driver::check_ledger_id(ledger)?;
         let now = (self.session.cluster.inner.clock_ms)();
         self.session.with(|st| {
             let mark = st

@@ -793,11 +793,7 @@ impl MetadataStore for SqliteMetadataStore {
     }
 
     async fn create_ledger(&self, ledger: LedgerId, metadata: &LedgerMetadata) -> Result<Version> {
-        if ledger < 0 {
-            return Err(MetadataError::InvalidArgument(format!(
-                "negative ledger id {ledger}"
-            )));
-        }
+        crate::driver::check_ledger_id(ledger)?;
         let bytes = format::encode_ledger_metadata(metadata)?;
         let metadata = metadata.clone();
         self.inner
@@ -925,11 +921,7 @@ impl MetadataStore for SqliteMetadataStore {
     }
 
     async fn mark_underreplicated(&self, ledger: LedgerId, missing: &[BookieId]) -> Result<()> {
-        if ledger < 0 {
-            return Err(MetadataError::InvalidArgument(format!(
-                "negative ledger id {ledger}"
-            )));
-        }
+        crate::driver::check_ledger_id(ledger)?;
         let missing: Vec<BookieId> = missing.to_vec();
         self.inner
             .write(move |tx, now| {

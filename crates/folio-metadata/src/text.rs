@@ -29,7 +29,7 @@ pub fn encode_underreplicated(replicas: &BTreeSet<BookieId>, ctime: Option<i64>)
 
 /// Reads [`encode_underreplicated`]'s record; errors name the ledger.
 pub fn decode_underreplicated(ledger: LedgerId, data: &[u8]) -> Result<UnderreplicatedLedger> {
-    let what = format!("under-replication mark of ledger {ledger}");
+    let what = crate::driver::underreplicated_what(ledger);
     let corrupt = |reason: String| MetadataError::corrupt(&what, reason);
     let s = std::str::from_utf8(data).map_err(|_| corrupt("not valid UTF-8".into()))?;
     let fields = parse(s).map_err(corrupt)?;
@@ -42,6 +42,24 @@ pub fn decode_underreplicated(ledger: LedgerId, data: &[u8]) -> Result<Underrepl
         missing_replicas: missing,
         ctime: int(&fields, "ctime"),
     })
+}
+
+/// The text record of an under-replication lock (`LockDataFormat`) or an Auditor vote
+/// (`AuditorVoteFormat`): both are `{1: optional string bookieId}`, so `bookieId: "<id>"`.
+pub fn encode_bookie_id(bookie: &str) -> Vec<u8> {
+    print(&[("bookieId", Value::Str(bookie.to_string()))]).into_bytes()
+}
+
+/// Reads [`encode_bookie_id`]'s record; `what` names the record in errors.
+pub fn decode_bookie_id(what: &str, data: &[u8]) -> Result<BookieId> {
+    let corrupt = |reason: String| MetadataError::corrupt(what, reason);
+    let s = std::str::from_utf8(data).map_err(|_| corrupt("not valid UTF-8".into()))?;
+    let fields = parse(s).map_err(corrupt)?;
+    let id = strings(&fields, "bookieId")
+        .first()
+        .copied()
+        .ok_or_else(|| corrupt("no bookieId".into()))?;
+    BookieId::new(id).map_err(|e| corrupt(e.to_string()))
 }
 
 /// A scalar field value.
@@ -267,6 +285,19 @@ mod tests {
         let back = parse("type: 'BASIC' version: 1").unwrap();
         assert_eq!(strings(&back, "type"), vec!["BASIC"]);
         assert_eq!(int(&back, "version"), Some(1));
+    }
+
+    #[test]
+    fn bookie_id_records_round_trip_and_name_the_record() {
+        assert_eq!(encode_bookie_id("h:1"), b"bookieId: \"h:1\"\n");
+        assert_eq!(
+            decode_bookie_id("vote", &encode_bookie_id("h:1")).unwrap(),
+            BookieId::new("h:1").unwrap()
+        );
+        for bad in [&b"nothing: 1"[..], b"bookieId: \"x", b"\xff"] {
+            let e = decode_bookie_id("Auditor vote V_7", bad).unwrap_err();
+            assert!(e.to_string().contains("Auditor vote V_7"), "{e}");
+        }
     }
 
     #[test]

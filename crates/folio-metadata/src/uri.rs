@@ -137,12 +137,50 @@ fn split_hosts_and_root(rest: &str, default_port: u16) -> Result<(Vec<String>, S
         }
         out.push(format!("{name}:{port}"));
     }
-    let root = if root == "/" { DEFAULT_ROOT } else { root };
     let root = root.trim_end_matches('/');
+    if root.is_empty() {
+        return Err(
+            "the root path must not be / (BookKeeper needs its own root, e.g. /ledgers)".into(),
+        );
+    }
     if root.split('/').skip(1).any(str::is_empty) {
         return Err(format!("bad root path {root:?}: empty path segment"));
     }
+    if root.split('/').any(|c| c == "." || c == "..") {
+        return Err(format!("bad root path {root:?}: '.' or '..' segment"));
+    }
     Ok((out, root.to_owned()))
+}
+
+/// A `zk://` or `etcd://` URI taken apart for a driver: the servers (`host:port`, default
+/// ports filled in) and the root path (ZooKeeper's ledgers root, etcd's key prefix; never
+/// `/`, never ending with `/`). One parser for both drivers and the `folio` binary, so
+/// whatever one accepts the others accept too.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServiceUri {
+    pub hosts: Vec<String>,
+    pub root: String,
+}
+
+impl ServiceUri {
+    /// Parses a URI of the driver for `scheme` (`"zk"` or `"etcd"`); a URI of another
+    /// scheme is refused, saying what was expected (`usage`).
+    pub fn parse(uri: &str, scheme: &str, usage: &str) -> Result<Self, MetadataError> {
+        let (hosts, root) = match MetadataUri::parse(uri)? {
+            MetadataUri::Zk { hosts, root } if scheme == "zk" => (hosts, root),
+            MetadataUri::Etcd { endpoints, prefix } if scheme == "etcd" => (endpoints, prefix),
+            other => {
+                return Err(MetadataError::InvalidUri {
+                    uri: uri.to_owned(),
+                    reason: format!(
+                        "expected {usage}: this is the {scheme} driver, not {}",
+                        other.scheme()
+                    ),
+                });
+            }
+        };
+        Ok(ServiceUri { hosts, root })
+    }
 }
 
 impl FromStr for MetadataUri {
@@ -214,6 +252,25 @@ mod tests {
     }
 
     #[test]
+    fn driver_uris_are_split_into_hosts_and_root() {
+        let u = ServiceUri::parse("zk+null://a;b:1/x/y/", "zk", "zk://...").unwrap();
+        assert_eq!(u.hosts, vec!["a:2181", "b:1"]);
+        assert_eq!(u.root, "/x/y");
+        let u = ServiceUri::parse("etcd://e", "etcd", "etcd://...").unwrap();
+        assert_eq!(
+            (u.hosts, u.root),
+            (vec!["e:2379".to_string()], "/ledgers".to_string())
+        );
+        let e = ServiceUri::parse("etcd://e:1/x", "zk", "zk://host:port/ledgers")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("expected zk://host:port/ledgers"), "{e}");
+        assert!(e.contains("etcd://e:1/x"), "{e}");
+        let e = ServiceUri::parse("mem://x", "etcd", "etcd://...").unwrap_err();
+        assert!(matches!(e, MetadataError::InvalidUri { .. }), "{e:?}");
+    }
+
+    #[test]
     fn arbitrary_strings_never_panic() {
         let alphabet: Vec<char> = "sqlitezketcdm:/,;.?#[]0123456789+ab é".chars().collect();
         let mut rng = fastrand::Rng::with_seed(7);
@@ -240,6 +297,8 @@ mod tests {
             ("zk://a,,b/ledgers", "empty host"),
             ("zk://a b:1/ledgers", "bad host name"),
             ("zk://a:1//ledgers", "empty path segment"),
+            ("zk://a:1/", "must not be /"),
+            ("etcd://a:1/x/../y", "'..' segment"),
             ("zk+flat://a:1/ledgers", "not supported"),
             ("etcd://a:99999/p", "bad port"),
             ("http://a/b", "unknown scheme"),

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use folio_metadata::conformance::{self, Harness};
+use folio_metadata::conformance::Harness;
 use folio_metadata::mem::MemCluster;
 use folio_metadata::sqlite::{SqliteMetadataStore, SqliteOptions};
 use folio_metadata::{MetadataStore, Result};
@@ -64,57 +64,12 @@ impl Harness for SqliteHarness {
     }
 }
 
-macro_rules! suite {
-    ($($name:ident),* $(,)?) => {
-        mod mem {
-            use super::*;
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    let h = MemHarness(MemCluster::new(stringify!($name)));
-                    conformance::$name(&h).await;
-                }
-            )*
-        }
-        mod sqlite {
-            use super::*;
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    let h = SqliteHarness::new();
-                    conformance::$name(&h).await;
-                }
-            )*
-        }
-    };
+mod mem {
+    use super::*;
+    folio_metadata::conformance_suite!(|name: &str| MemHarness(MemCluster::new(name)));
 }
 
-suite!(
-    cluster_init_and_read,
-    ledger_create_read_update_delete_with_cas,
-    concurrent_cas_has_one_winner,
-    ledger_ids_are_unique_under_concurrency,
-    list_ledgers_pages_through_everything,
-    cookies_use_version_cas,
-    registration_visible_until_session_closed,
-    registration_removed_on_unregister_and_drop,
-    bookie_watch_fires,
-    ledger_watch_fires,
-    exactly_one_leader_and_failover,
-    underreplication_lock_is_exclusive_and_dies_with_session,
-    autorecovery_settings_are_shared,
-    corrupt_record_is_an_error_naming_the_ledger,
-    bad_input_is_refused_with_clear_errors,
-    format_cluster_wipes_everything,
-);
-
-/// `run_all` itself (what the zk and etcd drivers call) passes on one shared cluster.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn run_all_on_one_mem_cluster() {
-    conformance::run_all(&MemHarness(MemCluster::new("run_all"))).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn run_all_on_one_sqlite_database() {
-    conformance::run_all(&SqliteHarness::new()).await;
+mod sqlite {
+    use super::*;
+    folio_metadata::conformance_suite!(|_name: &str| SqliteHarness::new());
 }

@@ -5,11 +5,10 @@
 //! the probe, but only ours writes to our log.
 
 use std::net::{Ipv4Addr, SocketAddr};
-use std::path::PathBuf;
 use std::process::Command;
 
 use crate::process::{Health, ServerProcess};
-use crate::{Error, READY_TIMEOUT, Result, START_ATTEMPTS, port, probe};
+use crate::{Error, READY_TIMEOUT, Result, port, probe};
 
 const NAME: &str = "etcd";
 
@@ -56,30 +55,11 @@ impl EtcdServer {
             });
         }
         let etcd = etcd.display().to_string();
-        let mut last_log = String::new();
-        for _ in 0..START_ATTEMPTS {
-            match Self::try_start(&etcd)? {
-                Ok(server) => return Ok(server),
-                Err(log) => last_log = log,
-            }
-        }
-        Err(Error::NotReady {
-            server: NAME,
-            timeout: READY_TIMEOUT,
-            attempts: START_ATTEMPTS,
-            log: last_log,
-        })
+        crate::start_with_retries(NAME, || Self::try_start(&etcd))
     }
 
     fn try_start(etcd: &str) -> Result<std::result::Result<Self, String>> {
-        let io = |context: &str| {
-            let context = context.to_string();
-            move |source| Error::Io {
-                server: NAME,
-                context,
-                source,
-            }
-        };
+        let io = |context: &str| crate::io_error(NAME, context.to_string());
         let dir = tempfile::Builder::new()
             .prefix("folio-etcd-")
             .tempdir()
@@ -119,59 +99,20 @@ impl EtcdServer {
         self.addr.to_string()
     }
 
-    pub fn addr(&self) -> SocketAddr {
-        self.addr
-    }
-
     /// `etcd://127.0.0.1:<port><prefix>`, Folio's metadata URI for this server.
     pub fn metadata_uri(&self, prefix: &str) -> String {
         format!("etcd://{}{prefix}", self.addr)
     }
 
-    /// Whether the server process is still alive.
-    pub fn is_running(&mut self) -> bool {
-        self.process.is_running()
-    }
-
-    /// Stops the server gracefully (SIGTERM, then SIGKILL after 10 s) and waits for it to
-    /// exit; its port then refuses connections. The directory is deleted on drop. Idempotent.
-    pub fn stop(&mut self) {
-        self.process.stop(std::time::Duration::from_secs(10));
-    }
-
-    /// Kills the server at once (SIGKILL), like a crash. Idempotent.
-    pub fn kill(&mut self) {
-        self.process.kill();
-    }
-
     /// Starts the server again (after `stop`, `kill`, or while running: then it is stopped
     /// first) on the same ports with the same data.
     pub fn restart(&mut self) -> Result<()> {
-        self.process.stop(std::time::Duration::from_secs(10));
-        let before = self.process.log_count("serving client traffic");
-        self.process.respawn()?;
         let addr = self.addr;
-        if self
-            .process
-            .wait_ready(READY_TIMEOUT, |p| probe_ready(p, addr, before))?
-        {
-            Ok(())
-        } else {
-            Err(Error::NotReady {
-                server: NAME,
-                timeout: READY_TIMEOUT,
-                attempts: 1,
-                log: self.process.log_tail(),
-            })
-        }
+        self.process.restart(|p| {
+            let before = p.log_count("serving client traffic");
+            move |p: &ServerProcess| probe_ready(p, addr, before)
+        })
     }
 
-    /// The server's output so far (for diagnosing a failed test).
-    pub fn log(&self) -> String {
-        self.process.log_tail()
-    }
-
-    pub fn dir(&self) -> PathBuf {
-        self.process.dir.path().to_path_buf()
-    }
+    server_controls!();
 }

@@ -15,6 +15,8 @@
 //! Environment overrides: `FOLIO_ZOOKEEPER_CLASSPATH` (the server's classpath), `FOLIO_JAVA`
 //! (the `java` binary), `FOLIO_ETCD` (the `etcd` binary).
 
+#[macro_use]
+mod controls;
 mod port;
 mod probe;
 mod process;
@@ -68,6 +70,40 @@ pub enum Error {
 }
 
 pub type Result<T> = std::result::Result<T, Error>;
+
+/// `map_err` for an I/O failure of `server` while doing `context`.
+fn io_error(
+    server: &'static str,
+    context: impl Into<String>,
+) -> impl FnOnce(std::io::Error) -> Error {
+    let context = context.into();
+    move |source| Error::Io {
+        server,
+        context,
+        source,
+    }
+}
+
+/// Starts a server with up to [`START_ATTEMPTS`] attempts: `attempt` gives `Ok(Err(log))`
+/// when the process exited early (e.g. another process took the chosen port first).
+fn start_with_retries<S>(
+    server: &'static str,
+    mut attempt: impl FnMut() -> Result<std::result::Result<S, String>>,
+) -> Result<S> {
+    let mut last_log = String::new();
+    for _ in 0..START_ATTEMPTS {
+        match attempt()? {
+            Ok(started) => return Ok(started),
+            Err(log) => last_log = log,
+        }
+    }
+    Err(Error::NotReady {
+        server,
+        timeout: READY_TIMEOUT,
+        attempts: START_ATTEMPTS,
+        log: last_log,
+    })
+}
 
 /// The last `max` bytes of a server's log, for error messages.
 fn log_tail(path: &std::path::Path, max: usize) -> String {

@@ -5,7 +5,10 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::{Error, Result, log_tail};
+use crate::{Error, READY_TIMEOUT, Result, log_tail};
+
+/// How long a graceful stop waits before it kills the server.
+pub(crate) const STOP_GRACE: Duration = Duration::from_secs(10);
 
 pub(crate) struct ServerProcess {
     pub(crate) name: &'static str,
@@ -32,13 +35,7 @@ impl ServerProcess {
         dir: tempfile::TempDir,
     ) -> Result<Self> {
         let log = dir.path().join("server.log");
-        let io = |context: String| {
-            move |source| Error::Io {
-                server: name,
-                context,
-                source,
-            }
-        };
+        let io = |context: String| crate::io_error(name, context);
         let out = std::fs::File::create(&log).map_err(io(format!("create {}", log.display())))?;
         let err = out.try_clone().map_err(io("dup log file".into()))?;
         cmd.stdin(Stdio::null())
@@ -62,13 +59,7 @@ impl ServerProcess {
     pub(crate) fn respawn(&mut self) -> Result<()> {
         self.kill();
         let name = self.name;
-        let io = |context: String| {
-            move |source| Error::Io {
-                server: name,
-                context,
-                source,
-            }
-        };
+        let io = |context: String| crate::io_error(name, context);
         let out = std::fs::OpenOptions::new()
             .append(true)
             .open(&self.log)
@@ -118,6 +109,27 @@ impl ServerProcess {
                 });
             }
             std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Stops the server gracefully and starts it again with the same command (so the same
+    /// ports and data); `probe`, made once the old process is gone, says when it is ready.
+    pub(crate) fn restart<P: FnMut(&ServerProcess) -> Health>(
+        &mut self,
+        probe: impl FnOnce(&ServerProcess) -> P,
+    ) -> Result<()> {
+        self.stop(STOP_GRACE);
+        let probe = probe(self);
+        self.respawn()?;
+        if self.wait_ready(READY_TIMEOUT, probe)? {
+            Ok(())
+        } else {
+            Err(Error::NotReady {
+                server: self.name,
+                timeout: READY_TIMEOUT,
+                attempts: 1,
+                log: self.log_tail(),
+            })
         }
     }
 

@@ -6,11 +6,10 @@
 //! `tickTime` is 1000 ms, so sessions may be as short as 2 s (tests of session expiry).
 
 use std::net::{Ipv4Addr, SocketAddr};
-use std::path::PathBuf;
 use std::process::Command;
 
 use crate::process::{Health, ServerProcess};
-use crate::{Error, READY_TIMEOUT, Result, START_ATTEMPTS, port, probe};
+use crate::{Error, READY_TIMEOUT, Result, port, probe};
 
 const NAME: &str = "ZooKeeper";
 const DEFAULT_CLASSPATH: &str =
@@ -51,31 +50,12 @@ impl ZooKeeperServer {
                 looked_for: jar.to_string(),
             });
         }
-        let mut last_log = String::new();
-        for _ in 0..START_ATTEMPTS {
-            match Self::try_start(&java, &classpath)? {
-                Ok(server) => return Ok(server),
-                Err(log) => last_log = log,
-            }
-        }
-        Err(Error::NotReady {
-            server: NAME,
-            timeout: READY_TIMEOUT,
-            attempts: START_ATTEMPTS,
-            log: last_log,
-        })
+        crate::start_with_retries(NAME, || Self::try_start(&java, &classpath))
     }
 
     /// One attempt: `Ok(Err(log))` when the process exited early (e.g. the port was taken).
     fn try_start(java: &str, classpath: &str) -> Result<std::result::Result<Self, String>> {
-        let io = |context: &str| {
-            let context = context.to_string();
-            move |source| Error::Io {
-                server: NAME,
-                context,
-                source,
-            }
-        };
+        let io = |context: &str| crate::io_error(NAME, context.to_string());
         let dir = tempfile::Builder::new()
             .prefix("folio-zk-")
             .tempdir()
@@ -133,61 +113,21 @@ impl ZooKeeperServer {
         self.addr.to_string()
     }
 
-    pub fn addr(&self) -> SocketAddr {
-        self.addr
-    }
-
     /// `zk://127.0.0.1:<port><root>`, Folio's metadata URI for this server (root like `/ledgers`).
     pub fn metadata_uri(&self, root: &str) -> String {
         format!("zk://{}{root}", self.addr)
-    }
-
-    /// Whether the server process is still alive.
-    pub fn is_running(&mut self) -> bool {
-        self.process.is_running()
-    }
-
-    /// Stops the server gracefully (SIGTERM, then SIGKILL after 10 s) and waits for it to
-    /// exit; its port then refuses connections. The directory is deleted on drop. Idempotent.
-    pub fn stop(&mut self) {
-        self.process.stop(std::time::Duration::from_secs(10));
-    }
-
-    /// Kills the server at once (SIGKILL), like a crash. Idempotent.
-    pub fn kill(&mut self) {
-        self.process.kill();
     }
 
     /// Starts the server again (after `stop`, `kill`, or while running: then it is stopped
     /// first) on the same port with the same data: sessions younger than their timeout
     /// survive, as on a real ZooKeeper restart.
     pub fn restart(&mut self) -> Result<()> {
-        self.process.stop(std::time::Duration::from_secs(10));
-        self.process.respawn()?;
         let (addr, data_dir) = (self.addr, self.data_dir.clone());
-        if self
-            .process
-            .wait_ready(READY_TIMEOUT, |_| probe_ready(addr, &data_dir))?
-        {
-            Ok(())
-        } else {
-            Err(Error::NotReady {
-                server: NAME,
-                timeout: READY_TIMEOUT,
-                attempts: 1,
-                log: self.process.log_tail(),
-            })
-        }
+        self.process
+            .restart(|_| move |_: &ServerProcess| probe_ready(addr, &data_dir))
     }
 
-    /// The server's output so far (for diagnosing a failed test).
-    pub fn log(&self) -> String {
-        self.process.log_tail()
-    }
-
-    pub fn dir(&self) -> PathBuf {
-        self.process.dir.path().to_path_buf()
-    }
+    server_controls!();
 }
 
 fn find_java() -> Result<String> {
