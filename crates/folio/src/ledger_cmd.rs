@@ -440,13 +440,7 @@ impl folio_bookie::http::admin_api::LedgerReader for ClientLedgerReader {
         ledger: LedgerId,
         first: EntryId,
         last: Option<EntryId>,
-    ) -> std::pin::Pin<
-        Box<
-            dyn std::future::Future<Output = Result<Vec<(EntryId, bytes::Bytes)>, String>>
-                + Send
-                + '_,
-        >,
-    > {
+    ) -> folio_bookie::http::admin_api::ReadFuture<'_> {
         Box::pin(async move {
             self.read_range(ledger, first, last)
                 .await

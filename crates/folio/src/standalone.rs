@@ -4,6 +4,10 @@
 //! `DIR/bookie-<i>`. Starting again on the same directory finds every ledger again: the
 //! bookies replay their journals and keep their ids (and so their cookies).
 //!
+//! Each bookie's metadata session lives the bookie config's `metadata_session_timeout_ms`
+//! (BookKeeper's zkTimeout, 10 s) past its last heartbeat. The first bookie serves the admin
+//! HTTP endpoint, reading ledgers for `/api/v1/ledger/read` through a client.
+//!
 //! It prints `metadata <uri>`, one `bookie <id>` line a bookie (and `http <addr>` for the
 //! admin endpoint), then `ready`; SIGINT or SIGTERM stops the bookies (each unregisters,
 //! drains its port and checkpoints) and it prints `stopped`.

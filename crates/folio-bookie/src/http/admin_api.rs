@@ -12,6 +12,10 @@
 //! * `GET /api/v1/bookie/list_disk_file[?file_type=journal|entrylog|index]`.
 //! * `PUT /api/v1/bookie/gc`: 501, the storage engine has no garbage collection yet.
 
+// Handlers return axum's `Response` as the error of their parameter checks: large, but built
+// only on the error path, once per request.
+#![allow(clippy::result_large_err)]
+
 use std::collections::HashMap;
 use std::future::Future;
 use std::path::PathBuf;
@@ -39,17 +43,16 @@ const PEER_TIMEOUT: Duration = Duration::from_secs(5);
 /// At most this many entries per `ledger/read` (a response is built in memory).
 pub const MAX_READ_ENTRIES: i64 = 10_000;
 
+/// What [`LedgerReader::read`] returns: (entry id, payload) pairs or why not.
+pub type ReadFuture<'a> =
+    Pin<Box<dyn Future<Output = Result<Vec<(i64, Bytes)>, String>> + Send + 'a>>;
+
 /// Reads a range of a ledger's confirmed entries (the client library, provided by the
 /// binary: the bookie crate does not depend on the client).
 pub trait LedgerReader: Send + Sync {
     /// Entries `first..=last` (`last` = None: up to the last add confirmed) of `ledger`,
     /// opened without recovery, as (entry id, payload).
-    fn read(
-        &self,
-        ledger: i64,
-        first: i64,
-        last: Option<i64>,
-    ) -> Pin<Box<dyn Future<Output = Result<Vec<(i64, Bytes)>, String>> + Send + '_>>;
+    fn read(&self, ledger: i64, first: i64, last: Option<i64>) -> ReadFuture<'_>;
 }
 
 /// What the cluster routes use; without a store they answer 503.
