@@ -34,9 +34,11 @@
 pub mod bookie;
 pub mod clock;
 pub mod history;
+pub mod meta;
 pub mod net;
 pub mod rng;
 pub mod scenario;
+pub mod sweep;
 
 pub use bookie::BookieKnobs;
-pub use scenario::{Outcome, SimConfig, run};
+pub use scenario::{FaultCounts, Outcome, SimConfig, run};
