@@ -1,7 +1,9 @@
 //! Runs many seeds and prints one line per seed (and the violations of failing ones),
 //! through the same loop as the test suite (`folio_sim::sweep`):
 //! `cargo run -p folio-sim --release --example sweep -- <first seed> <count>`.
-//! `FOLIO_SIM_NO_FSYNC_FAULTS=1`: the same runs without fsync failures.
+//! `FOLIO_SIM_NO_FSYNC_FAULTS=1`: the same runs without fsync failures;
+//! `FOLIO_SIM_BREAK_{NO_SYNC,IGNORE_FENCE,UNFENCED_READS,LOST_READ_AS_NO_ENTRY}=1`: the
+//! negative controls.
 
 fn main() {
     let args: Vec<u64> = std::env::args()
@@ -15,6 +17,16 @@ fn main() {
     let count = args.get(1).copied().unwrap_or(100);
     let cfg = folio_sim::SimConfig {
         fsync_faults: std::env::var_os("FOLIO_SIM_NO_FSYNC_FAULTS").is_none(),
+        // Negative controls, to see how soon the checker catches each.
+        knobs: folio_sim::BookieKnobs {
+            no_sync: std::env::var_os("FOLIO_SIM_BREAK_NO_SYNC").is_some(),
+            ignore_fence: std::env::var_os("FOLIO_SIM_BREAK_IGNORE_FENCE").is_some(),
+        },
+        breaks: folio_sim::ProtocolBreaks {
+            unfenced_recovery_reads: std::env::var_os("FOLIO_SIM_BREAK_UNFENCED_READS").is_some(),
+            lost_read_as_no_entry: std::env::var_os("FOLIO_SIM_BREAK_LOST_READ_AS_NO_ENTRY")
+                .is_some(),
+        },
         ..folio_sim::SimConfig::default()
     };
     let report = folio_sim::sweep::sweep(first, count, &cfg, |o| {

@@ -41,4 +41,5 @@ pub mod scenario;
 pub mod sweep;
 
 pub use bookie::BookieKnobs;
+pub use net::ProtocolBreaks;
 pub use scenario::{FaultCounts, Outcome, SimConfig, run};

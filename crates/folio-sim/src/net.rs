@@ -40,6 +40,19 @@ pub struct NetFaults {
     pub max_delay_ms: u64,
 }
 
+/// Negative controls that break the client's side of the protocol on the wire (the
+/// client's own switches are crate-private). Off in every real run.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ProtocolBreaks {
+    /// Recovery reads of entries (not the fence read of entry -1) lose their fence flag
+    /// on the way: a bookie the fence phase did not reach stays unfenced (issue 2614).
+    pub unfenced_recovery_reads: bool,
+    /// A read request that is lost (dropped, or sent to a bookie behind a partition)
+    /// is answered "no such entry", as a client counting a timeout as a negative would
+    /// see it. Read requests are then lost at least 5% of the time.
+    pub lost_read_as_no_entry: bool,
+}
+
 struct Conn {
     client: usize,
     bookie: BookieId,
@@ -61,6 +74,7 @@ struct State {
     events: u64,
     /// The same events as lines, kept when asked for (to find where two runs part).
     log: Option<Vec<String>>,
+    breaks: ProtocolBreaks,
     /// Bookies with a slow disk: until when, the time each write takes, and when the
     /// disk is done with the writes queued so far (writes wait for each other).
     slow: BTreeMap<BookieId, (tokio::time::Instant, Duration, tokio::time::Instant)>,
@@ -129,6 +143,10 @@ impl Net {
 
     pub fn set_faults(&self, faults: NetFaults) {
         self.state.lock().faults = faults;
+    }
+
+    pub fn set_breaks(&self, breaks: ProtocolBreaks) {
+        self.state.lock().breaks = breaks;
     }
 
     /// Puts a bookie incarnation on the network (a start or restart).
@@ -341,9 +359,16 @@ async fn serve(
     let mut buf = vec![0u8; 64 * 1024];
     'conn: loop {
         while let Ok(Some(frame)) = decoder.next_frame() {
-            let faults = net.state.lock().faults;
-            if net.per_mille(faults.drop_request) {
+            let (faults, breaks) = {
+                let s = net.state.lock();
+                (s.faults, s.breaks)
+            };
+            let lie = breaks.lost_read_as_no_entry;
+            if net.per_mille(faults.drop_request) || (lie && net.per_mille(50)) {
                 net.state.lock().dropped_requests += 1;
+                if lie && let Some(answer) = no_entry(frame.clone()) {
+                    let _ = out_tx.send(answer);
+                }
                 continue;
             }
             let copies = if net.per_mille(faults.duplicate) {
@@ -395,10 +420,16 @@ async fn handle(
     out: Option<mpsc::UnboundedSender<Bytes>>,
 ) {
     tokio::time::sleep(delay).await;
+    let breaks = net.state.lock().breaks;
     let Some(inc) = net.reachable(client, &bookie, epoch) else {
+        if breaks.lost_read_as_no_entry
+            && let (Some(out), Some(answer)) = (out, no_entry(frame))
+        {
+            let _ = out.send(answer);
+        }
         return;
     };
-    let (request, echo) = match wire::decode(frame) {
+    let (mut request, echo) = match wire::decode(frame) {
         Decoded::Request(r, e) => (r, e),
         Decoded::Answer(body) => {
             if let Some(out) = out {
@@ -408,6 +439,13 @@ async fn handle(
         }
         Decoded::Close(_) => return,
     };
+    if breaks.unfenced_recovery_reads
+        && let Request::Read(r) = &mut request
+        && r.fence
+        && r.entry >= 0
+    {
+        r.fence = false;
+    }
     net.record(format_args!(
         "c{client} -> {bookie} (disk op {}): {request:?}",
         inc.fs.ops()
@@ -438,6 +476,21 @@ async fn handle(
     if let Some(out) = out {
         let _ = out.send(wire::encode(&echo, response));
     }
+}
+
+/// The "no such entry" answer to a read request frame (None for anything else).
+fn no_entry(frame: Bytes) -> Option<Bytes> {
+    let Decoded::Request(Request::Read(r), echo) = wire::decode(frame) else {
+        return None;
+    };
+    let response = Response::Read {
+        status: folio_proto::Status::NoEntry,
+        ledger: r.ledger,
+        entry: r.entry,
+        body: None,
+        max_lac: None,
+    };
+    Some(wire::encode(&echo, response))
 }
 
 /// Runs the request through the processor and waits for its answer, blocking the runtime

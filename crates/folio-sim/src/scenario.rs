@@ -18,7 +18,7 @@ use crate::bookie::{BookieKnobs, Incarnation};
 use crate::clock::{EPOCH_MS, VirtualClock};
 use crate::history::{History, Read};
 use crate::meta::{FlakyStore, Outage};
-use crate::net::{FNV_START, Net, NetFaults, fnv};
+use crate::net::{FNV_START, Net, NetFaults, ProtocolBreaks, fnv};
 use crate::rng::SimRng;
 
 const PASSWORD: &[u8] = b"sim";
@@ -36,6 +36,8 @@ pub struct SimConfig {
     /// rest of the run stays the same; to tell whether a violation needs one).
     pub fsync_faults: bool,
     pub knobs: BookieKnobs,
+    /// Negative controls on the wire (off: the real protocol).
+    pub breaks: ProtocolBreaks,
     /// Keep every network message as a line in [`Outcome::net_log`] (to find where two
     /// runs of a seed part; costs memory).
     pub keep_log: bool,
@@ -50,6 +52,7 @@ impl Default for SimConfig {
             faults: true,
             fsync_faults: true,
             knobs: BookieKnobs::default(),
+            breaks: ProtocolBreaks::default(),
             keep_log: false,
         }
     }
@@ -390,6 +393,7 @@ pub fn run(seed: u64, cfg: &SimConfig) -> Outcome {
     let world = rt.block_on(async {
         let rng = SimRng::new(seed);
         let net = Net::new(Arc::new(rng.fork()), cfg.keep_log);
+        net.set_breaks(cfg.breaks);
         let outage = Arc::new(Outage::new(rng.fork()));
         let clock = Arc::new(VirtualClock::new());
         let c2 = clock.clone();

@@ -22,7 +22,7 @@ use std::net::{Shutdown, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError, channel};
+use std::sync::mpsc::{Receiver, TryRecvError, channel};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -110,10 +110,7 @@ impl Proc {
 
     /// The next stdout line, or None at EOF or after `TIMEOUT`.
     fn next_line(&self) -> Option<String> {
-        match self.lines.recv_timeout(TIMEOUT) {
-            Ok(l) => Some(l),
-            Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => None,
-        }
+        self.lines.recv_timeout(TIMEOUT).ok()
     }
 
     fn try_line(&self) -> Result<String, TryRecvError> {
