@@ -971,6 +971,15 @@ async fn liveness(w: &Arc<World>) {
             if ledgers.is_empty() {
                 return;
             }
+            // An empty bookie may join only once every ledger it was in is closed: a
+            // recovery would take its "no such entry" as proof of absence (that is why
+            // BookKeeper's operators recover a lost bookie's ledgers before a reformat).
+            // If round 0 could not close them all (a liveness violation, already
+            // recorded), the operator does not reformat.
+            if !w.history.lock().liveness.is_empty() {
+                w.note("wipe: skipped, not every ledger could be closed");
+                return;
+            }
             // The bookie wiped mid-run, or else one now: refused by its cookie, then
             // reformatted by the operator, it starts empty; every ledger must still read
             // in full from the other copies.
