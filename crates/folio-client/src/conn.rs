@@ -8,7 +8,7 @@
 //! reconnects, unless the last attempt failed less than the backoff ago, in which case it
 //! fails immediately: a dead bookie costs one connect timeout, not one per request.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
@@ -83,8 +83,10 @@ type Waiter = oneshot::Sender<Result<pb::Response, RpcError>>;
 
 /// State shared by a connection's tasks and its requesters.
 struct Shared {
-    /// `None` once the connection is dead: nobody may wait on it any more.
-    waiting: Mutex<Option<HashMap<u64, Waiter>>>,
+    /// `None` once the connection is dead: nobody may wait on it any more. Ordered, so
+    /// that a dead connection fails its waiters in request order (the same order in
+    /// every run: a simulator replays a seed exactly).
+    waiting: Mutex<Option<BTreeMap<u64, Waiter>>>,
 }
 
 impl Shared {
@@ -133,7 +135,7 @@ struct Channel {
 pub struct Bookies {
     connector: Arc<dyn Connector>,
     config: Arc<ClientConfig>,
-    channels: Mutex<HashMap<BookieId, Arc<Channel>>>,
+    channels: Mutex<BTreeMap<BookieId, Arc<Channel>>>,
     next_txn: AtomicU64,
 }
 
@@ -150,7 +152,7 @@ impl Bookies {
         Bookies {
             connector,
             config,
-            channels: Mutex::new(HashMap::new()),
+            channels: Mutex::new(BTreeMap::new()),
             next_txn: AtomicU64::new(1),
         }
     }
@@ -331,7 +333,7 @@ fn response_status(resp: &pb::Response) -> Result<Status, folio_proto::ProtoErro
 fn spawn_conn(stream: Box<dyn Stream>, bookie: BookieId, max_frame: usize) -> Conn {
     let (mut rd, mut wr) = tokio::io::split(stream);
     let shared = Arc::new(Shared {
-        waiting: Mutex::new(Some(HashMap::new())),
+        waiting: Mutex::new(Some(BTreeMap::new())),
     });
     let (frames, mut frames_rx) = mpsc::unbounded_channel::<Bytes>();
     let ws = shared.clone();

@@ -2,7 +2,7 @@
 //! entries to bookies, writes ensemble changes and the close to the metadata, and
 //! completes the callers' appends in entry order.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -124,7 +124,7 @@ impl LedgerHandle {
             digest: DigestManager::new(ledger, proto_digest(meta.value.digest_type), &password),
             meta,
             state,
-            callbacks: HashMap::new(),
+            callbacks: BTreeMap::new(),
             lac: lac.clone(),
             closed: closed.clone(),
             failed_bookies: BTreeSet::new(),
@@ -202,7 +202,7 @@ struct Actor {
     digest: DigestManager,
     meta: Versioned<LedgerMetadata>,
     state: WriterState,
-    callbacks: HashMap<EntryId, oneshot::Sender<Result<EntryId>>>,
+    callbacks: BTreeMap<EntryId, oneshot::Sender<Result<EntryId>>>,
     lac: Arc<AtomicI64>,
     closed: Arc<Mutex<Option<Result<()>>>>,
     /// Every bookie that failed this writer (never chosen again as a replacement).
@@ -222,6 +222,9 @@ impl Actor {
         let mut handle_gone = false;
         loop {
             tokio::select! {
+                // Branches in this order, not at random: the same inputs give the same
+                // run (a simulator replays a seed exactly).
+                biased;
                 cmd = cmds.recv(), if !handle_gone => match cmd {
                     None => {
                         handle_gone = true;

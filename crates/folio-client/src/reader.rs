@@ -431,6 +431,8 @@ impl ReadHandle {
             }
         };
         tokio::select! {
+            // Deterministic branch order (a simulator replays a seed exactly).
+            biased;
             lac = polls => {
                 if let Some(lac) = lac {
                     return Ok(self.raise_lac(lac));

@@ -1,5 +1,9 @@
-//! Runs many seeds and prints one line per seed (and the violations of failing ones):
+//! Runs many seeds and prints one line per seed (and the violations of failing ones),
+//! through the same loop as the test suite (`folio_sim::sweep`):
 //! `cargo run -p folio-sim --release --example sweep -- <first seed> <count>`.
+//! `FOLIO_SIM_NO_FSYNC_FAULTS=1`: the same runs without fsync failures;
+//! `FOLIO_SIM_BREAK_{NO_SYNC,IGNORE_FENCE,UNFENCED_READS,LOST_READ_AS_NO_ENTRY}=1`: the
+//! negative controls.
 
 fn main() {
     let args: Vec<u64> = std::env::args()
@@ -11,30 +15,28 @@ fn main() {
         .collect();
     let first = args.first().copied().unwrap_or(1);
     let count = args.get(1).copied().unwrap_or(100);
-    let mut failing = Vec::new();
-    for seed in first..first + count {
-        let cfg = folio_sim::SimConfig {
-            // FOLIO_SIM_NO_FSYNC_FAULTS=1: the same runs without fsync failures.
-            fsync_faults: std::env::var_os("FOLIO_SIM_NO_FSYNC_FAULTS").is_none(),
-            ..folio_sim::SimConfig::default()
-        };
-        let o = folio_sim::run(seed, &cfg);
-        println!(
-            "seed {seed}: {} violations, {} acked, {} closed reads, {} late completions",
-            o.violations.len(),
-            o.acked,
-            o.closed_reads,
-            o.late_completions
-        );
+    let cfg = folio_sim::SimConfig {
+        fsync_faults: std::env::var_os("FOLIO_SIM_NO_FSYNC_FAULTS").is_none(),
+        // Negative controls, to see how soon the checker catches each.
+        knobs: folio_sim::BookieKnobs {
+            no_sync: std::env::var_os("FOLIO_SIM_BREAK_NO_SYNC").is_some(),
+            ignore_fence: std::env::var_os("FOLIO_SIM_BREAK_IGNORE_FENCE").is_some(),
+        },
+        breaks: folio_sim::ProtocolBreaks {
+            unfenced_recovery_reads: std::env::var_os("FOLIO_SIM_BREAK_UNFENCED_READS").is_some(),
+            lost_read_as_no_entry: std::env::var_os("FOLIO_SIM_BREAK_LOST_READ_AS_NO_ENTRY")
+                .is_some(),
+        },
+        ..folio_sim::SimConfig::default()
+    };
+    let report = folio_sim::sweep::sweep(first, count, &cfg, |o| {
+        println!("{}", folio_sim::sweep::line(o));
         for v in &o.violations {
             println!("  {v}");
         }
-        if !o.violations.is_empty() {
-            failing.push(seed);
-        }
-    }
-    println!("failing seeds: {failing:?}");
-    if !failing.is_empty() {
+    });
+    println!("{}", report.summary());
+    if !report.failing.is_empty() {
         std::process::exit(1);
     }
 }

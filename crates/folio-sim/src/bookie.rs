@@ -158,6 +158,11 @@ pub struct Incarnation {
 const JOURNAL_DIR: &str = "/journal";
 const STORE_DIR: &str = "/ledgers";
 
+/// The journal and ledger directories of every simulated bookie (where its cookies are).
+pub fn dirs() -> (PathBuf, PathBuf) {
+    (PathBuf::from(JOURNAL_DIR), PathBuf::from(STORE_DIR))
+}
+
 fn storage_config(knobs: BookieKnobs) -> StorageConfig {
     StorageConfig {
         journal: JournalConfig {
@@ -166,6 +171,11 @@ fn storage_config(knobs: BookieKnobs) -> StorageConfig {
             // group commit would only add real-time waits.
             max_group_wait: Duration::ZERO,
             flush_when_queue_empty: true,
+            // One record a group: a request that journals two records (a new ledger's
+            // master key, then the entry) would otherwise be one group or two depending
+            // on when the journal thread wakes, and the number of disk operations (where
+            // a scheduled disk fault strikes, what a crash keeps) with it.
+            max_group_entries: 1,
             prealloc_size: 4096,
             max_file_size: 64 * 1024,
             sync_data: !knobs.no_sync,
@@ -213,6 +223,27 @@ impl Incarnation {
         self.storage.dead.store(true, Ordering::Release);
         self.storage.storage.shutdown();
         image
+    }
+
+    /// Waits (in real time, up to 10 s) until the journal thread is idle; false if it
+    /// did not get there. After a group's callbacks the journal thread still works (it
+    /// tops up the preallocated zeroes and syncs them): left running, that work would
+    /// race the next simulated step (a crash image, a checkpoint, the operation count of
+    /// a scheduled disk fault), and the run would depend on OS thread timing. A force
+    /// request queued behind it is answered only once it is done, and itself touches
+    /// no file (it has no record and nothing is dirty).
+    pub fn quiesce(&self) -> bool {
+        if self.is_dead() {
+            return true;
+        }
+        let (tx, rx) = std::sync::mpsc::channel();
+        self.storage.storage.force_ledger(
+            0,
+            Box::new(move |_| {
+                let _ = tx.send(());
+            }),
+        );
+        rx.recv_timeout(Duration::from_secs(10)).is_ok()
     }
 
     /// A checkpoint (ledger store flush, journal mark), on the caller's thread.

@@ -4,13 +4,16 @@
 //! (`folio_bookie::Processor`) over the real journal engine (`folio_storage::Storage`) with
 //! `MemLedgerStore`, on a simulated disk (`folio_env::sim::SimFileSystem`); mem://
 //! metadata (`MemCluster::deterministic`); and real clients (`Client::with_seams`) whose
-//! `Connector` is the simulated network of [`net`]. Writers append with pipelining,
-//! readers recover ledgers (sometimes two at once), a zombie writer resumes after being
-//! fenced, and an injector crashes bookies (torn writes, whole-cluster power loss),
-//! partitions clients from bookies, fails fsyncs (the bookie turns read-only) and drops,
-//! delays and duplicates messages. Then every fault heals, every ledger must recover and
-//! read in full, one bookie is wiped and every ledger must still read in full. The
-//! [`history`] checkers judge persistence, agreement, fencing and dirty reads.
+//! `Connector` is the simulated network of [`net`], and whose metadata store can fail
+//! ([`meta`]). Writers append with pipelining, readers recover ledgers (sometimes two at
+//! once), a zombie writer resumes after being fenced, and an injector crashes bookies
+//! (torn writes, whole-cluster power loss), partitions clients from bookies, fails
+//! fsyncs, fills and slows disks, expires bookies' metadata sessions, cuts the clients
+//! off the metadata store, replaces a bookie's disk by an empty one (its cookie must
+//! refuse it), and drops, delays and duplicates messages. Then every fault heals, every
+//! ledger must recover and read in full, the wiped bookie is reformatted and every
+//! ledger must still read in full. The [`history`] checkers judge persistence,
+//! agreement, fencing and dirty reads; [`sweep`] runs many seeds and counts faults.
 //!
 //! Determinism: all choices come from the seed (one generator per consumer, forked from
 //! the seed's), time is tokio's paused clock (auto-advancing when every task waits), and
@@ -20,7 +23,8 @@
 //! runtime steps and in request order. Checkpoints are simulator events on the runtime
 //! thread, never a timer thread. What remains outside the seed is counted, not hidden:
 //! [`scenario::Outcome::late_completions`] counts completions that outlived the wait.
-//! Replaying a seed is tested by comparing trace hashes (see docs/simulation.md).
+//! Replaying a seed is tested by comparing digests of every message (see
+//! docs/simulation.md).
 //!
 //! Why not turmoil or madsim: madsim replaces tokio and std at build time and cannot
 //! control the journal's OS threads (it would need a rewrite of the engine's threading),
@@ -28,15 +32,18 @@
 //! byte streams and a `FileSystem`, which a paused tokio runtime and in-memory duplex
 //! streams serve directly, with no new dependency.
 //!
-//! Replay a seed: `FOLIO_SIM_SEED=<n> cargo test -p folio-sim replay -- --nocapture`.
-//! Many seeds: `FOLIO_SIM_SEEDS=<n> cargo test -p folio-sim --release many_seeds`.
+//! Replay a seed: `FOLIO_SIM_SEED=<n> cargo test -p folio-sim --test sim replay -- --exact --nocapture`.
+//! Many seeds: `cargo run -p folio-sim --release --example sweep -- <first> <count>`.
 
 pub mod bookie;
 pub mod clock;
 pub mod history;
+pub mod meta;
 pub mod net;
 pub mod rng;
 pub mod scenario;
+pub mod sweep;
 
 pub use bookie::BookieKnobs;
-pub use scenario::{Outcome, SimConfig, run};
+pub use net::ProtocolBreaks;
+pub use scenario::{FaultCounts, Outcome, SimConfig, run};

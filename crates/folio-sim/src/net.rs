@@ -40,6 +40,19 @@ pub struct NetFaults {
     pub max_delay_ms: u64,
 }
 
+/// Negative controls that break the client's side of the protocol on the wire (the
+/// client's own switches are crate-private). Off in every real run.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ProtocolBreaks {
+    /// Recovery reads of entries (not the fence read of entry -1) lose their fence flag
+    /// on the way: a bookie the fence phase did not reach stays unfenced (issue 2614).
+    pub unfenced_recovery_reads: bool,
+    /// A read request that is lost (dropped, or sent to a bookie behind a partition)
+    /// is answered "no such entry", as a client counting a timeout as a negative would
+    /// see it. Read requests are then lost at least 5% of the time.
+    pub lost_read_as_no_entry: bool,
+}
+
 struct Conn {
     client: usize,
     bookie: BookieId,
@@ -55,25 +68,85 @@ struct State {
     conns: Vec<Conn>,
     /// Requests answered after the blocking wait gave up (OS thread timing leaked in).
     late_completions: u64,
+    /// Every request delivered and every answer, folded into one hash in order (with the
+    /// virtual time): two runs of a seed are the same run when these are equal.
+    digest: u64,
+    events: u64,
+    /// The same events as lines, kept when asked for (to find where two runs part).
+    log: Option<Vec<String>>,
+    breaks: ProtocolBreaks,
+    /// Bookies with a slow disk: until when, the time each write takes, and when the
+    /// disk is done with the writes queued so far (writes wait for each other).
+    slow: BTreeMap<BookieId, (tokio::time::Instant, Duration, tokio::time::Instant)>,
+    dropped_requests: u64,
+    dropped_responses: u64,
+    duplicates: u64,
+    slow_writes: u64,
 }
+
+/// FNV-1a over `bytes`, continuing from `h`.
+pub fn fnv(h: u64, bytes: &[u8]) -> u64 {
+    bytes
+        .iter()
+        .fold(h, |a, b| (a ^ u64::from(*b)).wrapping_mul(0x100_0000_01b3))
+}
+
+/// FNV-1a's starting value.
+pub const FNV_START: u64 = 0xcbf2_9ce4_8422_2325;
 
 /// The network shared by every client and bookie of a run.
 #[derive(Clone)]
 pub struct Net {
     state: Arc<Mutex<State>>,
     rng: Arc<SimRng>,
+    start: tokio::time::Instant,
 }
 
 impl Net {
-    pub fn new(rng: Arc<SimRng>) -> Net {
+    /// Built inside the run's runtime (it reads the virtual clock). `keep_log` keeps every
+    /// message event as a line (see [`Net::log`]).
+    pub fn new(rng: Arc<SimRng>, keep_log: bool) -> Net {
+        let state = State {
+            digest: FNV_START,
+            log: keep_log.then(Vec::new),
+            ..State::default()
+        };
         Net {
-            state: Arc::default(),
+            state: Arc::new(Mutex::new(state)),
             rng,
+            start: tokio::time::Instant::now(),
         }
+    }
+
+    /// Folds one message event into the digest (and the log, when kept).
+    fn record(&self, event: std::fmt::Arguments<'_>) {
+        let at = self.start.elapsed().as_micros();
+        let line = format!("{at} {event}");
+        let mut s = self.state.lock();
+        s.digest = fnv(s.digest, line.as_bytes());
+        s.events += 1;
+        if let Some(log) = s.log.as_mut() {
+            log.push(line);
+        }
+    }
+
+    /// The digest of every message event so far, and their number.
+    pub fn digest(&self) -> (u64, u64) {
+        let s = self.state.lock();
+        (s.digest, s.events)
+    }
+
+    /// The message events, if kept.
+    pub fn log(&self) -> Vec<String> {
+        self.state.lock().log.clone().unwrap_or_default()
     }
 
     pub fn set_faults(&self, faults: NetFaults) {
         self.state.lock().faults = faults;
+    }
+
+    pub fn set_breaks(&self, breaks: ProtocolBreaks) {
+        self.state.lock().breaks = breaks;
     }
 
     /// Puts a bookie incarnation on the network (a start or restart).
@@ -130,6 +203,55 @@ impl Net {
 
     pub fn late_completions(&self) -> u64 {
         self.state.lock().late_completions
+    }
+
+    /// Counts a storage wait that gave up (see [`Outcome::late_completions`]).
+    ///
+    /// [`Outcome::late_completions`]: crate::Outcome::late_completions
+    pub fn count_late(&self) {
+        self.state.lock().late_completions += 1;
+    }
+
+    /// The bookie's disk is slow until `until`: each write request takes `per_write`
+    /// (virtual time) of the disk, one after the other, before its journal takes it.
+    pub fn slow_disk(&self, bookie: &BookieId, until: tokio::time::Instant, per_write: Duration) {
+        let now = tokio::time::Instant::now();
+        self.state
+            .lock()
+            .slow
+            .insert(bookie.clone(), (until, per_write, now));
+    }
+
+    pub fn heal_disks(&self) {
+        self.state.lock().slow.clear();
+    }
+
+    /// Adds the message faults injected so far to `into`.
+    pub fn count_faults(&self, into: &mut crate::scenario::FaultCounts) {
+        let s = self.state.lock();
+        into.dropped_requests += s.dropped_requests;
+        into.dropped_responses += s.dropped_responses;
+        into.duplicates += s.duplicates;
+        into.slow_writes += s.slow_writes;
+    }
+
+    /// The wait a slow disk adds before `request`, if it writes.
+    fn disk_wait(&self, bookie: &BookieId, request: &Request) -> Option<Duration> {
+        let writes = match request {
+            Request::Add(_) | Request::WriteLac { .. } | Request::ForceLedger { .. } => true,
+            Request::Read(r) => r.fence,
+            _ => false,
+        };
+        let now = tokio::time::Instant::now();
+        let mut s = self.state.lock();
+        let (until, per_write, busy) = s.slow.get_mut(bookie)?;
+        if !writes || now >= *until {
+            return None;
+        }
+        let done = (*busy).max(now) + *per_write;
+        *busy = done;
+        s.slow_writes += 1;
+        Some(done - now)
     }
 
     /// The connector of client number `client`.
@@ -220,6 +342,8 @@ async fn serve(
     let writer = tokio::spawn(async move {
         loop {
             let body = tokio::select! {
+                // Polled in this order (no random branch choice): the run follows the seed.
+                biased;
                 _ = wkilled.wait_for(|k| *k) => None,
                 body = out_rx.recv() => body,
             };
@@ -235,11 +359,20 @@ async fn serve(
     let mut buf = vec![0u8; 64 * 1024];
     'conn: loop {
         while let Ok(Some(frame)) = decoder.next_frame() {
-            let faults = net.state.lock().faults;
-            if net.per_mille(faults.drop_request) {
+            let (faults, breaks) = {
+                let s = net.state.lock();
+                (s.faults, s.breaks)
+            };
+            let lie = breaks.lost_read_as_no_entry;
+            if net.per_mille(faults.drop_request) || (lie && net.per_mille(50)) {
+                net.state.lock().dropped_requests += 1;
+                if lie && let Some(answer) = no_entry(frame.clone()) {
+                    let _ = out_tx.send(answer);
+                }
                 continue;
             }
             let copies = if net.per_mille(faults.duplicate) {
+                net.state.lock().duplicates += 1;
                 2
             } else {
                 1
@@ -247,6 +380,9 @@ async fn serve(
             for copy in 0..copies {
                 let delay = net.delay();
                 let drop_response = net.per_mille(faults.drop_response);
+                if drop_response && copy == 0 {
+                    net.state.lock().dropped_responses += 1;
+                }
                 tokio::spawn(handle(
                     net.clone(),
                     client,
@@ -260,6 +396,7 @@ async fn serve(
             }
         }
         let n = tokio::select! {
+            biased;
             _ = killed.wait_for(|k| *k) => 0,
             read = rd.read(&mut buf) => read.unwrap_or(0),
         };
@@ -283,10 +420,16 @@ async fn handle(
     out: Option<mpsc::UnboundedSender<Bytes>>,
 ) {
     tokio::time::sleep(delay).await;
+    let breaks = net.state.lock().breaks;
     let Some(inc) = net.reachable(client, &bookie, epoch) else {
+        if breaks.lost_read_as_no_entry
+            && let (Some(out), Some(answer)) = (out, no_entry(frame))
+        {
+            let _ = out.send(answer);
+        }
         return;
     };
-    let (request, echo) = match wire::decode(frame) {
+    let (mut request, echo) = match wire::decode(frame) {
         Decoded::Request(r, e) => (r, e),
         Decoded::Answer(body) => {
             if let Some(out) = out {
@@ -296,8 +439,35 @@ async fn handle(
         }
         Decoded::Close(_) => return,
     };
+    if breaks.unfenced_recovery_reads
+        && let Request::Read(r) = &mut request
+        && r.fence
+        && r.entry >= 0
+    {
+        r.fence = false;
+    }
+    net.record(format_args!(
+        "c{client} -> {bookie} (disk op {}): {request:?}",
+        inc.fs.ops()
+    ));
+    let inc = match net.disk_wait(&bookie, &request) {
+        Some(wait) => {
+            tokio::time::sleep(wait).await;
+            // The bookie may have crashed while the write waited for its disk.
+            match net.reachable(client, &bookie, epoch) {
+                Some(inc) => inc,
+                None => return,
+            }
+        }
+        None => inc,
+    };
     let response = process(&net, &inc, request).await;
     let Some(response) = response else { return };
+    // With the bookie's disk operation count: the digest then also covers the disk.
+    net.record(format_args!(
+        "c{client} <- {bookie} (disk op {}): {response:?}",
+        inc.fs.ops()
+    ));
     let back = net.delay();
     tokio::time::sleep(back).await;
     if net.reachable(client, &bookie, epoch).is_none() {
@@ -306,6 +476,21 @@ async fn handle(
     if let Some(out) = out {
         let _ = out.send(wire::encode(&echo, response));
     }
+}
+
+/// The "no such entry" answer to a read request frame (None for anything else).
+fn no_entry(frame: Bytes) -> Option<Bytes> {
+    let Decoded::Request(Request::Read(r), echo) = wire::decode(frame) else {
+        return None;
+    };
+    let response = Response::Read {
+        status: folio_proto::Status::NoEntry,
+        ledger: r.ledger,
+        entry: r.entry,
+        body: None,
+        max_lac: None,
+    };
+    Some(wire::encode(&echo, response))
 }
 
 /// Runs the request through the processor and waits for its answer, blocking the runtime
@@ -328,7 +513,12 @@ async fn process(net: &Net, inc: &Incarnation, request: Request) -> Option<Respo
         let started = std::time::Instant::now();
         loop {
             match rx.try_recv() {
-                Ok(r) => return Some(r),
+                Ok(r) => {
+                    if !inc.quiesce() {
+                        net.state.lock().late_completions += 1;
+                    }
+                    return Some(r);
+                }
                 Err(oneshot::error::TryRecvError::Closed) => return None,
                 Err(oneshot::error::TryRecvError::Empty) => {}
             }

@@ -3,12 +3,13 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use bytes::Bytes;
 use folio_client::{Client, ClientConfig, CreateOptions, OpenOptions};
 use folio_env::sim::{CrashMode, Fault, SimFileSystem};
-use folio_metadata::mem::MemCluster;
+use folio_metadata::mem::{MemCluster, MemMetadataStore};
 use folio_metadata::{BookieMode, BookieRegistration, BookieServiceInfo, MetadataStore};
 use folio_types::{BookieId, LedgerId};
 use parking_lot::Mutex;
@@ -16,7 +17,8 @@ use parking_lot::Mutex;
 use crate::bookie::{BookieKnobs, Incarnation};
 use crate::clock::{EPOCH_MS, VirtualClock};
 use crate::history::{History, Read};
-use crate::net::{Net, NetFaults};
+use crate::meta::{FlakyStore, Outage};
+use crate::net::{FNV_START, Net, NetFaults, ProtocolBreaks, fnv};
 use crate::rng::SimRng;
 
 const PASSWORD: &[u8] = b"sim";
@@ -34,6 +36,11 @@ pub struct SimConfig {
     /// rest of the run stays the same; to tell whether a violation needs one).
     pub fsync_faults: bool,
     pub knobs: BookieKnobs,
+    /// Negative controls on the wire (off: the real protocol).
+    pub breaks: ProtocolBreaks,
+    /// Keep every network message as a line in [`Outcome::net_log`] (to find where two
+    /// runs of a seed part; costs memory).
+    pub keep_log: bool,
 }
 
 impl Default for SimConfig {
@@ -45,7 +52,114 @@ impl Default for SimConfig {
             faults: true,
             fsync_faults: true,
             knobs: BookieKnobs::default(),
+            breaks: ProtocolBreaks::default(),
+            keep_log: false,
         }
+    }
+}
+
+/// How many faults of each kind a run injected.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FaultCounts {
+    pub crashes: u64,
+    pub power_losses: u64,
+    pub restarts: u64,
+    pub partitions: u64,
+    pub fsync_eio: u64,
+    pub enospc: u64,
+    pub slow_disks: u64,
+    pub session_expiries: u64,
+    pub metadata_outages: u64,
+    /// Metadata calls failed by an outage, and of those, changes applied anyway.
+    pub metadata_calls_failed: u64,
+    pub metadata_applied_then_failed: u64,
+    /// Bookies restarted on an empty disk and refused by the cookie check.
+    pub wiped_disks: u64,
+    pub checkpoints: u64,
+    pub writer_crashes: u64,
+    pub zombies: u64,
+    pub concurrent_recoveries: u64,
+    pub dropped_requests: u64,
+    pub dropped_responses: u64,
+    pub duplicates: u64,
+    pub slow_writes: u64,
+}
+
+impl FaultCounts {
+    /// Every fault injected (message faults included).
+    pub fn total(&self) -> u64 {
+        self.crashes
+            + self.power_losses
+            + self.partitions
+            + self.fsync_eio
+            + self.enospc
+            + self.slow_disks
+            + self.session_expiries
+            + self.metadata_outages
+            + self.wiped_disks
+            + self.writer_crashes
+            + self.zombies
+            + self.concurrent_recoveries
+            + self.dropped_requests
+            + self.dropped_responses
+            + self.duplicates
+    }
+
+    /// Adds `o`'s counts to these.
+    pub fn add(&mut self, o: &FaultCounts) {
+        self.crashes += o.crashes;
+        self.power_losses += o.power_losses;
+        self.restarts += o.restarts;
+        self.partitions += o.partitions;
+        self.fsync_eio += o.fsync_eio;
+        self.enospc += o.enospc;
+        self.slow_disks += o.slow_disks;
+        self.session_expiries += o.session_expiries;
+        self.metadata_outages += o.metadata_outages;
+        self.metadata_calls_failed += o.metadata_calls_failed;
+        self.metadata_applied_then_failed += o.metadata_applied_then_failed;
+        self.wiped_disks += o.wiped_disks;
+        self.checkpoints += o.checkpoints;
+        self.writer_crashes += o.writer_crashes;
+        self.zombies += o.zombies;
+        self.concurrent_recoveries += o.concurrent_recoveries;
+        self.dropped_requests += o.dropped_requests;
+        self.dropped_responses += o.dropped_responses;
+        self.duplicates += o.duplicates;
+        self.slow_writes += o.slow_writes;
+    }
+}
+
+impl std::fmt::Display for FaultCounts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "crash {}, power-loss {}, restart {}, partition {}, fsync-eio {}, enospc {}, \
+             slow-disk {} ({} slow writes), session-expiry {}, metadata-outage {} ({} calls \
+             failed, {} applied then failed), wiped-disk {}, checkpoint {}, writer-crash {}, \
+             zombie {}, concurrent-recovery {}, dropped-request {}, dropped-response {}, \
+             duplicate {}",
+            self.crashes,
+            self.power_losses,
+            self.restarts,
+            self.partitions,
+            self.fsync_eio,
+            self.enospc,
+            self.slow_disks,
+            self.slow_writes,
+            self.session_expiries,
+            self.metadata_outages,
+            self.metadata_calls_failed,
+            self.metadata_applied_then_failed,
+            self.wiped_disks,
+            self.checkpoints,
+            self.writer_crashes,
+            self.zombies,
+            self.concurrent_recoveries,
+            self.dropped_requests,
+            self.dropped_responses,
+            self.duplicates
+        )
     }
 }
 
@@ -60,6 +174,17 @@ pub struct Outcome {
     pub late_completions: u64,
     /// A hash of the event trace, equal across replays of a seed when the run is exact.
     pub trace_hash: u64,
+    /// A hash of everything the run did: every network message in order with its virtual
+    /// time, the event trace, and the history the checkers judged. Two runs of a seed
+    /// with the same digest are the same run.
+    pub digest: u64,
+    /// Network messages delivered and answered.
+    pub net_events: u64,
+    /// The messages as lines, when `SimConfig::keep_log` is set.
+    pub net_log: Vec<String>,
+    pub faults: FaultCounts,
+    /// Virtual time the run took.
+    pub virtual_ms: u64,
     pub trace: Vec<String>,
 }
 
@@ -71,7 +196,17 @@ struct World {
     cluster: MemCluster,
     clock: Arc<VirtualClock>,
     ids: Vec<BookieId>,
-    regs: Mutex<BTreeMap<BookieId, Box<dyn BookieRegistration>>>,
+    /// Each registered bookie's metadata session and registration.
+    regs: Mutex<BTreeMap<BookieId, Registered>>,
+    /// Bookies whose session expired, and when they register again.
+    reregister: Mutex<Vec<(BookieId, tokio::time::Instant)>>,
+    /// Bookies with a full disk, and when space is freed (and the bookie restarted).
+    full: Mutex<Vec<(BookieId, tokio::time::Instant)>>,
+    /// A bookie whose disk was wiped: refused by its cookie, down until the operator
+    /// reformats it (in the liveness phase).
+    wiped: Mutex<Option<BookieId>>,
+    outage: Arc<Outage>,
+    faults: Mutex<FaultCounts>,
     history: Mutex<History>,
     next_client: Mutex<usize>,
     /// Crashed bookies: their surviving disk and when they restart.
@@ -100,7 +235,7 @@ impl World {
             ..ClientConfig::default()
         };
         Client::with_seams(
-            Arc::new(self.cluster.connect()),
+            Arc::new(FlakyStore::new(self.cluster.connect(), self.outage.clone())),
             config,
             Arc::new(self.net.connector(n)),
             Arc::new(self.rng.fork()),
@@ -115,18 +250,47 @@ impl World {
             .await;
         match reg {
             Ok(r) => {
-                self.regs.lock().insert(id.clone(), r);
+                self.regs.lock().insert(id.clone(), (store, r));
             }
             Err(e) => self.note(format!("register {id} failed: {e}")),
         }
     }
 
-    async fn start_bookie(&self, id: &BookieId, fs: SimFileSystem) -> bool {
+    /// Starts a bookie on `fs` as `folio bookie` does: the cookie check first (the real
+    /// `folio_bookie::registration::check_cookies`, on the simulated disk and the
+    /// metadata store), then the journal replay, then the registration.
+    async fn start_bookie(&self, id: &BookieId, fs: SimFileSystem) -> Start {
+        let store = self.cluster.connect();
+        let env = folio_env::Env {
+            clock: Arc::new(folio_env::SystemClock),
+            fs: Arc::new(fs.clone()),
+            rng: Arc::new(folio_env::SystemRng::with_seed(0)),
+        };
+        let instance = match store.read_cluster().await {
+            Ok(c) => c.instance_id,
+            Err(e) => return Start::Refused(format!("read cluster: {e}")),
+        };
+        let (journal, ledgers) = crate::bookie::dirs();
+        let expected = folio_bookie::registration::expected_cookie(
+            id,
+            &instance,
+            std::slice::from_ref(&journal),
+            std::slice::from_ref(&ledgers),
+        );
+        let checked =
+            folio_bookie::registration::check_cookies(&env, &store, &expected, &[journal, ledgers])
+                .await;
+        if let Err(e) = checked {
+            return Start::Refused(e.to_string());
+        }
         match Incarnation::open(fs, self.cfg.knobs, self.rng.next_u64()) {
             Ok(inc) => {
+                if !inc.quiesce() {
+                    self.net.count_late();
+                }
                 self.net.bring_up(id, Arc::new(inc));
                 self.register(id, BookieMode::Writable).await;
-                true
+                Start::Up
             }
             Err(e) => {
                 // A bookie that cannot restart from its own crash image is a storage bug.
@@ -134,20 +298,86 @@ impl World {
                     .lock()
                     .liveness
                     .push(format!("{id} cannot restart after a crash: {e}"));
-                false
+                Start::Failed
             }
         }
     }
 
+    /// Starts a bookie that must come up (its own disk): a refusal is a violation.
+    async fn restart(&self, id: &BookieId, fs: SimFileSystem) {
+        self.faults.lock().restarts += 1;
+        if let Start::Refused(e) = self.start_bookie(id, fs).await {
+            self.history
+                .lock()
+                .liveness
+                .push(format!("{id} refused to restart on its own disk: {e}"));
+        }
+    }
+
+    /// The disk of `id` is replaced by an empty one: the bookie must refuse to start
+    /// (its cookie is in the metadata store, not on the new disk), else it would answer
+    /// "no such entry" for entries it acknowledged. It stays down until reformatted.
+    async fn wipe(&self, id: &BookieId) {
+        self.crash_bookie(id);
+        self.faults.lock().wiped_disks += 1;
+        match self.start_bookie(id, SimFileSystem::new()).await {
+            Start::Refused(e) => {
+                self.note(format!("wipe: {id} refuses to start on an empty disk: {e}"));
+                *self.wiped.lock() = Some(id.clone());
+            }
+            Start::Up => self.history.lock().liveness.push(format!(
+                "{id} started on a wiped disk: the cookie check let it serve without its data"
+            )),
+            Start::Failed => {}
+        }
+    }
+
+    /// The operator's answer to a wiped disk (`bookieformat`): the bookie's cookie is
+    /// removed from the metadata store and it starts empty, as a new bookie.
+    async fn reformat(&self, id: &BookieId) {
+        let store = self.cluster.connect();
+        match store.read_cookie(id).await {
+            Ok(v) => {
+                if let Err(e) = store.delete_cookie(id, v.version).await {
+                    self.note(format!("reformat {id}: delete cookie: {e}"));
+                }
+            }
+            Err(e) => self.note(format!("reformat {id}: read cookie: {e}")),
+        }
+        self.note(format!("reformat: {id} starts empty"));
+        if let Start::Refused(e) = self.start_bookie(id, SimFileSystem::new()).await {
+            self.history
+                .lock()
+                .liveness
+                .push(format!("{id} refused to start after a reformat: {e}"));
+        }
+        *self.wiped.lock() = None;
+    }
+
     /// Crashes a bookie (power loss, torn writes): returns its surviving disk.
     fn crash_bookie(&self, id: &BookieId) -> Option<SimFileSystem> {
-        self.regs.lock().remove(id);
+        // A dead process's session ends with it (at once, here).
+        if let Some((store, _)) = self.regs.lock().remove(id) {
+            store.expire_session();
+        }
         let inc = self.net.take_down(id)?;
         let image = inc.crash(CrashMode::Torn {
             seed: self.rng.next_u64(),
         });
         Some(image)
     }
+}
+
+/// A bookie's metadata session and its registration in it.
+type Registered = (MemMetadataStore, Box<dyn BookieRegistration>);
+
+/// How a bookie start went.
+enum Start {
+    Up,
+    /// Refused by the cookie check (or the metadata store).
+    Refused(String),
+    /// The storage could not open (recorded as a liveness violation).
+    Failed,
 }
 
 use folio_env::Rng;
@@ -162,7 +392,9 @@ pub fn run(seed: u64, cfg: &SimConfig) -> Outcome {
         .expect("a current-thread runtime");
     let world = rt.block_on(async {
         let rng = SimRng::new(seed);
-        let net = Net::new(Arc::new(rng.fork()));
+        let net = Net::new(Arc::new(rng.fork()), cfg.keep_log);
+        net.set_breaks(cfg.breaks);
+        let outage = Arc::new(Outage::new(rng.fork()));
         let clock = Arc::new(VirtualClock::new());
         let c2 = clock.clone();
         let cluster = MemCluster::deterministic(
@@ -181,15 +413,23 @@ pub fn run(seed: u64, cfg: &SimConfig) -> Outcome {
             cluster,
             clock,
             regs: Mutex::default(),
+            reregister: Mutex::default(),
+            full: Mutex::default(),
+            wiped: Mutex::default(),
+            outage,
+            faults: Mutex::default(),
             history: Mutex::default(),
             next_client: Mutex::new(0),
             down: Mutex::default(),
         });
         simulate(world.clone()).await;
-        world
+        let virtual_ms = world.clock.elapsed_ms();
+        (world, virtual_ms)
     });
+    let (world, virtual_ms) = world;
     // Stop every journal thread before the runtime goes.
-    for id in &world.ids {
+    let spare = BookieId::new(format!("10.0.0.{}:3181", world.ids.len() + 1)).expect("valid id");
+    for id in world.ids.iter().chain([&spare]) {
         if let Some(inc) = world.net.take_down(id) {
             inc.crash(CrashMode::Clean);
         }
@@ -197,10 +437,23 @@ pub fn run(seed: u64, cfg: &SimConfig) -> Outcome {
     drop(rt);
     let h = world.history.lock();
     let violations = h.check();
-    let trace_hash = h.trace.iter().fold(0xcbf2_9ce4_8422_2325u64, |acc, line| {
-        line.bytes()
-            .fold(acc, |a, b| (a ^ b as u64).wrapping_mul(0x100_0000_01b3))
-    });
+    let trace_hash = h
+        .trace
+        .iter()
+        .fold(FNV_START, |acc, line| fnv(acc, line.as_bytes()));
+    let (net_digest, net_events) = world.net.digest();
+    let mut digest = fnv(net_digest, &trace_hash.to_le_bytes());
+    for (l, e, p) in &h.acked {
+        digest = fnv(fnv(fnv(digest, &l.to_le_bytes()), &e.to_le_bytes()), p);
+    }
+    for r in &h.reads {
+        digest = fnv(fnv(digest, &r.entry.to_le_bytes()), &r.payload);
+        digest = fnv(digest, r.who.as_bytes());
+    }
+    let mut faults = world.faults.lock().clone();
+    world.net.count_faults(&mut faults);
+    faults.metadata_calls_failed = world.outage.failed.load(Ordering::Relaxed);
+    faults.metadata_applied_then_failed = world.outage.applied_then_failed.load(Ordering::Relaxed);
     Outcome {
         seed: world.seed,
         violations,
@@ -208,6 +461,11 @@ pub fn run(seed: u64, cfg: &SimConfig) -> Outcome {
         closed_reads: h.reads.iter().filter(|r| r.closed).count(),
         late_completions: world.net.late_completions(),
         trace_hash,
+        digest,
+        net_events,
+        net_log: world.net.log(),
+        faults,
+        virtual_ms,
         trace: h.trace.clone(),
     }
 }
@@ -218,7 +476,9 @@ async fn simulate(w: Arc<World>) {
         w.note(format!("init cluster: {e}"));
     }
     for id in w.ids.clone() {
-        w.start_bookie(&id, SimFileSystem::new()).await;
+        if let Start::Refused(e) = w.start_bookie(&id, SimFileSystem::new()).await {
+            w.note(format!("{id} refused to start: {e}"));
+        }
     }
     if w.cfg.faults {
         w.net.set_faults(NetFaults {
@@ -304,6 +564,9 @@ async fn writer(w: Arc<World>, l: usize) {
     let two = w.rng.chance(1, 2);
     let same_time = w.rng.chance(1, 2);
     readers.spawn(recoverer(w.clone(), ledger, format!("rec{l}a"), at));
+    if two && same_time {
+        w.faults.lock().concurrent_recoveries += 1;
+    }
     if two {
         let at2 = if same_time {
             at
@@ -324,6 +587,7 @@ async fn writer(w: Arc<World>, l: usize) {
     'write: while k < w.cfg.entries {
         if crash_at.is_some_and(|c| k >= c) {
             w.note(format!("writer {l}: crashes at entry {k}"));
+            w.faults.lock().writer_crashes += 1;
             drop(lh);
             while readers.join_next().await.is_some() {}
             return;
@@ -331,6 +595,7 @@ async fn writer(w: Arc<World>, l: usize) {
         if zombie_at.is_some_and(|z| k == z) {
             // Stalls long enough for a reader to recover the ledger, then resumes.
             w.note(format!("writer {l}: stalls (zombie) at entry {k}"));
+            w.faults.lock().zombies += 1;
             tokio::time::sleep(Duration::from_millis(w.rng.range(3000, 9000))).await;
             w.note(format!("writer {l}: zombie resumes"));
         }
@@ -461,7 +726,8 @@ async fn tailer(w: Arc<World>, ledger: LedgerId, who: String, at_ms: u64) {
     }
 }
 
-/// Crashes, restarts, wipes, partitions and fsync failures at seeded moments.
+/// Crashes, restarts, partitions, disk faults, metadata faults and a wiped disk at
+/// seeded moments.
 async fn inject_faults(w: Arc<World>) {
     let mut partitioned_until: Option<tokio::time::Instant> = None;
     loop {
@@ -476,18 +742,35 @@ async fn inject_faults(w: Arc<World>) {
         };
         for (id, fs, _) in due {
             w.note(format!("fault: restart {id}"));
-            w.start_bookie(&id, fs).await;
+            w.restart(&id, fs).await;
         }
-        let down_now = w.down.lock().len();
+        reregister_due(&w, now).await;
+        // Space freed on full disks: the operator restarts the (read-only) bookie.
+        let freed: Vec<_> = {
+            let mut full = w.full.lock();
+            let (due, later) = full.drain(..).partition(|f| f.1 <= now);
+            *full = later;
+            due
+        };
+        for (id, _) in freed {
+            if let Some(inc) = w.net.incarnation(&id) {
+                inc.fs.clear_faults();
+                w.note(format!("fault: space freed on {id}, restart"));
+                let fs = w.crash_bookie(&id).expect("it was up");
+                w.restart(&id, fs).await;
+            }
+        }
+        let down_now = w.down.lock().len() + usize::from(w.wiped.lock().is_some());
         if partitioned_until.is_some_and(|t| t <= now) {
             w.note("fault: partitions heal");
             w.net.heal_partitions();
             partitioned_until = None;
         }
-        // A bookie whose journal failed an fsync is read-only: say so in its registration.
+        // A bookie whose journal failed (fsync EIO, ENOSPC) is read-only: say so in its
+        // registration.
         for id in &w.ids {
             if w.net.incarnation(id).is_some_and(|i| i.is_read_only())
-                && let Some(reg) = w.regs.lock().get_mut(id)
+                && let Some((_, reg)) = w.regs.lock().get_mut(id)
                 && reg.mode() == BookieMode::Writable
             {
                 // set_mode is async; a mem:// registration completes without waiting.
@@ -498,19 +781,18 @@ async fn inject_faults(w: Arc<World>) {
         }
         let id = w.ids[w.rng.below(w.ids.len() as u64) as usize].clone();
         let up = w.net.incarnation(&id);
-        match w.rng.below(10) {
+        match w.rng.below(16) {
             0 | 1 if up.is_some() && down_now < 2 => {
                 w.note(format!("fault: crash {id}"));
+                w.faults.lock().crashes += 1;
                 if let Some(fs) = w.crash_bookie(&id) {
-                    // Mid-run a crashed bookie always keeps its durable disk; the
-                    // bookie that comes back empty is simulated once every ledger is
-                    // closed (see `liveness`), where the copies elsewhere must serve.
                     let back = now + Duration::from_millis(w.rng.range(300, 3000));
                     w.down.lock().push((id, fs, back));
                 }
             }
             2 if down_now == 0 && w.rng.chance(1, 3) => {
                 w.note("fault: power loss on every bookie");
+                w.faults.lock().power_losses += 1;
                 for id in w.ids.clone() {
                     if let Some(fs) = w.crash_bookie(&id) {
                         let back = now + Duration::from_millis(w.rng.range(300, 2000));
@@ -521,6 +803,7 @@ async fn inject_faults(w: Arc<World>) {
             3 => {
                 let client = w.rng.range(1, (*w.next_client.lock()).max(1) as u64) as usize;
                 w.note(format!("fault: partition client {client} from {id}"));
+                w.faults.lock().partitions += 1;
                 w.net.partition(client, &id);
                 partitioned_until = Some(now + Duration::from_millis(w.rng.range(500, 4000)));
             }
@@ -528,18 +811,96 @@ async fn inject_faults(w: Arc<World>) {
                 let after = w.rng.range(0, 40);
                 if let Some(inc) = up.filter(|_| w.cfg.fsync_faults) {
                     w.note(format!("fault: fsync EIO on {id} after {after} ops"));
+                    w.faults.lock().fsync_eio += 1;
                     inc.fs.inject(Fault::SyncEio { after_ops: after });
                 }
             }
             5 | 6 if up.is_some() => {
-                if let Some(inc) = up
-                    && let Err(e) = inc.checkpoint()
-                {
-                    w.note(format!("checkpoint on {id} failed: {e}"));
+                if let Some(inc) = up {
+                    w.faults.lock().checkpoints += 1;
+                    if let Err(e) = inc.checkpoint() {
+                        w.note(format!("checkpoint on {id} failed: {e}"));
+                    }
                 }
+            }
+            7 if up.is_some() && !w.full.lock().iter().any(|f| f.0 == id) => {
+                // The disk fills up: writes fail with ENOSPC, the journal stops, the
+                // bookie turns read-only; space is freed 1-4 s later.
+                let after = w.rng.range(0, 60);
+                let freed = now + Duration::from_millis(w.rng.range(1000, 4000));
+                if let Some(inc) = up {
+                    w.note(format!("fault: disk of {id} full after {after} ops"));
+                    w.faults.lock().enospc += 1;
+                    inc.fs.inject(Fault::WriteEnospc { after_ops: after });
+                    w.full.lock().push((id, freed));
+                }
+            }
+            8 => {
+                // A slow disk: every write request waits before the journal takes it.
+                let per_write = w.rng.range(20, 400);
+                let until = now + Duration::from_millis(w.rng.range(500, 5000));
+                w.note(format!("fault: slow disk on {id}, {per_write} ms a write"));
+                w.faults.lock().slow_disks += 1;
+                w.net
+                    .slow_disk(&id, until, Duration::from_millis(per_write));
+            }
+            9 if w.regs.lock().contains_key(&id) => {
+                // The bookie's metadata session expires: its registration vanishes; it
+                // opens a new session and registers again a little later.
+                w.note(format!("fault: metadata session of {id} expires"));
+                w.faults.lock().session_expiries += 1;
+                if let Some((store, _)) = w.regs.lock().remove(&id) {
+                    store.expire_session();
+                }
+                let back = now + Duration::from_millis(w.rng.range(200, 3000));
+                w.reregister.lock().push((id, back));
+            }
+            10 => {
+                // The clients lose the metadata store for a while.
+                let until = now + Duration::from_millis(w.rng.range(300, 3000));
+                w.note("fault: metadata store unreachable for the clients");
+                w.faults.lock().metadata_outages += 1;
+                w.outage.start(until);
+            }
+            11 if up.is_some()
+                && down_now == 0
+                && w.wiped.lock().is_none()
+                && w.faults.lock().wiped_disks == 0
+                && w.rng.chance(1, 3) =>
+            {
+                w.note(format!(
+                    "fault: the disk of {id} is replaced by an empty one"
+                ));
+                w.wipe(&id).await;
             }
             _ => {}
         }
+    }
+}
+
+/// Registers again the bookies whose session expired, when due (if still up and not
+/// registered by a restart meanwhile).
+async fn reregister_due(w: &World, now: tokio::time::Instant) {
+    let due: Vec<_> = {
+        let mut r = w.reregister.lock();
+        let (due, later) = r.drain(..).partition(|d| d.1 <= now);
+        *r = later;
+        due
+    };
+    for (id, _) in due {
+        let Some(inc) = w.net.incarnation(&id) else {
+            continue;
+        };
+        if w.regs.lock().contains_key(&id) {
+            continue;
+        }
+        let mode = if inc.is_read_only() {
+            BookieMode::ReadOnly
+        } else {
+            BookieMode::Writable
+        };
+        w.note(format!("fault: {id} registers again"));
+        w.register(&id, mode).await;
     }
 }
 
@@ -554,18 +915,32 @@ fn futures_lite_block<F: std::future::Future>(fut: F) -> Option<F::Output> {
     }
 }
 
-/// Ends every fault: network faults off, partitions healed, every bookie up and writable.
+/// Ends every fault: network faults off, partitions healed, metadata reachable, every
+/// bookie up, registered and writable, except a wiped one (down until reformatted).
 async fn heal(w: &World) {
     w.note("heal: all faults end");
     w.net.set_faults(NetFaults::default());
     w.net.heal_partitions();
+    w.net.heal_disks();
+    w.outage.end();
+    w.full.lock().clear();
     let down: Vec<_> = w.down.lock().drain(..).collect();
     for (id, fs, _) in down {
         w.note(format!("heal: restart {id}"));
-        w.start_bookie(&id, fs).await;
+        w.restart(&id, fs).await;
+    }
+    let far = tokio::time::Instant::now() + Duration::from_secs(3600);
+    reregister_due(w, far).await;
+    let wiped = w.wiped.lock().clone();
+    if wiped.is_some() {
+        // The operator adds a bookie for the lost one, so that ledgers whose ensemble
+        // spans every bookie can still replace it (recovery writes back).
+        let spare = BookieId::new(format!("10.0.0.{}:3181", w.ids.len() + 1)).expect("valid id");
+        w.note(format!("heal: spare bookie {spare} joins"));
+        w.restart(&spare, SimFileSystem::new()).await;
     }
     for id in w.ids.clone() {
-        // Scheduled fsync failures that have not fired yet are faults too.
+        // Scheduled disk faults that have not fired yet are faults too.
         if let Some(inc) = w.net.incarnation(&id) {
             inc.fs.clear_faults();
         }
@@ -575,8 +950,11 @@ async fn heal(w: &World) {
                 w.note(format!("heal: restart read-only {id}"));
                 // Restart the read-only bookie (a failed fsync needs an operator restart).
                 let fs = w.crash_bookie(&id).expect("it was up");
-                w.start_bookie(&id, fs).await;
+                w.restart(&id, fs).await;
             }
+            None if wiped.as_ref() == Some(&id) => w.note(format!(
+                "heal: {id} stays down (wiped, not reformatted yet)"
+            )),
             None => w.note(format!("heal: {id} is still down")),
         }
     }
@@ -593,10 +971,31 @@ async fn liveness(w: &Arc<World>) {
             if ledgers.is_empty() {
                 return;
             }
-            let id = w.ids[w.rng.below(w.ids.len() as u64) as usize].clone();
-            w.note(format!("wipe: {id} comes back with an empty disk"));
-            w.crash_bookie(&id);
-            w.start_bookie(&id, SimFileSystem::new()).await;
+            // An empty bookie may join only once every ledger it was in is closed: a
+            // recovery would take its "no such entry" as proof of absence (that is why
+            // BookKeeper's operators recover a lost bookie's ledgers before a reformat).
+            // If round 0 could not close them all (a liveness violation, already
+            // recorded), the operator does not reformat.
+            if !w.history.lock().liveness.is_empty() {
+                w.note("wipe: skipped, not every ledger could be closed");
+                return;
+            }
+            // The bookie wiped mid-run, or else one now: refused by its cookie, then
+            // reformatted by the operator, it starts empty; every ledger must still read
+            // in full from the other copies.
+            let wiped = w.wiped.lock().clone();
+            let id = match wiped {
+                Some(id) => id,
+                None => {
+                    let id = w.ids[w.rng.below(w.ids.len() as u64) as usize].clone();
+                    w.note(format!(
+                        "wipe: the disk of {id} is replaced by an empty one"
+                    ));
+                    w.wipe(&id).await;
+                    id
+                }
+            };
+            w.reformat(&id).await;
         }
         for &ledger in &ledgers {
             let who = format!("final{round}-{ledger}");

@@ -2,7 +2,8 @@
 //! (more with `FOLIO_SIM_SEEDS=<n>`), a seed replays (`FOLIO_SIM_SEED=<n>`), and each
 //! protocol-breaking switch makes the checker fail within a bounded number of seeds.
 
-use folio_sim::{BookieKnobs, Outcome, SimConfig, run};
+use folio_sim::sweep::{line, sweep};
+use folio_sim::{BookieKnobs, Outcome, ProtocolBreaks, SimConfig, run};
 
 fn env_u64(name: &str) -> Option<u64> {
     let v = std::env::var(name).ok()?;
@@ -38,19 +39,54 @@ fn run_checked(seed: u64, cfg: &SimConfig) -> Outcome {
 /// and took its NoSuchEntry as proof of absence) is fixed in folio-client's recovery.
 const KNOWN_FAILING: &[u64] = &[];
 
-#[test]
-fn seeds_hold_the_invariants() {
-    let n = env_u64("FOLIO_SIM_SEEDS").unwrap_or(24);
+/// Seeds the test command runs, split into shards that run in parallel.
+const DEFAULT_SEEDS: u64 = 500;
+const SHARDS: u64 = 4;
+
+/// Shard `shard` of `FOLIO_SIM_SEEDS` (default 500) seeds from `FOLIO_SIM_BASE` (default 1).
+fn seeds_hold(shard: u64) {
+    let n = env_u64("FOLIO_SIM_SEEDS").unwrap_or(DEFAULT_SEEDS);
     let base = env_u64("FOLIO_SIM_BASE").unwrap_or(1);
-    let mut acked = 0;
-    for seed in base..base + n {
-        if KNOWN_FAILING.contains(&seed) {
-            continue;
+    let per = n.div_ceil(SHARDS);
+    let first = base + shard * per;
+    let count = per.min((base + n).saturating_sub(first));
+    let mut failures = Vec::new();
+    let swept = sweep(first, count, &SimConfig::default(), |o| {
+        println!("folio-sim: {}", line(o));
+        if !o.violations.is_empty() && !KNOWN_FAILING.contains(&o.seed) {
+            failures.push(report(o));
         }
-        acked += run_checked(seed, &SimConfig::default()).acked;
+    });
+    println!("folio-sim: shard {shard}: {}", swept.summary());
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+    // The workload and the injector must do something, or the checks prove nothing.
+    if count > 0 {
+        assert!(swept.acked > 0, "no entry acknowledged in {count} seeds");
+        assert!(
+            swept.faults.total() > 0,
+            "no fault injected in {count} seeds"
+        );
     }
-    // The workload must do something, or the checks above prove nothing.
-    assert!(acked > 0, "no entry acknowledged in {n} seeds");
+}
+
+#[test]
+fn seeds_hold_the_invariants_shard_0() {
+    seeds_hold(0);
+}
+
+#[test]
+fn seeds_hold_the_invariants_shard_1() {
+    seeds_hold(1);
+}
+
+#[test]
+fn seeds_hold_the_invariants_shard_2() {
+    seeds_hold(2);
+}
+
+#[test]
+fn seeds_hold_the_invariants_shard_3() {
+    seeds_hold(3);
 }
 
 /// Fails once the bug behind a known failing seed is fixed: then empty `KNOWN_FAILING`.
@@ -84,31 +120,87 @@ fn without_faults_every_append_is_acknowledged_and_read() {
     for seed in 100..104 {
         let o = run_checked(seed, &cfg);
         assert!(o.acked > 0 && o.closed_reads >= o.acked, "{}", report(&o));
+        // The injector did not run (writer crashes and zombies are workload, not faults
+        // of the cluster).
+        assert_eq!(
+            o.faults.crashes + o.faults.dropped_requests,
+            0,
+            "{}",
+            o.faults
+        );
     }
 }
 
+/// Where two runs of a seed part: the first message that differs.
+fn first_difference(seed: u64) -> String {
+    let cfg = SimConfig {
+        keep_log: true,
+        ..SimConfig::default()
+    };
+    let (a, b) = (run(seed, &cfg), run(seed, &cfg));
+    let at = a
+        .net_log
+        .iter()
+        .zip(&b.net_log)
+        .position(|(x, y)| x != y)
+        .unwrap_or(a.net_log.len().min(b.net_log.len()));
+    format!(
+        "message {at}:\n  {:?}\n  {:?}\ntraces equal: {}",
+        a.net_log.get(at),
+        b.net_log.get(at),
+        a.trace == b.trace
+    )
+}
+
+/// Each seed run twice in one process gives the same digest of everything it did (every
+/// message with its virtual time and the bookie's disk operation count, the trace, the
+/// history). 47 once ran differently in the sweep example and in this binary: the journal
+/// put a new ledger's master-key record and its first entry in one group commit or in
+/// two depending on OS thread timing, which moved where a scheduled disk fault struck
+/// (also fixed: waiters failed in `HashMap` order, random `select!` branches).
 #[test]
-fn a_seed_replays_the_same_trace() {
-    for seed in [7, 8] {
+fn a_seed_replays_exactly() {
+    for seed in [1, 2, 3, 47, 93, 205] {
+        // The two runs at the same time, on two threads (each thread has its own
+        // `RandomState` keys, and the journal threads of both compete for the CPU).
+        let other = std::thread::spawn(move || run(seed, &SimConfig::default()));
         let a = run(seed, &SimConfig::default());
-        let b = run(seed, &SimConfig::default());
-        if a.late_completions == 0 && b.late_completions == 0 {
-            assert_eq!(a.trace, b.trace, "seed {seed} did not replay exactly");
+        let b = other.join().expect("the other run");
+        println!(
+            "folio-sim: seed {seed} twice: digests {:016x} {:016x}, {} messages",
+            a.digest, b.digest, a.net_events
+        );
+        assert!(a.net_events > 0);
+        if a.late_completions == 0 && b.late_completions == 0 && a.digest != b.digest {
+            panic!(
+                "seed {seed} did not replay exactly: {}",
+                first_difference(seed)
+            );
         }
+        assert_eq!(a.trace, b.trace, "seed {seed}: traces differ");
     }
 }
 
 /// Runs seeds until the checker reports a violation matching `kind`; fails if none does.
 fn checker_catches(what: &str, kind: &str, cfg: SimConfig, seeds: u64) {
+    checker_catches_in(what, kind, cfg, 1..=seeds)
+}
+
+fn checker_catches_in(
+    what: &str,
+    kind: &str,
+    cfg: SimConfig,
+    seeds: std::ops::RangeInclusive<u64>,
+) {
     // Known failing seeds would be caught without the switch: they prove nothing here.
-    for seed in (1..=seeds).filter(|s| !KNOWN_FAILING.contains(s)) {
+    for seed in seeds.clone().filter(|s| !KNOWN_FAILING.contains(s)) {
         let o = run(seed, &cfg);
         if o.violations.iter().any(|v| v.contains(kind)) {
             println!("{what}: caught at seed {seed}: {}", o.violations[0]);
             return;
         }
     }
-    panic!("{what}: no '{kind}' violation in {seeds} seeds: the checker cannot see it");
+    panic!("{what}: no '{kind}' violation in seeds {seeds:?}: the checker cannot see it");
 }
 
 #[test]
@@ -140,5 +232,40 @@ fn negative_control_ignored_fence_lets_a_zombie_writer_through() {
             ..SimConfig::default()
         },
         30,
+    );
+}
+
+#[test]
+fn negative_control_a_lost_read_counted_as_no_entry_truncates() {
+    checker_catches(
+        "a lost read counted as no such entry",
+        "persistence",
+        SimConfig {
+            breaks: ProtocolBreaks {
+                lost_read_as_no_entry: true,
+                ..ProtocolBreaks::default()
+            },
+            ..SimConfig::default()
+        },
+        30,
+    );
+}
+
+/// Issue 2614 needs a rare interleaving (a bookie the fence phase missed, a late add of
+/// the writer landing on it before a recovery read): in seeds 1-460 it shows at 309 and
+/// 426. The window holds both; a change that moves the seeds may need a wider one.
+#[test]
+fn negative_control_unfenced_recovery_reads_truncate() {
+    checker_catches_in(
+        "recovery reads without the fence flag",
+        "persistence",
+        SimConfig {
+            breaks: ProtocolBreaks {
+                unfenced_recovery_reads: true,
+                ..ProtocolBreaks::default()
+            },
+            ..SimConfig::default()
+        },
+        250..=450,
     );
 }

@@ -1,0 +1,682 @@
+//! Real processes under faults: five `folio bookie` processes on `sqlite://` metadata, two
+//! writers through `folio ledger write -e 3 -w 3 -a 2` fed from a pipe, while the test
+//! kills bookies with SIGKILL and restarts them on the same data directory and port, and
+//! cuts one bookie off behind a TCP proxy that drops its traffic. A writer that fails
+//! (not enough bookies, an ensemble change that cannot complete) is replaced by a new
+//! one on a new ledger. At the end every ledger is read with `folio ledger read` (which
+//! recovers and closes it), twice, and judged against what the writers sent and what
+//! `acked` lines they printed:
+//!
+//! - every acknowledged entry is read back byte for byte (payloads encode the ledger,
+//!   the entry and a checksum of both, so a wrong or misplaced byte shows);
+//! - nothing is read that the writer did not send as that entry, ids are contiguous;
+//! - the closed ledger ends at or after the last acknowledged entry, and exactly at the
+//!   writer's `closed N` when it printed one; both reads agree.
+//!
+//! The fault phase lasts `FOLIO_FAULT_SECONDS` (default 40) of real time; the fault
+//! choices come from `FOLIO_FAULT_SEED` (printed; default: from the clock). Nothing is
+//! asserted about speed: timeouts are generous and only bound a hung process.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, TryRecvError, channel};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// Bounds a hung process only: the machine is slow and shared.
+const TIMEOUT: Duration = Duration::from_secs(120);
+const BOOKIES: usize = 5;
+/// The bookie behind the proxy.
+const CUT: usize = 4;
+/// Short, so that a killed bookie's registration expires soon and its restart can register.
+const SESSION_TIMEOUT_MS: u64 = 2000;
+
+fn folio(uri: &str) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_folio"));
+    c.env_remove("FOLIO_METADATA")
+        .env_remove("FOLIO_LOG")
+        .arg("--metadata")
+        .arg(uri);
+    c
+}
+
+/// A seeded generator for the fault choices (xorshift64*).
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) % n
+    }
+
+    fn millis(&mut self, lo: u64, hi: u64) -> Duration {
+        Duration::from_millis(lo + self.below(hi - lo + 1))
+    }
+}
+
+/// A child process whose stdout lines arrive on a channel; SIGKILLed on drop.
+struct Proc {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    lines: Receiver<String>,
+    stderr: Arc<Mutex<String>>,
+}
+
+impl Proc {
+    fn spawn(mut cmd: Command) -> Proc {
+        let mut child = cmd
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawning folio");
+        let (tx, lines) = channel();
+        let stdout = child.stdout.take().expect("piped stdout");
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let mut pipe = child.stderr.take().expect("piped stderr");
+        let sink = stderr.clone();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = pipe.read(&mut buf) {
+                if n == 0 {
+                    return;
+                }
+                sink.lock()
+                    .unwrap()
+                    .push_str(&String::from_utf8_lossy(&buf[..n]));
+            }
+        });
+        let stdin = child.stdin.take();
+        Proc {
+            child,
+            stdin,
+            lines,
+            stderr,
+        }
+    }
+
+    /// The next stdout line, or None at EOF or after `TIMEOUT`.
+    fn next_line(&self) -> Option<String> {
+        self.lines.recv_timeout(TIMEOUT).ok()
+    }
+
+    fn try_line(&self) -> Result<String, TryRecvError> {
+        self.lines.try_recv()
+    }
+
+    fn exited(&mut self) -> bool {
+        !matches!(self.child.try_wait(), Ok(None))
+    }
+
+    fn stderr(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Waits for the exit after stdin is closed; SIGKILL after `TIMEOUT`.
+    fn finish(&mut self) -> std::process::ExitStatus {
+        self.stdin = None;
+        let deadline = Instant::now() + TIMEOUT;
+        loop {
+            if let Some(s) = self.child.try_wait().expect("try_wait") {
+                return s;
+            }
+            if Instant::now() > deadline {
+                self.kill();
+                panic!("a folio process did not exit; stderr {}", self.stderr());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            self.kill();
+        }
+    }
+}
+
+/// A TCP proxy in front of one bookie. Cut: every byte either way is dropped (connections
+/// stay open, so clients see timeouts, not resets), new connections are accepted and
+/// black-holed. Heal: the connections that lived through the cut are closed (their
+/// streams lost bytes) and new ones are forwarded again.
+struct Proxy {
+    port: u16,
+    cut: Arc<AtomicBool>,
+    generation: Arc<AtomicU64>,
+    conns: Arc<Mutex<Vec<(u64, TcpStream)>>>,
+}
+
+impl Proxy {
+    fn start(target: u16) -> Proxy {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("proxy listener");
+        let port = listener.local_addr().unwrap().port();
+        let cut = Arc::new(AtomicBool::new(false));
+        let generation = Arc::new(AtomicU64::new(0));
+        let conns: Arc<Mutex<Vec<(u64, TcpStream)>>> = Arc::default();
+        let (c, g, cs) = (cut.clone(), generation.clone(), conns.clone());
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(client) = client else { continue };
+                let my_gen = g.load(Ordering::SeqCst);
+                let server = if c.load(Ordering::SeqCst) {
+                    None
+                } else {
+                    match TcpStream::connect(("127.0.0.1", target)) {
+                        Ok(s) => Some(s),
+                        // The bookie is down: refuse as it would.
+                        Err(_) => continue,
+                    }
+                };
+                {
+                    let mut list = cs.lock().unwrap();
+                    list.retain(|(gen_, _)| *gen_ >= g.load(Ordering::SeqCst));
+                    list.push((my_gen, client.try_clone().unwrap()));
+                    if let Some(s) = &server {
+                        list.push((my_gen, s.try_clone().unwrap()));
+                    }
+                }
+                match server {
+                    Some(server) => {
+                        pump(client.try_clone().unwrap(), server.try_clone().unwrap(), &c);
+                        pump(server, client, &c);
+                    }
+                    None => {
+                        // Accepted during a cut: read and drop until the heal closes it.
+                        std::thread::spawn(move || {
+                            let mut client = client;
+                            let mut buf = [0u8; 16 * 1024];
+                            while matches!(client.read(&mut buf), Ok(n) if n > 0) {}
+                        });
+                    }
+                }
+            }
+        });
+        Proxy {
+            port,
+            cut,
+            generation,
+            conns,
+        }
+    }
+
+    fn cut(&self) {
+        self.cut.store(true, Ordering::SeqCst);
+    }
+
+    fn heal(&self) {
+        self.cut.store(false, Ordering::SeqCst);
+        let now = self.generation.fetch_add(1, Ordering::SeqCst) + 1;
+        let mut list = self.conns.lock().unwrap();
+        for (_, s) in list.iter() {
+            let _ = s.shutdown(Shutdown::Both);
+        }
+        list.retain(|(g, _)| *g >= now);
+    }
+}
+
+/// Copies `from` to `to` on a thread, dropping the bytes while `cut` is set.
+fn pump(mut from: TcpStream, mut to: TcpStream, cut: &Arc<AtomicBool>) {
+    let cut = cut.clone();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 64 * 1024];
+        loop {
+            let n = match from.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => n,
+            };
+            if cut.load(Ordering::SeqCst) {
+                continue;
+            }
+            if to.write_all(&buf[..n]).is_err() {
+                break;
+            }
+        }
+        let _ = to.shutdown(Shutdown::Both);
+        let _ = from.shutdown(Shutdown::Both);
+    });
+}
+
+struct Bookie {
+    port: u16,
+    dir: PathBuf,
+    config: PathBuf,
+    proc: Option<Proc>,
+}
+
+struct Cluster {
+    uri: String,
+    bookies: Vec<Bookie>,
+}
+
+impl Cluster {
+    fn new(root: &Path, cut_id_port: u16, cut_port: u16) -> Cluster {
+        let uri = format!("sqlite://{}/meta.db", root.display());
+        let out = folio(&uri)
+            .args(["shell", "initnewcluster"])
+            .output()
+            .expect("folio shell initnewcluster");
+        assert!(
+            out.status.success(),
+            "initnewcluster: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let mut bookies = Vec::new();
+        for i in 0..BOOKIES {
+            let port = if i == CUT { cut_port } else { free_port() };
+            // The cut bookie registers the proxy's address: every client dials the proxy.
+            let id_port = if i == CUT { cut_id_port } else { port };
+            let dir = root.join(format!("bookie{i}"));
+            std::fs::create_dir_all(&dir).unwrap();
+            let config = root.join(format!("bookie{i}.toml"));
+            std::fs::write(
+                &config,
+                format!(
+                    "bookie_id = \"127.0.0.1:{id_port}\"\nlisten_address = \"127.0.0.1\"\n\
+                     disk_usage_threshold = 0.999\ndisk_usage_lwm_threshold = 0.998\n\
+                     metadata_session_timeout_ms = {SESSION_TIMEOUT_MS}\n"
+                ),
+            )
+            .unwrap();
+            bookies.push(Bookie {
+                port,
+                dir,
+                config,
+                proc: None,
+            });
+        }
+        Cluster { uri, bookies }
+    }
+
+    /// Starts bookie `i` and waits for `ready`. A restart soon after a SIGKILL finds the
+    /// old registration alive until its session expires: the bookie exits, and is started
+    /// again a little later.
+    fn start(&mut self, i: usize) {
+        let b = &mut self.bookies[i];
+        let mut last = String::new();
+        for _ in 0..60 {
+            let mut cmd = folio(&self.uri);
+            cmd.arg("bookie")
+                .arg("--port")
+                .arg(b.port.to_string())
+                .arg("--data-dir")
+                .arg(&b.dir)
+                .arg("--config")
+                .arg(&b.config);
+            let p = Proc::spawn(cmd);
+            while let Some(line) = p.next_line() {
+                if line == "ready" {
+                    b.proc = Some(p);
+                    return;
+                }
+            }
+            last = p.stderr();
+            drop(p);
+            std::thread::sleep(Duration::from_millis(500));
+        }
+        panic!("bookie {i} did not start: {last}");
+    }
+
+    fn kill(&mut self, i: usize) {
+        if let Some(mut p) = self.bookies[i].proc.take() {
+            p.kill();
+        }
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The payload of entry `entry` of `ledger`: names both, with a checksum and padding
+/// derived from them, so that any wrong byte or misplaced entry is detected.
+fn payload(ledger: u64, entry: u64) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in format!("{ledger}/{entry}").bytes() {
+        h = (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
+    }
+    let pad: String = (0..40)
+        .map(|i| char::from(b'a' + ((h >> (i % 60)) as u8 % 26)))
+        .collect();
+    format!("ledger={ledger} entry={entry} sum={h:016x} {pad}")
+}
+
+/// What one writer process did to one ledger.
+#[derive(Debug, Default)]
+struct Written {
+    ledger: u64,
+    sent: u64,
+    acked: Vec<i64>,
+    closed: Option<i64>,
+    end: String,
+}
+
+/// Writer `w`: one `folio ledger write` after another until `stop`; `current` names the
+/// ledger it is writing (for a recovery that fences it mid-run).
+fn writer(
+    uri: String,
+    w: usize,
+    stop: Arc<AtomicBool>,
+    current: Arc<Mutex<Option<u64>>>,
+) -> Vec<Written> {
+    let mut done = Vec::new();
+    let mut attempt = 0u64;
+    while !stop.load(Ordering::SeqCst) {
+        attempt += 1;
+        let mut cmd = folio(&uri);
+        cmd.args(["ledger", "write", "-e", "3", "-w", "3", "-a", "2"]);
+        let mut p = Proc::spawn(cmd);
+        let Some(ledger) = p
+            .next_line()
+            .and_then(|l| l.strip_prefix("ledger ")?.parse::<u64>().ok())
+        else {
+            // Could not create a ledger (not enough bookies): try again shortly.
+            let _ = p.finish();
+            std::thread::sleep(Duration::from_millis(300));
+            continue;
+        };
+        *current.lock().unwrap() = Some(ledger);
+        let mut rec = Written {
+            ledger,
+            ..Written::default()
+        };
+        // A ledger of 100-400 entries, then a clean close.
+        let length = 100 + (attempt * 97 + w as u64 * 31) % 300;
+        let read_lines = |p: &Proc, rec: &mut Written| {
+            while let Ok(line) = p.try_line() {
+                if let Some(n) = line.strip_prefix("acked ") {
+                    rec.acked.push(n.parse().expect("acked <entry id>"));
+                } else if let Some(n) = line.strip_prefix("closed ") {
+                    rec.closed = Some(n.parse().expect("closed <entry id>"));
+                }
+            }
+        };
+        while rec.sent < length && !stop.load(Ordering::SeqCst) && !p.exited() {
+            // Some in flight, not unbounded.
+            if rec.sent < rec.acked.len() as u64 + 200 {
+                let mut batch = String::new();
+                for _ in 0..10.min(length - rec.sent) {
+                    batch.push_str(&payload(ledger, rec.sent));
+                    batch.push('\n');
+                    rec.sent += 1;
+                }
+                if let Some(s) = p.stdin.as_mut() {
+                    // The writer may have died meanwhile (a broken pipe): noticed above.
+                    let _ = s.write_all(batch.as_bytes()).and_then(|()| s.flush());
+                }
+            }
+            std::thread::sleep(Duration::from_millis(40));
+            read_lines(&p, &mut rec);
+        }
+        let status = p.finish();
+        // The rest of stdout (the reader thread ends at EOF).
+        while let Some(line) = p.next_line() {
+            if let Some(n) = line.strip_prefix("acked ") {
+                rec.acked.push(n.parse().expect("acked <entry id>"));
+            } else if let Some(n) = line.strip_prefix("closed ") {
+                rec.closed = Some(n.parse().expect("closed <entry id>"));
+            }
+        }
+        rec.end = if status.success() {
+            "closed".into()
+        } else {
+            p.stderr().lines().last().unwrap_or("").to_string()
+        };
+        done.push(rec);
+    }
+    done
+}
+
+/// Reads a ledger with recovery: its entries as (id, payload), retrying while bookies
+/// are coming back.
+fn read_ledger(uri: &str, ledger: u64) -> Result<Vec<(i64, String)>, String> {
+    let mut last = String::new();
+    for _ in 0..10 {
+        let out = folio(uri)
+            .args(["ledger", "read", &ledger.to_string()])
+            .stdin(Stdio::null())
+            .output()
+            .expect("folio ledger read");
+        if out.status.success() {
+            let text = String::from_utf8(out.stdout).map_err(|e| e.to_string())?;
+            return text
+                .lines()
+                .map(|l| {
+                    let (id, p) = l.split_once('\t').ok_or(format!("bad line {l:?}"))?;
+                    Ok((id.parse().map_err(|_| format!("bad id {l:?}"))?, p.into()))
+                })
+                .collect();
+        }
+        last = String::from_utf8_lossy(&out.stderr).into_owned();
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    Err(last)
+}
+
+/// Every violation of one ledger's record by what was read back.
+fn judge(rec: &Written, entries: &[(i64, String)]) -> Vec<String> {
+    let mut v = Vec::new();
+    let l = rec.ledger;
+    for (i, (id, p)) in entries.iter().enumerate() {
+        if *id != i as i64 {
+            v.push(format!("ledger {l}: entry {i} read with id {id}"));
+        } else if *id >= rec.sent as i64 || *p != payload(l, *id as u64) {
+            v.push(format!(
+                "ledger {l}: entry {id} has bytes its writer never sent there: {p:?}"
+            ));
+        }
+    }
+    let last = entries.len() as i64 - 1;
+    for (k, &a) in rec.acked.iter().enumerate() {
+        if a != k as i64 {
+            v.push(format!("ledger {l}: append {k} acknowledged as entry {a}"));
+        }
+        if a > last {
+            v.push(format!(
+                "ledger {l}: acknowledged entry {a} missing, the ledger ends at {last}"
+            ));
+        }
+    }
+    if let Some(c) = rec.closed
+        && c != last
+    {
+        v.push(format!(
+            "ledger {l}: the writer closed it at {c}, read ends at {last}"
+        ));
+    }
+    v
+}
+
+#[test]
+fn acknowledged_entries_survive_sigkills_restarts_and_a_cut_off_bookie() {
+    let seconds: u64 = std::env::var("FOLIO_FAULT_SECONDS")
+        .ok()
+        .map(|s| s.parse().expect("FOLIO_FAULT_SECONDS is a number"))
+        .unwrap_or(40);
+    let seed: u64 = std::env::var("FOLIO_FAULT_SEED")
+        .ok()
+        .map(|s| s.parse().expect("FOLIO_FAULT_SEED is a number"))
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+        })
+        | 1;
+    println!("fault_processes: seed {seed} (replay the choices: FOLIO_FAULT_SEED={seed})");
+    let mut rng = Rng(seed);
+    let root = tempfile::tempdir().unwrap();
+    let cut_port = free_port();
+    // The proxy forwards to the cut bookie's real port.
+    let proxy = Proxy::start(cut_port);
+    let mut cluster = Cluster::new(root.path(), proxy.port, cut_port);
+    for i in 0..BOOKIES {
+        cluster.start(i);
+    }
+    println!("fault_processes: {BOOKIES} bookies ready; bookie {CUT} behind a proxy");
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let current: Vec<Arc<Mutex<Option<u64>>>> = (0..2).map(|_| Arc::default()).collect();
+    let writers: Vec<JoinHandle<Vec<Written>>> = (0..2)
+        .map(|w| {
+            let (uri, stop, cur) = (cluster.uri.clone(), stop.clone(), current[w].clone());
+            std::thread::spawn(move || writer(uri, w, stop, cur))
+        })
+        .collect();
+    // Ledgers recovered while their writer was still writing, and what that read saw.
+    let mut midrun: Vec<(u64, Vec<(i64, String)>)> = Vec::new();
+
+    let started = Instant::now();
+    let (mut rounds, mut kills, mut cuts) = (0, 0, 0);
+    while started.elapsed() < Duration::from_secs(seconds) {
+        rounds += 1;
+        std::thread::sleep(rng.millis(500, 2000));
+        let victim = rng.below(BOOKIES as u64) as usize;
+        cluster.kill(victim);
+        kills += 1;
+        let cut = rng.below(2) == 0;
+        if cut {
+            proxy.cut();
+            cuts += 1;
+        }
+        std::thread::sleep(rng.millis(300, 2500));
+        cluster.start(victim);
+        if cut {
+            std::thread::sleep(rng.millis(0, 2000));
+            proxy.heal();
+        }
+        println!(
+            "fault_processes: round {rounds}: SIGKILL bookie {victim}, restarted{}",
+            if cut {
+                ", bookie 4 cut off and healed"
+            } else {
+                ""
+            }
+        );
+        // Now and then another client recovers a ledger under its live writer: the
+        // writer is fenced, and nothing it has acknowledged may be lost.
+        if rng.below(4) == 0 {
+            let w = rng.below(2) as usize;
+            let ledger = *current[w].lock().unwrap();
+            if let Some(ledger) = ledger {
+                match read_ledger(&cluster.uri, ledger) {
+                    Ok(entries) => {
+                        println!(
+                            "fault_processes: recovered ledger {ledger} under writer {w}: {} entries",
+                            entries.len()
+                        );
+                        midrun.push((ledger, entries));
+                    }
+                    Err(e) => println!("fault_processes: recovering ledger {ledger}: {e}"),
+                }
+            }
+        }
+    }
+    stop.store(true, Ordering::SeqCst);
+    let written: Vec<Written> = writers
+        .into_iter()
+        .flat_map(|h| h.join().expect("writer thread"))
+        .collect();
+    proxy.heal();
+
+    let acked: usize = written.iter().map(|r| r.acked.len()).sum();
+    println!(
+        "fault_processes: {rounds} rounds, {kills} SIGKILLs and restarts, {cuts} cuts, \
+         {} recoveries under a live writer; {} ledgers, {acked} entries acknowledged",
+        midrun.len(),
+        written.len()
+    );
+    let mut violations = Vec::new();
+    for rec in &written {
+        let first = read_ledger(&cluster.uri, rec.ledger);
+        let second = read_ledger(&cluster.uri, rec.ledger);
+        match (first, second) {
+            (Ok(a), Ok(b)) => {
+                println!(
+                    "fault_processes: ledger {}: {} sent, {} acked, {} read; writer: {}",
+                    rec.ledger,
+                    rec.sent,
+                    rec.acked.len(),
+                    a.len(),
+                    rec.end
+                );
+                violations.extend(judge(rec, &a));
+                if a != b {
+                    violations.push(format!(
+                        "ledger {}: two reads of the closed ledger differ ({} and {} entries)",
+                        rec.ledger,
+                        a.len(),
+                        b.len()
+                    ));
+                }
+            }
+            (Err(e), _) | (_, Err(e)) => {
+                violations.push(format!("ledger {}: cannot be read: {e}", rec.ledger))
+            }
+        }
+    }
+    for (ledger, early) in &midrun {
+        if let Ok(late) = read_ledger(&cluster.uri, *ledger)
+            && *early != late
+        {
+            violations.push(format!(
+                "ledger {ledger}: recovered mid-run with {} entries, read at the end with {}",
+                early.len(),
+                late.len()
+            ));
+        }
+    }
+    for i in 0..BOOKIES {
+        cluster.kill(i);
+    }
+    assert!(
+        violations.is_empty(),
+        "seed {seed}: {violations:#?}\nrecords: {written:#?}"
+    );
+    // The run must have done something for the checks to mean anything.
+    assert!(acked > 0, "no entry was acknowledged: {written:#?}");
+    assert!(kills > 0);
+}
+
+#[test]
+fn the_judge_sees_a_lost_a_wrong_and_a_misplaced_entry() {
+    let rec = Written {
+        ledger: 7,
+        sent: 3,
+        acked: vec![0, 1, 2],
+        closed: None,
+        end: String::new(),
+    };
+    let good: Vec<(i64, String)> = (0..3).map(|e| (e, payload(7, e as u64))).collect();
+    assert!(judge(&rec, &good).is_empty());
+    assert!(judge(&rec, &good[..2])[0].contains("missing"));
+    let mut wrong = good.clone();
+    wrong[1].1.replace_range(0..1, "L");
+    assert!(judge(&rec, &wrong)[0].contains("never sent"));
+    let mut moved = good.clone();
+    moved[2].1 = payload(7, 1);
+    assert!(judge(&rec, &moved)[0].contains("never sent"));
+}
