@@ -22,7 +22,9 @@ import org.apache.bookkeeper.conf.ClientConfiguration;
  * JSON object as {@code folio bench write --json}.
  *
  * <pre>java -cp CLASSPATH dev.folio.interop.BenchWrite --metadata zk+null://HOST:PORT/ROOT
- *     [-e 3] [-w 3] [-a 2] [--entry-size 1024] [--in-flight 128] [--seconds 15] [--warmup 3]</pre>
+ *     [-e 3] [-w 3] [-a 2] [--entry-size 1024] [--in-flight 128] [--seconds 15] [--entries N]
+ *     [--warmup 3]</pre>
+ * A run stops after {@code --entries} appends or {@code --seconds}, whichever comes first.
  */
 public final class BenchWrite {
     private BenchWrite() {}
@@ -36,6 +38,7 @@ public final class BenchWrite {
         int inFlight = 128;
         double seconds = 15;
         double warmup = 3;
+        long entries = Long.MAX_VALUE;
         for (int i = 0; i < args.length; i++) {
             String v = i + 1 < args.length ? args[i + 1] : null;
             switch (args[i]) {
@@ -47,6 +50,7 @@ public final class BenchWrite {
                 case "--in-flight" -> inFlight = Integer.parseInt(v);
                 case "--seconds" -> seconds = Double.parseDouble(v);
                 case "--warmup" -> warmup = Double.parseDouble(v);
+                case "--entries" -> entries = Long.parseLong(v);
                 default -> {
                     System.err.println("BenchWrite: unknown argument " + args[i]);
                     System.exit(2);
@@ -67,9 +71,11 @@ public final class BenchWrite {
             byte[] payload = new byte[size];
             new java.util.Random(42).nextBytes(payload);
             if (warmup > 0) {
-                run(bk, e, qw, qa, payload, inFlight, warmup);
+                // A tenth of the measured volume at most: the disk is shared.
+                run(bk, e, qw, qa, payload, inFlight, warmup,
+                        entries == Long.MAX_VALUE ? Long.MAX_VALUE : Math.max(1, entries / 10));
             }
-            Result r = run(bk, e, qw, qa, payload, inFlight, seconds);
+            Result r = run(bk, e, qw, qa, payload, inFlight, seconds, entries);
             long[] l = r.latenciesNanos;
             Arrays.sort(l);
             double mean = l.length == 0 ? 0 : Arrays.stream(l).average().orElse(0) / 1e6;
@@ -94,8 +100,8 @@ public final class BenchWrite {
 
     record Result(long[] latenciesNanos, double seconds) {}
 
-    static Result run(BookKeeper bk, int e, int qw, int qa, byte[] payload, int inFlight, double seconds)
-            throws Exception {
+    static Result run(BookKeeper bk, int e, int qw, int qa, byte[] payload, int inFlight, double seconds,
+            long entries) throws Exception {
         LedgerHandle lh = bk.createLedger(e, qw, qa, DigestType.CRC32C, "folio-bench".getBytes());
         Semaphore window = new Semaphore(inFlight);
         AtomicLong done = new AtomicLong();
@@ -104,7 +110,7 @@ public final class BenchWrite {
         long start = System.nanoTime();
         long end = start + (long) (seconds * 1e9);
         long sent = 0;
-        while (System.nanoTime() < end && failure.get() == null) {
+        while (sent < entries && System.nanoTime() < end && failure.get() == null) {
             window.acquire();
             final long t0 = System.nanoTime();
             final long index = sent++;

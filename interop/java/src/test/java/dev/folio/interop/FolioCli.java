@@ -28,10 +28,14 @@ final class FolioCli implements AutoCloseable {
     private static final String EOF = "\u0000eof";
 
     private FolioCli(List<String> args) throws IOException {
+        this(FolioCluster.folioMetadataUri(), args);
+    }
+
+    private FolioCli(String metadataUri, List<String> args) throws IOException {
         List<String> cmd = new ArrayList<>();
         cmd.add(FolioCluster.folioBin().toString());
         cmd.add("--metadata");
-        cmd.add(FolioCluster.folioMetadataUri());
+        cmd.add(metadataUri);
         cmd.addAll(args);
         process = new ProcessBuilder(cmd).redirectError(ProcessBuilder.Redirect.INHERIT).start();
         stdin = new BufferedWriter(new OutputStreamWriter(process.getOutputStream(), StandardCharsets.UTF_8));
@@ -53,6 +57,11 @@ final class FolioCli implements AutoCloseable {
 
     static FolioCli start(String... args) throws IOException {
         return new FolioCli(List.of(args));
+    }
+
+    /** The CLI against another cluster's metadata ({@code --metadata uri}). */
+    static FolioCli startOn(String metadataUri, String... args) throws IOException {
+        return new FolioCli(metadataUri, List.of(args));
     }
 
     /** The next stdout line, or null at the end of the output; fails after 300 s of silence. */
@@ -100,10 +109,14 @@ final class FolioCli implements AutoCloseable {
 
     /** `folio ledger read <id> --hex`: every printed entry, in order, checked for consecutive ids. */
     static List<byte[]> readLedger(long id, String... extra) throws Exception {
+        return readLedgerOn(FolioCluster.folioMetadataUri(), id, extra);
+    }
+
+    static List<byte[]> readLedgerOn(String metadataUri, long id, String... extra) throws Exception {
         List<String> args = new ArrayList<>(List.of("ledger", "read", Long.toString(id), "--hex",
                 "--password", PASSWORD));
         args.addAll(List.of(extra));
-        try (FolioCli cli = new FolioCli(args)) {
+        try (FolioCli cli = new FolioCli(metadataUri, args)) {
             List<byte[]> entries = new ArrayList<>();
             String l;
             while ((l = cli.nextLine()) != null) {
@@ -122,6 +135,36 @@ final class FolioCli implements AutoCloseable {
                 throw new AssertionError("folio ledger read exited " + rc);
             }
             return entries;
+        }
+    }
+
+    /** A process's stdout read on a daemon thread (so it never blocks on a full pipe), line by line. */
+    static final class LineReader {
+        private final BlockingQueue<String> queue = new LinkedBlockingQueue<>();
+
+        LineReader(java.io.InputStream in) {
+            Thread t = new Thread(() -> {
+                try (BufferedReader r = new BufferedReader(new InputStreamReader(in, StandardCharsets.UTF_8))) {
+                    String line;
+                    while ((line = r.readLine()) != null) {
+                        queue.add(line);
+                    }
+                } catch (IOException e) {
+                    // The process ended; next() reports the end.
+                }
+                queue.add(EOF);
+            }, "stdout-reader");
+            t.setDaemon(true);
+            t.start();
+        }
+
+        /** The next line, or null at the end; fails after {@code seconds} of silence. */
+        String next(long seconds) throws InterruptedException {
+            String l = queue.poll(seconds, TimeUnit.SECONDS);
+            if (l == null) {
+                throw new AssertionError("no output for " + seconds + " s");
+            }
+            return l == EOF ? null : l;
         }
     }
 }
