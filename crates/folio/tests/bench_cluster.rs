@@ -14,6 +14,8 @@ use serde_json::Value;
 struct Bookie {
     child: Child,
     addr: String,
+    /// The id it registered under, as it printed it.
+    id: String,
 }
 
 impl Drop for Bookie {
@@ -43,6 +45,10 @@ fn init_cluster(dir: &Path) {
 }
 
 fn start_bookie(dir: &Path, n: usize) -> Bookie {
+    start_bookie_with(dir, n, &[])
+}
+
+fn start_bookie_with(dir: &Path, n: usize, extra: &[&str]) -> Bookie {
     // A full host disk must never fail a test: the bookie may fill it to 99.9%.
     let config = dir.join(format!("bookie{n}.toml"));
     std::fs::write(
@@ -57,6 +63,7 @@ fn start_bookie(dir: &Path, n: usize) -> Bookie {
         .arg(&config)
         .arg("--data-dir")
         .arg(dir.join(format!("bookie{n}")))
+        .args(extra)
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
@@ -69,6 +76,7 @@ fn start_bookie(dir: &Path, n: usize) -> Bookie {
         }
     });
     let mut addr = None;
+    let mut id = None;
     loop {
         let line = lines
             .recv_timeout(Duration::from_secs(120))
@@ -76,6 +84,10 @@ fn start_bookie(dir: &Path, n: usize) -> Bookie {
         if let Some(rest) = line.strip_prefix("bookie ") {
             let port = rest.rsplit(':').next().unwrap().trim().to_string();
             addr = Some(format!("127.0.0.1:{port}"));
+            id = rest
+                .split(" listening on ")
+                .next()
+                .map(|s| s.trim().to_string());
         }
         if line == "ready" {
             break;
@@ -84,6 +96,7 @@ fn start_bookie(dir: &Path, n: usize) -> Bookie {
     Bookie {
         child,
         addr: addr.expect("an address line before ready"),
+        id: id.expect("an address line before ready"),
     }
 }
 
@@ -341,4 +354,39 @@ fn bench_tail_delivers_every_entry_to_every_tailing_reader() {
         "{v}"
     );
     drop(bookies);
+}
+
+#[test]
+fn a_bookie_started_with_rack_publishes_it_in_its_registration() {
+    let dir = tempfile::tempdir().unwrap();
+    init_cluster(dir.path());
+    let b = start_bookie_with(dir.path(), 0, &["--rack", "/region-a/rack-7"]);
+    let uri = metadata_uri(dir.path());
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let rack = rt.block_on(async {
+        let store = folio_metadata::connect_embedded(&uri).await.unwrap();
+        let id = folio_types::BookieId::new(b.id.clone()).unwrap();
+        let info = store.bookie_service_info(&id).await.unwrap();
+        info.properties.get("rack").cloned()
+    });
+    assert_eq!(rack.as_deref(), Some("/region-a/rack-7"));
+    drop(b);
+    // A rack that is not a network location is refused, naming it.
+    let out = Command::new(env!("CARGO_BIN_EXE_folio"))
+        .args([
+            "--metadata",
+            &uri,
+            "bookie",
+            "--port",
+            "0",
+            "--rack",
+            "rack7",
+        ])
+        .arg("--data-dir")
+        .arg(dir.path().join("bad"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("rack7"), "{err}");
 }
