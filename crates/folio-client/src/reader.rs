@@ -309,31 +309,41 @@ impl ReadHandle {
                 entry: meta.last_entry_id + 1,
             });
         }
-        let mut out = Vec::with_capacity((last - first + 1) as usize);
-        let window = self.inner.config.read_parallelism.max(1) as i64;
-        let mut start = first;
-        while start <= last {
-            let end = (start + window - 1).min(last);
-            let mut set = JoinSet::new();
-            for entry in start..=end {
+        // A sliding window: `read_parallelism` entries in flight, the next one sent as soon
+        // as any answers (a slow replica holds up only its own entry's slot).
+        let window = self.inner.config.read_parallelism.max(1);
+        let mut payloads: Vec<Option<Bytes>> = vec![None; (last - first + 1) as usize];
+        let mut set = JoinSet::new();
+        let mut next = first;
+        loop {
+            while next <= last && set.len() < window {
                 let inner = self.inner.clone();
                 let meta = meta.clone();
                 let digest = self.digest.clone();
+                let entry = next;
                 set.spawn(async move { (entry, read_entry(&inner, &meta, &digest, entry).await) });
+                next += 1;
             }
-            let mut batch = Vec::new();
-            while let Some(r) = set.join_next().await {
-                let (entry, result) =
-                    r.map_err(|e| ClientError::InvalidArgument(format!("read task failed: {e}")))?;
-                batch.push((entry, result?));
-            }
-            batch.sort_by_key(|(e, _)| *e);
-            out.extend(batch.into_iter().map(|(entry_id, v)| LedgerEntry {
+            let Some(r) = set.join_next().await else {
+                break;
+            };
+            let (entry, result) =
+                r.map_err(|e| ClientError::InvalidArgument(format!("read task failed: {e}")))?;
+            payloads[(entry - first) as usize] = Some(result?.payload);
+        }
+        let mut out = Vec::with_capacity(payloads.len());
+        for (entry_id, payload) in (first..).zip(payloads) {
+            let Some(payload) = payload else {
+                return Err(ClientError::NoSuchEntry {
+                    ledger: self.ledger,
+                    entry: entry_id,
+                });
+            };
+            out.push(LedgerEntry {
                 ledger_id: self.ledger,
                 entry_id,
-                payload: v.payload,
-            }));
-            start = end + 1;
+                payload,
+            });
         }
         Ok(out)
     }

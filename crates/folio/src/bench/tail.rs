@@ -28,8 +28,9 @@ use serde_json::{Map, json};
 use super::report::{Latencies, Summary};
 use super::write::{Limit, PASSWORD, payload, validate_quorum};
 
-/// Entries a reader asks for in one range read.
-const READ_CHUNK: i64 = 64;
+/// Most entries a reader asks for in one range read (the client keeps
+/// `read_parallelism` of them in flight).
+const READ_CHUNK: i64 = 256;
 
 /// How long one long poll waits before the reader looks again (a close also ends it).
 const POLL: Duration = Duration::from_secs(1);
