@@ -66,6 +66,10 @@ pub struct BookieConfig {
     pub disk_check_interval_ms: u64,
     #[serde(alias = "zkTimeout")]
     pub metadata_session_timeout_ms: u64,
+    /// The network location published in the registration (property `rack`) for
+    /// rack-aware placement by clients. BookKeeper has no such bookie key (its clients
+    /// resolve racks with a script or DNS); Folio's clients read this property.
+    pub rack: Option<String>,
 }
 
 impl Default for BookieConfig {
@@ -97,6 +101,7 @@ impl Default for BookieConfig {
             disk_usage_lwm_threshold: 0.95,
             disk_check_interval_ms: 10_000,
             metadata_session_timeout_ms: 10_000,
+            rack: None,
         }
     }
 }
@@ -191,6 +196,12 @@ disk_check_interval_ms = 10000
 
 # Metadata store session timeout, in ms. [zkTimeout]
 metadata_session_timeout_ms = 10000
+
+# The bookie's network location, "/region/rack" (or "/rack"), published in its registration
+# (property "rack") for clients doing rack-aware placement. The --rack flag overrides it.
+# Folio-only: BookKeeper's bookies have no such key (its clients map addresses to racks with
+# networkTopologyScriptFileName or DNS); a Folio client's rack_mapping_file wins over it.
+# rack = "/region-a/rack-1"
 "#;
 
 /// Why a configuration could not be used.
@@ -279,6 +290,14 @@ impl BookieConfig {
                  disk_usage_threshold ({t}) <= 1"
             )));
         }
+        if let Some(rack) = &self.rack
+            && !valid_rack(rack)
+        {
+            return Err(ConfigError::Invalid(format!(
+                "rack {rack:?} is not a network location like \"/region/rack\": it must start \
+                 with '/' and hold no whitespace or empty segment"
+            )));
+        }
         for (key, v) in [
             ("max_pending_adds", self.max_pending_adds),
             ("max_pending_reads", self.max_pending_reads),
@@ -295,6 +314,14 @@ impl BookieConfig {
         }
         Ok(())
     }
+}
+
+/// Whether `rack` is a network location as BookKeeper writes them: `/a`, `/a/b`, ...
+pub fn valid_rack(rack: &str) -> bool {
+    rack.len() > 1
+        && rack.starts_with('/')
+        && rack[1..].split('/').all(|s| !s.is_empty())
+        && !rack.chars().any(char::is_whitespace)
 }
 
 /// A directory list: a TOML array, or BookKeeper's comma-separated string.
@@ -352,8 +379,28 @@ mod tests {
             "http_port",
             "data_dir",
             "index_dir",
+            "rack",
         ] {
             assert!(DEFAULT_CONFIG_TOML.contains(&format!("# {key} =")), "{key}");
+        }
+    }
+
+    #[test]
+    fn a_rack_is_a_network_location() {
+        let c = BookieConfig::from_toml("rack = \"/eu-1/r7\"", Path::new("r.toml")).unwrap();
+        assert_eq!(c.rack.as_deref(), Some("/eu-1/r7"));
+        for good in ["/r1", "/eu-1/r7"] {
+            assert!(valid_rack(good), "{good}");
+        }
+        for bad in ["", "/", "r1", "/a//b", "/a/", "/a b"] {
+            assert!(!valid_rack(bad), "{bad:?}");
+            let c = BookieConfig {
+                data_dir: Some("/d".into()),
+                rack: Some(bad.into()),
+                ..BookieConfig::default()
+            };
+            let e = c.validate().unwrap_err().to_string();
+            assert!(e.contains("rack"), "{e}");
         }
     }
 

@@ -319,7 +319,7 @@ impl BookieNode {
                 }
                 let info = BookieServiceInfo {
                     endpoints,
-                    properties: Default::default(),
+                    properties: crate::registration::service_properties(&config),
                 };
                 let probe_storage = storage.clone();
                 let started = Registrar::start(

@@ -6,6 +6,7 @@
 //! calls), so the registrar holds a [`Connector`] that opens a fresh session and registers again,
 //! retrying until it succeeds or the bookie stops.
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::path::PathBuf;
 use std::pin::Pin;
@@ -20,6 +21,8 @@ use folio_storage::cookie::Cookie;
 use folio_types::BookieId;
 use tokio::sync::watch;
 use tracing::{info, warn};
+
+use crate::config::BookieConfig;
 
 /// Opens a new session with the metadata service.
 pub type Connector = Arc<
@@ -156,6 +159,19 @@ pub async fn check_cookies(
             Ok(())
         }
     }
+}
+
+/// The property under which a bookie publishes its rack (the client reads it for
+/// rack-aware placement: `folio_client::ensemble::RACK_PROPERTY`).
+pub const RACK_PROPERTY: &str = "rack";
+
+/// The properties a bookie publishes in its registration: its `rack` if configured.
+pub fn service_properties(config: &BookieConfig) -> BTreeMap<String, String> {
+    let mut p = BTreeMap::new();
+    if let Some(rack) = &config.rack {
+        p.insert(RACK_PROPERTY.to_string(), rack.clone());
+    }
+    p
 }
 
 /// Where the registration stands.

@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use folio_env::{Clock, Rng, SystemClock, SystemRng};
 use folio_metadata::{MetadataStore, Versioned};
@@ -13,7 +14,7 @@ use folio_types::{EntryId, LedgerId};
 
 use crate::config::ClientConfig;
 use crate::conn::{Bookies, Connector, TcpConnector};
-use crate::ensemble::{RACK_PROPERTY, Racks, choose_ensemble};
+use crate::ensemble::{RACK_PROPERTY, Racks, choose_ensemble, parse_rack_mapping};
 use crate::error::{ClientError, Result};
 use crate::ledger::LedgerHandle;
 use crate::reader::ReadHandle;
@@ -85,27 +86,66 @@ pub(crate) struct Inner {
     pub config: Arc<ClientConfig>,
     pub rng: Arc<dyn Rng>,
     pub clock: Arc<dyn Clock>,
+    pub stats: Stats,
+}
+
+/// Counters kept by a client (read with [`Client::stats`]).
+#[derive(Debug, Default)]
+pub(crate) struct Stats {
+    pub speculative_reads: AtomicU64,
+    pub speculative_read_wins: AtomicU64,
+}
+
+/// What a client has done so far.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ClientStats {
+    /// Reads sent to a further replica because the previous one had not answered within
+    /// [`ClientConfig::speculative_read_timeout`].
+    pub speculative_reads: u64,
+    /// Entries whose verified answer came from a replica asked speculatively.
+    pub speculative_read_wins: u64,
 }
 
 impl Inner {
-    /// The racks of `bookies`, when rack-aware placement is on (bookies without a `rack`
-    /// property, or whose registration cannot be read, have none).
+    /// The racks of `bookies`, when rack-aware placement is on: from the rack mapping
+    /// file for the bookies it names, else from the `rack` property of their registration
+    /// (bookies with neither, or whose registration cannot be read, have none). An
+    /// unreadable or malformed mapping file is an error naming it.
     pub(crate) async fn racks(
         &self,
         bookies: &std::collections::BTreeSet<folio_types::BookieId>,
-    ) -> Racks {
+    ) -> Result<Racks> {
         let mut racks = Racks::new();
         if !self.config.rack_aware {
-            return racks;
+            return Ok(racks);
         }
+        let mapped = match &self.config.rack_mapping_file {
+            Some(path) => {
+                let text = std::fs::read_to_string(path).map_err(|e| {
+                    ClientError::InvalidArgument(format!(
+                        "cannot read the rack mapping file {}: {e}",
+                        path.display()
+                    ))
+                })?;
+                parse_rack_mapping(&text).map_err(|e| {
+                    ClientError::InvalidArgument(format!(
+                        "bad rack mapping file {}: {e}",
+                        path.display()
+                    ))
+                })?
+            }
+            None => Racks::new(),
+        };
         for b in bookies {
-            if let Ok(info) = self.metadata.bookie_service_info(b).await
+            if let Some(rack) = mapped.get(b) {
+                racks.insert(b.clone(), rack.clone());
+            } else if let Ok(info) = self.metadata.bookie_service_info(b).await
                 && let Some(rack) = info.properties.get(RACK_PROPERTY)
             {
                 racks.insert(b.clone(), rack.clone());
             }
         }
-        racks
+        Ok(racks)
     }
 }
 
@@ -205,7 +245,17 @@ impl Client {
                 config,
                 rng,
                 clock,
+                stats: Stats::default(),
             }),
+        }
+    }
+
+    /// What this client has done so far (speculative reads).
+    pub fn stats(&self) -> ClientStats {
+        let s = &self.inner.stats;
+        ClientStats {
+            speculative_reads: s.speculative_reads.load(Ordering::Relaxed),
+            speculative_read_wins: s.speculative_read_wins.load(Ordering::Relaxed),
         }
     }
 
@@ -221,7 +271,7 @@ impl Client {
             .map_err(ClientError::InvalidArgument)?;
         let inner = &self.inner;
         let writable = inner.metadata.list_bookies().await?.writable;
-        let racks = inner.racks(&writable).await;
+        let racks = inner.racks(&writable).await?;
         let ensemble = choose_ensemble(
             quorum.ensemble_size,
             quorum.write_quorum,

@@ -14,6 +14,10 @@ pub struct ClientConfig {
     pub add_entry_quorum_timeout: Option<Duration>,
     /// How long a bookie may take to answer a read (`readEntryTimeoutSec`). Default: 5 s.
     pub read_timeout: Duration,
+    /// When a replica has not answered a read of an entry for this long, the same read
+    /// also goes to the next replica of the entry's write set and the first valid answer
+    /// wins (`speculativeReadTimeout`). Zero disables speculative reads. Default: 2 s.
+    pub speculative_read_timeout: Duration,
     /// TCP connect timeout (`clientConnectTimeoutMillis`). Default: 10 s.
     pub connect_timeout: Duration,
     /// After a failed connection, requests to that bookie fail at once for this long
@@ -35,6 +39,12 @@ pub struct ClientConfig {
     /// Rack-aware placement: read each writable bookie's `rack` property (from its
     /// registration) and spread write sets over racks. Default: false (random placement).
     pub rack_aware: bool,
+    /// With rack-aware placement, a file mapping bookies to racks, one `host:port rack`
+    /// per line (see [`crate::ensemble::parse_rack_mapping`]); read at every placement, and
+    /// a bookie it names gets its rack from here rather than from the `rack` property of
+    /// its registration. BookKeeper's analogue is `networkTopologyScriptFileName` (a
+    /// script). Default: none.
+    pub rack_mapping_file: Option<std::path::PathBuf>,
     /// Largest frame accepted from a bookie (`nettyMaxFrameSizeBytes`). Default: 5 MiB.
     pub max_frame_size: usize,
     /// Entries read in parallel by a range read. Default: 32.
@@ -50,6 +60,7 @@ impl Default for ClientConfig {
             add_entry_timeout: Duration::from_secs(5),
             add_entry_quorum_timeout: None,
             read_timeout: Duration::from_secs(5),
+            speculative_read_timeout: Duration::from_millis(2000),
             connect_timeout: Duration::from_secs(10),
             reconnect_backoff: Duration::from_millis(100),
             max_reconnect_backoff: Duration::from_secs(5),
@@ -57,6 +68,7 @@ impl Default for ClientConfig {
             max_ensemble_changes: 50,
             delay_ensemble_change: false,
             rack_aware: false,
+            rack_mapping_file: None,
             max_frame_size: folio_proto::DEFAULT_MAX_FRAME_SIZE,
             read_parallelism: 32,
             metadata_retries: 10,

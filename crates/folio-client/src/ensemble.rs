@@ -21,6 +21,37 @@ pub type Racks = BTreeMap<BookieId, String>;
 /// The property a bookie publishes its rack under (in its `BookieServiceInfo`).
 pub const RACK_PROPERTY: &str = "rack";
 
+/// Parses a rack mapping file (the client's counterpart of BookKeeper's
+/// `networkTopologyScriptFileName`, as a table instead of a script): one `host:port rack`
+/// per line, e.g. `10.0.0.5:3181 /region-a/rack-1`; blank lines and `#` comments are
+/// skipped. The error names the line.
+pub fn parse_rack_mapping(text: &str) -> Result<Racks, String> {
+    let mut racks = Racks::new();
+    for (n, line) in text.lines().enumerate() {
+        let line = line.split('#').next().unwrap_or("").trim();
+        if line.is_empty() {
+            continue;
+        }
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let [bookie, rack] = fields[..] else {
+            return Err(format!(
+                "line {}: expected \"host:port rack\", got {line:?}",
+                n + 1
+            ));
+        };
+        let id = BookieId::new(bookie.to_string())
+            .map_err(|e| format!("line {}: bad bookie id {bookie:?}: {e}", n + 1))?;
+        if !rack.starts_with('/') || rack.len() < 2 {
+            return Err(format!(
+                "line {}: rack {rack:?} is not a network location like /region/rack",
+                n + 1
+            ));
+        }
+        racks.insert(id, rack.to_string());
+    }
+    Ok(racks)
+}
+
 /// Whether ensemble positions `a` and `b` share a write set (round-robin striping).
 fn share_write_set(a: usize, b: usize, ensemble_size: usize, write_quorum: usize) -> bool {
     let d = a.abs_diff(b);
@@ -153,6 +184,21 @@ pub fn with_new_fragment(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_rack_mapping_file_maps_bookies_and_names_bad_lines() {
+        let text = "# racks\n127.0.0.1:3181 /r1\n\n  127.0.0.1:3182   /eu/r2  # two\n";
+        let racks = super::parse_rack_mapping(text).unwrap();
+        assert_eq!(racks.len(), 2);
+        assert_eq!(
+            racks[&folio_types::BookieId::new("127.0.0.1:3182".to_string()).unwrap()],
+            "/eu/r2"
+        );
+        let e = super::parse_rack_mapping("a:1 /r1\nb:2\n").unwrap_err();
+        assert!(e.contains("line 2"), "{e}");
+        let e = super::parse_rack_mapping("a:1 r1\n").unwrap_err();
+        assert!(e.contains("line 1") && e.contains("r1"), "{e}");
+    }
+
     use super::*;
     use folio_env::SystemRng;
     use folio_types::metadata::DigestType;

@@ -488,7 +488,7 @@ async fn change_ensemble(
     let mut attempt = 0;
     loop {
         let writable = inner.metadata.list_bookies().await?.writable;
-        let racks = inner.racks(&writable).await;
+        let racks = inner.racks(&writable).await?;
         let next = replace_bookies(
             &ensemble,
             meta.value.write_quorum,

@@ -47,7 +47,7 @@ mod reader;
 mod recover;
 pub mod recovery;
 
-pub use client::{Client, CreateOptions, OpenOptions};
+pub use client::{Client, ClientStats, CreateOptions, OpenOptions};
 pub use config::ClientConfig;
 pub use error::{ClientError, Result};
 pub use folio_types::metadata::DigestType;

@@ -2,13 +2,16 @@
 //! the LAC (from all bookies until every ack quorum answered, or the first answer), and
 //! the long poll that waits for the LAC to move.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
+use std::task::Poll;
 use std::time::Duration;
 
 use bytes::Bytes;
 use folio_metadata::Versioned;
-use folio_proto::{DigestManager, Status, VerifiedEntry};
+use folio_proto::{DigestManager, Status, VerifiedEntry, pb};
 use folio_types::metadata::LedgerMetadata;
 use folio_types::{BookieId, EntryId, LedgerId};
 use parking_lot::Mutex;
@@ -60,9 +63,18 @@ pub(crate) fn rpc_error(
     }
 }
 
+/// A read request to one replica, in flight.
+type ReplicaRead<'a> =
+    Pin<Box<dyn Future<Output = std::result::Result<pb::Response, RpcError>> + Send + 'a>>;
+
 /// Reads one entry from the replicas of its write set, in order, until one returns it
-/// with a valid digest. All "no entry" is [`ClientError::NoSuchEntry`]; otherwise the
-/// first digest mismatch, or the last error, is returned.
+/// with a valid digest. An error or a digest mismatch moves on to the next replica at
+/// once; a replica that has not answered after [`ClientConfig::speculative_read_timeout`]
+/// gets company: the same read goes to the next replica too, and the first valid answer
+/// wins (BookKeeper's speculative reads). All "no entry" is [`ClientError::NoSuchEntry`];
+/// otherwise the first digest mismatch, or the last error, is returned.
+///
+/// [`ClientConfig::speculative_read_timeout`]: crate::ClientConfig::speculative_read_timeout
 pub(crate) async fn read_entry(
     inner: &Inner,
     meta: &LedgerMetadata,
@@ -76,23 +88,79 @@ pub(crate) async fn read_entry(
     let Some(ensemble) = meta.ensemble_for_entry(entry) else {
         return Err(ClientError::NoSuchEntry { ledger, entry });
     };
+    let replicas: Vec<&BookieId> = quorum
+        .write_set(entry)
+        .into_iter()
+        .map(|p| &ensemble[p])
+        .collect();
+    let speculate = inner.config.speculative_read_timeout;
+    let send = |i: usize| {
+        let fut = inner.bookies.call(
+            replicas[i],
+            req::read(ledger, entry, None),
+            inner.config.read_timeout,
+        );
+        (i, false, Box::pin(fut) as ReplicaRead<'_>)
+    };
+    let mut inflight: Vec<(usize, bool, ReplicaRead<'_>)> = Vec::new();
+    let mut next = 0;
     let mut mismatch = None;
     let mut other = None;
-    for p in quorum.write_set(entry) {
-        let bookie = &ensemble[p];
-        let result = inner
-            .bookies
-            .call(
-                bookie,
-                req::read(ledger, entry, None),
-                inner.config.read_timeout,
-            )
-            .await;
+    loop {
+        if inflight.is_empty() {
+            if next == replicas.len() {
+                break;
+            }
+            inflight.push(send(next));
+            next += 1;
+        }
+        // A replica that answers within the speculative timeout spares the others.
+        let can_speculate = !speculate.is_zero() && next < replicas.len();
+        let timer = async move {
+            if !can_speculate {
+                std::future::pending::<()>().await;
+            }
+            tokio::time::sleep(speculate).await;
+        };
+        let answered = std::future::poll_fn(|cx| {
+            for k in 0..inflight.len() {
+                if let Poll::Ready(r) = inflight[k].2.as_mut().poll(cx) {
+                    let (i, speculative, _) = inflight.swap_remove(k);
+                    return Poll::Ready(Some((i, speculative, r)));
+                }
+            }
+            Poll::Pending
+        });
+        let answer = tokio::select! {
+            a = answered => a,
+            () = timer => None,
+        };
+        let Some((i, speculative, result)) = answer else {
+            tracing::debug!(ledger, entry, "slow read; asking the next replica too");
+            inner
+                .stats
+                .speculative_reads
+                .fetch_add(1, Ordering::Relaxed);
+            let mut r = send(next);
+            r.1 = true;
+            inflight.push(r);
+            next += 1;
+            continue;
+        };
+        let bookie = replicas[i];
         match result {
             Ok(resp) => {
                 let body = resp.read_response.and_then(|r| r.body).unwrap_or_default();
                 match digest.verify(&body, entry) {
-                    Ok(v) => return Ok(v),
+                    Ok(v) => {
+                        if speculative {
+                            inner
+                                .stats
+                                .speculative_read_wins
+                                .fetch_add(1, Ordering::Relaxed);
+                        }
+                        return Ok(v);
+                    }
                     Err(e) => {
                         tracing::warn!(ledger, entry, %bookie, "bad entry: {e}");
                         mismatch.get_or_insert(ClientError::DigestMismatch {
@@ -105,6 +173,11 @@ pub(crate) async fn read_entry(
             }
             Err(RpcError::Status(Status::NoEntry | Status::NoLedger)) => {}
             Err(e) => other = Some(rpc_error(ledger, entry, bookie, e)),
+        }
+        // This replica could not give the entry: ask the next one at once.
+        if next < replicas.len() {
+            inflight.push(send(next));
+            next += 1;
         }
     }
     Err(mismatch
@@ -236,31 +309,41 @@ impl ReadHandle {
                 entry: meta.last_entry_id + 1,
             });
         }
-        let mut out = Vec::with_capacity((last - first + 1) as usize);
-        let window = self.inner.config.read_parallelism.max(1) as i64;
-        let mut start = first;
-        while start <= last {
-            let end = (start + window - 1).min(last);
-            let mut set = JoinSet::new();
-            for entry in start..=end {
+        // A sliding window: `read_parallelism` entries in flight, the next one sent as soon
+        // as any answers (a slow replica holds up only its own entry's slot).
+        let window = self.inner.config.read_parallelism.max(1);
+        let mut payloads: Vec<Option<Bytes>> = vec![None; (last - first + 1) as usize];
+        let mut set = JoinSet::new();
+        let mut next = first;
+        loop {
+            while next <= last && set.len() < window {
                 let inner = self.inner.clone();
                 let meta = meta.clone();
                 let digest = self.digest.clone();
+                let entry = next;
                 set.spawn(async move { (entry, read_entry(&inner, &meta, &digest, entry).await) });
+                next += 1;
             }
-            let mut batch = Vec::new();
-            while let Some(r) = set.join_next().await {
-                let (entry, result) =
-                    r.map_err(|e| ClientError::InvalidArgument(format!("read task failed: {e}")))?;
-                batch.push((entry, result?));
-            }
-            batch.sort_by_key(|(e, _)| *e);
-            out.extend(batch.into_iter().map(|(entry_id, v)| LedgerEntry {
+            let Some(r) = set.join_next().await else {
+                break;
+            };
+            let (entry, result) =
+                r.map_err(|e| ClientError::InvalidArgument(format!("read task failed: {e}")))?;
+            payloads[(entry - first) as usize] = Some(result?.payload);
+        }
+        let mut out = Vec::with_capacity(payloads.len());
+        for (entry_id, payload) in (first..).zip(payloads) {
+            let Some(payload) = payload else {
+                return Err(ClientError::NoSuchEntry {
+                    ledger: self.ledger,
+                    entry: entry_id,
+                });
+            };
+            out.push(LedgerEntry {
                 ledger_id: self.ledger,
                 entry_id,
-                payload: v.payload,
-            }));
-            start = end + 1;
+                payload,
+            });
         }
         Ok(out)
     }

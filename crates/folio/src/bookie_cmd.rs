@@ -24,6 +24,10 @@ pub struct BookieArgs {
     /// Admin HTTP port (no HTTP endpoint unless given here or in the config).
     #[arg(long)]
     pub http_port: Option<u16>,
+    /// Network location published in the registration for rack-aware clients, e.g.
+    /// /region-a/rack-1 (overrides the config's rack).
+    #[arg(long, value_name = "/REGION/RACK")]
+    pub rack: Option<String>,
     /// TOML configuration file; the flags override it.
     #[arg(long)]
     pub config: Option<PathBuf>,
@@ -91,6 +95,9 @@ pub fn run(metadata: Option<String>, args: BookieArgs) -> anyhow::Result<()> {
     }
     if let Some(p) = args.http_port {
         config.http_port = Some(p);
+    }
+    if let Some(r) = args.rack {
+        config.rack = Some(r);
     }
     let Some(uri) = metadata.or_else(|| config.metadata_service_uri.clone()) else {
         bail!(

@@ -14,6 +14,8 @@ use serde_json::Value;
 struct Bookie {
     child: Child,
     addr: String,
+    /// The id it registered under, as it printed it.
+    id: String,
 }
 
 impl Drop for Bookie {
@@ -43,11 +45,25 @@ fn init_cluster(dir: &Path) {
 }
 
 fn start_bookie(dir: &Path, n: usize) -> Bookie {
+    start_bookie_with(dir, n, &[])
+}
+
+fn start_bookie_with(dir: &Path, n: usize, extra: &[&str]) -> Bookie {
+    // A full host disk must never fail a test: the bookie may fill it to 99.9%.
+    let config = dir.join(format!("bookie{n}.toml"));
+    std::fs::write(
+        &config,
+        "disk_usage_threshold = 0.999\ndisk_usage_lwm_threshold = 0.998\n",
+    )
+    .unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_folio"))
         .arg("--metadata")
         .arg(metadata_uri(dir))
-        .args(["bookie", "--port", "0", "--data-dir"])
+        .args(["bookie", "--port", "0", "--config"])
+        .arg(&config)
+        .arg("--data-dir")
         .arg(dir.join(format!("bookie{n}")))
+        .args(extra)
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
@@ -60,6 +76,7 @@ fn start_bookie(dir: &Path, n: usize) -> Bookie {
         }
     });
     let mut addr = None;
+    let mut id = None;
     loop {
         let line = lines
             .recv_timeout(Duration::from_secs(120))
@@ -67,6 +84,10 @@ fn start_bookie(dir: &Path, n: usize) -> Bookie {
         if let Some(rest) = line.strip_prefix("bookie ") {
             let port = rest.rsplit(':').next().unwrap().trim().to_string();
             addr = Some(format!("127.0.0.1:{port}"));
+            id = rest
+                .split(" listening on ")
+                .next()
+                .map(|s| s.trim().to_string());
         }
         if line == "ready" {
             break;
@@ -75,6 +96,7 @@ fn start_bookie(dir: &Path, n: usize) -> Bookie {
     Bookie {
         child,
         addr: addr.expect("an address line before ready"),
+        id: id.expect("an address line before ready"),
     }
 }
 
@@ -219,4 +241,152 @@ fn bench_write_without_metadata_is_a_one_line_error() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.contains("--metadata"), "{err}");
+}
+
+#[test]
+fn bench_read_reads_back_every_entry_it_wrote_then_reads_kept_ledgers_by_id() {
+    let dir = tempfile::tempdir().unwrap();
+    init_cluster(dir.path());
+    let bookies: Vec<Bookie> = (0..3).map(|i| start_bookie(dir.path(), i)).collect();
+    let uri = metadata_uri(dir.path());
+    // 301 entries over 2 ledgers (151 + 150), read 7 at a time with 10 reads in flight.
+    let v = bench_json(
+        Some(&uri),
+        &[
+            "read",
+            "-e",
+            "3",
+            "-w",
+            "2",
+            "-a",
+            "2",
+            "--entry-size",
+            "100",
+            "--entries",
+            "301",
+            "--ledgers",
+            "2",
+            "--in-flight",
+            "10",
+            "--batch",
+            "7",
+            "--keep",
+            "--json",
+        ],
+    );
+    assert_eq!(v["bench"], "read");
+    check_summary(&v, 301, 100);
+    check_summary(&v["write_phase"], 301, 100);
+    assert_eq!(v["batch"], 7);
+    assert_eq!(v["entries_per_ledger"], serde_json::json!([151, 150]));
+    let ids: Vec<String> = v["ledger_ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i.as_u64().unwrap().to_string())
+        .collect();
+    assert_eq!(ids.len(), 2);
+    // The kept ledgers, read again by id: the same counts, no write phase.
+    let v = bench_json(
+        Some(&uri),
+        &[
+            "read",
+            "--ledger",
+            &ids[0],
+            "--ledger",
+            &ids[1],
+            "--in-flight",
+            "4",
+            "--json",
+        ],
+    );
+    check_summary(&v, 301, 100);
+    assert!(v["write_phase"].is_null(), "{v}");
+    assert_eq!(v["entries_per_ledger"], serde_json::json!([151, 150]));
+    // A wrong password is refused, naming the ledger.
+    let out = Command::new(env!("CARGO_BIN_EXE_folio"))
+        .args(["--metadata", &uri, "bench", "read", "--ledger", &ids[0]])
+        .args(["--password", "wrong"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(&ids[0]), "{err}");
+    drop(bookies);
+}
+
+#[test]
+fn bench_tail_delivers_every_entry_to_every_tailing_reader() {
+    let dir = tempfile::tempdir().unwrap();
+    init_cluster(dir.path());
+    let bookies: Vec<Bookie> = (0..3).map(|i| start_bookie(dir.path(), i)).collect();
+    let uri = metadata_uri(dir.path());
+    let v = bench_json(
+        Some(&uri),
+        &[
+            "tail",
+            "-e",
+            "3",
+            "-w",
+            "2",
+            "-a",
+            "2",
+            "--entry-size",
+            "100",
+            "--entries",
+            "250",
+            "--in-flight",
+            "8",
+            "--readers",
+            "2",
+            "--json",
+        ],
+    );
+    assert_eq!(v["bench"], "tail");
+    check_summary(&v, 250, 100);
+    assert_eq!(v["readers"], 2);
+    assert_eq!(v["delivered"], 500);
+    assert_eq!(v["delivered_per_reader"], serde_json::json!([250, 250]));
+    let a = &v["append_latency_ms"];
+    assert!(a["p50"].as_f64().unwrap() > 0.0, "{v}");
+    assert!(
+        a["p50"].as_f64().unwrap() <= a["max"].as_f64().unwrap(),
+        "{v}"
+    );
+    drop(bookies);
+}
+
+#[test]
+fn a_bookie_started_with_rack_publishes_it_in_its_registration() {
+    let dir = tempfile::tempdir().unwrap();
+    init_cluster(dir.path());
+    let b = start_bookie_with(dir.path(), 0, &["--rack", "/region-a/rack-7"]);
+    let uri = metadata_uri(dir.path());
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let rack = rt.block_on(async {
+        let store = folio_metadata::connect_embedded(&uri).await.unwrap();
+        let id = folio_types::BookieId::new(b.id.clone()).unwrap();
+        let info = store.bookie_service_info(&id).await.unwrap();
+        info.properties.get("rack").cloned()
+    });
+    assert_eq!(rack.as_deref(), Some("/region-a/rack-7"));
+    drop(b);
+    // A rack that is not a network location is refused, naming it.
+    let out = Command::new(env!("CARGO_BIN_EXE_folio"))
+        .args([
+            "--metadata",
+            &uri,
+            "bookie",
+            "--port",
+            "0",
+            "--rack",
+            "rack7",
+        ])
+        .arg("--data-dir")
+        .arg(dir.path().join("bad"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("rack7"), "{err}");
 }

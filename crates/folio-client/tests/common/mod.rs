@@ -126,6 +126,9 @@ impl Cluster {
             let config = BookieConfig {
                 data_dir: Some(dir.path().to_path_buf()),
                 journal_max_group_wait_ms: 1,
+                // A full host disk must never fail a test.
+                disk_usage_threshold: 0.999,
+                disk_usage_lwm_threshold: 0.998,
                 ..BookieConfig::default()
             };
             let storage = Arc::new(

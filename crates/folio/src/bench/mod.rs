@@ -4,7 +4,9 @@
 
 pub mod bookie;
 pub mod journal;
+pub mod read;
 pub mod report;
+pub mod tail;
 pub mod write;
 
 use clap::{Args, Subcommand};
@@ -24,6 +26,12 @@ pub enum BenchCommand {
     Bookie(bookie::BookieBenchArgs),
     /// Appends through the client to the cluster of --metadata, like `benchmark writes`.
     Write(write::WriteBenchArgs),
+    /// Writes ledgers (or takes --ledger IDs) and reads them back through the client,
+    /// like `benchmark reads`.
+    Read(read::ReadBenchArgs),
+    /// One writer and tailing readers (long-poll LAC) on one ledger: end-to-end latency,
+    /// like `benchmark reads -listen`.
+    Tail(tail::TailBenchArgs),
 }
 
 pub fn run(args: BenchArgs, metadata: Option<String>) -> anyhow::Result<()> {
@@ -31,5 +39,7 @@ pub fn run(args: BenchArgs, metadata: Option<String>) -> anyhow::Result<()> {
         BenchCommand::Journal(a) => journal::run(a),
         BenchCommand::Bookie(a) => bookie::run(a),
         BenchCommand::Write(a) => write::run(a, metadata),
+        BenchCommand::Read(a) => read::run(a, metadata),
+        BenchCommand::Tail(a) => tail::run(a, metadata),
     }
 }

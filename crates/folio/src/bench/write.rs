@@ -22,7 +22,8 @@ use serde_json::{Map, json};
 
 use super::report::{Latencies, Summary};
 
-const PASSWORD: &[u8] = b"folio-bench";
+/// The password of benchmark ledgers (`folio bench read --ledger` expects it by default).
+pub(super) const PASSWORD: &[u8] = b"folio-bench";
 
 #[derive(Args, Debug, Clone)]
 pub struct WriteBenchArgs {
@@ -70,7 +71,7 @@ pub struct WriteBenchArgs {
 
 /// When a run stops.
 #[derive(Debug, Clone, Copy)]
-enum Limit {
+pub(super) enum Limit {
     Entries(u64),
     Until(Instant),
 }
@@ -90,15 +91,16 @@ pub fn run(a: WriteBenchArgs, metadata: Option<String>) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn validate(a: &WriteBenchArgs) -> anyhow::Result<()> {
-    if !(a.ack_quorum >= 1 && a.ack_quorum <= a.write_quorum && a.write_quorum <= a.ensemble) {
-        bail!(
-            "bad quorum -e {} -w {} -a {}: need 1 <= Qa <= Qw <= E",
-            a.ensemble,
-            a.write_quorum,
-            a.ack_quorum
-        );
+/// Refuses a quorum BookKeeper would refuse, naming the flags.
+pub(super) fn validate_quorum(ensemble: usize, write: usize, ack: usize) -> anyhow::Result<()> {
+    if !(ack >= 1 && ack <= write && write <= ensemble) {
+        bail!("bad quorum -e {ensemble} -w {write} -a {ack}: need 1 <= Qa <= Qw <= E");
     }
+    Ok(())
+}
+
+fn validate(a: &WriteBenchArgs) -> anyhow::Result<()> {
+    validate_quorum(a.ensemble, a.write_quorum, a.ack_quorum)?;
     for (name, v) in [
         ("--entries", a.entries.unwrap_or(1)),
         ("--in-flight", a.in_flight),
@@ -141,11 +143,7 @@ async fn bench(a: &WriteBenchArgs, uri: &str) -> anyhow::Result<String> {
             .context("cannot create a benchmark ledger")?;
         ledgers.push(Arc::new(l));
     }
-    let payload = Bytes::from(
-        (0..a.entry_size)
-            .map(|i| b'a' + (i % 26) as u8)
-            .collect::<Vec<u8>>(),
-    );
+    let payload = payload(a.entry_size);
     let total = a
         .entries
         .unwrap_or(if a.seconds.is_some() { 0 } else { 10_000 });
@@ -234,9 +232,18 @@ async fn bench(a: &WriteBenchArgs, uri: &str) -> anyhow::Result<String> {
     ))
 }
 
+/// The payload of every benchmark entry: `size` bytes of a repeating alphabet.
+pub(super) fn payload(size: usize) -> Bytes {
+    Bytes::from(
+        (0..size)
+            .map(|i| b'a' + (i % 26) as u8)
+            .collect::<Vec<u8>>(),
+    )
+}
+
 /// Appends to one ledger with up to `window` outstanding until `limit`; returns how many
 /// were acknowledged. Acknowledgements come in entry order, so the oldest is awaited first.
-async fn append_loop(
+pub(super) async fn append_loop(
     ledger: Arc<LedgerHandle>,
     payload: Bytes,
     limit: Limit,
