@@ -316,13 +316,7 @@ impl BookieConfig {
     }
 }
 
-/// Whether `rack` is a network location as BookKeeper writes them: `/a`, `/a/b`, ...
-pub fn valid_rack(rack: &str) -> bool {
-    rack.len() > 1
-        && rack.starts_with('/')
-        && rack[1..].split('/').all(|s| !s.is_empty())
-        && !rack.chars().any(char::is_whitespace)
-}
+pub use folio_types::rack::valid_rack;
 
 /// A directory list: a TOML array, or BookKeeper's comma-separated string.
 fn dir_list<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<PathBuf>, D::Error> {

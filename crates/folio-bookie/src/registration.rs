@@ -161,9 +161,7 @@ pub async fn check_cookies(
     }
 }
 
-/// The property under which a bookie publishes its rack (the client reads it for
-/// rack-aware placement: `folio_client::ensemble::RACK_PROPERTY`).
-pub const RACK_PROPERTY: &str = "rack";
+pub use folio_types::rack::RACK_PROPERTY;
 
 /// The properties a bookie publishes in its registration: its `rack` if configured.
 pub fn service_properties(config: &BookieConfig) -> BTreeMap<String, String> {

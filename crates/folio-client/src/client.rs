@@ -87,6 +87,8 @@ pub(crate) struct Inner {
     pub rng: Arc<dyn Rng>,
     pub clock: Arc<dyn Clock>,
     pub stats: Stats,
+    /// The last rack mapping file that read and parsed well (see [`Inner::racks`]).
+    pub rack_mapping: parking_lot::Mutex<Racks>,
 }
 
 /// Counters kept by a client (read with [`Client::stats`]).
@@ -109,8 +111,12 @@ pub struct ClientStats {
 impl Inner {
     /// The racks of `bookies`, when rack-aware placement is on: from the rack mapping
     /// file for the bookies it names, else from the `rack` property of their registration
-    /// (bookies with neither, or whose registration cannot be read, have none). An
-    /// unreadable or malformed mapping file is an error naming it.
+    /// (bookies with neither, or whose registration cannot be read, have none).
+    ///
+    /// The file is re-read at every placement so that an operator's edit takes effect; a
+    /// file that cannot be read or parsed now (say, half written) is logged and the last
+    /// good mapping is used, as BookKeeper falls back rather than failing a writer over
+    /// its topology. A bad file at [`Client::connect`] is an error.
     pub(crate) async fn racks(
         &self,
         bookies: &std::collections::BTreeSet<folio_types::BookieId>,
@@ -120,20 +126,16 @@ impl Inner {
             return Ok(racks);
         }
         let mapped = match &self.config.rack_mapping_file {
-            Some(path) => {
-                let text = std::fs::read_to_string(path).map_err(|e| {
-                    ClientError::InvalidArgument(format!(
-                        "cannot read the rack mapping file {}: {e}",
-                        path.display()
-                    ))
-                })?;
-                parse_rack_mapping(&text).map_err(|e| {
-                    ClientError::InvalidArgument(format!(
-                        "bad rack mapping file {}: {e}",
-                        path.display()
-                    ))
-                })?
-            }
+            Some(path) => match load_rack_mapping(path) {
+                Ok(m) => {
+                    *self.rack_mapping.lock() = m.clone();
+                    m
+                }
+                Err(e) => {
+                    tracing::warn!("{e}; placing with the last good rack mapping");
+                    self.rack_mapping.lock().clone()
+                }
+            },
             None => Racks::new(),
         };
         for b in bookies {
@@ -147,6 +149,19 @@ impl Inner {
         }
         Ok(racks)
     }
+}
+
+/// Reads and parses a rack mapping file; the error names the file (and the line).
+fn load_rack_mapping(path: &std::path::Path) -> Result<Racks> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        ClientError::InvalidArgument(format!(
+            "cannot read the rack mapping file {}: {e}",
+            path.display()
+        ))
+    })?;
+    parse_rack_mapping(&text).map_err(|e| {
+        ClientError::InvalidArgument(format!("bad rack mapping file {}: {e}", path.display()))
+    })
 }
 
 /// A Folio (BookKeeper) client.
@@ -220,13 +235,20 @@ impl Client {
     /// A client over `metadata`, reaching bookies by TCP, with the system clock and
     /// OS-seeded randomness.
     pub async fn connect(metadata: Arc<dyn MetadataStore>, config: ClientConfig) -> Result<Client> {
-        Ok(Client::with_seams(
+        // A rack mapping file that is wrong from the start is the caller's error, said now.
+        let mapping = match &config.rack_mapping_file {
+            Some(path) if config.rack_aware => load_rack_mapping(path)?,
+            _ => Racks::new(),
+        };
+        let client = Client::with_seams(
             metadata,
             config,
             Arc::new(TcpConnector),
             Arc::new(SystemRng::new()),
             Arc::new(SystemClock),
-        ))
+        );
+        *client.inner.rack_mapping.lock() = mapping;
+        Ok(client)
     }
 
     /// A client with explicit seams (network, randomness, clock), for simulation.
@@ -246,6 +268,7 @@ impl Client {
                 rng,
                 clock,
                 stats: Stats::default(),
+                rack_mapping: parking_lot::Mutex::new(Racks::new()),
             }),
         }
     }

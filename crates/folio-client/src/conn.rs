@@ -100,6 +100,27 @@ impl Shared {
     fn is_alive(&self) -> bool {
         self.waiting.lock().is_some()
     }
+
+    fn forget(&self, txn: u64) {
+        if let Some(map) = self.waiting.lock().as_mut() {
+            map.remove(&txn);
+        }
+    }
+}
+
+/// Removes a request's waiter when its caller stops waiting for any reason: a timeout, or
+/// the caller's future being dropped (a speculative read whose sibling answered first, an
+/// aborted range read). Without it a bookie that never answers would keep one waiter per
+/// abandoned request for as long as the connection lives.
+struct WaitGuard<'a> {
+    shared: &'a Shared,
+    txn: u64,
+}
+
+impl Drop for WaitGuard<'_> {
+    fn drop(&mut self) {
+        self.shared.forget(self.txn);
+    }
 }
 
 struct Conn {
@@ -155,6 +176,14 @@ impl Bookies {
             channels: Mutex::new(BTreeMap::new()),
             next_txn: AtomicU64::new(1),
         }
+    }
+
+    /// How many requests wait for an answer on the live connection to `bookie`.
+    #[cfg(test)]
+    fn waiting_on(&self, bookie: &BookieId) -> usize {
+        let conn = self.channel(bookie).live.lock().clone();
+        conn.and_then(|c| c.shared.waiting.lock().as_ref().map(|m| m.len()))
+            .unwrap_or(0)
     }
 
     /// Drops every connection (waiting requests fail).
@@ -290,18 +319,17 @@ impl Bookies {
             };
             map.insert(txn, tx);
         }
+        let _guard = WaitGuard {
+            shared: &conn.shared,
+            txn,
+        };
         let mut frame = BytesMut::new();
         v3::encode_request_frame(req, &mut frame);
         if conn.frames.send(frame.freeze()).is_err() {
             conn.shared.kill("connection writer stopped");
         }
         match tokio::time::timeout_at(deadline, rx).await {
-            Err(_) => {
-                if let Some(map) = conn.shared.waiting.lock().as_mut() {
-                    map.remove(&txn);
-                }
-                Err(RpcError::Timeout)
-            }
+            Err(_) => Err(RpcError::Timeout),
             Ok(Err(_)) => Err(RpcError::Unreachable(format!(
                 "connection to {bookie} lost"
             ))),
@@ -586,6 +614,41 @@ mod tests {
         h.abort();
         let r = waiter.await.unwrap();
         assert!(matches!(r, Err(RpcError::Unreachable(_))), "{r:?}");
+    }
+
+    #[tokio::test]
+    async fn an_abandoned_request_leaves_no_waiter_behind() {
+        // A bookie that keeps the connection open and never answers (as a stuck replica
+        // that a speculative read gives up on).
+        let (id, _h) = serve_once(|_| None).await;
+        let b = Arc::new(bookies());
+        let b2 = b.clone();
+        let id2 = id.clone();
+        let call = tokio::spawn(async move {
+            b2.call(&id2, req::read(1, 0, None), Duration::from_secs(3600))
+                .await
+        });
+        let patience = tokio::time::Instant::now() + Duration::from_secs(60);
+        while b.waiting_on(&id) == 0 {
+            assert!(
+                tokio::time::Instant::now() < patience,
+                "the request was never sent"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        call.abort();
+        let _ = call.await;
+        assert_eq!(
+            b.waiting_on(&id),
+            0,
+            "the dropped request still has a waiter"
+        );
+        // A timed-out request leaves none either.
+        let r = b
+            .call(&id, req::read(1, 1, None), Duration::from_millis(100))
+            .await;
+        assert_eq!(r.unwrap_err(), RpcError::Timeout);
+        assert_eq!(b.waiting_on(&id), 0);
     }
 
     #[tokio::test]

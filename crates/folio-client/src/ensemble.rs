@@ -18,8 +18,7 @@ use crate::error::ClientError;
 /// The rack of each bookie that has one. Empty: placement is plain random.
 pub type Racks = BTreeMap<BookieId, String>;
 
-/// The property a bookie publishes its rack under (in its `BookieServiceInfo`).
-pub const RACK_PROPERTY: &str = "rack";
+pub use folio_types::rack::RACK_PROPERTY;
 
 /// Parses a rack mapping file (the client's counterpart of BookKeeper's
 /// `networkTopologyScriptFileName`, as a table instead of a script): one `host:port rack`
@@ -41,7 +40,7 @@ pub fn parse_rack_mapping(text: &str) -> Result<Racks, String> {
         };
         let id = BookieId::new(bookie.to_string())
             .map_err(|e| format!("line {}: bad bookie id {bookie:?}: {e}", n + 1))?;
-        if !rack.starts_with('/') || rack.len() < 2 {
+        if !folio_types::rack::valid_rack(rack) {
             return Err(format!(
                 "line {}: rack {rack:?} is not a network location like /region/rack",
                 n + 1

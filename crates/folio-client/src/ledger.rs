@@ -223,8 +223,40 @@ impl Actor {
         loop {
             tokio::select! {
                 // Branches in this order, not at random: the same inputs give the same
-                // run (a simulator replays a seed exactly).
+                // run (a simulator replays a seed exactly). Replies and the timeout tick
+                // come before new appends, so that a producer that never pauses cannot
+                // hold back acknowledgements and add timeouts.
                 biased;
+                Some(ev) = events.recv() => {
+                    let actions = match ev {
+                        Event::AddDone { entry, bookie, outcome } => {
+                            if matches!(outcome, AddOutcome::Failed(_)) {
+                                self.failed_bookies.insert(bookie.clone());
+                            }
+                            self.state.on_add_response(entry, &bookie, outcome)
+                        }
+                        Event::EnsembleChanged(Ok(meta)) => {
+                            let ensemble = meta
+                                .value
+                                .current_ensemble()
+                                .map(|(_, e)| e.to_vec())
+                                .unwrap_or_default();
+                            tracing::info!(ledger = self.ledger, ?ensemble, "ensemble changed");
+                            self.meta = meta;
+                            self.state.on_ensemble_changed(ensemble)
+                        }
+                        Event::EnsembleChanged(Err(e)) => {
+                            tracing::warn!(ledger = self.ledger, "ensemble change failed: {e}");
+                            self.state.on_ensemble_change_failed(e)
+                        }
+                    };
+                    self.perform(actions, &events_tx);
+                }
+                _ = tick.tick() => {
+                    let actions = self.state.on_tick(self.inner.clock.now());
+                    self.perform(actions, &events_tx);
+                    self.maybe_send_explicit_lac();
+                }
                 cmd = cmds.recv(), if !handle_gone => match cmd {
                     None => {
                         handle_gone = true;
@@ -258,36 +290,6 @@ impl Actor {
                         close_waiters.push(reply);
                     }
                 },
-                Some(ev) = events.recv() => {
-                    let actions = match ev {
-                        Event::AddDone { entry, bookie, outcome } => {
-                            if matches!(outcome, AddOutcome::Failed(_)) {
-                                self.failed_bookies.insert(bookie.clone());
-                            }
-                            self.state.on_add_response(entry, &bookie, outcome)
-                        }
-                        Event::EnsembleChanged(Ok(meta)) => {
-                            let ensemble = meta
-                                .value
-                                .current_ensemble()
-                                .map(|(_, e)| e.to_vec())
-                                .unwrap_or_default();
-                            tracing::info!(ledger = self.ledger, ?ensemble, "ensemble changed");
-                            self.meta = meta;
-                            self.state.on_ensemble_changed(ensemble)
-                        }
-                        Event::EnsembleChanged(Err(e)) => {
-                            tracing::warn!(ledger = self.ledger, "ensemble change failed: {e}");
-                            self.state.on_ensemble_change_failed(e)
-                        }
-                    };
-                    self.perform(actions, &events_tx);
-                }
-                _ = tick.tick() => {
-                    let actions = self.state.on_tick(self.inner.clock.now());
-                    self.perform(actions, &events_tx);
-                    self.maybe_send_explicit_lac();
-                }
             }
             let drained = self.state.pending_count() == 0 && !self.state.is_changing_ensemble();
             if drained && !close_waiters.is_empty() {

@@ -131,7 +131,10 @@ pub(crate) async fn read_entry(
             }
             Poll::Pending
         });
+        // Biased: an answer that is ready wins over a timer firing in the same tick (a
+        // simulator seed replays exactly).
         let answer = tokio::select! {
+            biased;
             a = answered => a,
             () = timer => None,
         };

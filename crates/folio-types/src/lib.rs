@@ -8,6 +8,7 @@
 
 pub mod metadata;
 pub mod quorum;
+pub mod rack;
 
 use std::fmt;
 

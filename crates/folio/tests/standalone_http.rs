@@ -125,6 +125,17 @@ fn admin_http_serves_bookkeepers_ledger_and_bookie_paths() {
         400,
         "before start_entry_id",
     );
+    // The widest range there is: refused as too large (no arithmetic overflow, no panic).
+    fails(
+        &addr,
+        "GET",
+        &format!(
+            "/api/v1/ledger/read?ledger_id={id}&start_entry_id=0&end_entry_id={}",
+            i64::MAX
+        ),
+        400,
+        "too large",
+    );
 
     let rw = get_json(&addr, "/api/v1/bookie/list_bookies?type=rw");
     let want: serde_json::Map<String, serde_json::Value> = sa

@@ -315,7 +315,8 @@ async fn ledger_read(State(s): State<AdminState>, Query(p): Params) -> Response 
         Err(r) => return r,
     };
     let end = last.unwrap_or(m.last_entry_id.max(first));
-    if end - first + 1 > MAX_READ_ENTRIES {
+    // `end >= first >= 0`, so this cannot overflow (an `end - first + 1` could).
+    if end - first >= MAX_READ_ENTRIES {
         return error(
             StatusCode::BAD_REQUEST,
             format!(
@@ -329,7 +330,14 @@ async fn ledger_read(State(s): State<AdminState>, Query(p): Params) -> Response 
             "this bookie has no client to read ledgers with",
         );
     };
-    let last = last.or_else(|| (m.last_entry_id >= 0).then_some(m.last_entry_id));
+    // An open ledger has no last entry in its metadata: bound the read by the same cap, so
+    // a long ledger is never read whole into memory (the reader also stops at the LAC).
+    let last = last.unwrap_or(if m.last_entry_id >= 0 {
+        m.last_entry_id
+    } else {
+        first.saturating_add(MAX_READ_ENTRIES - 1)
+    });
+    let last = Some(last);
     match reader.read(id, first, last).await {
         Ok(entries) => {
             let out: serde_json::Map<String, serde_json::Value> = entries
