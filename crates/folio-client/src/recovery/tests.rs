@@ -408,6 +408,31 @@ fn a_later_recovery_starts_at_an_earlier_recoverys_write_back_fragment() {
     );
 }
 
+/// Simulator seed 6753: an earlier recovery added a write-back fragment at 5 (b2 replaced
+/// by b3) with the LAC it saw at 4, wrote back 5 and 6 and stopped. A later recovery sees
+/// the writer's LAC 11 on the fenced bookies, but entries 5-11 are confirmed on the
+/// writer's b2, not on b3 where the metadata puts them: skipping them closed the ledger
+/// with single copies. Reading starts at the write-back fragment, whatever the LAC.
+#[test]
+fn a_later_recovery_rewrites_a_write_back_fragment_below_the_lac() {
+    let (mut r, _) = start(3, 2, 2, 0);
+    r.set_write_fragment(5, vec![b(0), b(1), b(3)]);
+    r.on_fence_answer(
+        0,
+        FenceAnswer::LastEntry {
+            entry: 12,
+            lac: 11,
+            length: 99,
+        },
+    );
+    let a = r.on_fence_answer(1, FenceAnswer::Empty);
+    assert_eq!(r.frozen_lac(), 11);
+    assert_eq!(reads(&a), vec![(5, 2), (5, 0)]);
+    let a = r.on_read_answer(5, 2, entry(b"five", 40));
+    assert_eq!(write_backs(&a), vec![(5, b(3)), (5, b(0))]);
+    assert_eq!(reads(&a), vec![(6, 0), (6, 1)]);
+}
+
 /// BookKeeper issue 2615: ensembles {0: b1 b2, 1000: b2 b3, 2000: b4 b5}; the bookies of
 /// the last fragment hold nothing and answer "no entry" (LAC -1). Recovery must read from
 /// entry 2000, never from entry 0, and write nothing outside the last fragment.
