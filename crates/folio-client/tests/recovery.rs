@@ -1,5 +1,5 @@
 //! Recovery resuming after an earlier recovery attempt that changed the ensemble and then
-//! failed, on an in-process cluster of real bookies over TCP (simulator seed 1659).
+//! failed, on an in-process cluster of real bookies over TCP (simulator seeds 1659, 6753).
 
 mod common;
 
@@ -108,5 +108,90 @@ async fn a_recovery_resumes_at_an_earlier_recoverys_write_back_fragment() {
     let entries = patient(r.read(0, 7)).await.unwrap();
     for (e, got) in entries.iter().enumerate() {
         assert_eq!(got.payload, Bytes::from(payload(e as i64)), "entry {e}");
+    }
+}
+
+/// Simulator seed 6753: an earlier recovery (which saw no LAC) recorded a write-back
+/// fragment {3: w0 w1 s0} and stopped before writing anything back to s0. The writer's
+/// entries 0-7 carry LAC up to 6, all confirmed on w2. A later recovery must still write
+/// entries 3-7 back to s0, where the metadata puts them: starting after the LAC left 3-6
+/// with a copy missing in their fragment. With Qa = Qw the close waits for every copy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recovery_fills_an_earlier_recoverys_write_back_fragment_below_the_lac() {
+    let cluster = Cluster::start(4).await;
+    let client = cluster.client().await;
+    let w = patient(
+        client.create_ledger(
+            CreateOptions::default()
+                .quorum(3, 3, 3)
+                .digest(DigestType::Crc32c)
+                .password("pw"),
+        ),
+    )
+    .await
+    .unwrap();
+    let id = w.id();
+    drop(w);
+    let versioned = patient(cluster.metadata.read_ledger(id)).await.unwrap();
+    let writer = versioned.value.ensembles[&0].clone();
+    let spare = cluster
+        .bookies
+        .iter()
+        .map(|b| b.id.clone())
+        .find(|b| !writer.contains(b))
+        .unwrap();
+
+    let raw = Bookies::new(Arc::new(TcpConnector), Arc::new(test_config()));
+    let dm = DigestManager::new(id, folio_proto::DigestType::Crc32c, b"pw");
+    let key = folio_proto::master_key(b"pw");
+    let mut length = 0i64;
+    for entry in 0..=7 {
+        length += payload(entry).len() as i64;
+        // Each entry carries the previous one as confirmed, as a sequential writer's do.
+        let body = dm.compute(entry, entry - 1, length, &payload(entry));
+        for bookie in &writer {
+            patient(raw.call(
+                bookie,
+                req::add(id, entry, &key, body.clone(), false),
+                PATIENCE,
+            ))
+            .await
+            .unwrap();
+        }
+    }
+
+    let mut meta = versioned.value.clone();
+    meta.state = LedgerState::InRecovery;
+    let fragment = vec![writer[0].clone(), writer[1].clone(), spare.clone()];
+    meta.ensembles.insert(3, fragment.clone());
+    let names: Vec<&str> = writer.iter().map(|b| b.as_str()).collect();
+    meta.custom_metadata.insert(
+        WRITER_FRAGMENT_KEY.to_string(),
+        format!("0|{}", names.join(",")).into_bytes(),
+    );
+    patient(cluster.metadata.write_ledger(id, &meta, versioned.version))
+        .await
+        .unwrap();
+
+    let r = patient(
+        cluster
+            .client()
+            .await
+            .open_ledger(id, b"pw", OpenOptions::recovery()),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.metadata().last_entry_id, 7);
+    assert_eq!(r.metadata().ensembles[&3], fragment);
+    // Every entry of the write-back fragment is on its new bookie.
+    for entry in 3..=7 {
+        let resp = patient(raw.call(&spare, req::read(id, entry, None), PATIENCE))
+            .await
+            .unwrap_or_else(|e| panic!("entry {entry} is missing on {spare}: {e}"));
+        let body = resp.read_response.unwrap().body.unwrap();
+        assert_eq!(
+            dm.verify(&body, entry).unwrap().payload,
+            Bytes::from(payload(entry))
+        );
     }
 }
