@@ -12,7 +12,9 @@
 //!    by the returned last entries is where reading starts.
 //! 2. Read forward from `max(LAC, first entry of the last fragment - 1) + 1`: recovery
 //!    covers the last fragment only (BookKeeper issue 2615: a fresh ensemble answers LAC
-//!    -1, and reading from entry 0 wrote old entries into the new fragment). Every recovery
+//!    -1, and reading from entry 0 wrote old entries into the new fragment). The last
+//!    fragment may be an earlier recovery's write-back fragment: then reading starts at
+//!    its first entry, whatever the LAC (see `start_reading`). Every recovery
 //!    read carries the fence flag too (issue 2614: otherwise a bookie left unfenced by step
 //!    1 can answer NoSuchEntry and then accept the old writer's add, so an acknowledged
 //!    entry ends up beyond the sealed end). One positive answer (digest checked by the shell)
@@ -216,14 +218,16 @@ impl Recovery {
         (r, actions)
     }
 
-    /// Bounds the ensemble changes of the write-backs (default 10).
     /// An earlier recovery already replaced bookies by write-back fragments: the last
     /// fragment (starting at `start`, with `ensemble`) is where write-backs go, while
     /// fencing and reads stay on the ensemble given to [`Recovery::start`], the writer's,
     /// where the entries to recover were written. A bookie that joined through a
     /// recovery's fragment holds only what was written back, so its NoSuchEntry proves
     /// nothing about the writer's entries (simulator seed 93: counting it truncated
-    /// acknowledged entries). Call before answering the fencing reads.
+    /// acknowledged entries). Reading starts at `start`, whatever the LAC: the entries
+    /// before it are recovered already (simulator seed 1659), those from it on are in
+    /// the write-back fragment's ensemble only if written back (seed 6753). Call before
+    /// answering the fencing reads.
     pub fn set_write_fragment(&mut self, start: EntryId, ensemble: Vec<BookieId>) {
         assert_eq!(ensemble.len(), self.quorum.ensemble_size, "ensemble size");
         assert!(
@@ -234,6 +238,7 @@ impl Recovery {
         self.write_ensemble = ensemble;
     }
 
+    /// Bounds the ensemble changes of the write-backs (default 10).
     pub fn set_max_ensemble_changes(&mut self, max: u32) {
         self.max_ensemble_changes = max;
     }
@@ -298,11 +303,35 @@ impl Recovery {
     }
 
     fn start_reading(&mut self) -> Vec<RecoveryAction> {
-        // Never below the last fragment (issue 2615): the writer opened this fragment at
-        // its LAC + 1, so everything before `fragment_start` is confirmed.
-        self.frozen_lac = self.max_lac.max(self.fragment_start - 1);
+        // Never below the last fragment (issue 2615), as BookKeeper's LedgerRecoveryOp
+        // takes max(LAC, first entry of the last ensemble - 1). The writer opened its
+        // fragment at its LAC + 1, so everything before `fragment_start` is confirmed.
+        // When an earlier recovery appended write-back fragments, the last one starts at
+        // `write_start`, and everything before it is recovered too: a recovery adds a
+        // fragment only at its first write-back still short of an ack quorum, after every
+        // entry before it was found and written back to an ack quorum of the fragment the
+        // metadata gives it (and the fragment start itself was found, so the ledger ends
+        // at or after `write_start - 1`). Starting lower would re-write those entries to
+        // write sets that lie before the last fragment, where no bookie can be replaced
+        // any more: with one of them gone for good, every later recovery failed and the
+        // ledger stayed IN_RECOVERY forever (simulator seed 1659). The start never drops
+        // below the last fragment's first entry, so it never reads from -1 across fragments, and every entry a writer may have
+        // acknowledged above it is still read from the writer's ensemble as before.
+        self.frozen_lac = self.max_lac.max(self.write_start - 1);
         self.phase = Phase::Reading;
-        self.read_entry(self.frozen_lac + 1)
+        // Behind an earlier recovery's write-back fragment, the LAC does not bound the
+        // work: entries from `write_start` up to the LAC are confirmed on the writer's
+        // ensemble, but the metadata gives them to the write-back fragment's, which holds
+        // only what that recovery wrote back before it stopped. Skipping them closed a
+        // ledger whose entries had one copy in their fragment (simulator seed 6753), so
+        // they are read and written back there too.
+        let first =
+            if self.write_start != self.fragment_start || self.write_ensemble != self.ensemble {
+                self.write_start
+            } else {
+                self.frozen_lac + 1
+            };
+        self.read_entry(first)
     }
 
     fn read_entry(&mut self, entry: EntryId) -> Vec<RecoveryAction> {
@@ -479,8 +508,9 @@ impl Recovery {
         // frozen at or after its first entry - 1).
         debug_assert!(first_pending >= self.fragment_start);
         if first_pending < self.write_start {
-            // The entry lies before the last fragment: no fragment can be added there. The
-            // shell starts over from the metadata rather than count a wrong bookie.
+            // The entry lies before the last fragment: no fragment can be added there.
+            // Reading starts at or after the last fragment's first entry, so this only
+            // guards the invariant; fail rather than count a wrong bookie.
             return self.fail(format!(
                 "write-back of entry {first_pending} failed before the last fragment (first entry {})",
                 self.write_start

@@ -357,6 +357,82 @@ fn empty_ledger_closes_at_minus_one() {
     );
 }
 
+/// Simulator seed 1659: an earlier recovery wrote entries up to 32 back to an ack quorum,
+/// added a write-back fragment at 33 (b2 replaced by b3) and stopped; the writer's b1 is
+/// then gone for good. The fenced bookies still carry LAC 30. Reading from 31 wrote 31 and
+/// 32 back to write sets before the last fragment, where b1 cannot be replaced, so every
+/// recovery failed. Reading starts at the last fragment instead, as BookKeeper's
+/// max(LAC, first entry of the last ensemble - 1).
+#[test]
+fn a_later_recovery_starts_at_an_earlier_recoverys_write_back_fragment() {
+    let (mut r, _) = start(3, 3, 3, 0);
+    r.set_write_fragment(33, vec![b(0), b(1), b(3)]);
+    r.on_fence_answer(1, FenceAnswer::Error("connection refused".into()));
+    let a = r.on_fence_answer(
+        0,
+        FenceAnswer::LastEntry {
+            entry: 34,
+            lac: 30,
+            length: 99,
+        },
+    );
+    assert_eq!(r.frozen_lac(), 32);
+    assert_eq!(reads(&a), vec![(33, 0), (33, 1), (33, 2)]);
+    assert!(r.on_fence_answer(2, FenceAnswer::Empty).is_empty());
+    // Entry 33 goes back to the last fragment; b1's failure replaces it there.
+    let a = r.on_read_answer(33, 0, entry(b"x", 60));
+    assert_eq!(write_backs(&a), vec![(33, b(0)), (33, b(1)), (33, b(3))]);
+    assert!(reads(&a).iter().all(|&(e, _)| e == 34));
+    let a = r.on_read_answer(34, 2, entry(b"y", 99));
+    assert_eq!(write_backs(&a), vec![(34, b(1)), (34, b(3)), (34, b(0))]);
+    assert!(r.on_read_answer(35, 0, ReadAnswer::NoEntry).is_empty());
+    let a = r.on_write_answer(33, &b(1), WriteAnswer::Error("gone".into()));
+    assert_eq!(
+        a,
+        vec![RecoveryAction::ChangeEnsemble {
+            fragment_start: 33,
+            failed: [(1, b(1))].into_iter().collect(),
+        }]
+    );
+    let a = r.on_ensemble_changed(vec![b(0), b(4), b(3)]);
+    assert_eq!(write_backs(&a), vec![(33, b(4)), (34, b(4))]);
+    for (e, bk) in [(33, b(0)), (33, b(3)), (33, b(4)), (34, b(0)), (34, b(3))] {
+        assert!(r.on_write_answer(e, &bk, WriteAnswer::Ok).is_empty());
+    }
+    assert_eq!(
+        r.on_write_answer(34, &b(4), WriteAnswer::Ok),
+        vec![RecoveryAction::Close {
+            last_entry: 34,
+            length: 99
+        }]
+    );
+}
+
+/// Simulator seed 6753: an earlier recovery added a write-back fragment at 5 (b2 replaced
+/// by b3) with the LAC it saw at 4, wrote back 5 and 6 and stopped. A later recovery sees
+/// the writer's LAC 11 on the fenced bookies, but entries 5-11 are confirmed on the
+/// writer's b2, not on b3 where the metadata puts them: skipping them closed the ledger
+/// with single copies. Reading starts at the write-back fragment, whatever the LAC.
+#[test]
+fn a_later_recovery_rewrites_a_write_back_fragment_below_the_lac() {
+    let (mut r, _) = start(3, 2, 2, 0);
+    r.set_write_fragment(5, vec![b(0), b(1), b(3)]);
+    r.on_fence_answer(
+        0,
+        FenceAnswer::LastEntry {
+            entry: 12,
+            lac: 11,
+            length: 99,
+        },
+    );
+    let a = r.on_fence_answer(1, FenceAnswer::Empty);
+    assert_eq!(r.frozen_lac(), 11);
+    assert_eq!(reads(&a), vec![(5, 2), (5, 0)]);
+    let a = r.on_read_answer(5, 2, entry(b"five", 40));
+    assert_eq!(write_backs(&a), vec![(5, b(3)), (5, b(0))]);
+    assert_eq!(reads(&a), vec![(6, 0), (6, 1)]);
+}
+
 /// BookKeeper issue 2615: ensembles {0: b1 b2, 1000: b2 b3, 2000: b4 b5}; the bookies of
 /// the last fragment hold nothing and answer "no entry" (LAC -1). Recovery must read from
 /// entry 2000, never from entry 0, and write nothing outside the last fragment.
