@@ -4,6 +4,7 @@
 
 use folio_sim::sweep::{line, sweep};
 use folio_sim::{BookieKnobs, Outcome, ProtocolBreaks, SimConfig, run};
+use std::io::Write;
 
 fn env_u64(name: &str) -> Option<u64> {
     let v = std::env::var(name).ok()?;
@@ -57,7 +58,13 @@ fn seeds_hold(shard: u64) {
             failures.push(report(o));
         }
     });
-    println!("folio-sim: shard {shard}: {}", swept.summary());
+    // Straight to the process's stderr, past the test harness's capture: the test
+    // command's output reports seeds per second and faults per run on every run.
+    let _ = writeln!(
+        std::io::stderr().lock(),
+        "folio-sim: shard {shard}: {}",
+        swept.summary()
+    );
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
     // The workload and the injector must do something, or the checks prove nothing.
     if count > 0 {

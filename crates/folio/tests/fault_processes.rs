@@ -603,7 +603,10 @@ fn acknowledged_entries_survive_sigkills_restarts_and_a_cut_off_bookie() {
     proxy.heal();
 
     let acked: usize = written.iter().map(|r| r.acked.len()).sum();
-    println!(
+    // Straight to stderr, past the harness's capture: the test command's output shows
+    // how much fault this run injected.
+    let _ = writeln!(
+        std::io::stderr().lock(),
         "fault_processes: {rounds} rounds, {kills} SIGKILLs and restarts, {cuts} cuts, \
          {} recoveries under a live writer; {} ledgers, {acked} entries acknowledged",
         midrun.len(),
