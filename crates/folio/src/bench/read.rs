@@ -21,32 +21,13 @@ use serde_json::{Map, Value, json};
 use tokio::task::JoinSet;
 
 use super::report::{Latencies, Summary};
-use super::write::{Limit, PASSWORD, append_loop, payload, validate_quorum};
+use super::write::{LedgerShape, Limit, PASSWORD, append_loop, payload};
 
 #[derive(Args, Debug, Clone)]
 pub struct ReadBenchArgs {
-    /// Ensemble size of the ledgers written first.
-    #[arg(short = 'e', long = "ensemble", value_name = "E", default_value_t = 3)]
-    pub ensemble: usize,
-    /// Write quorum of the ledgers written first.
-    #[arg(
-        short = 'w',
-        long = "write-quorum",
-        value_name = "Qw",
-        default_value_t = 2
-    )]
-    pub write_quorum: usize,
-    /// Ack quorum of the ledgers written first.
-    #[arg(
-        short = 'a',
-        long = "ack-quorum",
-        value_name = "Qa",
-        default_value_t = 2
-    )]
-    pub ack_quorum: usize,
-    /// Payload bytes per entry written.
-    #[arg(long, value_name = "BYTES", default_value_t = 1024)]
-    pub entry_size: usize,
+    /// Ensemble, quorums and entry size.
+    #[command(flatten)]
+    pub shape: LedgerShape,
     /// Entries written in total over the ledgers, then read back.
     #[arg(long, value_name = "N", default_value_t = 10_000)]
     pub entries: u64,
@@ -90,7 +71,7 @@ pub fn run(a: ReadBenchArgs, metadata: Option<String>) -> anyhow::Result<()> {
 }
 
 fn validate(a: &ReadBenchArgs) -> anyhow::Result<()> {
-    validate_quorum(a.ensemble, a.write_quorum, a.ack_quorum)?;
+    a.shape.validate()?;
     let ledgers = if a.ledger_ids.is_empty() {
         a.ledgers
     } else {
@@ -158,19 +139,19 @@ async fn phases(a: &ReadBenchArgs, client: &Client) -> anyhow::Result<String> {
         extra.insert("in_flight".into(), json!(a.in_flight));
         extra.insert("batch".into(), json!(a.batch));
         let entry_size = match &written {
-            Some(_) => a.entry_size as u64,
+            Some(_) => a.shape.entry_size as u64,
             None => summary.bytes.checked_div(summary.entries).unwrap_or(0),
         };
         extra.insert("entry_size".into(), json!(entry_size));
         if let Some(w) = &written {
             let mut wx = Map::new();
-            wx.insert("ensemble".into(), json!(a.ensemble));
-            wx.insert("write_quorum".into(), json!(a.write_quorum));
-            wx.insert("ack_quorum".into(), json!(a.ack_quorum));
+            wx.insert("ensemble".into(), json!(a.shape.ensemble));
+            wx.insert("write_quorum".into(), json!(a.shape.write_quorum));
+            wx.insert("ack_quorum".into(), json!(a.shape.ack_quorum));
             wx.insert("in_flight".into(), json!(a.in_flight));
-            extra.insert("ensemble".into(), json!(a.ensemble));
-            extra.insert("write_quorum".into(), json!(a.write_quorum));
-            extra.insert("ack_quorum".into(), json!(a.ack_quorum));
+            extra.insert("ensemble".into(), json!(a.shape.ensemble));
+            extra.insert("write_quorum".into(), json!(a.shape.write_quorum));
+            extra.insert("ack_quorum".into(), json!(a.shape.ack_quorum));
             extra.insert("write_phase".into(), w.to_json(wx));
         } else {
             extra.insert("write_phase".into(), Value::Null);
@@ -181,10 +162,10 @@ async fn phases(a: &ReadBenchArgs, client: &Client) -> anyhow::Result<String> {
     if let Some(w) = &written {
         out.push_str(&format!(
             "write phase: E{} Qw{} Qa{}, {} B entries, {} in flight over {n} ledger(s)\n{}\n",
-            a.ensemble,
-            a.write_quorum,
-            a.ack_quorum,
-            a.entry_size,
+            a.shape.ensemble,
+            a.shape.write_quorum,
+            a.shape.ack_quorum,
+            a.shape.entry_size,
             a.in_flight,
             w.to_text()
         ));
@@ -204,7 +185,7 @@ async fn write_phase(a: &ReadBenchArgs, client: &Client) -> anyhow::Result<(Vec<
     let mut ledgers = Vec::new();
     for _ in 0..a.ledgers {
         let opts = CreateOptions::default()
-            .quorum(a.ensemble, a.write_quorum, a.ack_quorum)
+            .quorum(a.shape.ensemble, a.shape.write_quorum, a.shape.ack_quorum)
             .digest(DigestType::Crc32c)
             .password(PASSWORD);
         let l = client
@@ -214,7 +195,7 @@ async fn write_phase(a: &ReadBenchArgs, client: &Client) -> anyhow::Result<(Vec<
         ledgers.push(Arc::new(l));
     }
     let ids: Vec<i64> = ledgers.iter().map(|l| l.id()).collect();
-    let payload = payload(a.entry_size);
+    let payload = payload(a.shape.entry_size);
     let latencies = Arc::new(Mutex::new(Latencies::new()));
     let start = Instant::now();
     let n = a.ledgers;
@@ -258,7 +239,7 @@ async fn write_phase(a: &ReadBenchArgs, client: &Client) -> anyhow::Result<(Vec<
         ids,
         Summary {
             entries,
-            bytes: entries * a.entry_size as u64,
+            bytes: entries * a.shape.entry_size as u64,
             elapsed,
             latencies,
         },
@@ -372,10 +353,12 @@ mod tests {
 
     fn args() -> ReadBenchArgs {
         ReadBenchArgs {
-            ensemble: 3,
-            write_quorum: 2,
-            ack_quorum: 2,
-            entry_size: 100,
+            shape: LedgerShape {
+                ensemble: 3,
+                write_quorum: 2,
+                ack_quorum: 2,
+                entry_size: 100,
+            },
             entries: 10,
             ledgers: 1,
             ledger_ids: Vec::new(),
@@ -391,7 +374,7 @@ mod tests {
     fn bad_arguments_are_refused_by_name() {
         assert!(validate(&args()).is_ok());
         let mut a = args();
-        a.write_quorum = 4;
+        a.shape.write_quorum = 4;
         assert!(validate(&a).unwrap_err().to_string().contains("Qw <= E"));
         let mut a = args();
         a.batch = 0;

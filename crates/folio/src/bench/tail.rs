@@ -26,7 +26,7 @@ use folio_metadata::MetadataStore;
 use serde_json::{Map, json};
 
 use super::report::{Latencies, Summary};
-use super::write::{Limit, PASSWORD, payload, validate_quorum};
+use super::write::{LedgerShape, Limit, PASSWORD, payload};
 
 /// Most entries a reader asks for in one range read (the client keeps
 /// `read_parallelism` of them in flight).
@@ -37,28 +37,9 @@ const POLL: Duration = Duration::from_secs(1);
 
 #[derive(Args, Debug, Clone)]
 pub struct TailBenchArgs {
-    /// Ensemble size.
-    #[arg(short = 'e', long = "ensemble", value_name = "E", default_value_t = 3)]
-    pub ensemble: usize,
-    /// Write quorum.
-    #[arg(
-        short = 'w',
-        long = "write-quorum",
-        value_name = "Qw",
-        default_value_t = 2
-    )]
-    pub write_quorum: usize,
-    /// Ack quorum.
-    #[arg(
-        short = 'a',
-        long = "ack-quorum",
-        value_name = "Qa",
-        default_value_t = 2
-    )]
-    pub ack_quorum: usize,
-    /// Payload bytes per entry.
-    #[arg(long, value_name = "BYTES", default_value_t = 1024)]
-    pub entry_size: usize,
+    /// Ensemble, quorums and entry size.
+    #[command(flatten)]
+    pub shape: LedgerShape,
     /// Appends in total (default 10000 unless --seconds is given).
     #[arg(long, value_name = "N", conflicts_with = "seconds")]
     pub entries: Option<u64>,
@@ -99,7 +80,7 @@ pub fn run(a: TailBenchArgs, metadata: Option<String>) -> anyhow::Result<()> {
 }
 
 fn validate(a: &TailBenchArgs) -> anyhow::Result<()> {
-    validate_quorum(a.ensemble, a.write_quorum, a.ack_quorum)?;
+    a.shape.validate()?;
     for (name, v) in [
         ("--entries", a.entries.unwrap_or(1)),
         ("--in-flight", a.in_flight),
@@ -131,7 +112,7 @@ async fn bench(a: &TailBenchArgs, uri: &str) -> anyhow::Result<String> {
         .await
         .context("cannot start the client")?;
     let opts = CreateOptions::default()
-        .quorum(a.ensemble, a.write_quorum, a.ack_quorum)
+        .quorum(a.shape.ensemble, a.shape.write_quorum, a.shape.ack_quorum)
         .digest(DigestType::Crc32c)
         .password(PASSWORD);
     let writer = Arc::new(
@@ -150,13 +131,13 @@ async fn bench(a: &TailBenchArgs, uri: &str) -> anyhow::Result<String> {
     let (written, append_latencies, deliveries, e2e, elapsed) = result?;
     let summary = Summary {
         entries: written,
-        bytes: written * a.entry_size as u64,
+        bytes: written * a.shape.entry_size as u64,
         elapsed,
         latencies: e2e,
     };
     let appends = Summary {
         entries: written,
-        bytes: written * a.entry_size as u64,
+        bytes: written * a.shape.entry_size as u64,
         elapsed,
         latencies: append_latencies,
     };
@@ -164,10 +145,10 @@ async fn bench(a: &TailBenchArgs, uri: &str) -> anyhow::Result<String> {
     if a.json {
         let mut extra = Map::new();
         extra.insert("bench".into(), json!("tail"));
-        extra.insert("ensemble".into(), json!(a.ensemble));
-        extra.insert("write_quorum".into(), json!(a.write_quorum));
-        extra.insert("ack_quorum".into(), json!(a.ack_quorum));
-        extra.insert("entry_size".into(), json!(a.entry_size));
+        extra.insert("ensemble".into(), json!(a.shape.ensemble));
+        extra.insert("write_quorum".into(), json!(a.shape.write_quorum));
+        extra.insert("ack_quorum".into(), json!(a.shape.ack_quorum));
+        extra.insert("entry_size".into(), json!(a.shape.entry_size));
         extra.insert("in_flight".into(), json!(a.in_flight));
         extra.insert("readers".into(), json!(a.readers));
         extra.insert("explicit_lac_ms".into(), json!(a.explicit_lac_ms));
@@ -183,10 +164,10 @@ async fn bench(a: &TailBenchArgs, uri: &str) -> anyhow::Result<String> {
         "folio bench tail: E{} Qw{} Qa{}, {} B entries, {} in flight, {} tailing reader(s)\n{}\n\
          (latency: append to delivery at a reader; {delivered} deliveries)\n\
          append latency ms: p50 {:.3}  p99 {:.3}  p99.9 {:.3}  max {:.3}",
-        a.ensemble,
-        a.write_quorum,
-        a.ack_quorum,
-        a.entry_size,
+        a.shape.ensemble,
+        a.shape.write_quorum,
+        a.shape.ack_quorum,
+        a.shape.entry_size,
         a.in_flight,
         a.readers,
         summary.to_text(),
@@ -235,7 +216,7 @@ async fn run_ledger(
     let mut append_latencies = Latencies::new();
     let written = append_loop(
         &writer,
-        payload(a.entry_size),
+        payload(a.shape.entry_size),
         limit,
         a.in_flight,
         &sent,
@@ -364,10 +345,12 @@ mod tests {
 
     fn args() -> TailBenchArgs {
         TailBenchArgs {
-            ensemble: 3,
-            write_quorum: 2,
-            ack_quorum: 2,
-            entry_size: 100,
+            shape: LedgerShape {
+                ensemble: 3,
+                write_quorum: 2,
+                ack_quorum: 2,
+                entry_size: 100,
+            },
             entries: Some(10),
             seconds: None,
             in_flight: 4,
@@ -385,7 +368,7 @@ mod tests {
         a.readers = 0;
         assert!(validate(&a).unwrap_err().to_string().contains("--readers"));
         let mut a = args();
-        a.ack_quorum = 0;
+        a.shape.ack_quorum = 0;
         assert!(validate(&a).unwrap_err().to_string().contains("Qa"));
         let mut a = args();
         a.entries = None;

@@ -27,28 +27,9 @@ pub(super) const PASSWORD: &[u8] = b"folio-bench";
 
 #[derive(Args, Debug, Clone)]
 pub struct WriteBenchArgs {
-    /// Ensemble size.
-    #[arg(short = 'e', long = "ensemble", value_name = "E", default_value_t = 3)]
-    pub ensemble: usize,
-    /// Write quorum.
-    #[arg(
-        short = 'w',
-        long = "write-quorum",
-        value_name = "Qw",
-        default_value_t = 2
-    )]
-    pub write_quorum: usize,
-    /// Ack quorum.
-    #[arg(
-        short = 'a',
-        long = "ack-quorum",
-        value_name = "Qa",
-        default_value_t = 2
-    )]
-    pub ack_quorum: usize,
-    /// Payload bytes per entry.
-    #[arg(long, value_name = "BYTES", default_value_t = 1024)]
-    pub entry_size: usize,
+    /// Ensemble, quorums and entry size.
+    #[command(flatten)]
+    pub shape: LedgerShape,
     /// Appends in total (default 10000 unless --seconds is given).
     #[arg(long, value_name = "N", conflicts_with = "seconds")]
     pub entries: Option<u64>,
@@ -92,15 +73,46 @@ pub fn run(a: WriteBenchArgs, metadata: Option<String>) -> anyhow::Result<()> {
 }
 
 /// Refuses a quorum BookKeeper would refuse, naming the flags.
-pub(super) fn validate_quorum(ensemble: usize, write: usize, ack: usize) -> anyhow::Result<()> {
-    if !(ack >= 1 && ack <= write && write <= ensemble) {
-        bail!("bad quorum -e {ensemble} -w {write} -a {ack}: need 1 <= Qa <= Qw <= E");
+/// The shape of the ledgers a benchmark writes: BookKeeper's `-e`, `-w`, `-a` and the
+/// entry size, the same flags on `bench write`, `read` and `tail`.
+#[derive(Args, Debug, Clone)]
+pub struct LedgerShape {
+    /// Ensemble size.
+    #[arg(short = 'e', long = "ensemble", value_name = "E", default_value_t = 3)]
+    pub ensemble: usize,
+    /// Write quorum.
+    #[arg(
+        short = 'w',
+        long = "write-quorum",
+        value_name = "Qw",
+        default_value_t = 2
+    )]
+    pub write_quorum: usize,
+    /// Ack quorum.
+    #[arg(
+        short = 'a',
+        long = "ack-quorum",
+        value_name = "Qa",
+        default_value_t = 2
+    )]
+    pub ack_quorum: usize,
+    /// Payload bytes per entry.
+    #[arg(long, value_name = "BYTES", default_value_t = 1024)]
+    pub entry_size: usize,
+}
+
+impl LedgerShape {
+    pub(super) fn validate(&self) -> anyhow::Result<()> {
+        let (ensemble, write, ack) = (self.ensemble, self.write_quorum, self.ack_quorum);
+        if !(ack >= 1 && ack <= write && write <= ensemble) {
+            bail!("bad quorum -e {ensemble} -w {write} -a {ack}: need 1 <= Qa <= Qw <= E");
+        }
+        Ok(())
     }
-    Ok(())
 }
 
 fn validate(a: &WriteBenchArgs) -> anyhow::Result<()> {
-    validate_quorum(a.ensemble, a.write_quorum, a.ack_quorum)?;
+    a.shape.validate()?;
     for (name, v) in [
         ("--entries", a.entries.unwrap_or(1)),
         ("--in-flight", a.in_flight),
@@ -134,7 +146,7 @@ async fn bench(a: &WriteBenchArgs, uri: &str) -> anyhow::Result<String> {
     let mut ledgers = Vec::new();
     for _ in 0..a.ledgers {
         let opts = CreateOptions::default()
-            .quorum(a.ensemble, a.write_quorum, a.ack_quorum)
+            .quorum(a.shape.ensemble, a.shape.write_quorum, a.shape.ack_quorum)
             .digest(DigestType::Crc32c)
             .password(PASSWORD);
         let l = client
@@ -143,7 +155,7 @@ async fn bench(a: &WriteBenchArgs, uri: &str) -> anyhow::Result<String> {
             .context("cannot create a benchmark ledger")?;
         ledgers.push(Arc::new(l));
     }
-    let payload = payload(a.entry_size);
+    let payload = payload(a.shape.entry_size);
     let total = a
         .entries
         .unwrap_or(if a.seconds.is_some() { 0 } else { 10_000 });
@@ -201,17 +213,17 @@ async fn bench(a: &WriteBenchArgs, uri: &str) -> anyhow::Result<String> {
     let latencies = std::mem::take(&mut *latencies.lock().expect("latency lock"));
     let summary = Summary {
         entries,
-        bytes: entries * a.entry_size as u64,
+        bytes: entries * a.shape.entry_size as u64,
         elapsed,
         latencies,
     };
     if a.json {
         let mut extra = Map::new();
         extra.insert("bench".into(), json!("write"));
-        extra.insert("ensemble".into(), json!(a.ensemble));
-        extra.insert("write_quorum".into(), json!(a.write_quorum));
-        extra.insert("ack_quorum".into(), json!(a.ack_quorum));
-        extra.insert("entry_size".into(), json!(a.entry_size));
+        extra.insert("ensemble".into(), json!(a.shape.ensemble));
+        extra.insert("write_quorum".into(), json!(a.shape.write_quorum));
+        extra.insert("ack_quorum".into(), json!(a.shape.ack_quorum));
+        extra.insert("entry_size".into(), json!(a.shape.entry_size));
         extra.insert("in_flight".into(), json!(a.in_flight));
         extra.insert("ledgers".into(), json!(a.ledgers));
         extra.insert(
@@ -222,10 +234,10 @@ async fn bench(a: &WriteBenchArgs, uri: &str) -> anyhow::Result<String> {
     }
     Ok(format!(
         "folio bench write: E{} Qw{} Qa{}, {} B entries, {} in flight over {} ledger(s)\n{}",
-        a.ensemble,
-        a.write_quorum,
-        a.ack_quorum,
-        a.entry_size,
+        a.shape.ensemble,
+        a.shape.write_quorum,
+        a.shape.ack_quorum,
+        a.shape.entry_size,
         a.in_flight,
         a.ledgers,
         summary.to_text()
@@ -280,10 +292,12 @@ mod tests {
 
     fn args() -> WriteBenchArgs {
         WriteBenchArgs {
-            ensemble: 3,
-            write_quorum: 2,
-            ack_quorum: 2,
-            entry_size: 100,
+            shape: LedgerShape {
+                ensemble: 3,
+                write_quorum: 2,
+                ack_quorum: 2,
+                entry_size: 100,
+            },
             entries: Some(10),
             seconds: None,
             in_flight: 4,
@@ -297,7 +311,7 @@ mod tests {
     fn bad_quorums_and_counts_are_refused_by_name() {
         assert!(validate(&args()).is_ok());
         let mut a = args();
-        a.ack_quorum = 3;
+        a.shape.ack_quorum = 3;
         let e = validate(&a).unwrap_err().to_string();
         assert!(e.contains("Qa <= Qw"), "{e}");
         let mut a = args();
