@@ -100,6 +100,20 @@ fn start_bookie_with(dir: &Path, n: usize, extra: &[&str]) -> Bookie {
     }
 }
 
+/// A command line's words (the benchmark flags read better on one line).
+fn words(line: &str) -> Vec<&str> {
+    line.split_whitespace().collect()
+}
+
+/// A fresh cluster of three bookie processes on sqlite metadata in a temp dir.
+fn three_bookies() -> (tempfile::TempDir, Vec<Bookie>, String) {
+    let dir = tempfile::tempdir().unwrap();
+    init_cluster(dir.path());
+    let bookies: Vec<Bookie> = (0..3).map(|i| start_bookie(dir.path(), i)).collect();
+    let uri = metadata_uri(dir.path());
+    (dir, bookies, uri)
+}
+
 fn bench_json(metadata: Option<&str>, args: &[&str]) -> Value {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_folio"));
     if let Some(uri) = metadata {
@@ -196,30 +210,12 @@ fn bench_bookie_names_an_unreachable_bookie() {
 
 #[test]
 fn bench_write_appends_through_the_client_to_three_bookies() {
-    let dir = tempfile::tempdir().unwrap();
-    init_cluster(dir.path());
-    let bookies: Vec<Bookie> = (0..3).map(|i| start_bookie(dir.path(), i)).collect();
-    let uri = metadata_uri(dir.path());
+    let (_dir, bookies, uri) = three_bookies();
     let v = bench_json(
         Some(&uri),
-        &[
-            "write",
-            "-e",
-            "3",
-            "-w",
-            "2",
-            "-a",
-            "2",
-            "--entry-size",
-            "100",
-            "--entries",
-            "200",
-            "--in-flight",
-            "20",
-            "--ledgers",
-            "2",
-            "--json",
-        ],
+        &words(
+            "write -e 3 -w 2 -a 2 --entry-size 100 --entries 200 --in-flight 20 --ledgers 2 --json",
+        ),
     );
     assert_eq!(v["bench"], "write");
     check_summary(&v, 200, 100);
@@ -245,34 +241,13 @@ fn bench_write_without_metadata_is_a_one_line_error() {
 
 #[test]
 fn bench_read_reads_back_every_entry_it_wrote_then_reads_kept_ledgers_by_id() {
-    let dir = tempfile::tempdir().unwrap();
-    init_cluster(dir.path());
-    let bookies: Vec<Bookie> = (0..3).map(|i| start_bookie(dir.path(), i)).collect();
-    let uri = metadata_uri(dir.path());
+    let (_dir, bookies, uri) = three_bookies();
     // 301 entries over 2 ledgers (151 + 150), read 7 at a time with 10 reads in flight.
     let v = bench_json(
         Some(&uri),
-        &[
-            "read",
-            "-e",
-            "3",
-            "-w",
-            "2",
-            "-a",
-            "2",
-            "--entry-size",
-            "100",
-            "--entries",
-            "301",
-            "--ledgers",
-            "2",
-            "--in-flight",
-            "10",
-            "--batch",
-            "7",
-            "--keep",
-            "--json",
-        ],
+        &words(
+            "read -e 3 -w 2 -a 2 --entry-size 100 --entries 301 --ledgers 2 --in-flight 10 --batch 7 --keep --json",
+        ),
     );
     assert_eq!(v["bench"], "read");
     check_summary(&v, 301, 100);
@@ -317,30 +292,12 @@ fn bench_read_reads_back_every_entry_it_wrote_then_reads_kept_ledgers_by_id() {
 
 #[test]
 fn bench_tail_delivers_every_entry_to_every_tailing_reader() {
-    let dir = tempfile::tempdir().unwrap();
-    init_cluster(dir.path());
-    let bookies: Vec<Bookie> = (0..3).map(|i| start_bookie(dir.path(), i)).collect();
-    let uri = metadata_uri(dir.path());
+    let (_dir, bookies, uri) = three_bookies();
     let v = bench_json(
         Some(&uri),
-        &[
-            "tail",
-            "-e",
-            "3",
-            "-w",
-            "2",
-            "-a",
-            "2",
-            "--entry-size",
-            "100",
-            "--entries",
-            "250",
-            "--in-flight",
-            "8",
-            "--readers",
-            "2",
-            "--json",
-        ],
+        &words(
+            "tail -e 3 -w 2 -a 2 --entry-size 100 --entries 250 --in-flight 8 --readers 2 --json",
+        ),
     );
     assert_eq!(v["bench"], "tail");
     check_summary(&v, 250, 100);
