@@ -35,6 +35,19 @@ fn access(cluster: &str, store: Arc<MemMetadataStore>) -> MetadataAccess {
     }
 }
 
+/// Starts a real bookie with `config` on the in-memory metadata cluster `cluster`.
+async fn start_on_mem(cluster: &str, config: BookieConfig) -> Result<BookieNode, NodeError> {
+    BookieNode::start(
+        &folio_env::Env::real(),
+        config,
+        Some(access(
+            cluster,
+            Arc::new(MemMetadataStore::connect(cluster)),
+        )),
+    )
+    .await
+}
+
 fn config(dir: &std::path::Path, id: &str) -> BookieConfig {
     BookieConfig {
         data_dir: Some(dir.to_path_buf()),
@@ -101,44 +114,23 @@ async fn registers_serves_and_unregisters_then_restarts_with_its_cookie() {
 async fn a_wiped_disk_or_another_bookie_id_is_refused() {
     let cluster = unique_name("node");
     let dir = tempfile::tempdir().unwrap();
-    let node = BookieNode::start(
-        &folio_env::Env::real(),
-        config(dir.path(), "bookie-b:3181"),
-        Some(access(
-            &cluster,
-            Arc::new(MemMetadataStore::connect(&cluster)),
-        )),
-    )
-    .await
-    .unwrap();
+    let node = start_on_mem(&cluster, config(dir.path(), "bookie-b:3181"))
+        .await
+        .unwrap();
     node.shutdown().await.unwrap();
 
     let wiped = tempfile::tempdir().unwrap();
-    let err = BookieNode::start(
-        &folio_env::Env::real(),
-        config(wiped.path(), "bookie-b:3181"),
-        Some(access(
-            &cluster,
-            Arc::new(MemMetadataStore::connect(&cluster)),
-        )),
-    )
-    .await
-    .err()
-    .expect("a wiped disk must not join as the old bookie");
+    let err = start_on_mem(&cluster, config(wiped.path(), "bookie-b:3181"))
+        .await
+        .err()
+        .expect("a wiped disk must not join as the old bookie");
     assert!(matches!(err, NodeError::Cookie(_)), "{err}");
     assert!(err.to_string().contains("bookie-b:3181"), "{err}");
 
-    let err = BookieNode::start(
-        &folio_env::Env::real(),
-        config(dir.path(), "bookie-c:3181"),
-        Some(access(
-            &cluster,
-            Arc::new(MemMetadataStore::connect(&cluster)),
-        )),
-    )
-    .await
-    .err()
-    .expect("another bookie's directories are refused");
+    let err = start_on_mem(&cluster, config(dir.path(), "bookie-c:3181"))
+        .await
+        .err()
+        .expect("another bookie's directories are refused");
     assert!(matches!(err, NodeError::Cookie(_)), "{err}");
     // Nothing was registered by the refused starts.
     assert_eq!(registered(&cluster).await, (vec![], vec![]));
@@ -220,16 +212,9 @@ async fn a_read_only_bookie_moves_its_registration() {
 async fn a_second_registration_of_a_live_bookie_id_is_refused() {
     let cluster = unique_name("node");
     let dir = tempfile::tempdir().unwrap();
-    let first = BookieNode::start(
-        &folio_env::Env::real(),
-        config(dir.path(), "bookie-f:3181"),
-        Some(access(
-            &cluster,
-            Arc::new(MemMetadataStore::connect(&cluster)),
-        )),
-    )
-    .await
-    .unwrap();
+    let first = start_on_mem(&cluster, config(dir.path(), "bookie-f:3181"))
+        .await
+        .unwrap();
     // What a second process with this id would do once past its cookie check.
     let err = Registrar::start(
         Arc::new(MemMetadataStore::connect(&cluster)),
