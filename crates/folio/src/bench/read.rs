@@ -21,7 +21,9 @@ use serde_json::{Map, Value, json};
 use tokio::task::JoinSet;
 
 use super::report::{Latencies, Summary};
-use super::write::{LedgerShape, Limit, PASSWORD, append_loop, payload};
+use super::write::{
+    LedgerShape, Limit, PASSWORD, append_loop, at_least_one, payload, run_on_cluster,
+};
 
 #[derive(Args, Debug, Clone)]
 pub struct ReadBenchArgs {
@@ -57,17 +59,7 @@ pub struct ReadBenchArgs {
 
 pub fn run(a: ReadBenchArgs, metadata: Option<String>) -> anyhow::Result<()> {
     validate(&a)?;
-    let Some(uri) = metadata else {
-        bail!("folio bench read needs --metadata URI (or FOLIO_METADATA) naming the cluster");
-    };
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")?;
-    let out = rt.block_on(bench(&a, &uri))?;
-    println!("{out}");
-    Ok(())
+    run_on_cluster("read", metadata, |uri| async move { bench(&a, &uri).await })
 }
 
 fn validate(a: &ReadBenchArgs) -> anyhow::Result<()> {
@@ -77,16 +69,12 @@ fn validate(a: &ReadBenchArgs) -> anyhow::Result<()> {
     } else {
         a.ledger_ids.len() as u64
     };
-    for (name, v) in [
+    at_least_one(&[
         ("--entries", a.entries),
         ("--in-flight", a.in_flight),
         ("--ledgers", a.ledgers),
         ("--batch", a.batch),
-    ] {
-        if v == 0 {
-            bail!("{name} must be at least 1");
-        }
-    }
+    ])?;
     if a.in_flight < ledgers {
         bail!(
             "--in-flight {} is less than the {ledgers} ledger(s) read: every ledger needs one read in flight",

@@ -26,7 +26,9 @@ use folio_metadata::MetadataStore;
 use serde_json::{Map, json};
 
 use super::report::{Latencies, Summary};
-use super::write::{LedgerShape, Limit, PASSWORD, payload};
+use super::write::{
+    LedgerShape, Limit, PASSWORD, at_least_one, payload, positive_seconds, run_on_cluster,
+};
 
 /// Most entries a reader asks for in one range read (the client keeps
 /// `read_parallelism` of them in flight).
@@ -66,35 +68,17 @@ pub struct TailBenchArgs {
 
 pub fn run(a: TailBenchArgs, metadata: Option<String>) -> anyhow::Result<()> {
     validate(&a)?;
-    let Some(uri) = metadata else {
-        bail!("folio bench tail needs --metadata URI (or FOLIO_METADATA) naming the cluster");
-    };
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")?;
-    let out = rt.block_on(bench(&a, &uri))?;
-    println!("{out}");
-    Ok(())
+    run_on_cluster("tail", metadata, |uri| async move { bench(&a, &uri).await })
 }
 
 fn validate(a: &TailBenchArgs) -> anyhow::Result<()> {
     a.shape.validate()?;
-    for (name, v) in [
+    at_least_one(&[
         ("--entries", a.entries.unwrap_or(1)),
         ("--in-flight", a.in_flight),
         ("--readers", a.readers),
-    ] {
-        if v == 0 {
-            bail!("{name} must be at least 1");
-        }
-    }
-    if let Some(s) = a.seconds
-        && !(s > 0.0 && s.is_finite())
-    {
-        bail!("--seconds must be a positive number, not {s}");
-    }
+    ])?;
+    positive_seconds(a.seconds)?;
     Ok(())
 }
 

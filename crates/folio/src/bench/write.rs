@@ -59,20 +59,13 @@ pub(super) enum Limit {
 
 pub fn run(a: WriteBenchArgs, metadata: Option<String>) -> anyhow::Result<()> {
     validate(&a)?;
-    let Some(uri) = metadata else {
-        bail!("folio bench write needs --metadata URI (or FOLIO_METADATA) naming the cluster");
-    };
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")?;
-    let out = rt.block_on(bench(&a, &uri))?;
-    println!("{out}");
-    Ok(())
+    run_on_cluster(
+        "write",
+        metadata,
+        |uri| async move { bench(&a, &uri).await },
+    )
 }
 
-/// Refuses a quorum BookKeeper would refuse, naming the flags.
 /// The shape of the ledgers a benchmark writes: BookKeeper's `-e`, `-w`, `-a` and the
 /// entry size, the same flags on `bench write`, `read` and `tail`.
 #[derive(Args, Debug, Clone)]
@@ -102,6 +95,7 @@ pub struct LedgerShape {
 }
 
 impl LedgerShape {
+    /// Refuses a quorum BookKeeper would refuse, naming the flags.
     pub(super) fn validate(&self) -> anyhow::Result<()> {
         let (ensemble, write, ack) = (self.ensemble, self.write_quorum, self.ack_quorum);
         if !(ack >= 1 && ack <= write && write <= ensemble) {
@@ -111,22 +105,57 @@ impl LedgerShape {
     }
 }
 
-fn validate(a: &WriteBenchArgs) -> anyhow::Result<()> {
-    a.shape.validate()?;
-    for (name, v) in [
-        ("--entries", a.entries.unwrap_or(1)),
-        ("--in-flight", a.in_flight),
-        ("--ledgers", a.ledgers),
-    ] {
-        if v == 0 {
-            bail!("{name} must be at least 1");
-        }
+/// Refuses a zero count, naming its flag.
+pub(super) fn at_least_one(counts: &[(&str, u64)]) -> anyhow::Result<()> {
+    match counts.iter().find(|(_, v)| *v == 0) {
+        Some((name, _)) => bail!("{name} must be at least 1"),
+        None => Ok(()),
     }
-    if let Some(s) = a.seconds
+}
+
+/// Refuses a `--seconds` that is not a positive finite number.
+pub(super) fn positive_seconds(seconds: Option<f64>) -> anyhow::Result<()> {
+    if let Some(s) = seconds
         && !(s > 0.0 && s.is_finite())
     {
         bail!("--seconds must be a positive number, not {s}");
     }
+    Ok(())
+}
+
+/// Runs one cluster benchmark (`what`: write, read, tail) on its own runtime against the
+/// cluster `metadata` names, and prints its report.
+pub(super) fn run_on_cluster<F, Fut, R>(
+    what: &str,
+    metadata: Option<String>,
+    bench: F,
+) -> anyhow::Result<()>
+where
+    F: FnOnce(String) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<R>>,
+    R: std::fmt::Display,
+{
+    let Some(uri) = metadata else {
+        bail!("folio bench {what} needs --metadata URI (or FOLIO_METADATA) naming the cluster");
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    let out = rt.block_on(bench(uri))?;
+    println!("{out}");
+    Ok(())
+}
+
+fn validate(a: &WriteBenchArgs) -> anyhow::Result<()> {
+    a.shape.validate()?;
+    at_least_one(&[
+        ("--entries", a.entries.unwrap_or(1)),
+        ("--in-flight", a.in_flight),
+        ("--ledgers", a.ledgers),
+    ])?;
+    positive_seconds(a.seconds)?;
     if a.in_flight < a.ledgers {
         bail!(
             "--in-flight {} is less than --ledgers {}: every ledger needs one append in flight",
