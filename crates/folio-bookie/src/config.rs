@@ -43,6 +43,8 @@ pub struct BookieConfig {
     pub journal_buffered_writes_threshold: u64,
     #[serde(alias = "journalMaxSizeMB")]
     pub journal_max_size_mb: u64,
+    #[serde(alias = "journalPreAllocSizeMB")]
+    pub journal_pre_alloc_size_mb: u64,
     #[serde(alias = "flushInterval")]
     pub flush_interval_ms: u64,
     #[serde(alias = "logSizeLimit")]
@@ -88,6 +90,7 @@ impl Default for BookieConfig {
             journal_max_group_wait_ms: 2,
             journal_buffered_writes_threshold: 512 * 1024,
             journal_max_size_mb: 2048,
+            journal_pre_alloc_size_mb: 16,
             flush_interval_ms: 10_000,
             entry_log_size_limit: 1 << 30,
             write_cache_bytes: 64 << 20,
@@ -152,6 +155,10 @@ journal_buffered_writes_threshold = 524288
 
 # Journal file size at which a new file starts, in MiB. [journalMaxSizeMB]
 journal_max_size_mb = 2048
+
+# Zeroes written and synced ahead of the journal's write offset, in MiB, so that group commits
+# overwrite allocated blocks; 0 turns it off. [journalPreAllocSizeMB]
+journal_pre_alloc_size_mb = 16
 
 # Interval between checkpoints (ledger store flush, journal mark), in ms. [flushInterval]
 flush_interval_ms = 10000
@@ -405,6 +412,7 @@ mod tests {
             journalDirectory = "/j"
             ledgerDirectories = "/l1, /l2"
             journalMaxGroupWaitMSec = 5
+            journalPreAllocSizeMB = 4
             nettyMaxFrameSizeBytes = 1048576
             httpServerPort = 8080
         "#;
@@ -416,6 +424,11 @@ mod tests {
             vec![PathBuf::from("/l1"), PathBuf::from("/l2")]
         );
         assert_eq!(c.journal_max_group_wait_ms, 5);
+        assert_eq!(c.journal_pre_alloc_size_mb, 4);
+        assert_eq!(
+            crate::engine::storage_config(&c).0.journal.prealloc_size,
+            4 << 20
+        );
         assert_eq!(c.max_frame_size, 1 << 20);
         assert_eq!(c.http_port, Some(8080));
     }

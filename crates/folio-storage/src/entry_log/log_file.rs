@@ -41,6 +41,13 @@ pub fn parse_file_name(name: &str) -> Option<u64> {
 /// Pending bytes are handed to the file once they reach this size.
 const WRITE_BUFFER_BYTES: usize = 1 << 20;
 
+/// Bytes handed to the file between two write-backs (`File::write_back`). A flush
+/// writes tens of MiB; left to the final fdatasync they reach the device as one burst
+/// that the journal's next small fdatasync waits behind (measured: 30-50 ms journal
+/// stalls during each 32 MiB flush). Written back in pieces of this size, the journal
+/// waits for one piece at most.
+const WRITE_BACK_BYTES: u64 = 1 << 20;
+
 /// Appends records to one entry log file.
 pub struct LogWriter {
     log_id: u64,
@@ -49,6 +56,8 @@ pub struct LogWriter {
     file: Arc<dyn File>,
     /// Bytes already handed to the file (the buffer starts here).
     written: u64,
+    /// Bytes already written back to the device (`File::write_back`).
+    written_back: u64,
     buf: Vec<u8>,
     /// Bytes of records per ledger, for the ledgers map written at rotation.
     ledger_bytes: BTreeMap<i64, u64>,
@@ -78,6 +87,7 @@ impl LogWriter {
             path,
             file,
             written: HEADER_LEN as u64,
+            written_back: 0,
             buf: Vec::with_capacity(WRITE_BUFFER_BYTES),
             ledger_bytes: BTreeMap::new(),
             records: 0,
@@ -147,6 +157,18 @@ impl LogWriter {
             })?;
         self.written += self.buf.len() as u64;
         self.buf.clear();
+        if self.written - self.written_back >= WRITE_BACK_BYTES {
+            self.file
+                .write_back(self.written_back, self.written - self.written_back)
+                .map_err(|e| {
+                    // Treated as a failed fdatasync: the kernel may have dropped pages it
+                    // could not write.
+                    let e =
+                        std::io::Error::new(e.kind(), format!("write-back before fdatasync: {e}"));
+                    io_error("sync entry log", &self.dir, &self.path, None, e)
+                })?;
+            self.written_back = self.written;
+        }
         Ok(())
     }
 

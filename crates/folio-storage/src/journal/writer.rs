@@ -26,8 +26,12 @@ use crate::error::StorageError;
 use crate::storage::WriteCallback;
 
 /// The most zeroes one write call puts ahead of the write offset (the size of the
-/// reused zero buffer); a top-up may issue several before its one fdatasync.
+/// reused zero buffer), and the largest top-up piece.
 const PREALLOC_CHUNK: u64 = 1 << 20;
+
+/// Most top-up pieces written after one group: enough to keep up with groups of up to
+/// a few MiB, few enough that no group waits long behind the zeroes.
+const MAX_PIECES_PER_GROUP: u64 = 4;
 
 /// What a request asks of the journal.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -254,7 +258,7 @@ impl Writer {
             batch: Vec::new(),
             dirty: false,
         };
-        w.top_up().map_err(|p| p.group_error())?;
+        w.fill_headroom().map_err(|p| p.group_error())?;
         Ok(w)
     }
 
@@ -319,7 +323,7 @@ impl Writer {
                 if !self.cfg.unsafe_ack_before_sync {
                     self.complete_ok();
                 }
-                if let Err(p) = self.top_up() {
+                if let Err(p) = self.top_up(MAX_PIECES_PER_GROUP * PREALLOC_CHUNK) {
                     self.poison(p);
                 }
             }
@@ -407,35 +411,39 @@ impl Writer {
         Ok(())
     }
 
-    /// Keeps between `prealloc_size / 2` and `prealloc_size` bytes of written, synced
-    /// zeroes ahead of the write offset, so that group commits overwrite allocated
-    /// blocks and their fdatasync has no metadata to commit (about half the cost:
-    /// spec/rust-crates.md section 5). Runs after a group's callbacks. Nothing happens
-    /// while at least half of the headroom is left; below that, the whole missing
-    /// headroom is written (in `PREALLOC_CHUNK` pieces) and synced once, so a zero-fill
-    /// fdatasync happens about once per `prealloc_size / 2` bytes appended, not once
-    /// per group (which cost every add a second fdatasync). Zeroes are never written at
-    /// or below the write offset, so everything past the last record is zeroes (or
-    /// nothing) and replay reads it as a torn tail.
-    fn top_up(&mut self) -> Result<(), Poison> {
+    /// Keeps about `prealloc_size` bytes of written zeroes ahead of the write offset, so
+    /// that group commits overwrite allocated blocks and their fdatasync has no metadata
+    /// to commit (about half the cost: spec/rust-crates.md section 5).
+    ///
+    /// Runs after each group's callbacks and writes little: only once the headroom has
+    /// shrunk by a whole piece (`prealloc_size / 2`, at most 1 MiB), and at most
+    /// `MAX_PIECES_PER_GROUP` pieces, whose write-back it starts without waiting and
+    /// without an fdatasync of its own: the next group's fdatasync makes them durable
+    /// (one metadata commit per piece). Zero-filling half the headroom at once with its
+    /// own fdatasync stalled the next group for 10-20 ms every 8 MiB appended (measured
+    /// in docs/performance.md). Zeroes are never written at or below the write offset,
+    /// so everything past the last record is zeroes (or nothing) and replay reads it as
+    /// a torn tail; whether they are durable does not matter for correctness.
+    fn top_up(&mut self, max_bytes: u64) -> Result<(), Poison> {
         if self.cfg.prealloc_size == 0 {
             return Ok(());
         }
         let limit = self.cfg.max_file_size.max(self.offset);
         let target = (self.offset + self.cfg.prealloc_size).min(limit);
-        let low_water = (self.offset + self.cfg.prealloc_size / 2).min(limit);
-        if self.prealloc_end >= low_water {
+        let piece = (self.cfg.prealloc_size / 2).clamp(1, PREALLOC_CHUNK);
+        let missing = target.saturating_sub(self.prealloc_end);
+        if missing == 0 || (missing < piece && target < limit) {
             return Ok(());
         }
-        let mut at = self.prealloc_end;
-        while at < target {
-            let k = (target - at).min(self.zeros.len() as u64) as usize;
+        let start = self.prealloc_end;
+        let end = start + missing.min(max_bytes.max(piece));
+        let mut at = start;
+        while at < end {
+            let k = (end - at).min(self.zeros.len() as u64) as usize;
             if let Err(e) = self.file.write_all_at(&self.zeros[..k], at) {
                 if crate::error::is_no_space(&e) {
                     // Preallocation is an optimisation: on a full disk, skip it; the
-                    // next group's own write reports the full disk. Whatever zeroes
-                    // were written are unsynced: they count only once a later group's
-                    // fdatasync covers them, so `prealloc_end` stays put.
+                    // next group's own write reports the full disk.
                     tracing::warn!(file = %self.path.display(), "no space to preallocate: {e}");
                     return Ok(());
                 }
@@ -443,17 +451,25 @@ impl Writer {
             }
             at += k as u64;
         }
-        if self.cfg.sync_data {
+        if let Err(e) = self.file.start_write_back(start, end - start) {
+            // Only a hint to the kernel; a real write error shows in the next fdatasync.
+            tracing::debug!(file = %self.path.display(), "start_write_back of zeroes: {e}");
+        }
+        Counters::add(&self.shared.counters.prealloc_bytes, end - start);
+        self.prealloc_end = end;
+        Ok(())
+    }
+
+    /// Fills the whole headroom and makes it durable: for a new file, before its first
+    /// group (start-up time, not an add's latency).
+    fn fill_headroom(&mut self) -> Result<(), Poison> {
+        self.top_up(u64::MAX)?;
+        if self.cfg.prealloc_size > 0 && self.cfg.sync_data {
             self.file
                 .sync_data()
                 .map_err(|e| Poison::new("fdatasync preallocated", self.path.clone(), &e))?;
             Counters::add(&self.shared.counters.prealloc_fdatasyncs, 1);
         }
-        Counters::add(
-            &self.shared.counters.prealloc_bytes,
-            target - self.prealloc_end,
-        );
-        self.prealloc_end = target;
         Ok(())
     }
 

@@ -458,6 +458,9 @@ fn bad_configuration_is_refused() {
 struct Faults {
     full: AtomicBool,
     sync_fails: AtomicBool,
+    write_back_fails: AtomicBool,
+    /// Bytes passed to `write_back`, call by call.
+    write_backs: Mutex<Vec<u64>>,
 }
 
 struct FaultyFs(Arc<Faults>);
@@ -490,6 +493,13 @@ impl File for FaultyFile {
     }
     fn allocate(&self, len: u64) -> io::Result<()> {
         self.0.allocate(len)
+    }
+    fn write_back(&self, offset: u64, len: u64) -> io::Result<()> {
+        if self.1.write_back_fails.load(Ordering::SeqCst) {
+            return Err(io::Error::other("injected EIO in write-back"));
+        }
+        self.1.write_backs.lock().push(len);
+        self.0.write_back(offset, len)
     }
 }
 
@@ -609,4 +619,44 @@ fn a_put_waiting_for_room_gets_an_error_when_the_flush_fails() {
         s.get_entry(1, 0).unwrap(),
         Some(Bytes::from(vec![1u8; 2 << 20]))
     );
+}
+
+#[test]
+fn a_flush_writes_back_in_pieces_and_a_failed_write_back_poisons() {
+    let d = dirs(1 << 30, 64 << 20);
+    let (s, faults) = faulty(&d);
+    let entry = |i: i64| Bytes::from(vec![i as u8; 64 << 10]);
+    // 6 MiB of entries: the flush hands them to the device in ~1 MiB pieces, not in one
+    // burst at its fdatasync.
+    for i in 0..96 {
+        s.put_entry(1, i, entry(i)).unwrap();
+    }
+    s.flush().unwrap();
+    let pieces = faults.write_backs.lock().clone();
+    assert!(
+        (5..=6).contains(&pieces.len()) && pieces.iter().all(|&n| n >= 1 << 20),
+        "write-backs of {pieces:?} bytes for 6 MiB flushed"
+    );
+    // A write-back that fails is treated as a failed fsync: the store stops taking
+    // writes (what the kernel holds is unknown) but what it has stays readable.
+    for i in 96..128 {
+        s.put_entry(1, i, entry(i)).unwrap();
+    }
+    faults.write_back_fails.store(true, Ordering::SeqCst);
+    let e = s.flush().unwrap_err();
+    assert!(matches!(e, LedgerStoreError::SyncFailed { .. }), "{e}");
+    assert!(e.to_string().contains("write-back before fdatasync"), "{e}");
+    assert!(matches!(
+        s.put_entry(2, 0, data(2, 0)),
+        Err(LedgerStoreError::Poisoned(_))
+    ));
+    for i in [0, 95, 96, 127] {
+        assert_eq!(s.get_entry(1, i).unwrap(), Some(entry(i)), "entry {i}");
+    }
+    drop(s);
+    // The flushed entries are durable; a restart finds them.
+    let s = open(&d);
+    for i in 0..96 {
+        assert_eq!(s.get_entry(1, i).unwrap(), Some(entry(i)), "entry {i}");
+    }
 }
