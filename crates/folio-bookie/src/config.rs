@@ -45,6 +45,8 @@ pub struct BookieConfig {
     pub journal_max_size_mb: u64,
     #[serde(alias = "journalPreAllocSizeMB")]
     pub journal_pre_alloc_size_mb: u64,
+    #[serde(alias = "journalRemovePagesFromCache")]
+    pub journal_remove_pages_from_cache: bool,
     #[serde(alias = "flushInterval")]
     pub flush_interval_ms: u64,
     #[serde(alias = "logSizeLimit")]
@@ -91,6 +93,7 @@ impl Default for BookieConfig {
             journal_buffered_writes_threshold: 512 * 1024,
             journal_max_size_mb: 2048,
             journal_pre_alloc_size_mb: 16,
+            journal_remove_pages_from_cache: true,
             flush_interval_ms: 10_000,
             entry_log_size_limit: 1 << 30,
             write_cache_bytes: 64 << 20,
@@ -159,6 +162,10 @@ journal_max_size_mb = 2048
 # Zeroes written and synced ahead of the journal's write offset, in MiB, so that group commits
 # overwrite allocated blocks; 0 turns it off. [journalPreAllocSizeMB]
 journal_pre_alloc_size_mb = 16
+
+# Drop the journal's pages from the page cache once they are durable (it is read only at
+# start-up). [journalRemovePagesFromCache]
+journal_remove_pages_from_cache = true
 
 # Interval between checkpoints (ledger store flush, journal mark), in ms. [flushInterval]
 flush_interval_ms = 10000
@@ -413,6 +420,7 @@ mod tests {
             ledgerDirectories = "/l1, /l2"
             journalMaxGroupWaitMSec = 5
             journalPreAllocSizeMB = 4
+            journalRemovePagesFromCache = false
             nettyMaxFrameSizeBytes = 1048576
             httpServerPort = 8080
         "#;
@@ -425,6 +433,13 @@ mod tests {
         );
         assert_eq!(c.journal_max_group_wait_ms, 5);
         assert_eq!(c.journal_pre_alloc_size_mb, 4);
+        assert!(!c.journal_remove_pages_from_cache);
+        assert!(
+            !crate::engine::storage_config(&c)
+                .0
+                .journal
+                .remove_pages_from_cache
+        );
         assert_eq!(
             crate::engine::storage_config(&c).0.journal.prealloc_size,
             4 << 20

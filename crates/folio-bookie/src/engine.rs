@@ -86,6 +86,7 @@ pub fn storage_config(config: &BookieConfig) -> (StorageConfig, LedgerStoreConfi
         max_group_bytes: config.journal_buffered_writes_threshold,
         max_file_size: config.journal_max_size_mb * 1024 * 1024,
         prealloc_size: config.journal_pre_alloc_size_mb * 1024 * 1024,
+        remove_pages_from_cache: config.journal_remove_pages_from_cache,
         ..JournalConfig::default()
     };
     let storage = StorageConfig {

@@ -33,6 +33,11 @@ pub struct JournalConfig {
     /// blocks (an fdatasync then costs about half: spec/rust-crates.md section 5). Zero
     /// turns preallocation off.
     pub prealloc_size: u64,
+    /// `journalRemovePagesFromCache` (true): once a group is durable, drop the journal's
+    /// pages before it from the page cache (`posix_fadvise` DONTNEED). The journal is read
+    /// only at start-up; its pages would otherwise crowd out the entry logs' pages, and
+    /// once memory is full every write pays for reclaiming them.
+    pub remove_pages_from_cache: bool,
     /// `journalSyncData` (true). **Unsafe when false**: adds are acknowledged without an
     /// fdatasync, so a power loss loses acknowledged entries. For benchmarks only.
     pub sync_data: bool,
@@ -52,6 +57,7 @@ impl Default for JournalConfig {
             flush_when_queue_empty: false,
             max_file_size: 2048 * 1024 * 1024,
             prealloc_size: 16 * 1024 * 1024,
+            remove_pages_from_cache: true,
             sync_data: true,
             unsafe_ack_before_sync: false,
         }

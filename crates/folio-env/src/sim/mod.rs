@@ -80,6 +80,18 @@ struct State {
     /// Paths locked with `lock_exclusive` (in memory only: a crash image has none, as
     /// a dead process holds no locks).
     locks: BTreeSet<PathBuf>,
+    /// Every `drop_cache` call: the file, the range, and whether the range was durable.
+    dropped: Vec<DroppedRange>,
+}
+
+/// A `drop_cache` call seen by the simulated disk (which has no cache; it only records).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DroppedRange {
+    pub path: PathBuf,
+    pub offset: u64,
+    pub len: u64,
+    /// Whether every byte of the range was durable (synced) when it was dropped.
+    pub durable: bool,
 }
 
 impl State {
@@ -222,6 +234,11 @@ impl SimFileSystem {
     pub fn sync_counts(&self) -> (u64, u64) {
         let s = self.state.lock();
         (s.syncs, s.failed_syncs)
+    }
+
+    /// The `drop_cache` calls so far.
+    pub fn dropped_ranges(&self) -> Vec<DroppedRange> {
+        self.state.lock().dropped.clone()
     }
 
     /// The file system a power loss now would leave behind. This disk is unchanged
@@ -414,6 +431,27 @@ impl File for SimFile {
     fn len(&self) -> io::Result<u64> {
         self.fs
             .with_inode(self.ino, |s, ino| Ok(s.inodes[&ino].live.len() as u64))
+    }
+
+    fn drop_cache(&self, offset: u64, len: u64) -> io::Result<()> {
+        let path = self.path.clone();
+        self.fs.with_inode(self.ino, |s, ino| {
+            let node = &s.inodes[&ino];
+            let range = |v: &Vec<u8>| {
+                let start = (offset as usize).min(v.len());
+                let end = (offset.saturating_add(len) as usize).min(v.len());
+                v[start..end].to_vec()
+            };
+            let durable = node.durable.len() as u64 >= offset.saturating_add(len)
+                && range(&node.live) == range(&node.durable);
+            s.dropped.push(DroppedRange {
+                path,
+                offset,
+                len,
+                durable,
+            });
+            Ok(())
+        })
     }
 
     fn set_len(&self, len: u64) -> io::Result<()> {

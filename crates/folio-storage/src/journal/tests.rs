@@ -691,3 +691,55 @@ fn tools_scan_a_file_with_offsets_list_files_and_read_the_mark() {
     let e = scan_file(&fs, Path::new("/j/current/lastMark"), &mut |_, _| {}).unwrap_err();
     assert!(e.to_string().contains("not a journal file"), "{e}");
 }
+
+/// Durable journal pages are dropped from the page cache (BookKeeper's
+/// journalRemovePagesFromCache), and only durable ones: never the page the next group
+/// writes into, never a page whose records are not yet synced.
+#[test]
+fn durable_journal_pages_leave_the_page_cache() {
+    let fs = SimFileSystem::new();
+    let c = JournalConfig {
+        flush_when_queue_empty: true, // no group wait: 3000 groups quickly
+        ..cfg(vec![PathBuf::from("/j")])
+    };
+    let (j, _) = open(&sim_env(&fs), &c).unwrap();
+    let record = (format::RECORD_HEADER_LEN + 1000) as u64;
+    let n = 3000u64; // ~3 MiB of records, one group each
+    for i in 0..n {
+        wait(append(&j, 1, i as i64, &[1; 1000])).unwrap();
+    }
+    let file = journal_files(&fs, Path::new("/j"))[0].clone();
+    let dropped = fs.dropped_ranges();
+    assert!(
+        dropped.len() >= 2,
+        "{} drops for 3 MiB of records",
+        dropped.len()
+    );
+    let records_end = format::HEADER_LEN + n * record;
+    let mut next = 0;
+    for d in &dropped {
+        assert_eq!(d.path, file);
+        assert!(d.durable, "dropped pages that were not durable: {d:?}");
+        assert_eq!(d.offset, next, "ranges follow each other: {dropped:?}");
+        assert_eq!((d.offset + d.len) % 4096, 0, "{d:?}");
+        assert!(d.offset + d.len <= records_end, "{d:?}");
+        next = d.offset + d.len;
+    }
+    assert!(
+        next >= records_end - (1 << 20) - 4096,
+        "only {next} of {records_end} dropped"
+    );
+    drop(j);
+
+    // Off: nothing is dropped.
+    let fs = SimFileSystem::new();
+    let c = JournalConfig {
+        remove_pages_from_cache: false,
+        ..c
+    };
+    let (j, _) = open(&sim_env(&fs), &c).unwrap();
+    for i in 0..1500 {
+        wait(append(&j, 1, i, &[1; 1000])).unwrap();
+    }
+    assert!(fs.dropped_ranges().is_empty());
+}

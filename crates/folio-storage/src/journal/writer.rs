@@ -29,6 +29,12 @@ use crate::storage::WriteCallback;
 /// reused zero buffer), and the largest top-up piece.
 const PREALLOC_CHUNK: u64 = 1 << 20;
 
+/// Journal pages are dropped from the page cache once this many bytes are durable.
+const DROP_CACHE_BYTES: u64 = 1 << 20;
+/// The page size assumed when rounding down to a page boundary (a larger real page only
+/// makes the kernel keep one more partial page).
+const PAGE_BYTES: u64 = 4096;
+
 /// Most top-up pieces written after one group: enough to keep up with groups of up to
 /// a few MiB, few enough that no group waits long behind the zeroes.
 const MAX_PIECES_PER_GROUP: u64 = 4;
@@ -224,6 +230,8 @@ pub(crate) struct Writer {
     batch: Vec<Request>,
     /// Records written since the last successful fdatasync.
     dirty: bool,
+    /// Offset below which the file's pages were dropped from the page cache.
+    cache_dropped: u64,
 }
 
 impl Writer {
@@ -257,6 +265,7 @@ impl Writer {
             zeros,
             batch: Vec::new(),
             dirty: false,
+            cache_dropped: 0,
         };
         w.fill_headroom().map_err(|p| p.group_error())?;
         Ok(w)
@@ -404,11 +413,32 @@ impl Writer {
             Counters::add(&self.shared.counters.group_fdatasyncs, 1);
         }
         self.dirty = false;
+        self.drop_synced_pages();
         *self.shared.synced.lock() = Position {
             file_id: self.file_id,
             offset: self.offset,
         };
         Ok(())
+    }
+
+    /// Drops the pages of durable records from the page cache, a MiB or more at a time,
+    /// up to the page holding the write offset (not that one: the next group writes into
+    /// it, and a dropped page would have to be read back first).
+    fn drop_synced_pages(&mut self) {
+        if !self.cfg.remove_pages_from_cache || !self.cfg.sync_data {
+            return;
+        }
+        let end = self.offset & !(PAGE_BYTES - 1);
+        if end < self.cache_dropped + DROP_CACHE_BYTES {
+            return;
+        }
+        if let Err(e) = self
+            .file
+            .drop_cache(self.cache_dropped, end - self.cache_dropped)
+        {
+            tracing::debug!(file = %self.path.display(), "dropping journal pages from the cache: {e}");
+        }
+        self.cache_dropped = end;
     }
 
     /// Keeps about `prealloc_size` bytes of written zeroes ahead of the write offset, so
@@ -492,6 +522,7 @@ impl Writer {
         self.file_id = next;
         self.offset = HEADER_LEN;
         self.prealloc_end = HEADER_LEN;
+        self.cache_dropped = 0;
         Ok(())
     }
 }
