@@ -22,6 +22,9 @@ use crate::index::{IndexBatch, LedgerIndex};
 use crate::write_cache::WriteCache;
 
 pub use crate::index::LedgerInfo;
+pub use gc::EntryLogGcStats;
+
+mod gc;
 
 /// BookKeeper's `logSizeLimit` default (1 GiB).
 pub const DEFAULT_ENTRY_LOG_SIZE_LIMIT: u64 = 1 << 30;
@@ -162,6 +165,8 @@ pub struct LedgerStore {
     /// One flush at a time.
     flush_lock: Mutex<()>,
     flush_requester: RwLock<Option<FlushRequester>>,
+    /// What garbage collection remembers of finished entry logs.
+    gc: gc::GcCache,
     /// Each ledger directory's and the index directory's `LOCK` (dropped last).
     _locks: Vec<folio_env::FileLock>,
 }
@@ -234,6 +239,7 @@ impl LedgerStore {
             room: Condvar::new(),
             flush_lock: Mutex::new(()),
             flush_requester: RwLock::new(None),
+            gc: gc::GcCache::default(),
             _locks: locks,
         })
     }

@@ -19,6 +19,7 @@ use crate::checkpoint;
 use crate::config::StorageConfig;
 use crate::error::{BackendError, StorageError};
 use crate::journal::{Journal, JournalStats, RecordKind, ReplayRecord, ReplayStats};
+use crate::ledger_store::EntryLogGcStats;
 
 /// The completion of a write: runs exactly once. Ok only on the journal's thread,
 /// after the fdatasync covering the write returned Ok; Err either there (the write or
@@ -69,6 +70,18 @@ pub trait LedgerBackend: Send + Sync + 'static {
     /// Installs what a put calls when it must wait for write-cache room: it asks the
     /// checkpoint thread for a checkpoint (it must not flush on the calling thread).
     fn set_flush_requester(&self, _requester: Arc<dyn Fn() + Send + Sync>) {}
+    /// The ledgers the store holds (deleted ones excluded), ascending. The default
+    /// refuses, for stores that cannot list them (garbage collection then does nothing).
+    fn ledgers(&self) -> Result<Vec<i64>, BackendError> {
+        Err(BackendError::Other(
+            "this ledger store cannot list its ledgers".into(),
+        ))
+    }
+    /// Deletes the files holding only deleted ledgers whose deletion is flushed (see
+    /// `LedgerStore::remove_dead_entry_logs`). The default has nothing to remove.
+    fn remove_dead_entry_logs(&self) -> Result<EntryLogGcStats, BackendError> {
+        Ok(EntryLogGcStats::default())
+    }
 }
 
 /// What ReadLac answers: the explicit LAC body and the last entry, each if present,
@@ -361,6 +374,19 @@ impl Storage {
         Ok(())
     }
 
+    /// The ledgers the bookie holds (deleted ones excluded), ascending: what garbage
+    /// collection compares with the metadata store.
+    pub fn ledgers(&self) -> Result<Vec<i64>, StorageError> {
+        Ok(self.inner.store.ledgers()?)
+    }
+
+    /// Deletes the entry logs that hold only deleted ledgers, once those deletions are
+    /// flushed (run [`Storage::checkpoint`] after [`Storage::delete_ledger`] to make them
+    /// so). Never touches a log being written.
+    pub fn remove_dead_entry_logs(&self) -> Result<EntryLogGcStats, StorageError> {
+        Ok(self.inner.store.remove_dead_entry_logs()?)
+    }
+
     /// Runs a checkpoint now: flush the ledger store, then move the journal marks.
     pub fn checkpoint(&self) -> Result<(), StorageError> {
         checkpoint::checkpoint(&self.inner)
@@ -583,6 +609,16 @@ impl LedgerBackend for crate::ledger_store::LedgerStore {
 
     fn is_deleted(&self, ledger: i64) -> Result<bool, BackendError> {
         Ok(self.ledger_info(ledger)?.is_some_and(|i| i.deleted))
+    }
+
+    fn ledgers(&self) -> Result<Vec<i64>, BackendError> {
+        Ok(crate::ledger_store::LedgerStore::ledgers(self)?)
+    }
+
+    fn remove_dead_entry_logs(&self) -> Result<EntryLogGcStats, BackendError> {
+        Ok(crate::ledger_store::LedgerStore::remove_dead_entry_logs(
+            self,
+        )?)
     }
 }
 

@@ -248,6 +248,53 @@ impl EntryLogs {
     pub fn dirs(&self) -> &[PathBuf] {
         &self.dirs
     }
+
+    /// The length of log `log_id`'s file.
+    pub fn log_len(&self, log_id: u64) -> Result<u64, LedgerStoreError> {
+        let (path, file) = self.file(log_id)?;
+        let dir = path.parent().unwrap_or(&path).to_path_buf();
+        file.len()
+            .map_err(|e| io_error("stat entry log", &dir, &path, None, e))
+    }
+
+    /// Ids of the logs being appended to now (garbage collection never removes them).
+    pub fn writing_log_ids(&self) -> Vec<u64> {
+        let w = self.writers.lock();
+        let mut ids: Vec<u64> = w.current.values().map(|cur| cur.log_id()).collect();
+        ids.sort_unstable();
+        ids
+    }
+
+    /// Deletes log `log_id`'s file and syncs its directory; returns the bytes it held.
+    /// Refuses a log being written. The caller must know that nothing (the index) points
+    /// into it any more: reads of it fail from now on.
+    pub fn remove_log(&self, log_id: u64) -> Result<u64, LedgerStoreError> {
+        // Held throughout, so no writer can be opened on this id meanwhile (ids are never
+        // reused anyway) and rotation does not race the check.
+        let w = self.writers.lock();
+        if w.current.values().any(|cur| cur.log_id() == log_id) {
+            return Err(LedgerStoreError::Config(format!(
+                "entry log {log_id:x} is being written; it cannot be removed"
+            )));
+        }
+        let (path, file) = self.file(log_id)?;
+        let dir = path.parent().unwrap_or(&path).to_path_buf();
+        let len = file
+            .len()
+            .map_err(|e| io_error("stat entry log", &dir, &path, None, e))?;
+        drop(file);
+        self.fs
+            .remove_file(&path)
+            .map_err(|e| io_error("remove entry log", &dir, &path, None, e))?;
+        // Forgotten only once the file is gone: a failed removal leaves it known (and
+        // readable) for the next attempt.
+        self.files.write().remove(&log_id);
+        drop(w);
+        self.fs
+            .sync_dir(&dir)
+            .map_err(|e| io_error("sync directory", &dir, &dir, None, e))?;
+        Ok(len)
+    }
 }
 
 #[cfg(test)]
