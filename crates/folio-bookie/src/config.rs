@@ -70,6 +70,8 @@ pub struct BookieConfig {
     pub disk_check_interval_ms: u64,
     #[serde(alias = "zkTimeout")]
     pub metadata_session_timeout_ms: u64,
+    #[serde(alias = "gcWaitTime")]
+    pub gc_wait_time_ms: u64,
     /// The network location published in the registration (property `rack`) for
     /// rack-aware placement by clients. BookKeeper has no such bookie key (its clients
     /// resolve racks with a script or DNS); Folio's clients read this property.
@@ -107,6 +109,7 @@ impl Default for BookieConfig {
             disk_usage_lwm_threshold: 0.95,
             disk_check_interval_ms: 10_000,
             metadata_session_timeout_ms: 10_000,
+            gc_wait_time_ms: 600_000,
             rack: None,
         }
     }
@@ -210,6 +213,11 @@ disk_check_interval_ms = 10000
 
 # Metadata store session timeout, in ms. [zkTimeout]
 metadata_session_timeout_ms = 10000
+
+# Interval between garbage collection rounds, in ms: ledgers whose metadata is gone are deleted
+# from this bookie, then entry logs holding only deleted ledgers are removed. A round can also be
+# started with PUT /api/v1/bookie/gc. [gcWaitTime]
+gc_wait_time_ms = 600000
 
 # The bookie's network location, "/region/rack" (or "/rack"), published in its registration
 # (property "rack") for clients doing rack-aware placement. The --rack flag overrides it.
@@ -321,6 +329,7 @@ impl BookieConfig {
             ),
             ("max_connections", self.max_connections),
             ("read_threads", self.read_threads),
+            ("gc_wait_time_ms", self.gc_wait_time_ms as usize),
         ] {
             if v == 0 {
                 return Err(ConfigError::Invalid(format!("{key} must be at least 1")));
@@ -423,6 +432,7 @@ mod tests {
             journalRemovePagesFromCache = false
             nettyMaxFrameSizeBytes = 1048576
             httpServerPort = 8080
+            gcWaitTime = 30000
         "#;
         let c = BookieConfig::from_toml(text, Path::new("bk.toml")).unwrap();
         assert_eq!(c.port, 4181);
@@ -446,6 +456,7 @@ mod tests {
         );
         assert_eq!(c.max_frame_size, 1 << 20);
         assert_eq!(c.http_port, Some(8080));
+        assert_eq!(c.gc_wait_time_ms, 30_000);
     }
 
     #[test]

@@ -76,6 +76,24 @@ impl LedgerBackend for LedgerStoreBackend {
     fn set_flush_requester(&self, requester: Arc<dyn Fn() + Send + Sync>) {
         self.0.set_flush_requester(requester)
     }
+    fn delete_ledger(&self, ledger: i64) -> Result<(), BackendError> {
+        self.0.delete_ledger(ledger).map_err(backend_error)
+    }
+    fn is_deleted(&self, ledger: i64) -> Result<bool, BackendError> {
+        Ok(self
+            .0
+            .ledger_info(ledger)
+            .map_err(backend_error)?
+            .is_some_and(|info| info.deleted))
+    }
+    fn ledgers(&self) -> Result<Vec<i64>, BackendError> {
+        self.0.ledgers().map_err(backend_error)
+    }
+    fn remove_dead_entry_logs(
+        &self,
+    ) -> Result<folio_storage::ledger_store::EntryLogGcStats, BackendError> {
+        self.0.remove_dead_entry_logs().map_err(backend_error)
+    }
 }
 
 /// The storage engine's configuration from the bookie's.
@@ -151,6 +169,10 @@ impl LacCache {
         *known
     }
 
+    fn forget(&self, ledger: LedgerId) {
+        self.map.lock().remove(&ledger);
+    }
+
     /// A write carrying `lac` completed. Only raises a known LAC: an unknown one is read from
     /// storage (which has the write) when next asked.
     fn raise(&self, ledger: LedgerId, lac: EntryId) {
@@ -213,6 +235,14 @@ impl EngineStorage {
         let checkpoint = self.storage.checkpoint();
         self.storage.shutdown();
         checkpoint
+    }
+
+    /// Deletes a ledger from this bookie (garbage collection, once its metadata is gone):
+    /// see `folio_storage::Storage::delete_ledger`.
+    pub fn delete_ledger(&self, ledger: LedgerId) -> Result<(), folio_storage::StorageError> {
+        self.storage.delete_ledger(ledger)?;
+        self.lacs.forget(ledger);
+        Ok(())
     }
 
     fn exists(&self, ledger: LedgerId) -> Result<bool, StorageError> {

@@ -3,7 +3,7 @@
 //! text: request latency histograms per operation, bytes in and out, connections),
 //! `/api/v1/bookie/state`, `/api/v1/bookie/is_ready` and `/api/v1/bookie/info` (free and
 //! total disk space). This bookie's disk: `/api/v1/bookie/last_log_mark`,
-//! `/api/v1/bookie/list_disk_file`, `/api/v1/bookie/gc`. The cluster, through the metadata
+//! `/api/v1/bookie/list_disk_file`, `/api/v1/bookie/gc`, `/api/v1/bookie/gc_details`. The cluster, through the metadata
 //! store (see [`admin_api`]): `/api/v1/ledger/list`, `/api/v1/ledger/metadata`,
 //! `/api/v1/ledger/read`, `/api/v1/bookie/list_bookies`, `/api/v1/bookie/list_bookie_info`.
 //!
@@ -56,6 +56,8 @@ pub struct AdminState {
     /// The metadata store and an entry reader, for the cluster routes.
     cluster: admin_api::ClusterAccess,
     session: admin_api::Session,
+    /// The garbage collector (`/api/v1/bookie/gc`, `gc_details`).
+    gc: Option<crate::gc::GcHandle>,
 }
 
 impl AdminState {
@@ -70,7 +72,14 @@ impl AdminState {
             local: None,
             cluster: admin_api::ClusterAccess::default(),
             session: admin_api::Session::default(),
+            gc: None,
         }
+    }
+
+    /// Serves `/api/v1/bookie/gc` and `gc_details` from this collector.
+    pub fn with_gc(mut self, gc: crate::gc::GcHandle) -> Self {
+        self.gc = Some(gc);
+        self
     }
 
     /// Serves this bookie's directories and marks (`last_log_mark`, `list_disk_file`).

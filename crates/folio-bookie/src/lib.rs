@@ -5,12 +5,13 @@
 //! [`storage::BookieStorage`] trait and hands back responses through a callback, so it can be
 //! tested with the in-memory [`memory::MemoryStorage`] and driven by the simulator. The async shell
 //! ([`server`]) only moves frames between sockets and the processor; [`wire`] converts frames to
-//! and from the model. [`engine`] adapts the real storage engine, [`registration`] checks the
-//! cookie and keeps the bookie registered, [`http`] is the admin endpoint, [`config`] the TOML
+//! and from the model. [`engine`] adapts the real storage engine, [`gc`] deletes ledgers whose
+//! metadata is gone, [`registration`] checks the cookie and keeps the bookie registered, [`http`] is the admin endpoint, [`config`] the TOML
 //! file, and [`node`] puts one whole bookie together.
 
 pub mod config;
 pub mod engine;
+pub mod gc;
 pub mod http;
 pub mod memory;
 pub mod node;

@@ -1,8 +1,9 @@
 //! One whole bookie: configuration in, a serving bookie out. Binds the bookie port (first, so a
 //! bookie id with port 0 gets its real port), checks the cookie against the metadata store, opens
-//! the storage engine (replaying the journal), serves, registers, and optionally serves the admin
-//! HTTP endpoint. [`BookieNode::shutdown`] undoes it in the safe order: unregister (clients stop
-//! choosing this bookie), drain the port, then checkpoint and stop the storage.
+//! the storage engine (replaying the journal), serves, registers, optionally serves the admin
+//! HTTP endpoint, and starts the garbage collector. [`BookieNode::shutdown`] undoes it in the safe
+//! order: unregister (clients stop choosing this bookie), drain the port, stop the garbage
+//! collector, then checkpoint and stop the storage.
 //!
 //! `folio bookie` runs one; `folio standalone` and tests can run several in one process.
 
@@ -18,6 +19,7 @@ use tracing::info;
 
 use crate::config::{BookieConfig, ConfigError};
 use crate::engine::{EngineStorage, OpenError};
+use crate::gc::{GarbageCollector, GcHandle, GcMetadata, StoreMetadata};
 use crate::http::admin_api::{ClusterAccess, LedgerReader};
 use crate::http::{AdminState, HttpHandle};
 use crate::processor::{Processor, ProcessorConfig};
@@ -64,6 +66,7 @@ pub struct BookieNode {
     registrar: Option<Registrar>,
     http: Option<HttpHandle>,
     disk_checker: tokio::task::JoinHandle<()>,
+    gc: GarbageCollector,
 }
 
 /// Checks disk usage every `interval`, turning the bookie read-only and back.
@@ -221,6 +224,14 @@ impl BookieNode {
             config.disk_usage_lwm_threshold,
             Duration::from_millis(config.disk_check_interval_ms.max(1)),
         );
+        // Without a metadata store, rounds only remove dead entry logs: no ledger is deleted.
+        let gc_metadata = metadata.as_ref().map(|m| {
+            Arc::new(StoreMetadata::new(
+                m.store.clone(),
+                Some(m.connector.clone()),
+            )) as Arc<dyn GcMetadata>
+        });
+        let gc = GcHandle::new(storage.clone(), gc_metadata);
         let processor = Processor::new(
             storage.clone(),
             ProcessorConfig {
@@ -277,7 +288,8 @@ impl BookieNode {
                         store: metadata.as_ref().map(|m| m.store.clone()),
                         connector: metadata.as_ref().map(|m| m.connector.clone()),
                         reader,
-                    });
+                    })
+                    .with_gc(gc.clone());
                 let addr = listener
                     .local_addr()
                     .map(|a| a.to_string())
@@ -352,6 +364,7 @@ impl BookieNode {
             }
             None => None,
         };
+        let gc = GarbageCollector::start(gc, Duration::from_millis(config.gc_wait_time_ms.max(1)));
         info!(%bookie_id, addr = %server.local_addr(), "bookie started");
         Ok(BookieNode {
             bookie_id,
@@ -360,6 +373,7 @@ impl BookieNode {
             registrar,
             http,
             disk_checker,
+            gc,
         })
     }
 
@@ -385,6 +399,11 @@ impl BookieNode {
         &self.storage
     }
 
+    /// The garbage collector (trigger a round, see what the last one did).
+    pub fn gc(&self) -> &GcHandle {
+        self.gc.handle()
+    }
+
     /// Unregisters, drains the bookie port, stops the admin endpoint, then checkpoints and stops
     /// the storage.
     pub async fn shutdown(self) -> Result<(), NodeError> {
@@ -396,6 +415,7 @@ impl BookieNode {
             h.shutdown().await;
         }
         self.disk_checker.abort();
+        self.gc.shutdown().await;
         let storage = self.storage;
         tokio::task::spawn_blocking(move || storage.shutdown())
             .await

@@ -10,7 +10,10 @@
 //!   (asked over its own admin endpoint) and the cluster's sums.
 //! * `GET /api/v1/bookie/last_log_mark`: per journal directory, the persisted mark.
 //! * `GET /api/v1/bookie/list_disk_file[?file_type=journal|entrylog|index]`.
-//! * `PUT /api/v1/bookie/gc`: 501, the storage engine has no garbage collection yet.
+//! * `PUT /api/v1/bookie/gc`: starts a garbage collection round in the background and
+//!   answers at once; `GET /api/v1/bookie/gc`: `{"is_in_force_gc": "true"|"false"}`.
+//! * `GET /api/v1/bookie/gc_details`: what the last round did (a one-element list, as
+//!   BookKeeper's one status per ledger storage).
 
 // Handlers return axum's `Response` as the error of their parameter checks: large, but built
 // only on the error path, once per request.
@@ -93,7 +96,8 @@ pub(super) fn routes() -> Router<AdminState> {
         .route("/api/v1/bookie/list_bookie_info", get(list_bookie_info))
         .route("/api/v1/bookie/last_log_mark", get(last_log_mark))
         .route("/api/v1/bookie/list_disk_file", get(list_disk_file))
-        .route("/api/v1/bookie/gc", get(gc).put(gc))
+        .route("/api/v1/bookie/gc", get(gc_status).put(gc_trigger))
+        .route("/api/v1/bookie/gc_details", get(gc_details))
 }
 
 /// An error response: `{"error": message}` with `status`.
@@ -554,9 +558,58 @@ async fn list_disk_file(State(s): State<AdminState>, Query(p): Params) -> Respon
     json(serde_json::Value::Object(out))
 }
 
-async fn gc() -> Response {
-    error(
-        StatusCode::NOT_IMPLEMENTED,
-        "garbage collection is not implemented: the storage engine has no GC or compaction yet",
-    )
+fn collector(s: &AdminState) -> Result<&crate::gc::GcHandle, Response> {
+    s.gc.as_ref().ok_or_else(|| {
+        error(
+            StatusCode::NOT_IMPLEMENTED,
+            "this bookie runs no garbage collector",
+        )
+    })
+}
+
+async fn gc_trigger(State(s): State<AdminState>) -> Response {
+    match collector(&s) {
+        Ok(gc) => {
+            gc.trigger();
+            json(serde_json::Value::String(format!(
+                "Triggered GC on BookieServer: {}",
+                s.bookie_id
+            )))
+        }
+        Err(r) => r,
+    }
+}
+
+async fn gc_status(State(s): State<AdminState>) -> Response {
+    match collector(&s) {
+        Ok(gc) => json(serde_json::json!({
+            "is_in_force_gc": gc.is_force_gc_running().to_string(),
+        })),
+        Err(r) => r,
+    }
+}
+
+async fn gc_details(State(s): State<AdminState>) -> Response {
+    let gc = match collector(&s) {
+        Ok(gc) => gc,
+        Err(r) => return r,
+    };
+    let last = gc.last_round().map(|r| {
+        serde_json::json!({
+            "forced": r.forced,
+            "startedAtMs": r.started_ms,
+            "finishedAtMs": r.finished_ms,
+            "localLedgers": r.local_ledgers,
+            "ledgersDeleted": r.ledgers_deleted,
+            "entryLogsRemoved": r.entry_logs_removed,
+            "bytesReclaimed": r.bytes_reclaimed,
+            "skipped": r.skipped,
+            "errors": r.errors,
+        })
+    });
+    json(serde_json::json!([{
+        "forceCompacting": gc.is_force_gc_running(),
+        "gcRounds": gc.rounds(),
+        "lastGc": last,
+    }]))
 }
