@@ -202,8 +202,12 @@ fn admin_http_serves_bookkeepers_ledger_and_bookie_paths() {
         "file_type",
     );
 
-    // The storage engine has no garbage collection yet: said so, not pretended.
-    fails(&addr, "PUT", "/api/v1/bookie/gc", 501, "not implemented");
+    // Garbage collection starts in the background and answers at once.
+    let (status, body) = http(&addr, "PUT", "/api/v1/bookie/gc");
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("Triggered GC on BookieServer"), "{body}");
+    let gc = get_json(&addr, "/api/v1/bookie/gc");
+    assert!(gc["is_in_force_gc"].is_string(), "{gc}");
 
     // The monitoring routes still answer.
     let (status, body) = http(&addr, "GET", "/heartbeat");

@@ -282,6 +282,38 @@ mod tests {
     }
 
     #[test]
+    fn an_unreadable_log_is_reported_and_kept_and_the_others_still_go() {
+        let tmp = tempfile::tempdir().unwrap();
+        let s = open(tmp.path());
+        four_logs(&s);
+        // Damage log 2's ledgers map (the last bytes of the file).
+        let log2 = s.entry_log_path(2).unwrap();
+        {
+            use std::os::unix::fs::FileExt;
+            let len = std::fs::metadata(&log2).unwrap().len();
+            let f = std::fs::OpenOptions::new().write(true).open(&log2).unwrap();
+            f.write_all_at(&[0xff; 4], len - 4).unwrap();
+        }
+        for l in [1, 2] {
+            s.delete_ledger(l).unwrap();
+        }
+        s.flush().unwrap();
+        for _ in 0..2 {
+            let stats = s.remove_dead_entry_logs().unwrap();
+            assert_eq!(stats.failures.len(), 1, "{stats:?}");
+            assert_eq!(stats.failures[0].0, 2);
+            assert!(
+                stats.failures[0].1.contains("ledgers map"),
+                "{:?}",
+                stats.failures
+            );
+            assert!(log2.exists());
+            assert_readable(&s, 3, 0..1);
+        }
+        assert_eq!(s.entry_log_ids(), vec![2, 3], "logs 0 and 1 went");
+    }
+
+    #[test]
     fn the_log_being_written_is_never_removed() {
         let tmp = tempfile::tempdir().unwrap();
         let s = open(tmp.path());
