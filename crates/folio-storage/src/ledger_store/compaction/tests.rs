@@ -577,3 +577,76 @@ fn a_store_without_entry_logs_compacts_nothing() {
     let stats = crate::LedgerBackend::compact(&store, 0.8, CompactionLimits::UNLIMITED).unwrap();
     assert_eq!(stats, CompactionStats::default());
 }
+
+#[test]
+fn a_damaged_log_without_a_map_keeps_the_entries_after_the_damage() {
+    // A log left without a ledgers map is scanned, and a scan stops at the first bad
+    // record: ledgers after it are unseen but may still be live.
+    let d = dirs(1 << 20);
+    let damaged = {
+        let s = open(&d);
+        // One flush writes in (ledger, entry) order: 1:0..3, 2:0, 3:0..3.
+        for (l, n) in [(1, 3), (2, 1), (3, 3)] {
+            for e in 0..n {
+                s.put_entry(l, e, payload(l, e)).unwrap();
+            }
+        }
+        s.flush().unwrap();
+        let damaged = s.index.get(2, 0).unwrap().unwrap();
+        s.delete_ledger(1).unwrap();
+        s.delete_ledger(2).unwrap();
+        s.flush().unwrap();
+        damaged
+        // Dropped without close(): no ledgers map.
+    };
+    let path = d.config.ledger_dirs[0]
+        .join("current")
+        .join(crate::entry_log::log_file::file_name(damaged.log_id));
+    let f = RealFileSystem
+        .open(&path, OpenOptions::write_create())
+        .unwrap();
+    let at = damaged.offset + RECORD_HEADER_LEN as u64;
+    let mut b = [0u8; 1];
+    f.read_exact_at(&mut b, at).unwrap();
+    f.write_all_at(&[b[0] ^ 0x01], at).unwrap();
+
+    let s = open(&d);
+    let u = s.entry_log_usage(damaged.log_id).unwrap();
+    assert!(!u.from_map);
+    assert_eq!(u.live_bytes, 0, "the scan saw only deleted ledger 1: {u:?}");
+    let stats = s.compact(0.5, CompactionLimits::UNLIMITED).unwrap();
+    assert!(stats.failures.is_empty(), "{stats:?}");
+    assert_eq!(
+        stats.entries_moved, 3,
+        "ledger 3's entries, after the damage"
+    );
+    assert!(!path.exists());
+    check(&s, &[3], &[1, 2], 3);
+    drop(s);
+    check(&open(&d), &[3], &[1, 2], 3);
+}
+
+#[test]
+fn a_deletion_not_yet_flushed_does_not_let_compaction_drop_the_ledgers_entries() {
+    // Until the flush after a delete, a crash brings the ledger back (the deletion is
+    // not journaled), so its entries must stay readable from the index's locations.
+    let d = dirs(1 << 20);
+    {
+        let s = open(&d);
+        let old = one_log(
+            &s,
+            &[range(1, 0..4), range(2, 0..4), range(9, 0..20)].concat(),
+        );
+        s.delete_ledger(9).unwrap();
+        s.flush().unwrap();
+        s.delete_ledger(2).unwrap(); // not flushed
+        let stats = s.compact(0.8, CompactionLimits::UNLIMITED).unwrap();
+        assert!(stats.failures.is_empty(), "{stats:?}");
+        assert_eq!(stats.entries_moved, 8, "ledgers 1 and 2");
+        assert!(!s.entry_log_ids().contains(&old));
+        check(&s, &[1], &[2, 9], 4);
+        // Dropped without a flush: the deletion of ledger 2 is lost, as in a crash.
+    }
+    let s = open(&d);
+    check(&s, &[1, 2], &[9], 4);
+}
