@@ -650,3 +650,26 @@ fn a_deletion_not_yet_flushed_does_not_let_compaction_drop_the_ledgers_entries()
     let s = open(&d);
     check(&s, &[1, 2], &[9], 4);
 }
+
+#[test]
+fn a_log_cut_short_inside_its_header_is_removed_without_an_error() {
+    // A crash right after a log was created can leave a file shorter than its header
+    // (the header is written but not yet synced): it holds no record.
+    let d = dirs(1 << 20);
+    let stub = {
+        let s = open(&d);
+        one_log(&s, &range(1, 0..3));
+        s.entry_log_path(0)
+            .unwrap()
+            .with_file_name(crate::entry_log::log_file::file_name(7))
+    };
+    std::fs::write(&stub, b"FOLIO").unwrap();
+    let s = open(&d);
+    assert_eq!(s.entry_log_ids(), vec![0, 7]);
+    assert_eq!(s.entry_log_usage(7).unwrap().total_bytes, 0);
+    let stats = s.compact(0.2, CompactionLimits::UNLIMITED).unwrap();
+    assert!(stats.failures.is_empty(), "{stats:?}");
+    assert_eq!((stats.logs_deleted, stats.logs_compacted), (1, 0));
+    assert!(!stub.exists());
+    check(&s, &[1], &[], 3);
+}
