@@ -137,25 +137,28 @@ impl LedgerIndex {
         Ok(ids)
     }
 
-    /// The entries of `ledger` that the index places in entry log `log_id`, with their
-    /// locations, ascending by entry id (compaction's live entries of that log).
+    /// The entries of `ledgers` that the index places in entry log `log_id`, as
+    /// (ledger, entry, location), read in one transaction (compaction's live entries of
+    /// that log).
     pub fn locations_in_log(
         &self,
-        ledger: i64,
+        ledgers: &[i64],
         log_id: u64,
-    ) -> Result<Vec<(i64, Location)>, LedgerStoreError> {
+    ) -> Result<Vec<(i64, i64, Location)>, LedgerStoreError> {
         let r = self.db.begin_read().map_err(|e| self.err(e))?;
         let t = r.open_table(ENTRIES).map_err(|e| self.err(e))?;
-        let lo = codec::entry_key(ledger, i64::MIN);
-        let hi = codec::entry_key(ledger, i64::MAX);
         let mut out = Vec::new();
-        for kv in t.range(&lo[..]..=&hi[..]).map_err(|e| self.err(e))? {
-            let (k, v) = kv.map_err(|e| self.err(e))?;
-            let (_, entry) = codec::decode_entry_key(k.value()).map_err(|r| self.corrupt(r))?;
-            let loc = codec::decode_location(v.value())
-                .map_err(|r| self.corrupt(format!("entry {ledger}:{entry}: {r}")))?;
-            if loc.log_id == log_id {
-                out.push((entry, loc));
+        for &ledger in ledgers {
+            let lo = codec::entry_key(ledger, i64::MIN);
+            let hi = codec::entry_key(ledger, i64::MAX);
+            for kv in t.range(&lo[..]..=&hi[..]).map_err(|e| self.err(e))? {
+                let (k, v) = kv.map_err(|e| self.err(e))?;
+                let (_, entry) = codec::decode_entry_key(k.value()).map_err(|r| self.corrupt(r))?;
+                let loc = codec::decode_location(v.value())
+                    .map_err(|r| self.corrupt(format!("entry {ledger}:{entry}: {r}")))?;
+                if loc.log_id == log_id {
+                    out.push((ledger, entry, loc));
+                }
             }
         }
         Ok(out)
@@ -360,13 +363,13 @@ mod tests {
             ..Default::default()
         })
         .unwrap();
-        let in_one: Vec<i64> = idx
-            .locations_in_log(1, 1)
+        let in_one: Vec<(i64, i64)> = idx
+            .locations_in_log(&[1, 2], 1)
             .unwrap()
             .into_iter()
-            .map(|(e, _)| e)
+            .map(|(l, e, _)| (l, e))
             .collect();
-        assert_eq!(in_one, vec![0, 1]);
+        assert_eq!(in_one, vec![(1, 0), (1, 1), (2, 0)]);
         let mv = |entry, from, to| Relocation {
             ledger: 1,
             entry,
@@ -398,8 +401,11 @@ mod tests {
             None,
             "an absent entry is not created"
         );
-        assert!(idx.locations_in_log(1, 1).unwrap().is_empty());
-        assert_eq!(idx.locations_in_log(2, 1).unwrap(), vec![(0, loc(1))]);
+        assert!(idx.locations_in_log(&[1], 1).unwrap().is_empty());
+        assert_eq!(
+            idx.locations_in_log(&[1, 2], 1).unwrap(),
+            vec![(2, 0, loc(1))]
+        );
     }
 
     #[test]

@@ -276,15 +276,7 @@ impl LedgerStore {
         let log_id = c.usage.log_id;
         // The index is the authority on what is live here: an entry written again later
         // points elsewhere, a deleted ledger's entries are gone from it.
-        let mut live: Vec<(i64, i64, Location)> = Vec::new();
-        for &ledger in &c.ledgers {
-            live.extend(
-                self.index
-                    .locations_in_log(ledger, log_id)?
-                    .into_iter()
-                    .map(|(entry, loc)| (ledger, entry, loc)),
-            );
-        }
+        let mut live = self.index.locations_in_log(&c.ledgers, log_id)?;
         live.sort_by_key(|&(_, _, loc)| loc.offset);
         let mut written = 0u64;
         for batch in batches(&live) {
@@ -310,16 +302,16 @@ impl LedgerStore {
             }
         }
         // Remove the file only once the index points nowhere into it.
-        for &ledger in &c.ledgers {
-            if let Some(&(entry, loc)) = self.index.locations_in_log(ledger, log_id)?.first() {
-                return Err(LedgerStoreError::Corrupt {
-                    path: self.logs.path_of(log_id).unwrap_or_default(),
-                    offset: loc.offset,
-                    reason: format!(
-                        "the index still points here for ledger {ledger} entry {entry} after compaction; the log is kept"
-                    ),
-                });
-            }
+        if let Some(&(ledger, entry, loc)) =
+            self.index.locations_in_log(&c.ledgers, log_id)?.first()
+        {
+            return Err(LedgerStoreError::Corrupt {
+                path: self.logs.path_of(log_id).unwrap_or_default(),
+                offset: loc.offset,
+                reason: format!(
+                    "the index still points here for ledger {ledger} entry {entry} after compaction; the log is kept"
+                ),
+            });
         }
         let freed = self.logs.remove(log_id)?;
         stats.bytes_reclaimed += freed.saturating_sub(written);
