@@ -76,6 +76,13 @@ impl LedgerBackend for LedgerStoreBackend {
     fn set_flush_requester(&self, requester: Arc<dyn Fn() + Send + Sync>) {
         self.0.set_flush_requester(requester)
     }
+    fn compact(
+        &self,
+        threshold: f64,
+        limits: folio_storage::ledger_store::CompactionLimits,
+    ) -> Result<folio_storage::ledger_store::CompactionStats, BackendError> {
+        self.0.compact(threshold, limits).map_err(backend_error)
+    }
 }
 
 /// The storage engine's configuration from the bookie's.

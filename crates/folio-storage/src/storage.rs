@@ -69,6 +69,15 @@ pub trait LedgerBackend: Send + Sync + 'static {
     /// Installs what a put calls when it must wait for write-cache room: it asks the
     /// checkpoint thread for a checkpoint (it must not flush on the calling thread).
     fn set_flush_requester(&self, _requester: Arc<dyn Fn() + Send + Sync>) {}
+    /// Compacts entry logs whose usage is below `threshold`, within `limits` (see
+    /// `LedgerStore::compact`). The default does nothing, for stores without entry logs.
+    fn compact(
+        &self,
+        _threshold: f64,
+        _limits: crate::ledger_store::CompactionLimits,
+    ) -> Result<crate::ledger_store::CompactionStats, BackendError> {
+        Ok(crate::ledger_store::CompactionStats::default())
+    }
 }
 
 /// What ReadLac answers: the explicit LAC body and the last entry, each if present,
@@ -361,6 +370,17 @@ impl Storage {
         Ok(())
     }
 
+    /// Compacts the ledger store's entry logs whose usage is below `threshold`, within
+    /// `limits` (BookKeeper's minor/major compaction; see `LedgerStore::compact`). A
+    /// store without entry logs does nothing.
+    pub fn compact(
+        &self,
+        threshold: f64,
+        limits: crate::ledger_store::CompactionLimits,
+    ) -> Result<crate::ledger_store::CompactionStats, StorageError> {
+        Ok(self.inner.store.compact(threshold, limits)?)
+    }
+
     /// Runs a checkpoint now: flush the ledger store, then move the journal marks.
     pub fn checkpoint(&self) -> Result<(), StorageError> {
         checkpoint::checkpoint(&self.inner)
@@ -583,6 +603,16 @@ impl LedgerBackend for crate::ledger_store::LedgerStore {
 
     fn is_deleted(&self, ledger: i64) -> Result<bool, BackendError> {
         Ok(self.ledger_info(ledger)?.is_some_and(|i| i.deleted))
+    }
+
+    fn compact(
+        &self,
+        threshold: f64,
+        limits: crate::ledger_store::CompactionLimits,
+    ) -> Result<crate::ledger_store::CompactionStats, BackendError> {
+        Ok(crate::ledger_store::LedgerStore::compact(
+            self, threshold, limits,
+        )?)
     }
 }
 
