@@ -94,6 +94,13 @@ impl LedgerBackend for LedgerStoreBackend {
     ) -> Result<folio_storage::ledger_store::EntryLogGcStats, BackendError> {
         self.0.remove_dead_entry_logs().map_err(backend_error)
     }
+    fn compact(
+        &self,
+        threshold: f64,
+        limits: folio_storage::ledger_store::CompactionLimits,
+    ) -> Result<folio_storage::ledger_store::CompactionStats, BackendError> {
+        self.0.compact(threshold, limits).map_err(backend_error)
+    }
 }
 
 /// The storage engine's configuration from the bookie's.

@@ -78,7 +78,7 @@ pub trait File: Send + Sync {
     /// Writes the range's dirty pages to the device and waits for them (Linux's
     /// `sync_file_range` with WAIT_BEFORE | WRITE | WAIT_AFTER). **Not a durability
     /// barrier**: no metadata, no device cache flush; only `sync_data` is. Large writers
-    /// call it every few hundred KiB so that their data reaches the device in small
+    /// call it every MiB or so, so that their data reaches the device in small
     /// pieces instead of one burst at `sync_data`, which would queue the journal's small
     /// writes behind it. Files without such a call do nothing.
     fn write_back(&self, _offset: u64, _len: u64) -> io::Result<()> {

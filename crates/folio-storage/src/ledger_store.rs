@@ -22,8 +22,10 @@ use crate::index::{IndexBatch, LedgerIndex};
 use crate::write_cache::WriteCache;
 
 pub use crate::index::LedgerInfo;
+pub use compaction::{CompactionFailure, CompactionLimits, CompactionStats, EntryLogUsage};
 pub use gc::EntryLogGcStats;
 
+mod compaction;
 mod gc;
 
 /// BookKeeper's `logSizeLimit` default (1 GiB).
@@ -162,8 +164,10 @@ pub struct LedgerStore {
     state: Mutex<State>,
     /// Signalled when a flush or delete frees cache room.
     room: Condvar,
-    /// One flush at a time.
+    /// One flush at a time; compaction holds it while it commits moved entries.
     flush_lock: Mutex<()>,
+    /// One compaction at a time.
+    compaction_lock: Mutex<()>,
     flush_requester: RwLock<Option<FlushRequester>>,
     /// What garbage collection remembers of finished entry logs.
     gc: gc::GcCache,
@@ -238,6 +242,7 @@ impl LedgerStore {
             }),
             room: Condvar::new(),
             flush_lock: Mutex::new(()),
+            compaction_lock: Mutex::new(()),
             flush_requester: RwLock::new(None),
             gc: gc::GcCache::default(),
             _locks: locks,
@@ -329,7 +334,15 @@ impl LedgerStore {
         // The flush that removed the entry from the cache committed the index first.
         match self.index.get(ledger, entry)? {
             None => Ok(None),
-            Some(loc) => self.logs.read(loc, ledger, entry).map(Some),
+            Some(loc) => match self.logs.read(loc, ledger, entry) {
+                Ok(data) => Ok(Some(data)),
+                // Compaction may have moved the entry and removed its old log between
+                // the lookup and the read: the index then has the new location.
+                Err(e) => match self.index.get(ledger, entry)? {
+                    Some(moved) if moved != loc => self.logs.read(moved, ledger, entry).map(Some),
+                    _ => Err(e),
+                },
+            },
         }
     }
 

@@ -82,6 +82,15 @@ pub trait LedgerBackend: Send + Sync + 'static {
     fn remove_dead_entry_logs(&self) -> Result<EntryLogGcStats, BackendError> {
         Ok(EntryLogGcStats::default())
     }
+    /// Compacts entry logs whose usage is below `threshold`, within `limits` (see
+    /// `LedgerStore::compact`). The default does nothing, for stores without entry logs.
+    fn compact(
+        &self,
+        _threshold: f64,
+        _limits: crate::ledger_store::CompactionLimits,
+    ) -> Result<crate::ledger_store::CompactionStats, BackendError> {
+        Ok(crate::ledger_store::CompactionStats::default())
+    }
 }
 
 /// What ReadLac answers: the explicit LAC body and the last entry, each if present,
@@ -387,6 +396,17 @@ impl Storage {
         Ok(self.inner.store.remove_dead_entry_logs()?)
     }
 
+    /// Compacts the ledger store's entry logs whose usage is below `threshold`, within
+    /// `limits` (BookKeeper's minor/major compaction; see `LedgerStore::compact`). A
+    /// store without entry logs does nothing.
+    pub fn compact(
+        &self,
+        threshold: f64,
+        limits: crate::ledger_store::CompactionLimits,
+    ) -> Result<crate::ledger_store::CompactionStats, StorageError> {
+        Ok(self.inner.store.compact(threshold, limits)?)
+    }
+
     /// Runs a checkpoint now: flush the ledger store, then move the journal marks.
     pub fn checkpoint(&self) -> Result<(), StorageError> {
         checkpoint::checkpoint(&self.inner)
@@ -618,6 +638,16 @@ impl LedgerBackend for crate::ledger_store::LedgerStore {
     fn remove_dead_entry_logs(&self) -> Result<EntryLogGcStats, BackendError> {
         Ok(crate::ledger_store::LedgerStore::remove_dead_entry_logs(
             self,
+        )?)
+    }
+
+    fn compact(
+        &self,
+        threshold: f64,
+        limits: crate::ledger_store::CompactionLimits,
+    ) -> Result<crate::ledger_store::CompactionStats, BackendError> {
+        Ok(crate::ledger_store::LedgerStore::compact(
+            self, threshold, limits,
         )?)
     }
 }

@@ -549,3 +549,47 @@ fn a_deleted_ledger_is_gone_and_stays_gone_after_a_checkpoint() {
     assert!(add(&s, 7, 6, KEY, false).is_err());
     assert_eq!(s.entry_ids(8).unwrap(), vec![0, 1, 2, 3, 4, 5]);
 }
+
+#[test]
+fn compaction_through_the_engine_reclaims_a_deleted_ledgers_space_and_survives_restart() {
+    use folio_storage::ledger_store::CompactionLimits;
+    let tmp = tempfile::tempdir().unwrap();
+    let store = |env: &Env| {
+        let mut cfg =
+            LedgerStoreConfig::new(vec![tmp.path().join("ledgers")], tmp.path().join("index"));
+        cfg.entry_log_size_limit = 2048;
+        Arc::new(LedgerStore::open(env, cfg).unwrap())
+    };
+    let env = Env::real();
+    let s = Storage::open(&env, config(tmp.path()), store(&env)).unwrap();
+    for e in 0..60 {
+        add(&s, 1, e, KEY, false).unwrap();
+        add(&s, 2, e, KEY, false).unwrap();
+        if e % 5 == 4 {
+            s.checkpoint().unwrap();
+        }
+    }
+    s.delete_ledger(2).unwrap();
+    s.checkpoint().unwrap();
+    let stats = s.compact(0.8, CompactionLimits::UNLIMITED).unwrap();
+    assert!(stats.failures.is_empty(), "{stats:?}");
+    assert!(
+        stats.logs_compacted + stats.logs_deleted >= 2 && stats.bytes_reclaimed > 0,
+        "{stats:?}"
+    );
+    let check = |s: &Storage| {
+        for e in 0..60 {
+            assert_eq!(
+                s.read_entry(1, e).unwrap().unwrap(),
+                entry(1, e, e - 1, b"data")
+            );
+            assert_eq!(s.read_entry(2, e).unwrap(), None);
+        }
+    };
+    check(&s);
+    s.shutdown();
+    drop(s);
+    let s = Storage::open(&env, config(tmp.path()), store(&env)).unwrap();
+    check(&s);
+    assert_eq!(s.entry_ids(1).unwrap(), (0..60).collect::<Vec<_>>());
+}

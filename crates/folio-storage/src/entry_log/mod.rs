@@ -8,8 +8,9 @@
 //! [`EntryLogPlacement`]; today all ledgers share one log (BookKeeper's default), and a
 //! later placement can give each ledger its own.
 //!
-//! Appends happen only from `LedgerStore::flush` (one flush at a time), reads from any
-//! thread.
+//! Appends happen from `LedgerStore::flush` and from compaction (which copies live
+//! entries of old logs, under the store's flush lock), reads from any thread. Only
+//! compaction and garbage collection remove a log, and only one that is no longer written.
 
 pub mod format;
 pub mod log_file;
@@ -232,6 +233,74 @@ impl EntryLogs {
         log_file::scan_records(&*file, &path)
     }
 
+    /// Ids of the entry log files that are not being written (rotated, or left by an
+    /// earlier run), ascending. Taken under the writers' lock, so a log created
+    /// concurrently is either listed as being written or not at all.
+    pub fn rotated_log_ids(&self) -> Vec<u64> {
+        let w = self.writers.lock();
+        let files = self.files.read();
+        let mut ids: Vec<u64> = files
+            .keys()
+            .filter(|id| !w.current.values().any(|c| c.log_id() == **id))
+            .copied()
+            .collect();
+        ids.sort_unstable();
+        ids
+    }
+
+    /// The length of log `log_id`'s file.
+    pub fn file_len(&self, log_id: u64) -> Result<u64, LedgerStoreError> {
+        let (path, file) = self.file(log_id)?;
+        file.len().map_err(|e| {
+            io_error(
+                "stat entry log",
+                path.parent().unwrap_or(path.as_path()),
+                &path,
+                None,
+                e,
+            )
+        })
+    }
+
+    /// Removes log `log_id`'s file and syncs its directory; returns the file's length.
+    /// The caller (compaction) has made sure the index points nowhere into it. A log
+    /// still being written is refused.
+    pub fn remove(&self, log_id: u64) -> Result<u64, LedgerStoreError> {
+        let len = self.file_len(log_id)?;
+        let lf = {
+            let w = self.writers.lock();
+            let mut files = self.files.write();
+            let Some(lf) = files.get(&log_id).cloned() else {
+                return Err(LedgerStoreError::Config(format!(
+                    "entry log {log_id:x} is not known; nothing to remove"
+                )));
+            };
+            if w.current.values().any(|c| c.log_id() == log_id) {
+                return Err(io_error(
+                    "remove entry log",
+                    &lf.path,
+                    &lf.path,
+                    None,
+                    std::io::Error::other("the log is still being written"),
+                ));
+            }
+            // From here on a read of this log fails ("does not exist") and the reader
+            // looks the entry up again (`LedgerStore::get_entry`); a reader that already
+            // holds the handle still reads the unlinked file.
+            files.remove(&log_id);
+            lf
+        };
+        let dir = lf.path.parent().unwrap_or(&lf.path).to_path_buf();
+        if let Err(e) = self.fs.remove_file(&lf.path) {
+            self.files.write().insert(log_id, lf.clone());
+            return Err(io_error("remove entry log", &dir, &lf.path, None, e));
+        }
+        self.fs
+            .sync_dir(&dir)
+            .map_err(|e| io_error("sync directory", &dir, &dir, None, e))?;
+        Ok(len)
+    }
+
     /// Ids of all entry log files, ascending.
     pub fn log_ids(&self) -> Vec<u64> {
         let mut ids: Vec<u64> = self.files.read().keys().copied().collect();
@@ -247,53 +316,6 @@ impl EntryLogs {
     /// The entry log directories (`<ledgerDir>/current`).
     pub fn dirs(&self) -> &[PathBuf] {
         &self.dirs
-    }
-
-    /// The length of log `log_id`'s file.
-    pub fn log_len(&self, log_id: u64) -> Result<u64, LedgerStoreError> {
-        let (path, file) = self.file(log_id)?;
-        let dir = path.parent().unwrap_or(&path).to_path_buf();
-        file.len()
-            .map_err(|e| io_error("stat entry log", &dir, &path, None, e))
-    }
-
-    /// Ids of the logs being appended to now (garbage collection never removes them).
-    pub fn writing_log_ids(&self) -> Vec<u64> {
-        let w = self.writers.lock();
-        let mut ids: Vec<u64> = w.current.values().map(|cur| cur.log_id()).collect();
-        ids.sort_unstable();
-        ids
-    }
-
-    /// Deletes log `log_id`'s file and syncs its directory; returns the bytes it held.
-    /// Refuses a log being written. The caller must know that nothing (the index) points
-    /// into it any more: reads of it fail from now on.
-    pub fn remove_log(&self, log_id: u64) -> Result<u64, LedgerStoreError> {
-        // Held throughout, so no writer can be opened on this id meanwhile (ids are never
-        // reused anyway) and rotation does not race the check.
-        let w = self.writers.lock();
-        if w.current.values().any(|cur| cur.log_id() == log_id) {
-            return Err(LedgerStoreError::Config(format!(
-                "entry log {log_id:x} is being written; it cannot be removed"
-            )));
-        }
-        let (path, file) = self.file(log_id)?;
-        let dir = path.parent().unwrap_or(&path).to_path_buf();
-        let len = file
-            .len()
-            .map_err(|e| io_error("stat entry log", &dir, &path, None, e))?;
-        drop(file);
-        self.fs
-            .remove_file(&path)
-            .map_err(|e| io_error("remove entry log", &dir, &path, None, e))?;
-        // Forgotten only once the file is gone: a failed removal leaves it known (and
-        // readable) for the next attempt.
-        self.files.write().remove(&log_id);
-        drop(w);
-        self.fs
-            .sync_dir(&dir)
-            .map_err(|e| io_error("sync directory", &dir, &dir, None, e))?;
-        Ok(len)
     }
 }
 

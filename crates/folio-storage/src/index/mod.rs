@@ -40,6 +40,17 @@ pub struct IndexBatch {
     pub deleted: Vec<i64>,
 }
 
+/// One entry moved by compaction: from one entry log location to another.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Relocation {
+    pub ledger: i64,
+    pub entry: i64,
+    /// Where the index had the entry when compaction read it.
+    pub from: Location,
+    /// Where compaction wrote (and synced) its copy.
+    pub to: Location,
+}
+
 /// The ledger index store.
 pub struct LedgerIndex {
     db: Database,
@@ -124,6 +135,65 @@ impl LedgerIndex {
             ids.push(entry);
         }
         Ok(ids)
+    }
+
+    /// The entries of `ledgers` that the index places in entry log `log_id`, as
+    /// (ledger, entry, location), read in one transaction (compaction's live entries of
+    /// that log).
+    pub fn locations_in_log(
+        &self,
+        ledgers: &[i64],
+        log_id: u64,
+    ) -> Result<Vec<(i64, i64, Location)>, LedgerStoreError> {
+        let r = self.db.begin_read().map_err(|e| self.err(e))?;
+        let t = r.open_table(ENTRIES).map_err(|e| self.err(e))?;
+        let mut out = Vec::new();
+        for &ledger in ledgers {
+            let lo = codec::entry_key(ledger, i64::MIN);
+            let hi = codec::entry_key(ledger, i64::MAX);
+            for kv in t.range(&lo[..]..=&hi[..]).map_err(|e| self.err(e))? {
+                let (k, v) = kv.map_err(|e| self.err(e))?;
+                let (_, entry) = codec::decode_entry_key(k.value()).map_err(|r| self.corrupt(r))?;
+                let loc = codec::decode_location(v.value())
+                    .map_err(|r| self.corrupt(format!("entry {ledger}:{entry}: {r}")))?;
+                if loc.log_id == log_id {
+                    out.push((ledger, entry, loc));
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Points each moved entry at its new location, in one durable write transaction,
+    /// but only where the index still holds the old location: an entry written again
+    /// since (a later flush) or removed (a deleted ledger) keeps what it has. Returns how
+    /// many entries now point at their new location.
+    pub fn relocate(&self, moves: &[Relocation]) -> Result<u64, LedgerStoreError> {
+        let w = self.db.begin_write().map_err(|e| self.err(e))?;
+        let mut moved = 0;
+        {
+            let mut entries = w.open_table(ENTRIES).map_err(|e| self.err(e))?;
+            for m in moves {
+                let key = codec::entry_key(m.ledger, m.entry);
+                let current = entries
+                    .get(&key[..])
+                    .map_err(|e| self.err(e))?
+                    .map(|v| codec::decode_location(v.value()));
+                match current {
+                    Some(Ok(loc)) if loc == m.from => {}
+                    Some(Err(r)) => {
+                        return Err(self.corrupt(format!("entry {}:{}: {r}", m.ledger, m.entry)));
+                    }
+                    _ => continue,
+                }
+                entries
+                    .insert(&key[..], &codec::encode_location(m.to)[..])
+                    .map_err(|e| self.err(e))?;
+                moved += 1;
+            }
+        }
+        w.commit().map_err(|e| self.err(e))?;
+        Ok(moved)
     }
 
     /// Every ledger's info, ascending by ledger id.
@@ -277,6 +347,65 @@ mod tests {
         assert_eq!(idx.entry_ids(1).unwrap(), Vec::<i64>::new());
         assert_eq!(idx.get(2, 0).unwrap(), Some(loc(2)));
         assert!(idx.ledger_infos().unwrap()[0].1.deleted);
+    }
+
+    #[test]
+    fn relocate_moves_only_entries_still_at_their_old_location() {
+        let d = tempfile::tempdir().unwrap();
+        let idx = LedgerIndex::open(d.path()).unwrap();
+        idx.commit(&IndexBatch {
+            locations: vec![
+                (1, 0, loc(1)),
+                (1, 1, loc(1)),
+                (1, 2, loc(2)),
+                (2, 0, loc(1)),
+            ],
+            ..Default::default()
+        })
+        .unwrap();
+        let in_one: Vec<(i64, i64)> = idx
+            .locations_in_log(&[1, 2], 1)
+            .unwrap()
+            .into_iter()
+            .map(|(l, e, _)| (l, e))
+            .collect();
+        assert_eq!(in_one, vec![(1, 0), (1, 1), (2, 0)]);
+        let mv = |entry, from, to| Relocation {
+            ledger: 1,
+            entry,
+            from,
+            to,
+        };
+        // Entry 1 was written again elsewhere (loc 7) after compaction read it.
+        idx.commit(&IndexBatch {
+            locations: vec![(1, 1, loc(7))],
+            ..Default::default()
+        })
+        .unwrap();
+        let moved = idx
+            .relocate(&[
+                mv(0, loc(1), loc(9)),
+                mv(1, loc(1), loc(9)),
+                mv(3, loc(1), loc(9)),
+            ])
+            .unwrap();
+        assert_eq!(moved, 1);
+        assert_eq!(idx.get(1, 0).unwrap(), Some(loc(9)));
+        assert_eq!(
+            idx.get(1, 1).unwrap(),
+            Some(loc(7)),
+            "the newer location stays"
+        );
+        assert_eq!(
+            idx.get(1, 3).unwrap(),
+            None,
+            "an absent entry is not created"
+        );
+        assert!(idx.locations_in_log(&[1], 1).unwrap().is_empty());
+        assert_eq!(
+            idx.locations_in_log(&[1, 2], 1).unwrap(),
+            vec![(2, 0, loc(1))]
+        );
     }
 
     #[test]

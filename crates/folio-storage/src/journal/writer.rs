@@ -332,6 +332,8 @@ impl Writer {
                 if !self.cfg.unsafe_ack_before_sync {
                     self.complete_ok();
                 }
+                // After the callbacks: neither is needed for this group's durability.
+                self.drop_synced_pages();
                 if let Err(p) = self.top_up(MAX_PIECES_PER_GROUP * PREALLOC_CHUNK) {
                     self.poison(p);
                 }
@@ -413,7 +415,6 @@ impl Writer {
             Counters::add(&self.shared.counters.group_fdatasyncs, 1);
         }
         self.dirty = false;
-        self.drop_synced_pages();
         *self.shared.synced.lock() = Position {
             file_id: self.file_id,
             offset: self.offset,
@@ -421,7 +422,8 @@ impl Writer {
         Ok(())
     }
 
-    /// Drops the pages of durable records from the page cache, a MiB or more at a time,
+    /// Drops the pages of durable records (everything before the write offset, after a
+    /// successful group) from the page cache, a MiB or more at a time,
     /// up to the page holding the write offset (not that one: the next group writes into
     /// it, and a dropped page would have to be read back first).
     fn drop_synced_pages(&mut self) {

@@ -54,13 +54,14 @@ impl LedgerStore {
     /// cannot be read or removed is reported in `failures` and the others are still
     /// handled.
     pub fn remove_dead_entry_logs(&self) -> Result<EntryLogGcStats, LedgerStoreError> {
-        let writing = self.logs.writing_log_ids();
+        // Compaction removes logs too: one of the two at a time.
+        let _no_compaction = self.compaction_lock.lock();
         let mut stats = EntryLogGcStats::default();
         let mut candidates = Vec::new();
-        for id in self.logs.log_ids() {
-            if writing.contains(&id) {
-                continue;
-            }
+        let ids = self.logs.rotated_log_ids();
+        // Forget logs compaction removed.
+        self.gc.logs.lock().retain(|id, _| ids.contains(id));
+        for id in ids {
             stats.logs_checked += 1;
             match self.log_contents(id) {
                 Ok(LogContents::Ledgers(ledgers)) => {
@@ -92,7 +93,7 @@ impl LedgerStore {
                 stats.failures.push((id, why));
                 continue;
             }
-            match self.logs.remove_log(id) {
+            match self.logs.remove(id) {
                 Ok(bytes) => {
                     tracing::info!(log = id, bytes, ?ledgers, "removed dead entry log");
                     self.gc.logs.lock().remove(&id);
@@ -118,7 +119,7 @@ impl LedgerStore {
             None => {
                 // Not rotated (the bookie stopped while writing it): read its records.
                 let scan = self.logs.scan(id)?;
-                let len = self.logs.log_len(id)?;
+                let len = self.logs.file_len(id)?;
                 if scan.end == len {
                     LogContents::Ledgers(scan.ledgers.into_iter().map(|(l, _)| l).collect())
                 } else {
@@ -216,7 +217,7 @@ mod tests {
         put(s, 2, 0..6);
         put(s, 3, 0..1);
         assert_eq!(s.entry_log_ids(), vec![0, 1, 2, 3]);
-        assert_eq!(s.logs.writing_log_ids(), vec![3]);
+        assert_eq!(s.logs.rotated_log_ids(), vec![0, 1, 2]);
         let ledgers = |id| -> Vec<i64> {
             s.entry_log_ledgers(id)
                 .unwrap()
@@ -327,7 +328,7 @@ mod tests {
         assert!(stats.failures.is_empty(), "{:?}", stats.failures);
         assert_eq!(s.entry_log_ids(), vec![3]);
         assert!(s.entry_log_path(3).unwrap().exists());
-        assert!(s.logs.remove_log(3).is_err(), "refused while written");
+        assert!(s.logs.remove(3).is_err(), "refused while written");
         // New entries of another ledger go on into log 3 and read back.
         put(&s, 4, 0..2);
         assert_readable(&s, 4, 0..2);

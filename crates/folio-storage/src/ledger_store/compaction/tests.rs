@@ -1,0 +1,675 @@
+//! Compaction tests: on real files where they are about data (what is kept, what is
+//! reclaimed, thresholds, limits, corruption, races with flushes and reads), and on the
+//! simulated disk where they are about crashes (an image before every disk operation,
+//! each reopened and read back).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use bytes::Bytes;
+use folio_env::sim::{CrashMode, SimFileSystem};
+use folio_env::{Env, FileSystem, OpenOptions, RealFileSystem, SystemClock, SystemRng};
+use parking_lot::Mutex;
+
+use super::*;
+use crate::ledger_store::LedgerStoreConfig;
+
+struct Dirs {
+    _tmp: tempfile::TempDir,
+    config: LedgerStoreConfig,
+}
+
+fn dirs(limit: u64) -> Dirs {
+    let tmp = tempfile::tempdir().unwrap();
+    let config = LedgerStoreConfig {
+        ledger_dirs: vec![tmp.path().join("ledgers")],
+        index_dir: tmp.path().join("index"),
+        entry_log_size_limit: limit,
+        write_cache_bytes: 16 << 20,
+    };
+    Dirs { _tmp: tmp, config }
+}
+
+fn open(d: &Dirs) -> LedgerStore {
+    LedgerStore::open(&Env::real(), d.config.clone()).unwrap()
+}
+
+/// A payload that names its ledger and entry, of a length that varies with both.
+fn payload(ledger: i64, entry: i64) -> Bytes {
+    let head = format!("ledger {ledger} entry {entry};");
+    let n = 40 + ((ledger * 31 + entry * 7) % 50) as usize;
+    Bytes::from(head.repeat(n / head.len() + 1)[..n].to_string())
+}
+
+fn record_bytes(ledger: i64, entry: i64) -> u64 {
+    (RECORD_HEADER_LEN + payload(ledger, entry).len()) as u64
+}
+
+/// Puts `entries` entries of each ledger, one flush per round, so that every entry log
+/// holds the ledgers interleaved; then rotates every log (each gets its ledgers map).
+fn fill(s: &LedgerStore, ledgers: &[i64], entries: i64) {
+    for e in 0..entries {
+        for &l in ledgers {
+            s.put_entry(l, e, payload(l, e)).unwrap();
+        }
+        s.flush().unwrap();
+    }
+    s.close().unwrap();
+}
+
+/// Bytes of entry log files in the (only) ledger directory.
+fn log_bytes(d: &Dirs) -> u64 {
+    let cur = d.config.ledger_dirs[0].join("current");
+    std::fs::read_dir(cur)
+        .unwrap()
+        .map(|e| e.unwrap())
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".log"))
+        .map(|e| e.metadata().unwrap().len())
+        .sum()
+}
+
+/// Every entry of `live` reads back byte for byte; every entry of `dead` is absent.
+fn check(s: &LedgerStore, live: &[i64], dead: &[i64], entries: i64) {
+    for &l in live {
+        for e in 0..entries {
+            assert_eq!(
+                s.get_entry(l, e).unwrap(),
+                Some(payload(l, e)),
+                "ledger {l} entry {e}"
+            );
+        }
+        assert_eq!(s.entry_ids(l).unwrap(), (0..entries).collect::<Vec<_>>());
+    }
+    for &l in dead {
+        for e in 0..entries {
+            assert_eq!(s.get_entry(l, e).unwrap(), None, "deleted {l}:{e}");
+        }
+    }
+}
+
+#[test]
+fn compaction_keeps_every_live_entry_and_reclaims_the_deleted_ledgers_space() {
+    let d = dirs(4096);
+    let s = open(&d);
+    fill(&s, &[1, 2, 3, 4], 40);
+    let old: Vec<(u64, PathBuf)> = s
+        .entry_log_ids()
+        .into_iter()
+        .map(|id| (id, s.entry_log_path(id).unwrap()))
+        .collect();
+    assert!(old.len() >= 3, "{} logs", old.len());
+    s.delete_ledger(2).unwrap();
+    s.delete_ledger(4).unwrap();
+    s.flush().unwrap();
+
+    // Usage: record bytes of ledgers 1 and 3 over record bytes of all four.
+    let usages: Vec<EntryLogUsage> = old
+        .iter()
+        .map(|(id, _)| s.entry_log_usage(*id).unwrap())
+        .collect();
+    let sum = |ls: &[i64]| -> u64 {
+        ls.iter()
+            .flat_map(|&l| (0..40).map(move |e| record_bytes(l, e)))
+            .sum()
+    };
+    assert_eq!(
+        usages.iter().map(|u| u.live_bytes).sum::<u64>(),
+        sum(&[1, 3])
+    );
+    assert_eq!(
+        usages.iter().map(|u| u.total_bytes).sum::<u64>(),
+        sum(&[1, 2, 3, 4])
+    );
+    for u in &usages {
+        assert!(u.from_map);
+        assert!((0.2..0.8).contains(&u.usage()), "{u:?}");
+    }
+
+    let before = log_bytes(&d);
+    let stats = s.compact(0.8, CompactionLimits::UNLIMITED).unwrap();
+    assert!(stats.failures.is_empty(), "{:?}", stats.failures);
+    assert_eq!(stats.logs_compacted + stats.logs_deleted, old.len() as u64);
+    assert_eq!(stats.entries_moved, 80);
+    for (id, path) in &old {
+        assert!(!path.exists(), "log {id} is still there");
+        assert!(!s.entry_log_ids().contains(id));
+    }
+    check(&s, &[1, 3], &[2, 4], 40);
+    let after = log_bytes(&d);
+    assert!(
+        after < before * 2 / 3,
+        "{before} bytes of logs before, {after} after"
+    );
+    assert!(
+        stats.bytes_reclaimed >= before - after,
+        "{stats:?}, {before} -> {after}"
+    );
+    drop(s);
+    let s = open(&d);
+    check(&s, &[1, 3], &[2, 4], 40);
+    // Nothing is left to do, and the copies are not compacted again.
+    let again = s.compact(0.8, CompactionLimits::UNLIMITED).unwrap();
+    assert_eq!(again, CompactionStats::default());
+}
+
+/// Writes `items` (ledger, entry) in one flush and rotates: exactly one new log.
+fn one_log(s: &LedgerStore, items: &[(i64, i64)]) -> u64 {
+    let before = s.entry_log_ids();
+    for &(l, e) in items {
+        s.put_entry(l, e, payload(l, e)).unwrap();
+    }
+    s.flush().unwrap();
+    s.close().unwrap();
+    let new: Vec<u64> = s
+        .entry_log_ids()
+        .into_iter()
+        .filter(|id| !before.contains(id))
+        .collect();
+    assert_eq!(new.len(), 1, "{new:?}");
+    new[0]
+}
+
+fn range(l: i64, entries: std::ops::Range<i64>) -> Vec<(i64, i64)> {
+    entries.map(|e| (l, e)).collect()
+}
+
+#[test]
+fn the_threshold_and_the_limits_are_respected() {
+    let d = dirs(1 << 20);
+    let s = open(&d);
+    // Dead ledger 9 fills most of `low`, half of `mid`, little of `high`.
+    let low = one_log(&s, &[range(1, 0..2), range(9, 0..18)].concat());
+    let mid = one_log(&s, &[range(2, 0..10), range(9, 18..28)].concat());
+    let high = one_log(&s, &[range(3, 0..18), range(9, 28..30)].concat());
+    let dead = one_log(&s, &range(9, 30..40));
+    s.delete_ledger(9).unwrap();
+    s.flush().unwrap();
+    let usage = |id| s.entry_log_usage(id).unwrap();
+    assert!(usage(low).usage() < 0.2, "{:?}", usage(low));
+    assert!((0.3..0.7).contains(&usage(mid).usage()), "{:?}", usage(mid));
+    assert!(usage(high).usage() > 0.8, "{:?}", usage(high));
+    assert_eq!(usage(dead).usage(), 0.0);
+    assert_eq!(usage(dead).live_bytes, 0);
+
+    for bad in [1.5, -0.1, f64::NAN] {
+        let e = s.compact(bad, CompactionLimits::UNLIMITED).unwrap_err();
+        assert!(e.to_string().contains("compaction threshold"), "{e}");
+    }
+    assert_eq!(
+        s.compact(0.0, CompactionLimits::UNLIMITED).unwrap(),
+        CompactionStats::default(),
+        "threshold 0 compacts nothing"
+    );
+    // One log per call: the emptiest first.
+    let one = CompactionLimits {
+        max_logs: 1,
+        ..CompactionLimits::UNLIMITED
+    };
+    let stats = s.compact(0.8, one).unwrap();
+    assert_eq!((stats.logs_deleted, stats.logs_compacted), (1, 0));
+    assert_eq!(s.entry_log_ids(), vec![low, mid, high]);
+    // A byte budget smaller than `mid`'s live bytes but enough for `low`'s.
+    let budget = CompactionLimits {
+        max_bytes: usage(low).live_bytes + 1,
+        ..CompactionLimits::UNLIMITED
+    };
+    assert!(usage(mid).live_bytes > budget.max_bytes);
+    let stats = s.compact(0.8, budget).unwrap();
+    assert_eq!((stats.logs_compacted, stats.entries_moved), (1, 2));
+    assert!(!s.entry_log_ids().contains(&low));
+    assert!(s.entry_log_ids().contains(&mid));
+    // Below 0.5 nothing is left; below 0.8 `mid` goes; `high` (above 0.8) stays.
+    assert_eq!(
+        s.compact(0.3, CompactionLimits::UNLIMITED).unwrap(),
+        CompactionStats::default()
+    );
+    let stats = s.compact(0.8, CompactionLimits::UNLIMITED).unwrap();
+    assert_eq!((stats.logs_compacted, stats.entries_moved), (1, 10));
+    let ids = s.entry_log_ids();
+    assert!(ids.contains(&high) && !ids.contains(&mid), "{ids:?}");
+    for (l, n) in [(1, 2), (2, 10), (3, 18)] {
+        check(&s, &[l], &[9], n);
+    }
+}
+
+#[test]
+fn the_log_being_written_is_left_alone_and_an_unrotated_log_is_scanned() {
+    let d = dirs(1 << 20);
+    {
+        let s = open(&d);
+        for e in 0..10 {
+            s.put_entry(1, e, payload(1, e)).unwrap();
+            s.put_entry(2, e, payload(2, e)).unwrap();
+        }
+        s.flush().unwrap();
+        s.delete_ledger(2).unwrap();
+        s.flush().unwrap();
+        assert_eq!(s.entry_log_ids(), vec![0]);
+        assert_eq!(
+            s.compact(1.0, CompactionLimits::UNLIMITED).unwrap(),
+            CompactionStats::default(),
+            "log 0 is still being written"
+        );
+        assert_eq!(s.entry_log_ids(), vec![0]);
+        // Dropped without close(): log 0 keeps no ledgers map, as after a crash.
+    }
+    let s = open(&d);
+    let u = s.entry_log_usage(0).unwrap();
+    assert!(!u.from_map);
+    assert!((0.3..0.7).contains(&u.usage()), "{u:?}");
+    let stats = s.compact(0.8, CompactionLimits::UNLIMITED).unwrap();
+    assert_eq!((stats.logs_compacted, stats.entries_moved), (1, 10));
+    assert!(!s.entry_log_ids().contains(&0));
+    check(&s, &[1], &[2], 10);
+}
+
+#[test]
+fn a_corrupt_log_fails_alone_naming_file_and_offset() {
+    let d = dirs(1 << 20);
+    let s = open(&d);
+    let bad = one_log(&s, &[range(1, 0..5), range(9, 0..20)].concat());
+    let good = one_log(&s, &[range(2, 0..5), range(9, 20..40)].concat());
+    s.delete_ledger(9).unwrap();
+    s.flush().unwrap();
+    // Flip a payload byte of ledger 1's entry 3.
+    let loc = s.index.get(1, 3).unwrap().unwrap();
+    assert_eq!(loc.log_id, bad);
+    let path = s.entry_log_path(bad).unwrap();
+    let f = RealFileSystem
+        .open(&path, OpenOptions::write_create())
+        .unwrap();
+    let at = loc.offset + RECORD_HEADER_LEN as u64 + 2;
+    let mut b = [0u8; 1];
+    f.read_exact_at(&mut b, at).unwrap();
+    f.write_all_at(&[b[0] ^ 0x20], at).unwrap();
+
+    for _ in 0..2 {
+        let stats = s.compact(0.8, CompactionLimits::UNLIMITED).unwrap();
+        assert_eq!(stats.failures.len(), 1, "{stats:?}");
+        let fail = &stats.failures[0];
+        assert_eq!(fail.log_id, bad);
+        assert_eq!(fail.path.as_deref(), Some(path.as_path()));
+        assert!(
+            fail.error.contains(&path.display().to_string())
+                && fail.error.contains(&format!("offset {}", loc.offset)),
+            "{}",
+            fail.error
+        );
+        assert!(path.exists(), "the corrupt log stays in place");
+    }
+    assert!(
+        !s.entry_log_ids().contains(&good),
+        "the other log is compacted"
+    );
+    check(&s, &[2], &[9], 5);
+    for e in [0, 1, 2, 4] {
+        assert_eq!(s.get_entry(1, e).unwrap(), Some(payload(1, e)));
+    }
+    assert!(matches!(
+        s.get_entry(1, 3),
+        Err(LedgerStoreError::Corrupt { .. })
+    ));
+}
+
+#[test]
+fn an_entry_written_again_later_is_not_moved_back_over_its_newer_location() {
+    let d = dirs(1 << 20);
+    let newer = Bytes::from_static(b"written again by a later flush");
+    {
+        let s = open(&d);
+        let old = one_log(&s, &[range(1, 0..4), range(9, 0..20)].concat());
+        // Entry 0 is written again (a journal replay, say) and indexed in a newer log.
+        s.put_entry(1, 0, newer.clone()).unwrap();
+        s.flush().unwrap();
+        s.delete_ledger(9).unwrap();
+        s.flush().unwrap();
+        // Entry 1 is written again while compaction is between reading and committing.
+        let mut raced = false;
+        let stats = s
+            .compact_observed(0.8, CompactionLimits::UNLIMITED, &mut |step| {
+                if step == Step::BatchRead && !raced {
+                    raced = true;
+                    s.put_entry(1, 1, newer.clone()).unwrap();
+                    s.flush().unwrap();
+                }
+            })
+            .unwrap();
+        assert!(raced);
+        assert_eq!(stats.logs_compacted, 1);
+        assert_eq!(stats.entries_moved, 2, "entries 2 and 3 only");
+        assert!(!s.entry_log_ids().contains(&old));
+        assert_eq!(s.get_entry(1, 0).unwrap(), Some(newer.clone()));
+        assert_eq!(s.get_entry(1, 1).unwrap(), Some(newer.clone()));
+        assert_eq!(s.get_entry(1, 2).unwrap(), Some(payload(1, 2)));
+    }
+    let s = open(&d);
+    assert_eq!(s.get_entry(1, 0).unwrap(), Some(newer.clone()));
+    assert_eq!(s.get_entry(1, 1).unwrap(), Some(newer));
+    for e in 2..4 {
+        assert_eq!(s.get_entry(1, e).unwrap(), Some(payload(1, e)));
+    }
+}
+
+#[test]
+fn reads_keep_working_during_compaction() {
+    let d = dirs(2048);
+    let s = Arc::new(open(&d));
+    fill(&s, &[1, 2, 3], 60);
+    s.delete_ledger(2).unwrap();
+    s.flush().unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let errors = Arc::new(Mutex::new(Vec::new()));
+    let mut readers = Vec::new();
+    for r in 0..2i64 {
+        let (s, stop, errors) = (s.clone(), stop.clone(), errors.clone());
+        readers.push(std::thread::spawn(move || {
+            let mut passes = 0;
+            while passes == 0 || !stop.load(Ordering::SeqCst) {
+                for e in 0..60 {
+                    let l = if (e + r) % 2 == 0 { 1 } else { 3 };
+                    match s.get_entry(l, e) {
+                        Ok(Some(b)) if b == payload(l, e) => {}
+                        other => errors.lock().push(format!("{l}:{e}: {other:?}")),
+                    }
+                }
+                passes += 1;
+            }
+        }));
+    }
+    let stats = s.compact(0.8, CompactionLimits::UNLIMITED).unwrap();
+    stop.store(true, Ordering::SeqCst);
+    for t in readers {
+        t.join().unwrap();
+    }
+    assert!(
+        stats.failures.is_empty() && stats.logs_compacted > 3,
+        "{stats:?}"
+    );
+    let errors = errors.lock();
+    assert!(errors.is_empty(), "{:?}", &errors[..errors.len().min(5)]);
+    check(&s, &[1, 3], &[2], 60);
+}
+
+#[test]
+fn a_failed_fdatasync_during_compaction_stops_writes_and_keeps_the_old_log() {
+    let fs = SimFileSystem::new();
+    let idx = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(idx.path().join("current")).unwrap();
+    let s = LedgerStore::open(&sim_env(&fs), sim_config(idx.path())).unwrap();
+    fill(&s, &[1, 2], 20);
+    s.delete_ledger(2).unwrap();
+    s.flush().unwrap();
+    let logs = s.entry_log_ids();
+    // The first sync of the compaction (its copies) fails.
+    fs.inject(folio_env::sim::Fault::SyncEio { after_ops: 0 });
+    let stats = s.compact(0.8, CompactionLimits::UNLIMITED).unwrap();
+    assert_eq!(stats.failures.len(), 1, "{stats:?}");
+    assert!(stats.failures[0].error.contains("fdatasync"), "{stats:?}");
+    assert_eq!(s.entry_log_ids()[..logs.len()], logs[..], "no log removed");
+    assert!(matches!(
+        s.put_entry(1, 99, payload(1, 99)),
+        Err(LedgerStoreError::Poisoned(_))
+    ));
+    assert!(matches!(
+        s.compact(0.8, CompactionLimits::UNLIMITED),
+        Err(LedgerStoreError::Poisoned(_))
+    ));
+    check(&s, &[1], &[2], 20);
+}
+
+// ---- crash safety on the simulated disk ----
+
+fn sim_env(fs: &SimFileSystem) -> Env {
+    Env {
+        clock: Arc::new(SystemClock),
+        fs: Arc::new(fs.clone()),
+        rng: Arc::new(SystemRng::with_seed(7)),
+    }
+}
+
+/// Entry logs on the simulated disk; the index (redb, which does not go through the
+/// `FileSystem` seam) in a real directory, snapshotted at each index commit.
+fn sim_config(index_dir: &Path) -> LedgerStoreConfig {
+    LedgerStoreConfig {
+        ledger_dirs: vec![PathBuf::from("/ledgers")],
+        index_dir: index_dir.to_path_buf(),
+        entry_log_size_limit: 2048,
+        write_cache_bytes: 1 << 20,
+    }
+}
+
+/// A copy of the index as it is now (redb commits are durable and atomic, so the file
+/// after a commit is what a crash at that point leaves).
+fn snapshot_index(index_dir: &Path) -> tempfile::TempDir {
+    let t = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(t.path().join("current")).unwrap();
+    let file = |d: &Path| d.join("current").join(crate::index::INDEX_FILE);
+    std::fs::copy(file(index_dir), file(t.path())).unwrap();
+    t
+}
+
+const CRASH_ENTRIES: i64 = 30;
+
+/// Reopens a crash image with an index the image can coexist with; lists every live
+/// entry that does not read back byte for byte. Then compacts again (finishing what
+/// the crash interrupted) and checks once more.
+fn check_image(image: &SimFileSystem, index: &Path, label: &str) -> Vec<String> {
+    // Copies of both, as one image is checked with more than one index state.
+    let idx = snapshot_index(index);
+    let image = image.crash(CrashMode::Clean);
+    let s = match LedgerStore::open(&sim_env(&image), sim_config(idx.path())) {
+        Ok(s) => s,
+        Err(e) => return vec![format!("{label}: reopen failed: {e}")],
+    };
+    let read_all = |s: &LedgerStore, when: &str| {
+        let mut bad = Vec::new();
+        for e in 0..CRASH_ENTRIES {
+            for l in [1, 3] {
+                match s.get_entry(l, e) {
+                    Ok(Some(b)) if b == payload(l, e) => {}
+                    other => bad.push(format!("{label} {when}: live {l}:{e} reads {other:?}")),
+                }
+            }
+            for l in [2, 4] {
+                if !matches!(s.get_entry(l, e), Ok(None)) {
+                    bad.push(format!("{label} {when}: deleted {l}:{e} is readable"));
+                }
+            }
+        }
+        bad
+    };
+    let mut bad = read_all(&s, "after restart");
+    if bad.is_empty() {
+        match s.compact(0.8, CompactionLimits::UNLIMITED) {
+            Ok(st) if st.failures.is_empty() => bad.extend(read_all(&s, "after compacting again")),
+            other => bad.push(format!("{label}: compacting again: {other:?}")),
+        }
+    }
+    bad
+}
+
+/// Compacts on a disk that takes a crash image before every operation; checks every
+/// image against every index state it can coexist with. Returns the violations.
+fn crash_during_compaction(mode: CrashMode) -> Vec<String> {
+    let fs = SimFileSystem::new();
+    let idx = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(idx.path().join("current")).unwrap();
+    let s = LedgerStore::open(&sim_env(&fs), sim_config(idx.path())).unwrap();
+    fill(&s, &[1, 2, 3, 4], CRASH_ENTRIES);
+    s.delete_ledger(2).unwrap();
+    s.delete_ledger(4).unwrap();
+    s.flush().unwrap();
+    let old_logs = s.entry_log_ids();
+    // (disk operations completed at the commit, the index from then on)
+    let mut indexes = vec![(fs.ops(), snapshot_index(idx.path()))];
+    fs.capture_every_op(mode);
+    let stats = s
+        .compact_observed(0.8, CompactionLimits::UNLIMITED, &mut |step| {
+            if step == Step::IndexCommitted {
+                indexes.push((fs.ops(), snapshot_index(idx.path())));
+            }
+        })
+        .unwrap();
+    let mut captures = fs.take_captures();
+    captures.push((fs.ops(), fs.crash(mode)));
+    drop(s);
+    assert!(stats.failures.is_empty(), "{stats:?}");
+    assert_eq!(
+        stats.logs_compacted + stats.logs_deleted,
+        old_logs.len() as u64,
+        "{stats:?}"
+    );
+    assert_eq!(stats.entries_moved, 2 * CRASH_ENTRIES as u64);
+    assert!(indexes.len() >= 3, "{} index commits", indexes.len() - 1);
+    assert!(captures.len() > 20, "only {} crash points", captures.len());
+    let mut bad = Vec::new();
+    let mut pairs = 0;
+    for (n, image) in &captures {
+        for (k, (at, index)) in indexes.iter().enumerate() {
+            // Index state k held from commit k (after `at` operations) until commit
+            // k + 1: disk state n can meet it if at <= n <= the next commit's count.
+            let until = indexes.get(k + 1).map_or(u64::MAX, |(next, _)| *next);
+            if *at <= *n && *n <= until {
+                pairs += 1;
+                bad.extend(check_image(
+                    image,
+                    index.path(),
+                    &format!("crash after op {n} with index {k}"),
+                ));
+            }
+        }
+    }
+    assert!(pairs >= captures.len());
+    bad
+}
+
+#[test]
+fn every_live_entry_survives_a_crash_at_every_step_of_compaction() {
+    let bad = crash_during_compaction(CrashMode::Clean);
+    assert!(
+        bad.is_empty(),
+        "{} violations: {:#?}",
+        bad.len(),
+        &bad[..bad.len().min(10)]
+    );
+}
+
+#[test]
+fn every_live_entry_survives_torn_writes_during_compaction() {
+    for seed in [1, 2] {
+        let bad = crash_during_compaction(CrashMode::Torn { seed });
+        assert!(
+            bad.is_empty(),
+            "seed {seed}: {} violations: {:#?}",
+            bad.len(),
+            &bad[..bad.len().min(10)]
+        );
+    }
+}
+
+#[test]
+fn a_store_without_entry_logs_compacts_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let store =
+        crate::mem_store::MemLedgerStore::open(Arc::new(RealFileSystem), &dir.path().join("store"))
+            .unwrap();
+    let stats = crate::LedgerBackend::compact(&store, 0.8, CompactionLimits::UNLIMITED).unwrap();
+    assert_eq!(stats, CompactionStats::default());
+}
+
+#[test]
+fn a_damaged_log_without_a_map_keeps_the_entries_after_the_damage() {
+    // A log left without a ledgers map is scanned, and a scan stops at the first bad
+    // record: ledgers after it are unseen but may still be live.
+    let d = dirs(1 << 20);
+    let damaged = {
+        let s = open(&d);
+        // One flush writes in (ledger, entry) order: 1:0..3, 2:0, 3:0..3.
+        for (l, n) in [(1, 3), (2, 1), (3, 3)] {
+            for e in 0..n {
+                s.put_entry(l, e, payload(l, e)).unwrap();
+            }
+        }
+        s.flush().unwrap();
+        let damaged = s.index.get(2, 0).unwrap().unwrap();
+        s.delete_ledger(1).unwrap();
+        s.delete_ledger(2).unwrap();
+        s.flush().unwrap();
+        damaged
+        // Dropped without close(): no ledgers map.
+    };
+    let path = d.config.ledger_dirs[0]
+        .join("current")
+        .join(crate::entry_log::log_file::file_name(damaged.log_id));
+    let f = RealFileSystem
+        .open(&path, OpenOptions::write_create())
+        .unwrap();
+    let at = damaged.offset + RECORD_HEADER_LEN as u64;
+    let mut b = [0u8; 1];
+    f.read_exact_at(&mut b, at).unwrap();
+    f.write_all_at(&[b[0] ^ 0x01], at).unwrap();
+
+    let s = open(&d);
+    let u = s.entry_log_usage(damaged.log_id).unwrap();
+    assert!(!u.from_map);
+    assert_eq!(u.live_bytes, 0, "the scan saw only deleted ledger 1: {u:?}");
+    let stats = s.compact(0.5, CompactionLimits::UNLIMITED).unwrap();
+    assert!(stats.failures.is_empty(), "{stats:?}");
+    assert_eq!(
+        stats.entries_moved, 3,
+        "ledger 3's entries, after the damage"
+    );
+    assert!(!path.exists());
+    check(&s, &[3], &[1, 2], 3);
+    drop(s);
+    check(&open(&d), &[3], &[1, 2], 3);
+}
+
+#[test]
+fn a_deletion_not_yet_flushed_does_not_let_compaction_drop_the_ledgers_entries() {
+    // Until the flush after a delete, a crash brings the ledger back (the deletion is
+    // not journaled), so its entries must stay readable from the index's locations.
+    let d = dirs(1 << 20);
+    {
+        let s = open(&d);
+        let old = one_log(
+            &s,
+            &[range(1, 0..4), range(2, 0..4), range(9, 0..20)].concat(),
+        );
+        s.delete_ledger(9).unwrap();
+        s.flush().unwrap();
+        s.delete_ledger(2).unwrap(); // not flushed
+        let stats = s.compact(0.8, CompactionLimits::UNLIMITED).unwrap();
+        assert!(stats.failures.is_empty(), "{stats:?}");
+        assert_eq!(stats.entries_moved, 8, "ledgers 1 and 2");
+        assert!(!s.entry_log_ids().contains(&old));
+        check(&s, &[1], &[2, 9], 4);
+        // Dropped without a flush: the deletion of ledger 2 is lost, as in a crash.
+    }
+    let s = open(&d);
+    check(&s, &[1, 2], &[9], 4);
+}
+
+#[test]
+fn a_log_cut_short_inside_its_header_is_removed_without_an_error() {
+    // A crash right after a log was created can leave a file shorter than its header
+    // (the header is written but not yet synced): it holds no record.
+    let d = dirs(1 << 20);
+    let stub = {
+        let s = open(&d);
+        one_log(&s, &range(1, 0..3));
+        s.entry_log_path(0)
+            .unwrap()
+            .with_file_name(crate::entry_log::log_file::file_name(7))
+    };
+    std::fs::write(&stub, b"FOLIO").unwrap();
+    let s = open(&d);
+    assert_eq!(s.entry_log_ids(), vec![0, 7]);
+    assert_eq!(s.entry_log_usage(7).unwrap().total_bytes, 0);
+    let stats = s.compact(0.2, CompactionLimits::UNLIMITED).unwrap();
+    assert!(stats.failures.is_empty(), "{stats:?}");
+    assert_eq!((stats.logs_deleted, stats.logs_compacted), (1, 0));
+    assert!(!stub.exists());
+    check(&s, &[1], &[], 3);
+}
