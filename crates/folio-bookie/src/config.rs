@@ -72,6 +72,14 @@ pub struct BookieConfig {
     pub metadata_session_timeout_ms: u64,
     #[serde(alias = "gcWaitTime")]
     pub gc_wait_time_ms: u64,
+    #[serde(alias = "minorCompactionThreshold")]
+    pub minor_compaction_threshold: f64,
+    #[serde(alias = "minorCompactionInterval")]
+    pub minor_compaction_interval_s: u64,
+    #[serde(alias = "majorCompactionThreshold")]
+    pub major_compaction_threshold: f64,
+    #[serde(alias = "majorCompactionInterval")]
+    pub major_compaction_interval_s: u64,
     /// The network location published in the registration (property `rack`) for
     /// rack-aware placement by clients. BookKeeper has no such bookie key (its clients
     /// resolve racks with a script or DNS); Folio's clients read this property.
@@ -110,6 +118,10 @@ impl Default for BookieConfig {
             disk_check_interval_ms: 10_000,
             metadata_session_timeout_ms: 10_000,
             gc_wait_time_ms: 600_000,
+            minor_compaction_threshold: 0.2,
+            minor_compaction_interval_s: 3600,
+            major_compaction_threshold: 0.8,
+            major_compaction_interval_s: 86_400,
             rack: None,
         }
     }
@@ -162,7 +174,7 @@ journal_buffered_writes_threshold = 524288
 # Journal file size at which a new file starts, in MiB. [journalMaxSizeMB]
 journal_max_size_mb = 2048
 
-# Zeroes written and synced ahead of the journal's write offset, in MiB, so that group commits
+# Zeroes written ahead of the journal's write offset, in MiB, so that group commits
 # overwrite allocated blocks; 0 turns it off. [journalPreAllocSizeMB]
 journal_pre_alloc_size_mb = 16
 
@@ -218,6 +230,17 @@ metadata_session_timeout_ms = 10000
 # from this bookie, then entry logs holding only deleted ledgers are removed. A round can also be
 # started with PUT /api/v1/bookie/gc. [gcWaitTime]
 gc_wait_time_ms = 600000
+
+# Entry logs whose live data is below this fraction are compacted (live entries copied out,
+# the log removed) every minor_compaction_interval_s seconds, checked at a garbage collection
+# round; 0 turns minor compaction off. [minorCompactionThreshold, minorCompactionInterval]
+minor_compaction_threshold = 0.2
+minor_compaction_interval_s = 3600
+
+# The same with a higher threshold, less often; a forced round (PUT /api/v1/bookie/gc) runs it.
+# [majorCompactionThreshold, majorCompactionInterval]
+major_compaction_threshold = 0.8
+major_compaction_interval_s = 86400
 
 # The bookie's network location, "/region/rack" (or "/rack"), published in its registration
 # (property "rack") for clients doing rack-aware placement. The --rack flag overrides it.
@@ -333,6 +356,22 @@ impl BookieConfig {
         ] {
             if v == 0 {
                 return Err(ConfigError::Invalid(format!("{key} must be at least 1")));
+            }
+        }
+        for (key, v) in [
+            (
+                "minor_compaction_threshold",
+                self.minor_compaction_threshold,
+            ),
+            (
+                "major_compaction_threshold",
+                self.major_compaction_threshold,
+            ),
+        ] {
+            if !(0.0..=1.0).contains(&v) {
+                return Err(ConfigError::Invalid(format!(
+                    "{key} must be between 0 and 1 (a fraction of an entry log's bytes), not {v}"
+                )));
             }
         }
         Ok(())
@@ -457,6 +496,27 @@ mod tests {
         assert_eq!(c.max_frame_size, 1 << 20);
         assert_eq!(c.http_port, Some(8080));
         assert_eq!(c.gc_wait_time_ms, 30_000);
+    }
+
+    #[test]
+    fn compaction_keys_take_bookkeeper_names_and_thresholds_are_fractions() {
+        let text = r#"
+            minorCompactionThreshold = 0.1
+            minorCompactionInterval = 60
+            majorCompactionThreshold = 0.5
+            majorCompactionInterval = 600
+        "#;
+        let c = BookieConfig::from_toml(text, Path::new("bk.toml")).unwrap();
+        let p = crate::gc::CompactionPolicy::from_config(&c);
+        assert_eq!((p.minor_threshold, p.minor_interval.as_secs()), (0.1, 60));
+        assert_eq!((p.major_threshold, p.major_interval.as_secs()), (0.5, 600));
+        let bad = BookieConfig {
+            major_compaction_threshold: 80.0,
+            data_dir: Some("/d".into()),
+            ..BookieConfig::default()
+        };
+        let e = bad.validate().unwrap_err().to_string();
+        assert!(e.contains("major_compaction_threshold"), "{e}");
     }
 
     #[test]

@@ -149,6 +149,12 @@ pub struct GcRound {
     /// Entry logs removed (they held only deleted ledgers).
     pub entry_logs_removed: Vec<u64>,
     pub bytes_reclaimed: u64,
+    /// The compaction this round ran ("minor" or "major", BookKeeper's names), if any.
+    pub compaction: Option<&'static str>,
+    /// Entry logs compacted (live entries copied out, the log removed) and the bytes that
+    /// freed; `bytes_reclaimed` includes them.
+    pub entry_logs_compacted: u64,
+    pub compaction_bytes_reclaimed: u64,
     /// Why no ledger was deleted (or no more were) this round, if a metadata error or
     /// the lack of a metadata store stopped it.
     pub skipped: Option<String>,
@@ -171,6 +177,51 @@ struct Shared {
     round_lock: tokio::sync::Mutex<()>,
     rounds: AtomicU64,
     last: parking_lot::Mutex<Option<GcRound>>,
+    compaction: CompactionPolicy,
+    /// When the last minor and major compactions ran (or the collector started).
+    last_minor: parking_lot::Mutex<std::time::Instant>,
+    last_major: parking_lot::Mutex<std::time::Instant>,
+}
+
+/// When entry logs are compacted: BookKeeper's minor compaction (logs below
+/// `minorCompactionThreshold` live data, every `minorCompactionInterval`) and major
+/// compaction (below `majorCompactionThreshold`, every `majorCompactionInterval`). A
+/// threshold of 0 or an interval of zero turns that level off. A forced round (HTTP) runs
+/// the major compaction if it is on, else the minor one.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CompactionPolicy {
+    pub minor_threshold: f64,
+    pub minor_interval: Duration,
+    pub major_threshold: f64,
+    pub major_interval: Duration,
+}
+
+impl CompactionPolicy {
+    /// No compaction at all.
+    pub const OFF: CompactionPolicy = CompactionPolicy {
+        minor_threshold: 0.0,
+        minor_interval: Duration::ZERO,
+        major_threshold: 0.0,
+        major_interval: Duration::ZERO,
+    };
+
+    /// The policy of a bookie's configuration.
+    pub fn from_config(c: &crate::config::BookieConfig) -> CompactionPolicy {
+        CompactionPolicy {
+            minor_threshold: c.minor_compaction_threshold,
+            minor_interval: Duration::from_secs(c.minor_compaction_interval_s),
+            major_threshold: c.major_compaction_threshold,
+            major_interval: Duration::from_secs(c.major_compaction_interval_s),
+        }
+    }
+
+    fn minor_on(&self) -> bool {
+        self.minor_threshold > 0.0 && !self.minor_interval.is_zero()
+    }
+
+    fn major_on(&self) -> bool {
+        self.major_threshold > 0.0 && !self.major_interval.is_zero()
+    }
 }
 
 impl GcHandle {
@@ -187,7 +238,46 @@ impl GcHandle {
             round_lock: tokio::sync::Mutex::new(()),
             rounds: AtomicU64::new(0),
             last: parking_lot::Mutex::new(None),
+            compaction: CompactionPolicy::OFF,
+            last_minor: parking_lot::Mutex::new(std::time::Instant::now()),
+            last_major: parking_lot::Mutex::new(std::time::Instant::now()),
         }))
+    }
+
+    /// The same collector with entry log compaction under `policy` (the default is none).
+    /// Call before the handle is cloned or started.
+    pub fn with_compaction(self, policy: CompactionPolicy) -> GcHandle {
+        match Arc::try_unwrap(self.0) {
+            Ok(mut shared) => {
+                shared.compaction = policy;
+                GcHandle(Arc::new(shared))
+            }
+            Err(shared) => {
+                tracing::warn!("compaction policy set on a shared collector handle: ignored");
+                GcHandle(shared)
+            }
+        }
+    }
+
+    /// Which compaction is due now, if any: a forced round runs the major one (else the
+    /// minor one) when it is on; otherwise each level runs once its interval has passed.
+    fn compaction_due(&self, forced: bool) -> Option<(&'static str, f64)> {
+        let p = &self.0.compaction;
+        let now = std::time::Instant::now();
+        if p.major_on()
+            && (forced || now.duration_since(*self.0.last_major.lock()) >= p.major_interval)
+        {
+            *self.0.last_major.lock() = now;
+            *self.0.last_minor.lock() = now;
+            return Some(("major", p.major_threshold));
+        }
+        if p.minor_on()
+            && (forced || now.duration_since(*self.0.last_minor.lock()) >= p.minor_interval)
+        {
+            *self.0.last_minor.lock() = now;
+            return Some(("minor", p.minor_threshold));
+        }
+        None
     }
 
     /// Asks for a round now (BookKeeper's forced GC); returns at once.
@@ -255,6 +345,25 @@ impl GcHandle {
                 .errors
                 .push(format!("removing dead entry logs failed: {e}")),
         }
+        if let Some((level, threshold)) = self.compaction_due(forced) {
+            round.compaction = Some(level);
+            let storage = self.0.storage.clone();
+            let limits = folio_storage::ledger_store::CompactionLimits::default();
+            match blocking(move || storage.engine().compact(threshold, limits)).await {
+                Ok(stats) => {
+                    round.entry_logs_compacted = stats.logs_compacted;
+                    round.compaction_bytes_reclaimed = stats.bytes_reclaimed;
+                    round.bytes_reclaimed += stats.bytes_reclaimed;
+                    round.errors.extend(stats.failures.into_iter().map(|f| {
+                        format!(
+                            "{level} compaction of entry log {:x}: {}",
+                            f.log_id, f.error
+                        )
+                    }));
+                }
+                Err(e) => round.errors.push(format!("{level} compaction failed: {e}")),
+            }
+        }
         round.finished_ms = now_ms();
         self.record(&round);
         if forced {
@@ -308,11 +417,18 @@ impl GcHandle {
         metrics::counter!("folio_gc_entry_logs_removed_total")
             .increment(round.entry_logs_removed.len() as u64);
         metrics::counter!("folio_gc_bytes_reclaimed_total").increment(round.bytes_reclaimed);
+        metrics::counter!("folio_gc_entry_logs_compacted_total")
+            .increment(round.entry_logs_compacted);
         metrics::counter!("folio_gc_errors_total").increment(round.errors.len() as u64);
-        if !round.ledgers_deleted.is_empty() || !round.entry_logs_removed.is_empty() {
+        if !round.ledgers_deleted.is_empty()
+            || !round.entry_logs_removed.is_empty()
+            || round.entry_logs_compacted > 0
+        {
             tracing::info!(
                 ledgers_deleted = ?round.ledgers_deleted,
                 entry_logs_removed = ?round.entry_logs_removed,
+                entry_logs_compacted = round.entry_logs_compacted,
+                compaction = ?round.compaction,
                 bytes_reclaimed = round.bytes_reclaimed,
                 "garbage collection round"
             );
@@ -535,6 +651,74 @@ mod tests {
         assert_gone(&s, 1);
         assert_intact(&s, 2);
         assert_intact(&s, 3);
+    }
+
+    /// A ledger deleted from logs it shares with live ledgers: no log is wholly dead, so
+    /// only compaction gets the space back; a forced round runs the major compaction, a
+    /// periodic one only once its interval has passed, and with compaction off nothing moves.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_forced_round_compacts_the_logs_a_deleted_ledger_shared() {
+        let tmp = tempfile::tempdir().unwrap();
+        let s = open_storage(tmp.path());
+        let meta = Arc::new(MemMetadataStore::connect(&unique_name("gc-compact")));
+        for l in [1, 2, 3] {
+            write_ledger(&s, &meta, l).await;
+        }
+        s.engine().checkpoint().unwrap();
+        meta.delete_ledger(2, None).await.unwrap();
+        let metadata = || -> Option<Arc<dyn GcMetadata>> {
+            Some(Arc::new(StoreMetadata::new(meta.clone(), None)))
+        };
+
+        // Compaction off: ledger 2 goes, its logs (shared with 1 and 3) stay.
+        let gc_off = GcHandle::new(s.clone(), metadata()).with_compaction(CompactionPolicy::OFF);
+        let round = gc_off.run_round(true).await;
+        drop(gc_off);
+        assert_eq!(round.ledgers_deleted, vec![2], "{round:?}");
+        assert!(round.entry_logs_removed.is_empty(), "{round:?}");
+        assert_eq!((round.compaction, round.entry_logs_compacted), (None, 0));
+        let log_files = || -> Vec<String> {
+            let mut v: Vec<String> = std::fs::read_dir(tmp.path().join("ledgers/current"))
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .filter(|n| n.ends_with(".log"))
+                .collect();
+            v.sort();
+            v
+        };
+        let logs_before = log_files();
+
+        let policy = CompactionPolicy {
+            minor_threshold: 0.2,
+            minor_interval: Duration::from_secs(3600),
+            major_threshold: 0.8,
+            major_interval: Duration::from_secs(86_400),
+        };
+        // Periodic round, intervals not passed: no compaction.
+        let gc = GcHandle::new(s.clone(), metadata()).with_compaction(policy);
+        let round = gc.run_round(false).await;
+        assert_eq!((round.compaction, round.entry_logs_compacted), (None, 0));
+        // Forced: the major compaction copies 1's and 3's entries out of the shared logs.
+        let round = gc.run_round(true).await;
+        assert_eq!(round.compaction, Some("major"), "{round:?}");
+        assert!(round.errors.is_empty(), "{round:?}");
+        assert!(round.entry_logs_compacted >= 2, "{round:?}");
+        assert!(round.compaction_bytes_reclaimed > 0, "{round:?}");
+        assert!(
+            log_files().len() < logs_before.len(),
+            "entry logs before {logs_before:?}, after {:?}",
+            log_files()
+        );
+        assert_intact(&s, 1);
+        assert_intact(&s, 3);
+        assert_gone(&s, 2);
+
+        drop(gc);
+        drop(s);
+        let s = open_storage(tmp.path());
+        assert_intact(&s, 1);
+        assert_intact(&s, 3);
+        assert_gone(&s, 2);
     }
 
     /// Lists fine, but every direct read fails as an unreachable store does.

@@ -231,7 +231,8 @@ impl BookieNode {
                 Some(m.connector.clone()),
             )) as Arc<dyn GcMetadata>
         });
-        let gc = GcHandle::new(storage.clone(), gc_metadata);
+        let gc = GcHandle::new(storage.clone(), gc_metadata)
+            .with_compaction(crate::gc::CompactionPolicy::from_config(&config));
         let processor = Processor::new(
             storage.clone(),
             ProcessorConfig {

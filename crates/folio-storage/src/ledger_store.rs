@@ -168,6 +168,10 @@ pub struct LedgerStore {
     flush_lock: Mutex<()>,
     /// One compaction at a time.
     compaction_lock: Mutex<()>,
+    /// Test seam: runs inside `flush` after the entry logs are synced, before the index
+    /// commit (the flush lock held), to interleave other work with a flush there.
+    #[cfg(test)]
+    pub(crate) before_index_commit: Mutex<Option<Box<dyn Fn() + Send + Sync>>>,
     flush_requester: RwLock<Option<FlushRequester>>,
     /// What garbage collection remembers of finished entry logs.
     gc: gc::GcCache,
@@ -243,6 +247,8 @@ impl LedgerStore {
             room: Condvar::new(),
             flush_lock: Mutex::new(()),
             compaction_lock: Mutex::new(()),
+            #[cfg(test)]
+            before_index_commit: Mutex::new(None),
             flush_requester: RwLock::new(None),
             gc: gc::GcCache::default(),
             _locks: locks,
@@ -475,6 +481,10 @@ impl LedgerStore {
             locations.push((ledger, entry, self.logs.append(ledger, entry, data)?));
         }
         self.logs.sync()?;
+        #[cfg(test)]
+        if let Some(f) = &*self.before_index_commit.lock() {
+            f();
+        }
         self.index.commit(&IndexBatch {
             locations,
             ledgers,

@@ -603,6 +603,9 @@ async fn gc_details(State(s): State<AdminState>) -> Response {
             "ledgersDeleted": r.ledgers_deleted,
             "entryLogsRemoved": r.entry_logs_removed,
             "bytesReclaimed": r.bytes_reclaimed,
+            "compaction": r.compaction,
+            "entryLogsCompacted": r.entry_logs_compacted,
+            "compactionBytesReclaimed": r.compaction_bytes_reclaimed,
             "skipped": r.skipped,
             "errors": r.errors,
         })

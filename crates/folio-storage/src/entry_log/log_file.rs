@@ -161,11 +161,16 @@ impl LogWriter {
             self.file
                 .write_back(self.written_back, self.written - self.written_back)
                 .map_err(|e| {
-                    // Treated as a failed fdatasync: the kernel may have dropped pages it
-                    // could not write.
-                    let e =
-                        std::io::Error::new(e.kind(), format!("write-back before fdatasync: {e}"));
-                    io_error("sync entry log", &self.dir, &self.path, None, e)
+                    // Treated as a failed fdatasync, whatever the error (ENOSPC
+                    // included): the kernel may have dropped pages it could not write,
+                    // and a later fdatasync would not report it again.
+                    LedgerStoreError::SyncFailed {
+                        path: self.path.clone(),
+                        source: std::io::Error::new(
+                            e.kind(),
+                            format!("write-back before fdatasync: {e}"),
+                        ),
+                    }
                 })?;
             self.written_back = self.written;
         }

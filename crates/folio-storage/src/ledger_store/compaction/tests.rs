@@ -673,3 +673,60 @@ fn a_log_cut_short_inside_its_header_is_removed_without_an_error() {
     assert!(!stub.exists());
     check(&s, &[1], &[], 3);
 }
+
+/// A flush fills the current entry log with a live ledger's entries, rotates it, and has
+/// not yet committed their locations to the index when a compaction looks at the log: to
+/// the compaction it holds only a deleted ledger (nothing live), yet it must not be
+/// removed, because the flush is about to point the index into it. (Found in review: the
+/// removal used to be decided without the flush lock.)
+#[test]
+fn a_log_rotated_by_a_flush_still_committing_is_not_removed() {
+    let d = dirs(4096);
+    let s = Arc::new(open(&d));
+    // Ledger 1 fills most of the current log; deleted, and the deletion flushed.
+    for e in 0..35 {
+        s.put_entry(1, e, payload(1, e)).unwrap();
+    }
+    s.flush().unwrap();
+    s.delete_ledger(1).unwrap();
+    s.flush().unwrap();
+    // Ledger 2's flush fills the rest of that log (a small share: the log's usage is low)
+    // and rotates it; it pauses before its index commit until the compaction has had its
+    // chance.
+    for e in 0..40 {
+        s.put_entry(2, e, payload(2, e)).unwrap();
+    }
+    let (paused_tx, paused_rx) = std::sync::mpsc::channel::<()>();
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    let paused_tx = Mutex::new(Some(paused_tx));
+    let go_rx = Mutex::new(go_rx);
+    *s.before_index_commit.lock() = Some(Box::new(move || {
+        if let Some(tx) = paused_tx.lock().take() {
+            tx.send(()).unwrap();
+            go_rx.lock().recv().unwrap();
+        }
+    }));
+    let flusher = {
+        let s = s.clone();
+        std::thread::spawn(move || s.flush())
+    };
+    paused_rx.recv().unwrap();
+    let compactor = {
+        let s = s.clone();
+        std::thread::spawn(move || s.compact(0.5, CompactionLimits::default()))
+    };
+    // Let the compaction get as far as it can while the flush is paused (it must then
+    // wait for the flush lock before deciding to remove anything).
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    go_tx.send(()).unwrap();
+    flusher.join().unwrap().unwrap();
+    let stats = compactor.join().unwrap().unwrap();
+    assert!(stats.failures.is_empty(), "{stats:?}");
+    let first = s.entry_log_usage(0).unwrap();
+    assert!(first.total_bytes > 0 && first.usage() < 0.5, "{first:?}");
+    *s.before_index_commit.lock() = None;
+    check(&s, &[2], &[1], 40);
+    drop(s);
+    let s = open(&d);
+    check(&s, &[2], &[1], 40);
+}
