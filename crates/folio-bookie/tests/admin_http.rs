@@ -6,13 +6,12 @@ mod common;
 
 use std::sync::Arc;
 
-use common::PATIENCE;
+use common::http;
 use folio_bookie::config::BookieConfig;
 use folio_bookie::node::{BookieNode, MetadataAccess};
 use folio_bookie::registration::Connector;
 use folio_metadata::MetadataStore;
 use folio_metadata::mem::{MemMetadataStore, unique_name};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 fn config(dir: &std::path::Path, id: &str) -> BookieConfig {
     BookieConfig {
@@ -25,31 +24,6 @@ fn config(dir: &std::path::Path, id: &str) -> BookieConfig {
         disk_usage_lwm_threshold: 0.998,
         ..BookieConfig::default()
     }
-}
-
-async fn http(addr: std::net::SocketAddr, method: &str, path: &str) -> (u16, serde_json::Value) {
-    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-    s.write_all(
-        format!(
-            "{method} {path} HTTP/1.1\r\nHost: bookie\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
-        )
-        .as_bytes(),
-    )
-    .await
-    .unwrap();
-    let mut text = String::new();
-    tokio::time::timeout(PATIENCE, s.read_to_string(&mut text))
-        .await
-        .expect("http response")
-        .unwrap();
-    let code = text
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b);
-    let v = serde_json::from_str(body).unwrap_or_else(|e| panic!("{path}: {e}: {body:?}"));
-    (code, v)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

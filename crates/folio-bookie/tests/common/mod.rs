@@ -216,3 +216,33 @@ pub async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
+
+/// One request to an admin HTTP endpoint: the status code and the JSON body.
+pub async fn http(
+    addr: std::net::SocketAddr,
+    method: &str,
+    path: &str,
+) -> (u16, serde_json::Value) {
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(
+        format!(
+            "{method} {path} HTTP/1.1\r\nHost: bookie\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        )
+        .as_bytes(),
+    )
+    .await
+    .unwrap();
+    let mut text = String::new();
+    tokio::time::timeout(PATIENCE, s.read_to_string(&mut text))
+        .await
+        .expect("http response")
+        .unwrap();
+    let code = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    let v = serde_json::from_str(body).unwrap_or_else(|e| panic!("{path}: {e}: {body:?}"));
+    (code, v)
+}
