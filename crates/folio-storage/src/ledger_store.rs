@@ -172,6 +172,9 @@ pub struct LedgerStore {
     /// commit (the flush lock held), to interleave other work with a flush there.
     #[cfg(test)]
     pub(crate) before_index_commit: Mutex<Option<Box<dyn Fn() + Send + Sync>>>,
+    /// Test seam: runs inside `get_entry` between the index lookup and the entry log read.
+    #[cfg(test)]
+    pub(crate) before_log_read: Mutex<Option<Box<dyn Fn() + Send + Sync>>>,
     flush_requester: RwLock<Option<FlushRequester>>,
     /// What garbage collection remembers of finished entry logs.
     gc: gc::GcCache,
@@ -249,6 +252,8 @@ impl LedgerStore {
             compaction_lock: Mutex::new(()),
             #[cfg(test)]
             before_index_commit: Mutex::new(None),
+            #[cfg(test)]
+            before_log_read: Mutex::new(None),
             flush_requester: RwLock::new(None),
             gc: gc::GcCache::default(),
             _locks: locks,
@@ -338,7 +343,12 @@ impl LedgerStore {
             entry
         };
         // The flush that removed the entry from the cache committed the index first.
-        match self.index.get(ledger, entry)? {
+        let found = self.index.get(ledger, entry)?;
+        #[cfg(test)]
+        if let Some(f) = &*self.before_log_read.lock() {
+            f();
+        }
+        match found {
             None => Ok(None),
             Some(loc) => match self.logs.read(loc, ledger, entry) {
                 Ok(data) => Ok(Some(data)),
@@ -346,6 +356,17 @@ impl LedgerStore {
                 // the lookup and the read: the index then has the new location.
                 Err(e) => match self.index.get(ledger, entry)? {
                     Some(moved) if moved != loc => self.logs.read(moved, ledger, entry).map(Some),
+                    // Or the ledger was deleted meanwhile and garbage collection removed
+                    // the log: the entry is gone, which is not an error of the disk.
+                    None if self
+                        .state
+                        .lock()
+                        .ledgers
+                        .get(&ledger)
+                        .is_some_and(|i| i.deleted) =>
+                    {
+                        Ok(None)
+                    }
                     _ => Err(e),
                 },
             },

@@ -231,6 +231,31 @@ mod tests {
         assert_eq!(ledgers(2), vec![2]);
     }
 
+    /// A read that found the entry in the index, then lost the race with the ledger's
+    /// deletion and the removal of its log, answers "no such entry" (the ledger is gone),
+    /// not a corrupt-log error; an entry of a live ledger is still read.
+    #[test]
+    fn a_read_racing_the_deletion_of_its_ledger_finds_nothing_not_corruption() {
+        let tmp = tempfile::tempdir().unwrap();
+        let s = std::sync::Arc::new(open(tmp.path()));
+        four_logs(&s);
+        let weak = std::sync::Arc::downgrade(&s);
+        let once = std::sync::atomic::AtomicBool::new(false);
+        *s.before_log_read.lock() = Some(Box::new(move || {
+            if once.swap(true, std::sync::atomic::Ordering::SeqCst) {
+                return;
+            }
+            let s = weak.upgrade().unwrap();
+            s.delete_ledger(1).unwrap();
+            s.flush().unwrap();
+            let stats = s.remove_dead_entry_logs().unwrap();
+            assert_eq!(stats.logs_removed, vec![0], "{stats:?}");
+        }));
+        assert_eq!(s.get_entry(1, 0).unwrap(), None);
+        *s.before_log_read.lock() = None;
+        assert_readable(&s, 2, 0..6);
+    }
+
     #[test]
     fn a_log_of_deleted_ledgers_goes_after_the_flush_and_a_shared_one_stays() {
         let tmp = tempfile::tempdir().unwrap();
