@@ -15,7 +15,6 @@ use folio_metadata::mem::{MemMetadataStore, unique_name};
 use folio_metadata::{BookieMode, BookieServiceInfo, MetadataStore};
 use folio_proto::pb::StatusCode;
 use folio_types::BookieId;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 fn connector(cluster: &str) -> Connector {
     let cluster = cluster.to_string();
@@ -237,31 +236,6 @@ async fn a_second_registration_of_a_live_bookie_id_is_refused() {
     assert_eq!(registered(&cluster).await, (vec![], vec![]));
 }
 
-async fn http_get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
-    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-    s.write_all(
-        format!("GET {path} HTTP/1.1\r\nHost: bookie\r\nConnection: close\r\n\r\n").as_bytes(),
-    )
-    .await
-    .unwrap();
-    let mut text = String::new();
-    tokio::time::timeout(PATIENCE, s.read_to_string(&mut text))
-        .await
-        .expect("http response")
-        .unwrap();
-    let code = text
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    let body = text
-        .split("\r\n\r\n")
-        .nth(1)
-        .unwrap_or_default()
-        .to_string();
-    (code, body)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn admin_http_endpoint_answers() {
     let dir = tempfile::tempdir().unwrap();
@@ -276,8 +250,11 @@ async fn admin_http_endpoint_answers() {
     c.send_v3(&add).await;
     assert_eq!(c.recv_v3().await.status, StatusCode::Eok as i32);
 
-    assert_eq!(http_get(http, "/heartbeat").await, (200, "OK\n".into()));
-    let (code, body) = http_get(http, "/metrics").await;
+    assert_eq!(
+        http_text(http, "GET", "/heartbeat").await,
+        (200, "OK\n".into())
+    );
+    let (code, body) = http_text(http, "GET", "/metrics").await;
     assert_eq!(code, 200);
     assert!(body.contains("folio_bookie_requests_total"), "{body}");
     assert!(
@@ -288,18 +265,21 @@ async fn admin_http_endpoint_answers() {
     assert!(body.contains("folio_bookie_pending_adds 0"), "{body}");
     assert!(body.contains("folio_journal_mark_offset"), "{body}");
     assert!(body.contains("folio_bookie_read_only 0"), "{body}");
-    let (code, body) = http_get(http, "/api/v1/bookie/state").await;
+    let (code, body) = http_text(http, "GET", "/api/v1/bookie/state").await;
     assert_eq!(code, 200);
     let state: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(state["readOnly"], false);
     assert_eq!(state["running"], true);
-    assert_eq!(http_get(http, "/api/v1/bookie/is_ready").await.0, 200);
-    let (code, body) = http_get(http, "/api/v1/bookie/info").await;
+    assert_eq!(
+        http_text(http, "GET", "/api/v1/bookie/is_ready").await.0,
+        200
+    );
+    let (code, body) = http_text(http, "GET", "/api/v1/bookie/info").await;
     assert_eq!(code, 200);
     let info: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert!(info["totalSpace"].as_u64().unwrap() > 0);
     assert!(info["freeSpace"].as_u64().unwrap() <= info["totalSpace"].as_u64().unwrap());
-    assert_eq!(http_get(http, "/no/such/route").await.0, 404);
+    assert_eq!(http_text(http, "GET", "/no/such/route").await.0, 404);
     node.shutdown().await.unwrap();
 }
 

@@ -217,12 +217,8 @@ pub async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
     }
 }
 
-/// One request to an admin HTTP endpoint: the status code and the JSON body.
-pub async fn http(
-    addr: std::net::SocketAddr,
-    method: &str,
-    path: &str,
-) -> (u16, serde_json::Value) {
+/// One request to an admin HTTP endpoint: the status code and the body as text.
+pub async fn http_text(addr: std::net::SocketAddr, method: &str, path: &str) -> (u16, String) {
     let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
     s.write_all(
         format!(
@@ -243,6 +239,16 @@ pub async fn http(
         .and_then(|c| c.parse().ok())
         .unwrap_or(0);
     let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b);
-    let v = serde_json::from_str(body).unwrap_or_else(|e| panic!("{path}: {e}: {body:?}"));
+    (code, body.to_string())
+}
+
+/// One request to an admin HTTP endpoint: the status code and the JSON body.
+pub async fn http(
+    addr: std::net::SocketAddr,
+    method: &str,
+    path: &str,
+) -> (u16, serde_json::Value) {
+    let (code, body) = http_text(addr, method, path).await;
+    let v = serde_json::from_str(&body).unwrap_or_else(|e| panic!("{path}: {e}: {body:?}"));
     (code, v)
 }
