@@ -47,6 +47,9 @@ pub struct BookieConfig {
     pub journal_pre_alloc_size_mb: u64,
     #[serde(alias = "journalRemovePagesFromCache")]
     pub journal_remove_pages_from_cache: bool,
+    /// Folio's own key: write the journal with direct I/O (O_DIRECT) where the file
+    /// system allows it.
+    pub journal_direct_io: bool,
     #[serde(alias = "flushInterval")]
     pub flush_interval_ms: u64,
     #[serde(alias = "logSizeLimit")]
@@ -104,6 +107,7 @@ impl Default for BookieConfig {
             journal_max_size_mb: 2048,
             journal_pre_alloc_size_mb: 16,
             journal_remove_pages_from_cache: true,
+            journal_direct_io: true,
             flush_interval_ms: 10_000,
             entry_log_size_limit: 1 << 30,
             write_cache_bytes: 64 << 20,
@@ -181,6 +185,11 @@ journal_pre_alloc_size_mb = 16
 # Drop the journal's pages from the page cache once they are durable (it is read only at
 # start-up). [journalRemovePagesFromCache]
 journal_remove_pages_from_cache = true
+
+# Write the journal with direct I/O (O_DIRECT, whole 4 KiB blocks), bypassing the page
+# cache, where the file system supports it (tmpfs does not: then buffered, with a
+# warning). Folio's own key; BookKeeper writes its journal through the page cache.
+journal_direct_io = true
 
 # Interval between checkpoints (ledger store flush, journal mark), in ms. [flushInterval]
 flush_interval_ms = 10000
@@ -483,6 +492,11 @@ mod tests {
         assert_eq!(c.journal_max_group_wait_ms, 5);
         assert_eq!(c.journal_pre_alloc_size_mb, 4);
         assert!(!c.journal_remove_pages_from_cache);
+        assert!(c.journal_direct_io, "on unless turned off");
+        assert!(crate::engine::storage_config(&c).0.journal.direct_io);
+        let off =
+            BookieConfig::from_toml("journal_direct_io = false", Path::new("d.toml")).unwrap();
+        assert!(!crate::engine::storage_config(&off).0.journal.direct_io);
         assert!(
             !crate::engine::storage_config(&c)
                 .0

@@ -112,6 +112,7 @@ pub fn storage_config(config: &BookieConfig) -> (StorageConfig, LedgerStoreConfi
         max_file_size: config.journal_max_size_mb * 1024 * 1024,
         prealloc_size: config.journal_pre_alloc_size_mb * 1024 * 1024,
         remove_pages_from_cache: config.journal_remove_pages_from_cache,
+        direct_io: config.journal_direct_io,
         ..JournalConfig::default()
     };
     let storage = StorageConfig {

@@ -254,7 +254,6 @@ async fn serve_connection<S: BookieStorage>(
     let mut writer = AbortOnDrop(tokio::spawn(write_loop(wr, rx, peer)));
     let pending = Arc::new(Semaphore::new(config.max_pending_per_connection));
     let mut decoder = folio_proto::FrameDecoder::with_max_frame_size(config.max_frame_size);
-    let mut buf = vec![0u8; 64 * 1024];
     'conn: loop {
         loop {
             let frame = match decoder.next_frame() {
@@ -294,18 +293,18 @@ async fn serve_connection<S: BookieStorage>(
                 }
             }
         }
-        let n = tokio::select! {
-            read = rd.read(&mut buf) => match read {
+        tokio::select! {
+            // Straight into the decoder's buffer: a frame's bytes are never copied.
+            read = rd.read_buf(decoder.read_buf()) => match read {
                 Ok(0) => break 'conn,
-                Ok(n) => n,
+                Ok(_) => {}
                 Err(e) => {
                     debug!(%peer, "read failed: {e}");
                     break 'conn;
                 }
             },
             _ = shutdown.wait_for(|stop| *stop) => break 'conn,
-        };
-        decoder.feed(&buf[..n]);
+        }
     }
     // The writer ends once every pending reply has been sent (each holds a sender).
     drop(tx);

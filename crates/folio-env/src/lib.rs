@@ -6,12 +6,14 @@
 //! that loses what was never synced. This crate holds the real implementations; the
 //! simulated disk lives behind the `sim` feature.
 
+pub mod aligned;
 pub mod clock;
 pub mod fs;
 pub mod rand;
 #[cfg(feature = "sim")]
 pub mod sim;
 
+pub use aligned::{AlignedBuf, DIRECT_IO_ALIGN};
 pub use clock::{Clock, SystemClock};
 pub use fs::{DiskSpace, File, FileLock, FileSystem, OpenOptions, RealFileSystem};
 pub use rand::{Rng, SystemRng};

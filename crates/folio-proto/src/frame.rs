@@ -13,6 +13,12 @@ pub const DEFAULT_MAX_FRAME_SIZE: usize = 5 * 1024 * 1024;
 /// Size of the length prefix.
 pub const LENGTH_PREFIX_SIZE: usize = 4;
 
+/// The least spare room [`FrameDecoder::read_buf`] offers a socket read.
+const READ_CHUNK: usize = 64 * 1024;
+/// The most room it reserves ahead for the rest of an announced frame: a peer that sends a
+/// large length and nothing else gets no bigger allocation than this.
+const MAX_READ_AHEAD: usize = 1024 * 1024;
+
 /// Incremental frame decoder with a maximum frame size.
 ///
 /// Like Netty, the maximum is compared with the length *plus* the 4-byte prefix. An oversize
@@ -57,6 +63,25 @@ impl FrameDecoder {
         if self.failed.is_none() {
             self.buf.extend_from_slice(data);
         }
+    }
+
+    /// The decoder's own buffer, to read the socket straight into (e.g. tokio's
+    /// `read_buf`), with room for at least 64 KiB and for the rest of a frame whose length
+    /// is already known (up to 1 MiB ahead). A frame read this way is never copied: the
+    /// [`Bytes`] that [`FrameDecoder::next_frame`] returns points into the bytes the
+    /// socket wrote. [`FrameDecoder::feed`] copies instead.
+    pub fn read_buf(&mut self) -> &mut BytesMut {
+        let rest_of_frame = if self.buf.len() >= LENGTH_PREFIX_SIZE {
+            let len = u32::from_be_bytes([self.buf[0], self.buf[1], self.buf[2], self.buf[3]]);
+            (len as usize + LENGTH_PREFIX_SIZE).saturating_sub(self.buf.len())
+        } else {
+            0
+        };
+        let want = rest_of_frame.clamp(READ_CHUNK, MAX_READ_AHEAD);
+        if self.buf.capacity() - self.buf.len() < want {
+            self.buf.reserve(want);
+        }
+        &mut self.buf
     }
 
     /// Bytes buffered but not yet returned as a frame.

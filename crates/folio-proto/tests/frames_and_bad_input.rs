@@ -48,6 +48,63 @@ fn several_frames_in_one_feed() {
     assert_eq!(d.buffered(), 6);
 }
 
+/// Reading straight into the decoder's buffer (as the bookie's connections do): frames
+/// come out intact whatever the read sizes, a large frame's bytes are not copied (its
+/// `Bytes` points where the socket wrote them), and a bare announced length reserves at
+/// most 1 MiB ahead.
+#[test]
+fn frames_read_into_the_decoders_buffer_arrive_whole_and_uncopied() {
+    let bodies: Vec<Vec<u8>> = [0usize, 5, 70_000, 3, 200_000, 65_536]
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| (0..n).map(|j| (i * 31 + j) as u8).collect())
+        .collect();
+    let mut wire = BytesMut::new();
+    for b in &bodies {
+        encode_frame(b, &mut wire);
+    }
+    for chunk in [1usize, 7, 4096, 65_536, 1 << 20] {
+        let mut d = FrameDecoder::new();
+        let mut frames = Vec::new();
+        for piece in wire.chunks(chunk) {
+            let buf = d.read_buf();
+            assert!(buf.capacity() - buf.len() >= 64 * 1024, "room to read into");
+            buf.extend_from_slice(piece); // what a socket read does
+            while let Some(f) = d.next_frame().unwrap() {
+                frames.push(f);
+            }
+        }
+        assert_eq!(frames.len(), bodies.len(), "chunk {chunk}");
+        for (f, b) in frames.iter().zip(&bodies) {
+            assert!(f.as_ref() == b.as_slice(), "chunk {chunk}: a frame differs");
+        }
+        assert_eq!(d.buffered(), 0);
+    }
+    // Zero copy: with the whole frame announced before its body arrives, the body is
+    // read into room reserved for it and handed out from there.
+    let mut d = FrameDecoder::new();
+    let big = &bodies[4];
+    d.read_buf()
+        .extend_from_slice(&(big.len() as u32).to_be_bytes());
+    assert_eq!(d.next_frame().unwrap(), None);
+    let buf = d.read_buf();
+    assert!(
+        buf.capacity() - buf.len() >= big.len(),
+        "room for the frame"
+    );
+    let at = buf.as_ptr() as usize + buf.len();
+    buf.extend_from_slice(big);
+    let f = d.next_frame().unwrap().unwrap();
+    assert_eq!(f.as_ptr() as usize, at, "the frame was copied");
+    assert!(f.as_ref() == big.as_slice());
+    // A bare 5 MiB prefix: no more than 1 MiB (plus the chunk) reserved ahead.
+    let mut d = FrameDecoder::new();
+    d.read_buf()
+        .extend_from_slice(&((5 << 20) - 4u32).to_be_bytes());
+    assert_eq!(d.next_frame().unwrap(), None);
+    assert!(d.read_buf().capacity() <= (1 << 20) + (64 << 10) + 4);
+}
+
 #[test]
 fn encode_frame_writes_big_endian_length() {
     let mut out = BytesMut::new();

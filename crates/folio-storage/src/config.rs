@@ -38,6 +38,13 @@ pub struct JournalConfig {
     /// only at start-up; its pages would otherwise crowd out the entry logs' pages, and
     /// once memory is full every write pays for reclaiming them.
     pub remove_pages_from_cache: bool,
+    /// Folio's own (no BookKeeper key; default true): write the journal with direct I/O
+    /// (`O_DIRECT`), bypassing the page cache, when `sync_data` is on and the file system
+    /// supports it (otherwise buffered, with a warning). Every group is then written as
+    /// whole 4 KiB blocks: the block holding the previous group's end is written again
+    /// with the same bytes in front (docs/formats/journal.md). It saves the kernel's copy
+    /// of every journal byte into the page cache, and the page cache itself.
+    pub direct_io: bool,
     /// `journalSyncData` (true). **Unsafe when false**: adds are acknowledged without an
     /// fdatasync, so a power loss loses acknowledged entries. For benchmarks only.
     pub sync_data: bool,
@@ -58,6 +65,7 @@ impl Default for JournalConfig {
             max_file_size: 2048 * 1024 * 1024,
             prealloc_size: 16 * 1024 * 1024,
             remove_pages_from_cache: true,
+            direct_io: true,
             sync_data: true,
             unsafe_ack_before_sync: false,
         }

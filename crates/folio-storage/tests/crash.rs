@@ -31,12 +31,19 @@ fn env(fs: &SimFileSystem) -> Env {
 }
 
 fn config(unsafe_ack: bool, flush_interval: Duration) -> StorageConfig {
+    config_io(unsafe_ack, flush_interval, true)
+}
+
+/// `direct_io`: the journal's direct-I/O writer (whole blocks, the last one rewritten)
+/// or its buffered one.
+fn config_io(unsafe_ack: bool, flush_interval: Duration, direct_io: bool) -> StorageConfig {
     StorageConfig {
         journal: JournalConfig {
             dirs: vec![PathBuf::from("/j0"), PathBuf::from("/j1")],
             prealloc_size: 1024,
             max_file_size: 4096,
             unsafe_ack_before_sync: unsafe_ack,
+            direct_io,
             ..JournalConfig::default()
         },
         flush_interval,
@@ -306,11 +313,19 @@ fn check_image(image: &SimFileSystem, n: u64, acks: &[Ack]) -> Vec<String> {
 }
 
 /// Runs the workload capturing an image before every disk operation; returns the
-/// violations found over all images.
+/// violations found over all images. Odd seeds run the journal with direct I/O, even
+/// seeds buffered.
 fn crash_everywhere(seed: u64, steps: usize, mode: CrashMode, unsafe_ack: bool) -> Vec<String> {
     let fs = SimFileSystem::new();
     fs.capture_every_op(mode);
-    let run = workload(&fs, seed, steps, config(unsafe_ack, Duration::ZERO));
+    let direct_io = seed % 2 == 1;
+    let run = workload(
+        &fs,
+        seed,
+        steps,
+        config_io(unsafe_ack, Duration::ZERO, direct_io),
+    );
+    assert_eq!(fs.direct_writes() > 0, direct_io, "seed {seed}");
     run.storage.shutdown();
     let captures = fs.take_captures();
     let acks = run.acks.lock();
@@ -348,7 +363,7 @@ fn every_acknowledged_write_survives_a_crash_at_every_step() {
 
 #[test]
 fn every_acknowledged_write_survives_torn_writes() {
-    for seed in 10..=14 {
+    for seed in 10..=15 {
         let bad = crash_everywhere(seed, 300, CrashMode::Torn { seed }, false);
         assert!(
             bad.is_empty(),
@@ -434,8 +449,17 @@ fn after_a_failed_fsync_nothing_more_is_acknowledged() {
 
 #[test]
 fn a_full_disk_is_an_error_naming_the_directory_and_loses_nothing() {
+    // How many disk operations the workload takes, to aim the fault inside it.
+    let total = {
+        let fs = SimFileSystem::new();
+        let run = workload(&fs, 4, 150, config(false, Duration::ZERO));
+        run.storage.shutdown();
+        fs.ops()
+    };
     let fs = SimFileSystem::new();
-    fs.inject(Fault::WriteEnospc { after_ops: 200 });
+    fs.inject(Fault::WriteEnospc {
+        after_ops: total / 2,
+    });
     let run = workload(&fs, 4, 150, config(false, Duration::ZERO));
     let acks = run.acks.lock();
     let err = acks

@@ -82,6 +82,10 @@ struct State {
     locks: BTreeSet<PathBuf>,
     /// Every `drop_cache` call: the file, the range, and whether the range was durable.
     dropped: Vec<DroppedRange>,
+    /// Writes through handles opened with `direct` (all of them aligned: others fail).
+    direct_writes: u64,
+    /// Refuse `direct` opens with EINVAL, like tmpfs.
+    refuse_direct: bool,
 }
 
 /// A `drop_cache` call seen by the simulated disk (which has no cache; it only records).
@@ -237,6 +241,17 @@ impl SimFileSystem {
     }
 
     /// The `drop_cache` calls so far.
+    /// How many writes went through handles opened with `direct`.
+    pub fn direct_writes(&self) -> u64 {
+        self.state.lock().direct_writes
+    }
+
+    /// From now on, refuse opens with `direct` (EINVAL), as a file system without
+    /// O_DIRECT support (tmpfs) does.
+    pub fn refuse_direct_io(&self) {
+        self.state.lock().refuse_direct = true;
+    }
+
     pub fn dropped_ranges(&self) -> Vec<DroppedRange> {
         self.state.lock().dropped.clone()
     }
@@ -362,9 +377,32 @@ struct SimFile {
     ino: u64,
     path: PathBuf,
     writable: bool,
+    /// Opened with `direct`: reads and writes must be aligned, as Linux's O_DIRECT demands.
+    direct: bool,
 }
 
 impl SimFile {
+    /// Linux's EINVAL for a misaligned direct read or write.
+    fn check_aligned(&self, op: &str, buf: &[u8], offset: u64) -> io::Result<()> {
+        let a = crate::DIRECT_IO_ALIGN;
+        if !self.direct
+            || ((buf.as_ptr() as usize).is_multiple_of(a)
+                && buf.len().is_multiple_of(a)
+                && offset.is_multiple_of(a as u64))
+        {
+            return Ok(());
+        }
+        Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "{op} {}: direct I/O not aligned to {a} (address {:#x}, offset {offset}, length {}): Invalid argument (os error 22)",
+                self.path.display(),
+                buf.as_ptr() as usize,
+                buf.len()
+            ),
+        ))
+    }
+
     fn check_writable(&self) -> io::Result<()> {
         if self.writable {
             Ok(())
@@ -379,6 +417,7 @@ impl SimFile {
 
 impl File for SimFile {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        self.check_aligned("read", buf, offset)?;
         self.fs.with_inode(self.ino, |s, ino| {
             let live = &s.inodes[&ino].live;
             let start = (offset as usize).min(live.len());
@@ -390,12 +429,17 @@ impl File for SimFile {
 
     fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
         self.check_writable()?;
+        self.check_aligned("write", buf, offset)?;
+        let direct = self.direct;
         let hint = self.path.display().to_string();
         self.fs.with_inode(self.ino, |s, ino| {
             s.tick();
             let len = s.inodes[&ino].live.len() as u64;
             let growth = (offset + buf.len() as u64).saturating_sub(len);
             s.check_space(&hint, growth)?;
+            if direct {
+                s.direct_writes += 1;
+            }
             let node = s.inodes.get_mut(&ino).expect("checked");
             write_into(&mut node.live, offset, buf);
             node.pending.push(PendingOp::Write {
@@ -477,6 +521,12 @@ impl File for SimFile {
 impl FileSystem for SimFileSystem {
     fn open(&self, path: &Path, opts: OpenOptions) -> io::Result<Arc<dyn File>> {
         let mut s = self.state.lock();
+        if opts.direct && s.refuse_direct {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("open {}: Invalid argument (os error 22)", path.display()),
+            ));
+        }
         let existing = s.live_names.get(path).copied();
         let ino = match existing {
             Some(_) if opts.create_new => {
@@ -511,6 +561,7 @@ impl FileSystem for SimFileSystem {
             ino,
             path: path.to_path_buf(),
             writable,
+            direct: opts.direct,
         }))
     }
 
@@ -654,6 +705,40 @@ mod tests {
         assert_eq!(fs.read_file(&p("/d/a")).unwrap(), b"hello world");
         let after = fs.crash(CrashMode::Clean);
         assert_eq!(after.read_file(&p("/d/a")).unwrap(), b"hello");
+    }
+
+    #[test]
+    fn a_direct_file_refuses_unaligned_io_like_linux() {
+        let fs = setup();
+        let f = fs
+            .open(&p("/d/j"), OpenOptions::create_new().direct(true))
+            .unwrap();
+        let a = crate::DIRECT_IO_ALIGN;
+        let mut block = crate::AlignedBuf::zeroed(a);
+        block.as_mut_slice()[..5].copy_from_slice(b"hello");
+        f.write_all_at(block.as_slice(), a as u64).unwrap();
+        for (what, r) in [
+            ("length", f.write_all_at(&block.as_slice()[..100], 0)),
+            ("offset", f.write_all_at(block.as_slice(), 512)),
+            ("address", f.write_all_at(&block.as_slice()[1..], 0)),
+        ] {
+            let e = r.expect_err(what);
+            assert_eq!(e.kind(), io::ErrorKind::InvalidInput, "{what}: {e}");
+            assert!(e.to_string().contains("/d/j"), "{e}");
+        }
+        let mut back = crate::AlignedBuf::zeroed(a);
+        f.read_exact_at(back.as_mut_slice(), a as u64).unwrap();
+        assert_eq!(&back.as_slice()[..5], b"hello");
+        let mut small = [0u8; 5];
+        assert!(
+            f.read_at(&mut small, a as u64).is_err(),
+            "unaligned direct read"
+        );
+        // A buffered handle on the same file sees the bytes and may read anywhere.
+        let buffered = fs.open(&p("/d/j"), OpenOptions::read()).unwrap();
+        let mut five = [0u8; 5];
+        buffered.read_exact_at(&mut five, a as u64).unwrap();
+        assert_eq!(&five, b"hello");
     }
 
     #[test]

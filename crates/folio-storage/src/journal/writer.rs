@@ -7,6 +7,13 @@
 //! completion callbacks run, in queue order. Requests arriving during the fdatasync
 //! form the next group. A failed write or fdatasync poisons the directory: the
 //! group's callbacks get the error and every later request fails at once.
+//!
+//! With direct I/O (the default when fsync is on) the file is written in whole aligned
+//! blocks: a group's write starts at the block holding the previous group's end, with
+//! that block's bytes (kept in `tail`) in front, and ends padded with zeroes to the next
+//! block boundary. The rewritten prefix is byte for byte what is already on disk, so a
+//! torn write of it cannot change an acknowledged record; the padding is what the
+//! preallocated headroom holds anyway, and replay reads zeroes as the end.
 
 use std::collections::VecDeque;
 use std::io;
@@ -16,7 +23,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use bytes::Bytes;
-use folio_env::{Clock, File, FileSystem, OpenOptions};
+use folio_env::{AlignedBuf, Clock, DIRECT_IO_ALIGN, File, FileSystem, OpenOptions};
 use parking_lot::{Condvar, Mutex};
 
 use super::JournalStats;
@@ -38,6 +45,9 @@ const PAGE_BYTES: u64 = 4096;
 /// Most top-up pieces written after one group: enough to keep up with groups of up to
 /// a few MiB, few enough that no group waits long behind the zeroes.
 const MAX_PIECES_PER_GROUP: u64 = 4;
+
+/// A group slower than this (queued or on disk) is logged at debug level.
+const SLOW_GROUP: std::time::Duration = std::time::Duration::from_millis(10);
 
 /// What a request asks of the journal.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -225,8 +235,17 @@ pub(crate) struct Writer {
     file_id: u64,
     offset: u64,
     prealloc_end: u64,
-    buf: Vec<u8>,
-    zeros: Vec<u8>,
+    /// Whether `file` is open with direct I/O; then every write is `align`-aligned.
+    direct: bool,
+    /// Direct I/O was asked for but refused once (the file system lacks it): stop asking.
+    direct_refused: bool,
+    /// `DIRECT_IO_ALIGN` with direct I/O, else 1 (writes go where they fall).
+    align: u64,
+    /// With direct I/O: the bytes from the block boundary at or before `offset` up to
+    /// `offset`, which the next group's write puts in front of its records.
+    tail: Vec<u8>,
+    buf: AlignedBuf,
+    zeros: AlignedBuf,
     batch: Vec<Request>,
     /// Records written since the last successful fdatasync.
     dirty: bool,
@@ -244,7 +263,9 @@ impl Writer {
         cfg: JournalConfig,
         file_id: u64,
     ) -> Result<Writer, StorageError> {
-        let zeros = vec![0u8; cfg.prealloc_size.min(PREALLOC_CHUNK) as usize];
+        let zeros = AlignedBuf::zeroed(
+            (cfg.prealloc_size.min(PREALLOC_CHUNK) as usize).next_multiple_of(DIRECT_IO_ALIGN),
+        );
         let (file, path) = new_file(&*fs, &shared.dir, file_id)?;
         Counters::add(&shared.counters.files_created, 1);
         *shared.synced.lock() = Position {
@@ -261,12 +282,17 @@ impl Writer {
             file_id,
             offset: HEADER_LEN,
             prealloc_end: HEADER_LEN,
-            buf: Vec::with_capacity(1 << 16),
+            direct: false,
+            direct_refused: false,
+            align: 1,
+            tail: Vec::new(),
+            buf: AlignedBuf::with_capacity(1 << 16),
             zeros,
             batch: Vec::new(),
             dirty: false,
             cache_dropped: 0,
         };
+        w.reopen_direct();
         w.fill_headroom().map_err(|p| p.group_error())?;
         Ok(w)
     }
@@ -326,9 +352,13 @@ impl Writer {
             }
             return;
         }
+        let started = self.clock.now();
+        let oldest = self.batch.first().map(|r| r.enqueued);
+        let records = self.batch.len();
         let result = self.write_and_sync();
         match result {
             Ok(()) => {
+                let synced = self.clock.now();
                 if !self.cfg.unsafe_ack_before_sync {
                     self.complete_ok();
                 }
@@ -336,6 +366,22 @@ impl Writer {
                 self.drop_synced_pages();
                 if let Err(p) = self.top_up(MAX_PIECES_PER_GROUP * PREALLOC_CHUNK) {
                     self.poison(p);
+                }
+                let done = self.clock.now();
+                // For finding stalls (FOLIO_LOG=folio_storage::journal=debug): a group
+                // whose own disk work took long, or whose oldest record waited long.
+                if done - started >= SLOW_GROUP
+                    || oldest.is_some_and(|o| started.saturating_duration_since(o) >= SLOW_GROUP)
+                {
+                    tracing::debug!(
+                        records,
+                        queued_ms = oldest
+                            .map_or(0.0, |o| started.saturating_duration_since(o).as_secs_f64()
+                                * 1e3),
+                        write_sync_ms = (synced - started).as_secs_f64() * 1e3,
+                        after_ms = (done - synced).as_secs_f64() * 1e3,
+                        "slow journal group"
+                    );
                 }
             }
             Err(p) => {
@@ -374,11 +420,18 @@ impl Writer {
             if self.offset + len as u64 > self.cfg.max_file_size && self.offset > HEADER_LEN {
                 self.roll()?;
             }
+            // With direct I/O the write starts at the block boundary before `offset`
+            // (the tail's bytes again) and ends padded to the next one; buffered, the
+            // tail is empty and the padding none.
+            let block_start = self.offset - self.tail.len() as u64;
             self.buf.clear();
+            self.buf
+                .reserve(self.tail.len() + len + self.align as usize);
+            self.buf.vec().extend_from_slice(&self.tail);
             for r in &self.batch {
                 if let RequestKind::Record(kind) = r.kind {
                     format::encode_record(
-                        &mut self.buf,
+                        self.buf.vec(),
                         self.file_id,
                         kind,
                         r.ledger,
@@ -387,10 +440,19 @@ impl Writer {
                     );
                 }
             }
+            self.buf.pad_to(self.align as usize);
+            debug_assert!(self.buf.is_aligned(), "reserve keeps the buffer aligned");
             self.file
-                .write_all_at(&self.buf, self.offset)
+                .write_all_at(self.buf.as_slice(), block_start)
                 .map_err(|e| Poison::new("write", self.path.clone(), &e))?;
             self.offset += len as u64;
+            if self.direct {
+                let new_block = self.offset & !(self.align - 1);
+                let from = (new_block - block_start) as usize;
+                let to = (self.offset - block_start) as usize;
+                self.tail.clear();
+                self.tail.extend_from_slice(&self.buf.as_slice()[from..to]);
+            }
             let c = &self.shared.counters;
             Counters::add(&c.group_commits, 1);
             Counters::add(&c.bytes, len as u64);
@@ -402,7 +464,7 @@ impl Writer {
                     .count() as u64,
             );
             // A group larger than the zeroed headroom extends the file itself.
-            self.prealloc_end = self.prealloc_end.max(self.offset);
+            self.prealloc_end = self.prealloc_end.max(block_start + self.buf.len() as u64);
             self.dirty = true;
         }
         if self.cfg.unsafe_ack_before_sync {
@@ -427,7 +489,8 @@ impl Writer {
     /// up to the page holding the write offset (not that one: the next group writes into
     /// it, and a dropped page would have to be read back first).
     fn drop_synced_pages(&mut self) {
-        if !self.cfg.remove_pages_from_cache || !self.cfg.sync_data {
+        // Direct I/O leaves no journal pages in the cache to drop.
+        if !self.cfg.remove_pages_from_cache || !self.cfg.sync_data || self.direct {
             return;
         }
         let end = self.offset & !(PAGE_BYTES - 1);
@@ -460,19 +523,25 @@ impl Writer {
         if self.cfg.prealloc_size == 0 {
             return Ok(());
         }
+        // With direct I/O every zero write is block-aligned too (align is 1 otherwise).
+        let a = self.align;
         let limit = self.cfg.max_file_size.max(self.offset);
-        let target = (self.offset + self.cfg.prealloc_size).min(limit);
-        let piece = (self.cfg.prealloc_size / 2).clamp(1, PREALLOC_CHUNK);
-        let missing = target.saturating_sub(self.prealloc_end);
+        let target = (self.offset + self.cfg.prealloc_size)
+            .min(limit)
+            .next_multiple_of(a);
+        let piece = (self.cfg.prealloc_size / 2)
+            .clamp(1, PREALLOC_CHUNK)
+            .next_multiple_of(a);
+        let start = self.prealloc_end.next_multiple_of(a);
+        let missing = target.saturating_sub(start);
         if missing == 0 || (missing < piece && target < limit) {
             return Ok(());
         }
-        let start = self.prealloc_end;
-        let end = start + missing.min(max_bytes.max(piece));
+        let end = (start + missing.min(max_bytes.max(piece))).next_multiple_of(a);
         let mut at = start;
         while at < end {
             let k = (end - at).min(self.zeros.len() as u64) as usize;
-            if let Err(e) = self.file.write_all_at(&self.zeros[..k], at) {
+            if let Err(e) = self.file.write_all_at(&self.zeros.as_slice()[..k], at) {
                 if crate::error::is_no_space(&e) {
                     // Preallocation is an optimisation: on a full disk, skip it; the
                     // next group's own write reports the full disk.
@@ -483,7 +552,10 @@ impl Writer {
             }
             at += k as u64;
         }
-        if let Err(e) = self.file.start_write_back(start, end - start) {
+        // (Direct I/O leaves nothing to write back.)
+        if !self.direct
+            && let Err(e) = self.file.start_write_back(start, end - start)
+        {
             // Only a hint to the kernel; a real write error shows in the next fdatasync.
             tracing::debug!(file = %self.path.display(), "start_write_back of zeroes: {e}");
         }
@@ -525,7 +597,41 @@ impl Writer {
         self.offset = HEADER_LEN;
         self.prealloc_end = HEADER_LEN;
         self.cache_dropped = 0;
+        self.reopen_direct();
         Ok(())
+    }
+
+    /// Switches the new file (header written and durable through a buffered handle) to a
+    /// direct-I/O handle when the configuration asks for one and the file system allows
+    /// it; otherwise stays buffered, warning once. Sets `align` and `tail` to match.
+    fn reopen_direct(&mut self) {
+        self.direct = false;
+        self.align = 1;
+        self.tail.clear();
+        if !self.cfg.direct_io || !self.cfg.sync_data || self.direct_refused {
+            return;
+        }
+        let opts = OpenOptions {
+            write: true,
+            ..OpenOptions::default()
+        }
+        .direct(true);
+        match self.fs.open(&self.path, opts) {
+            Ok(f) => {
+                self.file = f;
+                self.direct = true;
+                self.align = DIRECT_IO_ALIGN as u64;
+                self.tail
+                    .extend_from_slice(&format::encode_header(self.file_id));
+            }
+            Err(e) => {
+                self.direct_refused = true;
+                tracing::warn!(
+                    file = %self.path.display(),
+                    "journal direct I/O unavailable, writing through the page cache: {e}"
+                );
+            }
+        }
     }
 }
 
