@@ -2,8 +2,9 @@
 //! entries of mostly-dead entry logs into the logs being written and removes the old
 //! files, so the space of deleted ledgers comes back.
 //!
-//! A log's usage is the share of its record bytes that belong to ledgers not deleted
-//! (from its ledgers map, or from a scan of its records when it has none). Logs below
+//! A log's usage is the share of its record bytes that belong to ledgers not deleted, or
+//! deleted with the deletion not yet flushed (their entries are still copied), from its
+//! ledgers map, or from a scan of its records when it has none. Logs below
 //! the threshold are compacted, emptiest first, within the caller's limits.
 //!
 //! A log that lost entries to an earlier compaction which then stopped short of removing
