@@ -19,9 +19,9 @@
 //! The record is only a hint for the usage; removal is decided by the index alone.
 //!
 //! The index decides what is live: an entry is copied only if the index points at this
-//! very log and offset. Crash safety rests on two orders: per batch of entries, copy, fdatasync,
-//! and only then commit the new locations to the index; per log, remove the file only
-//! after those commits, and only once the index has no location left in it
+//! very log and offset. Crash safety rests on two orders: per batch of entries, copy,
+//! fdatasync, and only then commit the new locations to the index; per log, remove the
+//! file only after those commits, and only once the index has no location left in it
 //! (docs/formats/entry-log.md, "Compaction"). A log that fails (a corrupt record, say)
 //! stays in place and the others are still compacted.
 
@@ -147,7 +147,7 @@ struct Candidate {
 
 impl LedgerStore {
     /// The usage of rotated (or left over) entry log `log_id`: how many of its record
-    /// bytes belong to ledgers not deleted.
+    /// bytes are live (see [`EntryLogUsage::live_bytes`]).
     pub fn entry_log_usage(&self, log_id: u64) -> Result<EntryLogUsage, LedgerStoreError> {
         let (deleted, known) = self.ledger_sets();
         let compacted: HashSet<u64> = self.index.compacted_logs()?.into_iter().collect();
@@ -239,7 +239,7 @@ impl LedgerStore {
 
     /// The ledgers marked deleted with the deletion flushed (their entries are gone from
     /// the index, so compaction copies none), and every ledger the store knows.
-    pub(super) fn ledger_sets(&self) -> (HashSet<i64>, Vec<i64>) {
+    fn ledger_sets(&self) -> (HashSet<i64>, Vec<i64>) {
         let st = self.state.lock();
         let deleted = st
             .ledgers

@@ -82,16 +82,23 @@ impl LedgerStore {
                 }
             }
         }
+        let compacted = self.index.compacted_logs()?;
         if !candidates.is_empty() {
-            self.remove_dead(candidates, &mut stats);
+            self.remove_dead(candidates, &compacted, &mut stats);
         }
-        self.remove_compacted_leftovers(&ids, &mut stats)?;
+        self.remove_compacted_leftovers(&ids, &compacted, &mut stats);
         stats.logs_removed.sort_unstable();
         Ok(stats)
     }
 
     /// Removes the candidate logs whose ledgers are still all deleted and flushed.
-    fn remove_dead(&self, candidates: Vec<(u64, Vec<i64>)>, stats: &mut EntryLogGcStats) {
+    /// A log that was partly compacted before (in `compacted`) loses that record too.
+    fn remove_dead(
+        &self,
+        candidates: Vec<(u64, Vec<i64>)>,
+        compacted: &[u64],
+        stats: &mut EntryLogGcStats,
+    ) {
         // A flush in progress has taken its deletions out of `deleted_pending` before
         // committing them: decide again with no flush running, and remove before one can
         // start (deleted ledgers never come back, so the answer cannot change after).
@@ -110,6 +117,15 @@ impl LedgerStore {
                 Ok(bytes) => {
                     tracing::info!(log = id, bytes, ?ledgers, "removed dead entry log");
                     self.gc.logs.lock().remove(&id);
+                    if compacted.contains(&id)
+                        && let Err(e) = self.index.forget_compacted_log(id)
+                    {
+                        // Harmless: it only costs an index scan if the id comes back.
+                        tracing::warn!(
+                            log = id,
+                            "cannot forget the removed log's compaction record: {e}"
+                        );
+                    }
                     stats.logs_removed.push(id);
                     stats.bytes_reclaimed += bytes;
                 }
@@ -126,13 +142,17 @@ impl LedgerStore {
     fn remove_compacted_leftovers(
         &self,
         ids: &[u64],
+        compacted: &[u64],
         stats: &mut EntryLogGcStats,
-    ) -> Result<(), LedgerStoreError> {
-        let compacted = self.index.compacted_logs()?;
+    ) {
         let known: Vec<i64> = self.state.lock().ledgers.keys().copied().collect();
-        for id in compacted {
-            // Not rotated (being written), or removed by the pass above.
-            if !ids.contains(&id) || stats.logs_removed.contains(&id) {
+        for &id in compacted {
+            // Not rotated (being written), removed by the pass above, or unreadable (and
+            // reported) there.
+            if !ids.contains(&id)
+                || stats.logs_removed.contains(&id)
+                || stats.failures.iter().any(|(f, _)| *f == id)
+            {
                 continue;
             }
             let ledgers = match self.log_contents(id) {
@@ -159,7 +179,6 @@ impl LedgerStore {
                 }
             }
         }
-        Ok(())
     }
 
     /// The ledgers of finished log `id`, from the cache, its ledgers map or a scan.

@@ -1091,3 +1091,42 @@ fn max_bytes_counts_a_ledger_deleted_but_not_yet_flushed() {
     check(&s, &[1], &[9], 2);
     check(&s, &[2], &[], 10);
 }
+
+/// A partly compacted log whose ledgers then all get deleted is removed by garbage
+/// collection's usual rule, and the index forgets it was compacted; the copies of the
+/// moved entries (in a newer log) go with their ledger too.
+#[test]
+fn a_partly_compacted_log_of_deleted_ledgers_goes_with_its_record() {
+    let d = dirs(1 << 20);
+    let s = open(&d);
+    let old = one_log(&s, &[range(1, 0..6), range(9, 0..3)].concat());
+    let keep = one_log(&s, &range(2, 0..3));
+    s.delete_ledger(9).unwrap();
+    s.flush().unwrap();
+    let mut live = s.index.locations_in_log(&[1], old).unwrap();
+    live.sort_by_key(|&(_, _, loc)| loc.offset);
+    let first = &live[..2];
+    let payloads: Vec<Bytes> = first
+        .iter()
+        .map(|&(l, e, loc)| s.logs.read(loc, l, e).unwrap())
+        .collect();
+    {
+        let _no_flush = s.flush_lock.lock();
+        s.copy_batch(first, &payloads, &mut 0, &mut |_| {}).unwrap();
+    }
+    assert_eq!(s.index.compacted_logs().unwrap(), vec![old]);
+    check(&s, &[1], &[9], 6);
+    s.delete_ledger(1).unwrap();
+    s.flush().unwrap();
+    s.close().unwrap();
+    let stats = s.remove_dead_entry_logs().unwrap();
+    assert!(stats.failures.is_empty(), "{stats:?}");
+    assert!(stats.logs_removed.contains(&old), "{stats:?}");
+    assert!(!stats.logs_removed.contains(&keep), "{stats:?}");
+    assert_eq!(s.index.compacted_logs().unwrap(), Vec::<u64>::new());
+    check(&s, &[2], &[1, 9], 3);
+    drop(s);
+    let s = open(&d);
+    check(&s, &[2], &[1, 9], 3);
+    assert_eq!(s.entry_log_ids(), vec![keep]);
+}
