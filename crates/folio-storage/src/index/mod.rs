@@ -23,6 +23,12 @@ use crate::ledger_store::LedgerStoreError;
 const ENTRIES: TableDefinition<&[u8], &[u8]> = TableDefinition::new("entries");
 /// ledger -> encoded [`LedgerInfo`].
 const LEDGERS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("ledgers");
+/// entry log id (8 bytes, big-endian) -> nothing: logs out of which compaction has moved
+/// entries but which are not yet removed. Their ledgers maps overstate what is live in
+/// them, so compaction and garbage collection ask this index instead (see
+/// `ledger_store/compaction.rs`). Added without a format version change: an older build
+/// ignores the table.
+const COMPACTED_LOGS: TableDefinition<&[u8], ()> = TableDefinition::new("compacted_logs");
 /// "format_version" -> the index format version this file was written with.
 const META: TableDefinition<&str, u32> = TableDefinition::new("meta");
 
@@ -97,6 +103,7 @@ impl LedgerIndex {
             }
             // Create the tables so that readers never see "table does not exist".
             w.open_table(ENTRIES).map_err(|e| self.err(e))?;
+            w.open_table(COMPACTED_LOGS).map_err(|e| self.err(e))?;
             w.open_table(LEDGERS).map_err(|e| self.err(e))?;
         }
         w.commit().map_err(|e| self.err(e))
@@ -167,12 +174,14 @@ impl LedgerIndex {
     /// Points each moved entry at its new location, in one durable write transaction,
     /// but only where the index still holds the old location: an entry written again
     /// since (a later flush) or removed (a deleted ledger) keeps what it has. Returns how
-    /// many entries now point at their new location.
+    /// many entries now point at their new location. Every log an entry moved out of is
+    /// recorded in the same transaction as compacted (see [`LedgerIndex::compacted_logs`]).
     pub fn relocate(&self, moves: &[Relocation]) -> Result<u64, LedgerStoreError> {
         let w = self.db.begin_write().map_err(|e| self.err(e))?;
         let mut moved = 0;
         {
             let mut entries = w.open_table(ENTRIES).map_err(|e| self.err(e))?;
+            let mut compacted = w.open_table(COMPACTED_LOGS).map_err(|e| self.err(e))?;
             for m in moves {
                 let key = codec::entry_key(m.ledger, m.entry);
                 let current = entries
@@ -189,11 +198,41 @@ impl LedgerIndex {
                 entries
                     .insert(&key[..], &codec::encode_location(m.to)[..])
                     .map_err(|e| self.err(e))?;
+                compacted
+                    .insert(&m.from.log_id.to_be_bytes()[..], ())
+                    .map_err(|e| self.err(e))?;
                 moved += 1;
             }
         }
         w.commit().map_err(|e| self.err(e))?;
         Ok(moved)
+    }
+
+    /// The entry logs out of which [`LedgerIndex::relocate`] moved entries and which
+    /// [`LedgerIndex::forget_compacted_log`] has not forgotten since, ascending.
+    pub fn compacted_logs(&self) -> Result<Vec<u64>, LedgerStoreError> {
+        let r = self.db.begin_read().map_err(|e| self.err(e))?;
+        let t = r.open_table(COMPACTED_LOGS).map_err(|e| self.err(e))?;
+        let mut out = Vec::new();
+        for kv in t.iter().map_err(|e| self.err(e))? {
+            let (k, _) = kv.map_err(|e| self.err(e))?;
+            let id: [u8; 8] = k.value().try_into().map_err(|_| {
+                self.corrupt(format!("compacted log key of {} bytes", k.value().len()))
+            })?;
+            out.push(u64::from_be_bytes(id));
+        }
+        Ok(out)
+    }
+
+    /// Forgets that entries were moved out of log `log_id` (it was removed), durably.
+    pub fn forget_compacted_log(&self, log_id: u64) -> Result<(), LedgerStoreError> {
+        let w = self.db.begin_write().map_err(|e| self.err(e))?;
+        {
+            let mut t = w.open_table(COMPACTED_LOGS).map_err(|e| self.err(e))?;
+            t.remove(&log_id.to_be_bytes()[..])
+                .map_err(|e| self.err(e))?;
+        }
+        w.commit().map_err(|e| self.err(e))
     }
 
     /// Every ledger's info, ascending by ledger id.
@@ -406,6 +445,40 @@ mod tests {
             idx.locations_in_log(&[1, 2], 1).unwrap(),
             vec![(2, 0, loc(1))]
         );
+        // Log 1 lost an entry to compaction: recorded with the move, until forgotten.
+        assert_eq!(idx.compacted_logs().unwrap(), vec![1]);
+    }
+
+    #[test]
+    fn a_log_is_recorded_as_compacted_only_when_an_entry_moves_out_of_it() {
+        let d = tempfile::tempdir().unwrap();
+        {
+            let idx = LedgerIndex::open(d.path()).unwrap();
+            idx.commit(&IndexBatch {
+                locations: vec![(1, 0, loc(3)), (1, 1, loc(4))],
+                ..Default::default()
+            })
+            .unwrap();
+            let mv = |entry, from, to| Relocation {
+                ledger: 1,
+                entry,
+                from,
+                to,
+            };
+            // Entry 1 is not at loc(5): nothing moves out of log 5.
+            let moved = idx
+                .relocate(&[mv(0, loc(3), loc(9)), mv(1, loc(5), loc(9))])
+                .unwrap();
+            assert_eq!(moved, 1);
+            assert_eq!(idx.compacted_logs().unwrap(), vec![3]);
+            idx.relocate(&[mv(1, loc(4), loc(9))]).unwrap();
+            assert_eq!(idx.compacted_logs().unwrap(), vec![3, 4]);
+        }
+        let idx = LedgerIndex::open(d.path()).unwrap();
+        assert_eq!(idx.compacted_logs().unwrap(), vec![3, 4], "durable");
+        idx.forget_compacted_log(3).unwrap();
+        idx.forget_compacted_log(77).unwrap();
+        assert_eq!(idx.compacted_logs().unwrap(), vec![4]);
     }
 
     #[test]

@@ -2,13 +2,26 @@
 //! entries of mostly-dead entry logs into the logs being written and removes the old
 //! files, so the space of deleted ledgers comes back.
 //!
-//! A log's usage is the share of its record bytes that belong to ledgers not deleted
-//! (from its ledgers map, or from a scan of its records when it has none). Logs below
-//! the threshold are compacted, emptiest first, within the caller's limits. The index
-//! decides what is live: an entry is copied only if the index points at this very log
-//! and offset. Crash safety rests on two orders: per batch of entries, copy, fdatasync,
-//! and only then commit the new locations to the index; per log, remove the file only
-//! after those commits, and only once the index has no location left in it
+//! A log's usage is the share of its record bytes that belong to ledgers not deleted, or
+//! deleted with the deletion not yet flushed (their entries are still copied), from its
+//! ledgers map, or from a scan of its records when it has none. Logs below
+//! the threshold are compacted, emptiest first, within the caller's limits.
+//!
+//! A log that lost entries to an earlier compaction which then stopped short of removing
+//! it (a crash, a failed directory sync, a corrupt record in a later batch) would keep
+//! the usage of its ledgers map forever, be picked never again and leak its space. The
+//! index records such logs, in the same transaction as the relocation
+//! ([`crate::index::LedgerIndex::compacted_logs`]); for them the live bytes are what the
+//! index still points at in the log, which is exact, so a log the index no longer points
+//! into has usage 0 and goes at the next round (garbage collection removes it too). Only
+//! those logs pay for an index scan: the ledgers maps stay right for every other log,
+//! and reading the whole index every round would cost as much as the index is large.
+//! The record is only a hint for the usage; removal is decided by the index alone.
+//!
+//! The index decides what is live: an entry is copied only if the index points at this
+//! very log and offset. Crash safety rests on two orders: per batch of entries, copy,
+//! fdatasync, and only then commit the new locations to the index; per log, remove the
+//! file only after those commits, and only once the index has no location left in it
 //! (docs/formats/entry-log.md, "Compaction"). A log that fails (a corrupt record, say)
 //! stays in place and the others are still compacted.
 
@@ -28,8 +41,9 @@ const BATCH_BYTES: u64 = 4 << 20;
 /// Bounds on the work of one [`LedgerStore::compact`] call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CompactionLimits {
-    /// Live bytes (records of ledgers not deleted, by the logs' ledgers maps) copied at
-    /// most; a log whose live bytes exceed what is left of this budget is skipped.
+    /// Record bytes copied at most: a log whose live entries (what the index points at in
+    /// it when its turn comes, a ledger deleted but not yet flushed included) exceed what
+    /// is left of this budget is skipped.
     pub max_bytes: u64,
     /// Logs compacted (or removed) at most.
     pub max_logs: usize,
@@ -78,7 +92,9 @@ pub struct CompactionStats {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EntryLogUsage {
     pub log_id: u64,
-    /// Record bytes of ledgers not deleted.
+    /// Record bytes of ledgers not deleted (or deleted with the deletion not yet flushed,
+    /// since compaction still copies those); for a log an earlier compaction moved
+    /// entries out of, the record bytes the index still points at in it.
     pub live_bytes: u64,
     /// Record bytes of all ledgers.
     pub total_bytes: u64,
@@ -106,6 +122,22 @@ pub(crate) enum Step {
     IndexCommitted,
 }
 
+/// What [`LedgerStore::compact_log`] did with a log that did not fail.
+enum Outcome {
+    /// Compacted, removed, or kept because a flush points into it again.
+    Done,
+    /// Its live entries exceed the byte budget left: untouched.
+    OverBudget,
+}
+
+/// Record bytes (header and payload) of the entries at these locations.
+fn record_bytes(locations: &[(i64, i64, Location)]) -> u64 {
+    locations
+        .iter()
+        .map(|&(_, _, loc)| RECORD_HEADER_LEN as u64 + u64::from(loc.len))
+        .sum()
+}
+
 /// A log chosen for compaction.
 struct Candidate {
     usage: EntryLogUsage,
@@ -115,10 +147,11 @@ struct Candidate {
 
 impl LedgerStore {
     /// The usage of rotated (or left over) entry log `log_id`: how many of its record
-    /// bytes belong to ledgers not deleted.
+    /// bytes are live (see [`EntryLogUsage::live_bytes`]).
     pub fn entry_log_usage(&self, log_id: u64) -> Result<EntryLogUsage, LedgerStoreError> {
-        let (deleted, _) = self.ledger_sets();
-        Ok(self.candidate(log_id, &deleted, &[])?.usage)
+        let (deleted, known) = self.ledger_sets();
+        let compacted: HashSet<u64> = self.index.compacted_logs()?.into_iter().collect();
+        Ok(self.candidate(log_id, &deleted, &known, &compacted)?.usage)
     }
 
     /// Compacts the entry logs that are not being written and whose usage is below
@@ -151,10 +184,11 @@ impl LedgerStore {
         let _one_at_a_time = self.compaction_lock.lock();
         Self::check_poisoned(&self.state.lock())?;
         let (deleted, known) = self.ledger_sets();
+        let compacted: HashSet<u64> = self.index.compacted_logs()?.into_iter().collect();
         let mut stats = CompactionStats::default();
         let mut chosen = Vec::new();
         for log_id in self.logs.rotated_log_ids() {
-            match self.candidate(log_id, &deleted, &known) {
+            match self.candidate(log_id, &deleted, &known, &compacted) {
                 Ok(c) if c.usage.usage() < threshold => chosen.push(c),
                 Ok(_) => {}
                 Err(e) => stats.failures.push(self.failure(log_id, &e)),
@@ -172,12 +206,12 @@ impl LedgerStore {
             if done >= limits.max_logs {
                 break;
             }
-            if c.usage.live_bytes > budget {
+            let outcome = self.compact_log(&c, &mut budget, &mut stats, observe);
+            if matches!(outcome, Ok(Outcome::OverBudget)) {
                 continue;
             }
-            budget -= c.usage.live_bytes;
             done += 1;
-            if let Err(e) = self.compact_log(&c, &mut stats, observe) {
+            if let Err(e) = outcome {
                 let log_id = c.usage.log_id;
                 tracing::warn!(log_id, error = %e, "entry log compaction failed; the log stays");
                 stats.failures.push(self.failure(log_id, &e));
@@ -203,13 +237,14 @@ impl LedgerStore {
         Ok(stats)
     }
 
-    /// The ledgers marked deleted, and every ledger the store knows.
+    /// The ledgers marked deleted with the deletion flushed (their entries are gone from
+    /// the index, so compaction copies none), and every ledger the store knows.
     fn ledger_sets(&self) -> (HashSet<i64>, Vec<i64>) {
         let st = self.state.lock();
         let deleted = st
             .ledgers
             .iter()
-            .filter(|(_, i)| i.deleted)
+            .filter(|(l, i)| i.deleted && !st.deleted_pending.contains(l))
             .map(|(&l, _)| l)
             .collect();
         (deleted, st.ledgers.keys().copied().collect())
@@ -229,6 +264,7 @@ impl LedgerStore {
         log_id: u64,
         deleted: &HashSet<i64>,
         known: &[i64],
+        compacted: &HashSet<u64>,
     ) -> Result<Candidate, LedgerStoreError> {
         let (counts, from_map) = if self.logs.file_len(log_id)? < HEADER_LEN as u64 {
             // Created just before a crash, its header never synced: it holds no record
@@ -241,12 +277,7 @@ impl LedgerStore {
             }
         };
         let total_bytes = counts.iter().map(|&(_, b)| b).sum();
-        let live_bytes = counts
-            .iter()
-            .filter(|(l, _)| !deleted.contains(l))
-            .map(|&(_, b)| b)
-            .sum();
-        let ledgers = if from_map {
+        let ledgers: Vec<i64> = if from_map {
             counts.iter().map(|&(l, _)| l).collect()
         } else {
             // A scan stops at the first bad record, so a damaged log may hold ledgers
@@ -254,6 +285,16 @@ impl LedgerStore {
             let mut all: BTreeSet<i64> = known.iter().copied().collect();
             all.extend(counts.iter().map(|&(l, _)| l));
             all.into_iter().collect()
+        };
+        let live_bytes = if compacted.contains(&log_id) {
+            // Entries moved out of it: the map overstates what is live, the index knows.
+            record_bytes(&self.index.locations_in_log(&ledgers, log_id)?)
+        } else {
+            counts
+                .iter()
+                .filter(|(l, _)| !deleted.contains(l))
+                .map(|&(_, b)| b)
+                .sum()
         };
         Ok(Candidate {
             usage: EntryLogUsage {
@@ -266,17 +307,27 @@ impl LedgerStore {
         })
     }
 
-    /// Copies a log's live entries, commits their new locations, removes the log.
+    /// Copies a log's live entries, commits their new locations, removes the log; or
+    /// does nothing if they do not fit in what is left of `budget`.
     fn compact_log(
         &self,
         c: &Candidate,
+        budget: &mut u64,
         stats: &mut CompactionStats,
         observe: &mut dyn FnMut(Step),
-    ) -> Result<(), LedgerStoreError> {
+    ) -> Result<Outcome, LedgerStoreError> {
         let log_id = c.usage.log_id;
         // The index is the authority on what is live here: an entry written again later
-        // points elsewhere, a deleted ledger's entries are gone from it.
+        // points elsewhere, a deleted ledger's entries are gone from it (a deletion not
+        // yet flushed still has them, and they are copied).
         let mut live = self.index.locations_in_log(&c.ledgers, log_id)?;
+        // Charge what is copied (every record of `live` is appended, even one that a
+        // later flush writes again meanwhile), not the usage's estimate.
+        let to_copy = record_bytes(&live);
+        if to_copy > *budget {
+            return Ok(Outcome::OverBudget);
+        }
+        *budget -= to_copy;
         live.sort_by_key(|&(_, _, loc)| loc.offset);
         let mut written = 0u64;
         for batch in batches(&live) {
@@ -301,29 +352,49 @@ impl LedgerStore {
                 }
             }
         }
-        // Remove the file only once the index points nowhere into it, checked under the
-        // flush lock: a flush that filled this log and rotated it mid-way holds that lock
-        // until its index commit, so its locations here (which `live` could not see) are
-        // committed and visible now, and no flush can add any before the file is gone.
-        let _no_flush = self.flush_lock.lock();
-        if let Some(&(ledger, entry, _)) = self.index.locations_in_log(&c.ledgers, log_id)?.first()
-        {
-            tracing::info!(
-                log_id,
-                ledger,
-                entry,
-                "entry log kept: the index points into it again (a flush committed there during compaction); a later compaction takes it"
-            );
-            return Ok(());
-        }
-        let freed = self.logs.remove(log_id)?;
+        let Some(freed) = self.remove_unreferenced_log(log_id, &c.ledgers)? else {
+            return Ok(Outcome::Done);
+        };
         stats.bytes_reclaimed += freed.saturating_sub(written);
         if live.is_empty() {
             stats.logs_deleted += 1;
         } else {
             stats.logs_compacted += 1;
         }
-        Ok(())
+        Ok(Outcome::Done)
+    }
+
+    /// Removes rotated log `log_id` if the index points nowhere into it (`ledgers` are
+    /// all the ledgers that may have entries there), then forgets that entries were moved
+    /// out of it; returns the bytes freed, or `None` if the log is kept.
+    ///
+    /// Checked under the flush lock: a flush that filled this log and rotated it mid-way
+    /// holds that lock until its index commit, so its locations here are committed and
+    /// visible now, and no flush can add any before the file is gone. The record of a
+    /// compacted log is forgotten only after the removal (file and directory entry) is
+    /// durable: forgotten first, a crash could leave the log with a ledgers map that
+    /// overstates its live bytes and nothing to say so.
+    pub(super) fn remove_unreferenced_log(
+        &self,
+        log_id: u64,
+        ledgers: &[i64],
+    ) -> Result<Option<u64>, LedgerStoreError> {
+        let _no_flush = self.flush_lock.lock();
+        if let Some(&(ledger, entry, _)) = self.index.locations_in_log(ledgers, log_id)?.first() {
+            tracing::info!(
+                log_id,
+                ledger,
+                entry,
+                "entry log kept: the index points into it (a flush committed there during compaction, say); a later round takes it"
+            );
+            return Ok(None);
+        }
+        let freed = self.logs.remove(log_id)?;
+        if let Err(e) = self.index.forget_compacted_log(log_id) {
+            // The file is gone; a stale record costs an index scan if the id comes back.
+            tracing::warn!(log_id, error = %e, "cannot forget the removed log's compaction record");
+        }
+        Ok(Some(freed))
     }
 
     /// Appends one batch of copies, makes them durable, then points the index at them

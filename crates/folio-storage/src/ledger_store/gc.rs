@@ -8,6 +8,12 @@
 //! entries in place, and a crash would bring them back). A log whose contents are not known
 //! for sure (no ledgers map and a scan that stops before the end of the file, i.e. a torn
 //! tail or damage) is kept: what lies past the damage could be a live entry.
+//!
+//! Besides, a log out of which compaction moved entries and that it did not get to remove
+//! (a crash, a failed directory sync, a corrupt record in a later batch; the index keeps a
+//! record of such logs) goes as soon as the index points nowhere into it, whatever its
+//! ledgers: every entry it held is then elsewhere or deleted. The check and the removal are
+//! compaction's own (`remove_unreferenced_log`), under the flush lock.
 
 use std::collections::HashMap;
 
@@ -61,7 +67,7 @@ impl LedgerStore {
         let ids = self.logs.rotated_log_ids();
         // Forget logs compaction removed.
         self.gc.logs.lock().retain(|id, _| ids.contains(id));
-        for id in ids {
+        for &id in &ids {
             stats.logs_checked += 1;
             match self.log_contents(id) {
                 Ok(LogContents::Ledgers(ledgers)) => {
@@ -76,9 +82,23 @@ impl LedgerStore {
                 }
             }
         }
-        if candidates.is_empty() {
-            return Ok(stats);
+        let compacted = self.index.compacted_logs()?;
+        if !candidates.is_empty() {
+            self.remove_dead(candidates, &compacted, &mut stats);
         }
+        self.remove_compacted_leftovers(&ids, &compacted, &mut stats);
+        stats.logs_removed.sort_unstable();
+        Ok(stats)
+    }
+
+    /// Removes the candidate logs whose ledgers are still all deleted and flushed.
+    /// A log that was partly compacted before (in `compacted`) loses that record too.
+    fn remove_dead(
+        &self,
+        candidates: Vec<(u64, Vec<i64>)>,
+        compacted: &[u64],
+        stats: &mut EntryLogGcStats,
+    ) {
         // A flush in progress has taken its deletions out of `deleted_pending` before
         // committing them: decide again with no flush running, and remove before one can
         // start (deleted ledgers never come back, so the answer cannot change after).
@@ -97,6 +117,15 @@ impl LedgerStore {
                 Ok(bytes) => {
                     tracing::info!(log = id, bytes, ?ledgers, "removed dead entry log");
                     self.gc.logs.lock().remove(&id);
+                    if compacted.contains(&id)
+                        && let Err(e) = self.index.forget_compacted_log(id)
+                    {
+                        // Harmless: it only costs an index scan if the id comes back.
+                        tracing::warn!(
+                            log = id,
+                            "cannot forget the removed log's compaction record: {e}"
+                        );
+                    }
                     stats.logs_removed.push(id);
                     stats.bytes_reclaimed += bytes;
                 }
@@ -106,7 +135,50 @@ impl LedgerStore {
                 }
             }
         }
-        Ok(stats)
+    }
+
+    /// Removes the rotated logs (of `ids`, the ones not being written) that compaction
+    /// moved entries out of and the index no longer points into.
+    fn remove_compacted_leftovers(
+        &self,
+        ids: &[u64],
+        compacted: &[u64],
+        stats: &mut EntryLogGcStats,
+    ) {
+        let known: Vec<i64> = self.state.lock().ledgers.keys().copied().collect();
+        for &id in compacted {
+            // Not rotated (being written), removed by the pass above, or unreadable (and
+            // reported) there.
+            if !ids.contains(&id)
+                || stats.logs_removed.contains(&id)
+                || stats.failures.iter().any(|(f, _)| *f == id)
+            {
+                continue;
+            }
+            let ledgers = match self.log_contents(id) {
+                Ok(LogContents::Ledgers(ledgers)) => ledgers,
+                // A scan that stopped short may have missed ledgers: look for all.
+                Ok(LogContents::Uncertain) => known.clone(),
+                Err(e) => {
+                    tracing::warn!(log = id, "garbage collection cannot read entry log: {e}");
+                    stats.failures.push((id, e.to_string()));
+                    continue;
+                }
+            };
+            match self.remove_unreferenced_log(id, &ledgers) {
+                Ok(Some(bytes)) => {
+                    tracing::info!(log = id, bytes, "removed entry log left by compaction");
+                    self.gc.logs.lock().remove(&id);
+                    stats.logs_removed.push(id);
+                    stats.bytes_reclaimed += bytes;
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::warn!(log = id, "cannot remove entry log left by compaction: {e}");
+                    stats.failures.push((id, e.to_string()));
+                }
+            }
+        }
     }
 
     /// The ledgers of finished log `id`, from the cache, its ledgers map or a scan.
