@@ -113,6 +113,7 @@ pub fn storage_config(config: &BookieConfig) -> (StorageConfig, LedgerStoreConfi
         prealloc_size: config.journal_pre_alloc_size_mb * 1024 * 1024,
         remove_pages_from_cache: config.journal_remove_pages_from_cache,
         direct_io: config.journal_direct_io,
+        force_write_thread: config.journal_force_write_thread,
         ..JournalConfig::default()
     };
     let storage = StorageConfig {

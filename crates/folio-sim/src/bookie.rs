@@ -178,6 +178,9 @@ fn storage_config(knobs: BookieKnobs) -> StorageConfig {
             max_group_entries: 1,
             prealloc_size: 4096,
             max_file_size: 64 * 1024,
+            // The writer fdatasyncs inline: a force-write thread would race the writer's
+            // zero fills, and the disk-operation order would depend on OS thread timing.
+            force_write_thread: false,
             sync_data: !knobs.no_sync,
             ..JournalConfig::default()
         },

@@ -314,17 +314,16 @@ fn check_image(image: &SimFileSystem, n: u64, acks: &[Ack]) -> Vec<String> {
 
 /// Runs the workload capturing an image before every disk operation; returns the
 /// violations found over all images. Odd seeds run the journal with direct I/O, even
-/// seeds buffered.
+/// seeds buffered; the seed also picks the force-write thread or inline fdatasyncs.
 fn crash_everywhere(seed: u64, steps: usize, mode: CrashMode, unsafe_ack: bool) -> Vec<String> {
     let fs = SimFileSystem::new();
     fs.capture_every_op(mode);
     let direct_io = seed % 2 == 1;
-    let run = workload(
-        &fs,
-        seed,
-        steps,
-        config_io(unsafe_ack, Duration::ZERO, direct_io),
-    );
+    let mut cfg = config_io(unsafe_ack, Duration::ZERO, direct_io);
+    // Seeds 2, 3, 6, 7, 10, 11, 14, 15: the writer fdatasyncs inline; the others
+    // through the force-write thread.
+    cfg.journal.force_write_thread = (seed / 2) % 2 == 1;
+    let run = workload(&fs, seed, steps, cfg);
     assert_eq!(fs.direct_writes() > 0, direct_io, "seed {seed}");
     run.storage.shutdown();
     let captures = fs.take_captures();
@@ -350,7 +349,7 @@ fn crash_everywhere(seed: u64, steps: usize, mode: CrashMode, unsafe_ack: bool) 
 
 #[test]
 fn every_acknowledged_write_survives_a_crash_at_every_step() {
-    for seed in 1..=5 {
+    for seed in 1..=6 {
         let bad = crash_everywhere(seed, 300, CrashMode::Clean, false);
         assert!(
             bad.is_empty(),

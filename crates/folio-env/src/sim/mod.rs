@@ -86,6 +86,8 @@ struct State {
     direct_writes: u64,
     /// Refuse `direct` opens with EINVAL, like tmpfs.
     refuse_direct: bool,
+    /// Real time every `sync_data` takes (outside the lock), like a slow device.
+    sync_delay: std::time::Duration,
 }
 
 /// A `drop_cache` call seen by the simulated disk (which has no cache; it only records).
@@ -244,6 +246,13 @@ impl SimFileSystem {
     /// How many writes went through handles opened with `direct`.
     pub fn direct_writes(&self) -> u64 {
         self.state.lock().direct_writes
+    }
+
+    /// From now on, every `sync_data` takes `delay` more (real time, without holding the
+    /// disk's lock: other operations go on meanwhile), like a slow device. What it makes
+    /// durable is fixed when it starts: writes issued during the delay are not covered.
+    pub fn set_sync_delay(&self, delay: std::time::Duration) {
+        self.state.lock().sync_delay = delay;
     }
 
     /// From now on, refuse opens with `direct` (EINVAL), as a file system without
@@ -451,8 +460,9 @@ impl File for SimFile {
     }
 
     fn sync_data(&self) -> io::Result<()> {
+        let delay = self.fs.state.lock().sync_delay;
         let hint = self.path.display().to_string();
-        self.fs.with_inode(self.ino, |s, ino| {
+        let r = self.fs.with_inode(self.ino, |s, ino| {
             s.tick();
             if s.take_sync_fault() {
                 s.failed_syncs += 1;
@@ -469,7 +479,13 @@ impl File for SimFile {
             node.durable.clone_from(&node.live);
             node.pending.clear();
             Ok(())
-        })
+        });
+        // The slow part comes after what the call made durable was fixed: writes issued
+        // meanwhile are not covered (the strict reading of fdatasync).
+        if !delay.is_zero() {
+            std::thread::sleep(delay);
+        }
+        r
     }
 
     fn len(&self) -> io::Result<u64> {

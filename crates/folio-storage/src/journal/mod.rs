@@ -7,6 +7,7 @@
 //! mark `current/lastMark` (BookKeeper PR 3329: one directory's checkpoint must never
 //! move another's mark). At start-up each directory is replayed from its mark.
 
+mod force;
 pub mod format;
 pub mod reader;
 pub(crate) mod writer;

@@ -2,11 +2,13 @@
 //!
 //! The thread takes whatever requests are queued, waits (up to `max_group_wait`
 //! counted from the oldest request) for more unless the group is already big enough,
-//! encodes them into one reused buffer, writes it with one positional write, and
-//! calls fdatasync once. Only when that fdatasync returns Ok do the group's
-//! completion callbacks run, in queue order. Requests arriving during the fdatasync
-//! form the next group. A failed write or fdatasync poisons the directory: the
-//! group's callbacks get the error and every later request fails at once.
+//! encodes them into one reused buffer, writes it with one positional write, and has it
+//! made durable (`force.rs`: fdatasync inline, or on the force-write thread while the
+//! next groups are written); only when an fdatasync covering the group returns Ok do
+//! its completion callbacks run, in queue order. Requests arriving meanwhile form the
+//! next group.
+//! A failed write or fdatasync poisons the directory: the group's callbacks get the
+//! error and every later request fails at once.
 //!
 //! With direct I/O (the default when fsync is on) the file is written in whole aligned
 //! blocks: a group's write starts at the block holding the previous group's end, with
@@ -27,6 +29,7 @@ use folio_env::{AlignedBuf, Clock, DIRECT_IO_ALIGN, File, FileSystem, OpenOption
 use parking_lot::{Condvar, Mutex};
 
 use super::JournalStats;
+use super::force::{ForceQueue, SyncJob, Syncer};
 use super::format::{self, HEADER_LEN, Position, RECORD_HEADER_LEN, RecordKind};
 use crate::config::JournalConfig;
 use crate::error::StorageError;
@@ -36,18 +39,12 @@ use crate::storage::WriteCallback;
 /// reused zero buffer), and the largest top-up piece.
 const PREALLOC_CHUNK: u64 = 1 << 20;
 
-/// Journal pages are dropped from the page cache once this many bytes are durable.
-const DROP_CACHE_BYTES: u64 = 1 << 20;
-/// The page size assumed when rounding down to a page boundary (a larger real page only
-/// makes the kernel keep one more partial page).
-const PAGE_BYTES: u64 = 4096;
-
 /// Most top-up pieces written after one group: enough to keep up with groups of up to
 /// a few MiB, few enough that no group waits long behind the zeroes.
 const MAX_PIECES_PER_GROUP: u64 = 4;
 
 /// A group slower than this (queued or on disk) is logged at debug level.
-const SLOW_GROUP: std::time::Duration = std::time::Duration::from_millis(10);
+pub(crate) const SLOW_GROUP: std::time::Duration = std::time::Duration::from_millis(10);
 
 /// What a request asks of the journal.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -98,7 +95,7 @@ impl Poison {
     }
 
     /// The error of the group whose write or fdatasync failed.
-    fn group_error(&self) -> StorageError {
+    pub(crate) fn group_error(&self) -> StorageError {
         StorageError::io(
             self.op,
             self.path.clone(),
@@ -130,7 +127,7 @@ impl Poison {
 #[derive(Debug, Default)]
 pub(crate) struct Counters {
     group_commits: AtomicU64,
-    group_fdatasyncs: AtomicU64,
+    pub(crate) group_fdatasyncs: AtomicU64,
     records: AtomicU64,
     bytes: AtomicU64,
     prealloc_fdatasyncs: AtomicU64,
@@ -139,7 +136,7 @@ pub(crate) struct Counters {
 }
 
 impl Counters {
-    fn add(c: &AtomicU64, n: u64) {
+    pub(crate) fn add(c: &AtomicU64, n: u64) {
         c.fetch_add(n, Ordering::Relaxed);
     }
 
@@ -172,7 +169,7 @@ pub(crate) struct DirShared {
     pub(crate) poison: Arc<Mutex<Option<Poison>>>,
     /// End of the last group made durable: every record before it was applied to the
     /// ledger store before it was queued, so a checkpoint may take it as its mark.
-    synced: Mutex<Position>,
+    pub(crate) synced: Mutex<Position>,
     /// The mark last persisted (marks only move forward).
     pub(crate) persisted_mark: Mutex<Position>,
     pub(crate) counters: Counters,
@@ -212,13 +209,18 @@ impl DirShared {
         self.cv.notify_one();
     }
 
+    /// Takes every queued request (to fail them).
+    pub(crate) fn drain_queue(&self) -> Vec<Request> {
+        self.queue.lock().reqs.drain(..).collect()
+    }
+
     pub(crate) fn shutdown(&self) {
         self.queue.lock().shutdown = true;
         self.cv.notify_all();
     }
 }
 
-fn fail(req: Request, e: StorageError) {
+pub(crate) fn fail(req: Request, e: StorageError) {
     if let Some(done) = req.done {
         done(Err(e));
     }
@@ -247,10 +249,17 @@ pub(crate) struct Writer {
     buf: AlignedBuf,
     zeros: AlignedBuf,
     batch: Vec<Request>,
-    /// Records written since the last successful fdatasync.
-    dirty: bool,
-    /// Offset below which the file's pages were dropped from the page cache.
-    cache_dropped: u64,
+    /// Where written groups go to be made durable.
+    sync: Sync,
+}
+
+/// How the writer gets its groups made durable.
+enum Sync {
+    /// By the force-write thread (see `force.rs`), once `run` has started it.
+    Thread(Arc<ForceQueue>),
+    /// Inline, after each write, by the writer thread itself (`force_write_thread` off,
+    /// and until `run` starts the thread).
+    Inline(Syncer),
 }
 
 impl Writer {
@@ -265,6 +274,12 @@ impl Writer {
     ) -> Result<Writer, StorageError> {
         let zeros = AlignedBuf::zeroed(
             (cfg.prealloc_size.min(PREALLOC_CHUNK) as usize).next_multiple_of(DIRECT_IO_ALIGN),
+        );
+        let syncer = Syncer::new(
+            Arc::clone(&shared),
+            Arc::clone(&clock),
+            cfg.sync_data,
+            cfg.remove_pages_from_cache,
         );
         let (file, path) = new_file(&*fs, &shared.dir, file_id)?;
         Counters::add(&shared.counters.files_created, 1);
@@ -289,20 +304,51 @@ impl Writer {
             buf: AlignedBuf::with_capacity(1 << 16),
             zeros,
             batch: Vec::new(),
-            dirty: false,
-            cache_dropped: 0,
+            sync: Sync::Inline(syncer),
         };
         w.reopen_direct();
         w.fill_headroom().map_err(|p| p.group_error())?;
         Ok(w)
     }
 
-    /// The thread's loop; returns at shutdown once the queue is drained.
+    /// The thread's loop; returns at shutdown once the queue is drained and every
+    /// written group completed. Starts the force-write thread first, if configured.
     pub(crate) fn run(mut self) {
-        loop {
-            if !self.take_batch() {
-                return;
+        if !self.cfg.force_write_thread {
+            return self.write_loop();
+        }
+        let queue = Arc::new(ForceQueue::default());
+        let Sync::Inline(syncer) =
+            std::mem::replace(&mut self.sync, Sync::Thread(Arc::clone(&queue)))
+        else {
+            unreachable!("the writer starts inline");
+        };
+        let name = format!(
+            "{}-sync",
+            std::thread::current().name().unwrap_or("journal")
+        );
+        std::thread::scope(|s| {
+            let q = Arc::clone(&queue);
+            let started = std::thread::Builder::new()
+                .name(name)
+                .spawn_scoped(s, move || q.run(syncer));
+            if let Err(e) = started {
+                // Without the thread the journal still works, syncing inline.
+                tracing::warn!("cannot start the journal's force-write thread: {e}");
+                self.sync = Sync::Inline(Syncer::new(
+                    Arc::clone(&self.shared),
+                    Arc::clone(&self.clock),
+                    self.cfg.sync_data,
+                    self.cfg.remove_pages_from_cache,
+                ));
             }
+            self.write_loop();
+            queue.close();
+        });
+    }
+
+    fn write_loop(&mut self) {
+        while self.take_batch() {
             self.commit_batch();
         }
     }
@@ -355,16 +401,32 @@ impl Writer {
         let started = self.clock.now();
         let oldest = self.batch.first().map(|r| r.enqueued);
         let records = self.batch.len();
-        let result = self.write_and_sync();
-        match result {
-            Ok(()) => {
-                let synced = self.clock.now();
-                if !self.cfg.unsafe_ack_before_sync {
+        match self.write_group() {
+            Ok(wrote) => {
+                if self.cfg.unsafe_ack_before_sync {
                     self.complete_ok();
                 }
-                // After the callbacks: neither is needed for this group's durability.
-                self.drop_synced_pages();
-                if let Err(p) = self.top_up(MAX_PIECES_PER_GROUP * PREALLOC_CHUNK) {
+                let written = self.clock.now();
+                let job = SyncJob {
+                    file: Arc::clone(&self.file),
+                    path: self.path.clone(),
+                    direct: self.direct,
+                    end: Position {
+                        file_id: self.file_id,
+                        offset: self.offset,
+                    },
+                    wrote,
+                    batch: std::mem::take(&mut self.batch),
+                };
+                match &mut self.sync {
+                    Sync::Thread(q) => q.push(job),
+                    Sync::Inline(syncer) => syncer.complete(vec![job]),
+                }
+                // After handing the group on (inline: after its callbacks): the zeroes
+                // are not needed for its durability.
+                if self.shared.poison.lock().is_none()
+                    && let Err(p) = self.top_up(MAX_PIECES_PER_GROUP * PREALLOC_CHUNK)
+                {
                     self.poison(p);
                 }
                 let done = self.clock.now();
@@ -378,8 +440,8 @@ impl Writer {
                         queued_ms = oldest
                             .map_or(0.0, |o| started.saturating_duration_since(o).as_secs_f64()
                                 * 1e3),
-                        write_sync_ms = (synced - started).as_secs_f64() * 1e3,
-                        after_ms = (done - synced).as_secs_f64() * 1e3,
+                        write_ms = (written - started).as_secs_f64() * 1e3,
+                        after_ms = (done - written).as_secs_f64() * 1e3,
                         "slow journal group"
                     );
                 }
@@ -414,7 +476,9 @@ impl Writer {
         }
     }
 
-    fn write_and_sync(&mut self) -> Result<(), Poison> {
+    /// Writes the batch's records (rolling to a new file first if they would not fit);
+    /// returns whether anything was written.
+    fn write_group(&mut self) -> Result<bool, Poison> {
         let len: usize = self.batch.iter().map(Request::encoded_len).sum();
         if len > 0 {
             if self.offset + len as u64 > self.cfg.max_file_size && self.offset > HEADER_LEN {
@@ -465,45 +529,8 @@ impl Writer {
             );
             // A group larger than the zeroed headroom extends the file itself.
             self.prealloc_end = self.prealloc_end.max(block_start + self.buf.len() as u64);
-            self.dirty = true;
         }
-        if self.cfg.unsafe_ack_before_sync {
-            self.complete_ok();
-        }
-        if self.dirty && self.cfg.sync_data {
-            self.file
-                .sync_data()
-                .map_err(|e| Poison::new("fdatasync", self.path.clone(), &e))?;
-            Counters::add(&self.shared.counters.group_fdatasyncs, 1);
-        }
-        self.dirty = false;
-        *self.shared.synced.lock() = Position {
-            file_id: self.file_id,
-            offset: self.offset,
-        };
-        Ok(())
-    }
-
-    /// Drops the pages of durable records (everything before the write offset, after a
-    /// successful group) from the page cache, a MiB or more at a time,
-    /// up to the page holding the write offset (not that one: the next group writes into
-    /// it, and a dropped page would have to be read back first).
-    fn drop_synced_pages(&mut self) {
-        // Direct I/O leaves no journal pages in the cache to drop.
-        if !self.cfg.remove_pages_from_cache || !self.cfg.sync_data || self.direct {
-            return;
-        }
-        let end = self.offset & !(PAGE_BYTES - 1);
-        if end < self.cache_dropped + DROP_CACHE_BYTES {
-            return;
-        }
-        if let Err(e) = self
-            .file
-            .drop_cache(self.cache_dropped, end - self.cache_dropped)
-        {
-            tracing::debug!(file = %self.path.display(), "dropping journal pages from the cache: {e}");
-        }
-        self.cache_dropped = end;
+        Ok(len > 0)
     }
 
     /// Keeps about `prealloc_size` bytes of written zeroes ahead of the write offset, so
@@ -596,7 +623,6 @@ impl Writer {
         self.file_id = next;
         self.offset = HEADER_LEN;
         self.prealloc_end = HEADER_LEN;
-        self.cache_dropped = 0;
         self.reopen_direct();
         Ok(())
     }

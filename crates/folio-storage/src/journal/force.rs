@@ -1,0 +1,225 @@
+//! Making written groups durable: BookKeeper's force-write thread.
+//!
+//! The writer thread writes a group and hands it here as a [`SyncJob`]; the [`Syncer`]
+//! fdatasyncs and only then runs the group's callbacks, in order. With a force-write
+//! thread (`force_write_thread`, off by default) the writer goes on writing the next groups while an fdatasync
+//! runs, and the next fdatasync covers every group written meanwhile: under load the
+//! groups made durable together grow with the backlog, as in BookKeeper, instead of each
+//! waiting for its own fdatasync. Without one (the default, and the simulator, which
+//! needs one disk-operation order per seed) the writer calls the same [`Syncer`] inline
+//! after each write.
+//!
+//! Durability rule, the same either way: a callback runs `Ok` only after an fdatasync of
+//! its group's file, issued after its group's write returned, returned `Ok`. A failed
+//! fdatasync poisons the journal: its jobs, and every job and request after them, fail.
+
+use std::collections::VecDeque;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use folio_env::{Clock, File};
+use parking_lot::{Condvar, Mutex};
+
+use super::format::Position;
+use super::writer::{Counters, DirShared, Poison, Request, fail};
+
+/// Journal pages are dropped from the page cache once this many bytes are durable.
+const DROP_CACHE_BYTES: u64 = 1 << 20;
+/// The page size assumed when rounding down to a page boundary (a larger real page only
+/// makes the kernel keep one more partial page).
+const PAGE_BYTES: u64 = 4096;
+
+/// A written group waiting for its fdatasync.
+pub(crate) struct SyncJob {
+    /// The file the group went to (a roll may have started another since).
+    pub file: Arc<dyn File>,
+    pub path: PathBuf,
+    /// Whether the file was opened with direct I/O (no pages to drop).
+    pub direct: bool,
+    /// The end of the group: the new durable position once synced.
+    pub end: Position,
+    /// Whether the group wrote anything (a force-only group writes nothing).
+    pub wrote: bool,
+    pub batch: Vec<Request>,
+}
+
+/// Runs fdatasyncs and callbacks for one journal directory.
+pub(crate) struct Syncer {
+    shared: Arc<DirShared>,
+    clock: Arc<dyn Clock>,
+    sync_data: bool,
+    remove_pages_from_cache: bool,
+    /// The file whose pages were last dropped, and the offset below which they were.
+    cache_file: u64,
+    cache_dropped: u64,
+}
+
+impl Syncer {
+    pub(crate) fn new(
+        shared: Arc<DirShared>,
+        clock: Arc<dyn Clock>,
+        sync_data: bool,
+        remove_pages_from_cache: bool,
+    ) -> Self {
+        Syncer {
+            shared,
+            clock,
+            sync_data,
+            remove_pages_from_cache,
+            cache_file: 0,
+            cache_dropped: 0,
+        }
+    }
+
+    /// Makes `jobs` (in write order) durable and completes them: one fdatasync per file
+    /// that got bytes (in order), then every callback in order; or, if the journal is or
+    /// becomes poisoned, fails them all.
+    pub(crate) fn complete(&mut self, jobs: Vec<SyncJob>) {
+        let poison = self.shared.poison.lock().clone();
+        if let Some(p) = poison {
+            fail_jobs(jobs, |_| p.later_error());
+            return;
+        }
+        let Some(last) = jobs.last() else { return };
+        let end = last.end;
+        let drop = (
+            last.file_id_and_direct(),
+            Arc::clone(&last.file),
+            last.path.clone(),
+        );
+        if self.sync_data {
+            let started = self.clock.now();
+            // Each file that got bytes, once, oldest first (files change only by a roll):
+            // an fdatasync issued after a group's write returned covers that group.
+            let mut files: Vec<(&Arc<dyn File>, &PathBuf)> = Vec::new();
+            for j in jobs.iter().filter(|j| j.wrote) {
+                if !files.last().is_some_and(|(f, _)| Arc::ptr_eq(f, &j.file)) {
+                    files.push((&j.file, &j.path));
+                }
+            }
+            let syncs = files.len();
+            let failed = files.into_iter().find_map(|(f, path)| match f.sync_data() {
+                Ok(()) => {
+                    Counters::add(&self.shared.counters.group_fdatasyncs, 1);
+                    None
+                }
+                Err(e) => Some(Poison::new("fdatasync", path.clone(), &e)),
+            });
+            if let Some(p) = failed {
+                self.poison(&p);
+                fail_jobs(jobs, |_| p.group_error());
+                return;
+            }
+            let took = self.clock.now() - started;
+            if took >= super::writer::SLOW_GROUP {
+                tracing::debug!(
+                    groups = jobs.len(),
+                    syncs,
+                    fdatasync_ms = took.as_secs_f64() * 1e3,
+                    "slow journal fdatasync"
+                );
+            }
+        }
+        for job in jobs {
+            for r in job.batch {
+                if let Some(done) = r.done {
+                    done(Ok(()));
+                }
+            }
+        }
+        *self.shared.synced.lock() = end;
+        // After the callbacks: not needed for any group's durability.
+        self.drop_synced_pages(drop.0, &*drop.1, &drop.2, end.offset);
+    }
+
+    /// Drops the pages of durable records (everything before `end`) from the page cache,
+    /// a MiB or more at a time, up to the page holding `end` (not that one: the next group
+    /// writes into it, and a dropped page would have to be read back first).
+    fn drop_synced_pages(
+        &mut self,
+        (file_id, direct): (u64, bool),
+        file: &dyn File,
+        path: &std::path::Path,
+        end: u64,
+    ) {
+        // Direct I/O leaves no journal pages in the cache to drop.
+        if !self.remove_pages_from_cache || !self.sync_data || direct {
+            return;
+        }
+        if file_id != self.cache_file {
+            self.cache_file = file_id;
+            self.cache_dropped = 0;
+        }
+        let end = end & !(PAGE_BYTES - 1);
+        if end < self.cache_dropped + DROP_CACHE_BYTES {
+            return;
+        }
+        if let Err(e) = file.drop_cache(self.cache_dropped, end - self.cache_dropped) {
+            tracing::debug!(file = %path.display(), "dropping journal pages from the cache: {e}");
+        }
+        self.cache_dropped = end;
+    }
+
+    /// Stops all writes: records why and fails the requests still queued (the writer
+    /// thread fails what it holds when it next looks).
+    fn poison(&self, p: &Poison) {
+        tracing::error!("journal poisoned: {}", p.reason());
+        self.shared.poison.lock().get_or_insert(p.clone());
+        let rest: Vec<Request> = self.shared.drain_queue();
+        for r in rest {
+            fail(r, p.later_error());
+        }
+    }
+}
+
+fn fail_jobs(jobs: Vec<SyncJob>, err: impl Fn(&Request) -> crate::error::StorageError) {
+    for job in jobs {
+        for r in job.batch {
+            let e = err(&r);
+            fail(r, e);
+        }
+    }
+}
+
+impl SyncJob {
+    fn file_id_and_direct(&self) -> (u64, bool) {
+        (self.end.file_id, self.direct)
+    }
+}
+
+/// Jobs handed from the writer thread to the force-write thread.
+#[derive(Default)]
+pub(crate) struct ForceQueue {
+    state: Mutex<(VecDeque<SyncJob>, bool)>,
+    cv: Condvar,
+}
+
+impl ForceQueue {
+    pub(crate) fn push(&self, job: SyncJob) {
+        self.state.lock().0.push_back(job);
+        self.cv.notify_one();
+    }
+
+    /// No more jobs will come: the thread finishes what is queued and returns.
+    pub(crate) fn close(&self) {
+        self.state.lock().1 = true;
+        self.cv.notify_one();
+    }
+
+    /// The force-write thread: takes everything queued, makes it durable, repeats.
+    pub(crate) fn run(&self, mut syncer: Syncer) {
+        loop {
+            let jobs: Vec<SyncJob> = {
+                let mut st = self.state.lock();
+                while st.0.is_empty() && !st.1 {
+                    self.cv.wait(&mut st);
+                }
+                if st.0.is_empty() {
+                    return;
+                }
+                st.0.drain(..).collect()
+            };
+            syncer.complete(jobs);
+        }
+    }
+}
