@@ -156,6 +156,8 @@ impl Counters {
 #[derive(Default)]
 struct Queue {
     reqs: VecDeque<Request>,
+    /// Encoded bytes of `reqs`.
+    bytes: u64,
     shutdown: bool,
 }
 
@@ -204,6 +206,7 @@ impl DirShared {
             fail(req, StorageError::ShutDown);
             return;
         }
+        q.bytes += req.encoded_len() as u64;
         q.reqs.push_back(req);
         drop(q);
         self.cv.notify_one();
@@ -211,7 +214,9 @@ impl DirShared {
 
     /// Takes every queued request (to fail them).
     pub(crate) fn drain_queue(&self) -> Vec<Request> {
-        self.queue.lock().reqs.drain(..).collect()
+        let mut q = self.queue.lock();
+        q.bytes = 0;
+        q.reqs.drain(..).collect()
     }
 
     pub(crate) fn shutdown(&self) {
@@ -376,6 +381,7 @@ impl Writer {
             // Take what is queued, up to the group bounds; the rest forms the next group.
             while !full(bytes, self.batch.len()) {
                 let Some(r) = q.reqs.pop_front() else { break };
+                q.bytes -= r.encoded_len() as u64;
                 bytes += r.encoded_len() as u64;
                 self.batch.push(r);
             }
@@ -407,6 +413,14 @@ impl Writer {
                     self.complete_ok();
                 }
                 let written = self.clock.now();
+                // With direct I/O a zero fill is a synchronous device write on this
+                // thread; while requests are waiting, serve them first (the groups then
+                // extend the file, and the headroom is refilled once the queue is empty:
+                // 64 KiB bursts ran ~20% faster, docs/performance.md). Decided before
+                // the callbacks run, so that a caller who waits for each add (the
+                // simulator) sees one order of disk operations. Buffered zero fills only
+                // copy into the page cache and are not held back.
+                let backlog = self.direct && self.shared.queue.lock().bytes > 0;
                 let job = SyncJob {
                     file: Arc::clone(&self.file),
                     path: self.path.clone(),
@@ -424,7 +438,8 @@ impl Writer {
                 }
                 // After handing the group on (inline: after its callbacks): the zeroes
                 // are not needed for its durability.
-                if self.shared.poison.lock().is_none()
+                if !backlog
+                    && self.shared.poison.lock().is_none()
                     && let Err(p) = self.top_up(MAX_PIECES_PER_GROUP * PREALLOC_CHUNK)
                 {
                     self.poison(p);
@@ -462,7 +477,7 @@ impl Writer {
     fn poison(&mut self, p: Poison) {
         tracing::error!("journal poisoned: {}", p.reason());
         self.shared.poison.lock().get_or_insert(p.clone());
-        let rest: Vec<Request> = self.shared.queue.lock().reqs.drain(..).collect();
+        let rest: Vec<Request> = self.shared.drain_queue();
         for r in rest {
             fail(r, p.later_error());
         }
