@@ -120,6 +120,9 @@ impl Syncer {
                 );
             }
         }
+        // Durable now; set before the callbacks, so that whoever a callback wakes sees
+        // the position cover its record.
+        *self.shared.synced.lock() = end;
         for job in jobs {
             for r in job.batch {
                 if let Some(done) = r.done {
@@ -127,7 +130,6 @@ impl Syncer {
                 }
             }
         }
-        *self.shared.synced.lock() = end;
         // After the callbacks: not needed for any group's durability.
         self.drop_synced_pages(drop.0, &*drop.1, &drop.2, end.offset);
     }
