@@ -13,8 +13,14 @@ pub const DEFAULT_MAX_FRAME_SIZE: usize = 5 * 1024 * 1024;
 /// Size of the length prefix.
 pub const LENGTH_PREFIX_SIZE: usize = 4;
 
-/// The least spare room [`FrameDecoder::read_buf`] offers a socket read.
+/// What [`FrameDecoder::read_buf`] allocates when it needs room (more for a larger frame
+/// already announced).
 const READ_CHUNK: usize = 64 * 1024;
+/// The spare room below which [`FrameDecoder::read_buf`] allocates: a buffer is filled
+/// to within this of its end before the next one is started. Frames handed out keep
+/// their buffer alive (the write cache holds entries until a checkpoint), so a buffer
+/// abandoned half empty would pin memory that holds nothing.
+const MIN_SPARE: usize = 4 * 1024;
 /// The most room it reserves ahead for the rest of an announced frame: a peer that sends a
 /// large length and nothing else gets no bigger allocation than this.
 const MAX_READ_AHEAD: usize = 1024 * 1024;
@@ -66,20 +72,22 @@ impl FrameDecoder {
     }
 
     /// The decoder's own buffer, to read the socket straight into (e.g. tokio's
-    /// `read_buf`), with room for at least 64 KiB and for the rest of a frame whose length
-    /// is already known (up to 1 MiB ahead). A frame read this way is never copied: the
-    /// [`Bytes`] that [`FrameDecoder::next_frame`] returns points into the bytes the
-    /// socket wrote. [`FrameDecoder::feed`] copies instead.
+    /// `read_buf`), with room for at least 4 KiB and for the rest of a frame whose length
+    /// is already known (up to 1 MiB ahead); when it must allocate, it takes 64 KiB or
+    /// that frame's size. A frame read this way is never copied: the [`Bytes`] that
+    /// [`FrameDecoder::next_frame`] returns points into the bytes the socket wrote.
+    /// [`FrameDecoder::feed`] copies instead.
     pub fn read_buf(&mut self) -> &mut BytesMut {
         let rest_of_frame = if self.buf.len() >= LENGTH_PREFIX_SIZE {
             let len = u32::from_be_bytes([self.buf[0], self.buf[1], self.buf[2], self.buf[3]]);
-            (len as usize + LENGTH_PREFIX_SIZE).saturating_sub(self.buf.len())
+            (len as usize + LENGTH_PREFIX_SIZE)
+                .saturating_sub(self.buf.len())
+                .min(MAX_READ_AHEAD)
         } else {
             0
         };
-        let want = rest_of_frame.clamp(READ_CHUNK, MAX_READ_AHEAD);
-        if self.buf.capacity() - self.buf.len() < want {
-            self.buf.reserve(want);
+        if self.buf.capacity() - self.buf.len() < rest_of_frame.max(MIN_SPARE) {
+            self.buf.reserve(rest_of_frame.max(READ_CHUNK));
         }
         &mut self.buf
     }
