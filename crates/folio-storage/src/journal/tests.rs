@@ -1058,3 +1058,48 @@ fn direct_io_zero_fills_wait_while_adds_are_queued() {
     let (_, seen) = open(&sim_env(&fs.crash(folio_env::sim::CrashMode::Clean)), &c).unwrap();
     assert_eq!(seen.len(), n as usize);
 }
+
+/// With direct I/O a group is followed by at most one zero-fill piece (each piece is a
+/// synchronous device write the next group waits for), even when the burst before it
+/// left several pieces missing; the headroom comes back a piece per group.
+#[test]
+fn direct_io_refills_the_headroom_one_piece_per_group() {
+    let fs = SimFileSystem::new();
+    fs.set_sync_delay(Duration::from_millis(1)); // so that the adds pile up
+    let c = JournalConfig {
+        prealloc_size: 8 << 20, // pieces of 1 MiB
+        max_group_entries: 1,
+        ..cfg(vec![PathBuf::from("/j")])
+    };
+    let (j, _) = open(&sim_env(&fs), &c).unwrap();
+    let at_open = j.stats().prealloc_bytes;
+    // 48 x 64 KiB = 3 MiB queued at once: no zero fill while they are queued.
+    let rxs: Vec<_> = (0..48).map(|i| append(&j, 6, i, &[3; 64 << 10])).collect();
+    for rx in rxs {
+        wait(rx).unwrap();
+    }
+    let force = || {
+        let (tx, rx) = mpsc::channel();
+        j.force(6, Box::new(move |r| tx.send(r).unwrap()));
+        wait(rx).unwrap();
+    };
+    // Waits for the top-up after the last add (one piece), then adds one more.
+    force();
+    let after_two = j.stats().prealloc_bytes - at_open;
+    assert!(
+        after_two <= (2 << 20) + 8192,
+        "{after_two} bytes of zeroes after two groups"
+    );
+    assert!(
+        after_two >= 1 << 20,
+        "{after_two}: the headroom is refilled"
+    );
+    // More idle groups bring the whole headroom back.
+    for _ in 0..4 {
+        force();
+    }
+    let file = journal_files(&fs, Path::new("/j"))[0].clone();
+    let len = fs.read_file(&file).unwrap().len() as u64;
+    let records = 48 * (format::RECORD_HEADER_LEN as u64 + (64 << 10));
+    assert!(len >= format::HEADER_LEN + records + (5 << 20), "{len}");
+}

@@ -440,7 +440,7 @@ impl Writer {
                 // are not needed for its durability.
                 if !backlog
                     && self.shared.poison.lock().is_none()
-                    && let Err(p) = self.top_up(MAX_PIECES_PER_GROUP * PREALLOC_CHUNK)
+                    && let Err(p) = self.top_up(self.pieces_per_group() * PREALLOC_CHUNK)
                 {
                     self.poison(p);
                 }
@@ -470,6 +470,13 @@ impl Writer {
                 }
             }
         }
+    }
+
+    /// How many zero-fill pieces may follow one group: with direct I/O each is a
+    /// synchronous device write that the next group waits for, so one (a group is at
+    /// most `max_group_bytes`, half a piece by default, so one piece a group keeps up).
+    fn pieces_per_group(&self) -> u64 {
+        if self.direct { 1 } else { MAX_PIECES_PER_GROUP }
     }
 
     /// Stops all writes: records why, and fails what queued up meanwhile (later
