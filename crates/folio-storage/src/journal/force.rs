@@ -131,7 +131,7 @@ impl Syncer {
             }
         }
         // After the callbacks: not needed for any group's durability.
-        self.drop_synced_pages(drop.0, &*drop.1, &drop.2, end.offset);
+        self.drop_synced_pages(last_file.0, &*last_file.1, &last_file.2, end.offset);
     }
 
     /// Drops the pages of durable records (everything before `end`) from the page cache,
