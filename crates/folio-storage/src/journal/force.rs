@@ -82,7 +82,7 @@ impl Syncer {
         }
         let Some(last) = jobs.last() else { return };
         let end = last.end;
-        let drop = (
+        let last_file = (
             last.file_id_and_direct(),
             Arc::clone(&last.file),
             last.path.clone(),
