@@ -2,8 +2,9 @@
 //!
 //! The writer thread writes a group and hands it here as a [`SyncJob`]; the [`Syncer`]
 //! fdatasyncs and only then runs the group's callbacks, in order. With a force-write
-//! thread (`force_write_thread`, off by default) the writer goes on writing the next groups while an fdatasync
-//! runs, and the next fdatasync covers every group written meanwhile: under load the
+//! thread (`force_write_thread`, off by default) the writer goes on writing the next
+//! groups while an fdatasync runs, and the next fdatasync covers every group written
+//! meanwhile: under load the
 //! groups made durable together grow with the backlog, as in BookKeeper, instead of each
 //! waiting for its own fdatasync. Without one (the default, and the simulator, which
 //! needs one disk-operation order per seed) the writer calls the same [`Syncer`] inline
@@ -74,19 +75,15 @@ impl Syncer {
     /// Makes `jobs` (in write order) durable and completes them: one fdatasync per file
     /// that got bytes (in order), then every callback in order; or, if the journal is or
     /// becomes poisoned, fails them all.
-    pub(crate) fn complete(&mut self, jobs: Vec<SyncJob>) {
+    pub(crate) fn complete(&mut self, mut jobs: Vec<SyncJob>) {
         let poison = self.shared.poison.lock().clone();
         if let Some(p) = poison {
-            fail_jobs(jobs, |_| p.later_error());
+            fail_jobs(jobs, || p.later_error());
             return;
         }
-        let Some(last) = jobs.last() else { return };
-        let end = last.end;
-        let last_file = (
-            last.file_id_and_direct(),
-            Arc::clone(&last.file),
-            last.path.clone(),
-        );
+        let Some(end) = jobs.last().map(|j| j.end) else {
+            return;
+        };
         if self.sync_data {
             let started = self.clock.now();
             // Each file that got bytes, once, oldest first (files change only by a roll):
@@ -106,8 +103,8 @@ impl Syncer {
                 Err(e) => Some(Poison::new("fdatasync", path.clone(), &e)),
             });
             if let Some(p) = failed {
-                self.poison(&p);
-                fail_jobs(jobs, |_| p.group_error());
+                self.shared.poison_all(&p);
+                fail_jobs(jobs, || p.group_error());
                 return;
             }
             let took = self.clock.now() - started;
@@ -123,69 +120,50 @@ impl Syncer {
         // Durable now; set before the callbacks, so that whoever a callback wakes sees
         // the position cover its record.
         *self.shared.synced.lock() = end;
-        for job in jobs {
-            for r in job.batch {
+        for job in &mut jobs {
+            for r in job.batch.drain(..) {
                 if let Some(done) = r.done {
                     done(Ok(()));
                 }
             }
         }
         // After the callbacks: not needed for any group's durability.
-        self.drop_synced_pages(last_file.0, &*last_file.1, &last_file.2, end.offset);
+        if let Some(last) = jobs.last() {
+            self.drop_synced_pages(last);
+        }
     }
 
     /// Drops the pages of durable records (everything before `end`) from the page cache,
     /// a MiB or more at a time, up to the page holding `end` (not that one: the next group
     /// writes into it, and a dropped page would have to be read back first).
-    fn drop_synced_pages(
-        &mut self,
-        (file_id, direct): (u64, bool),
-        file: &dyn File,
-        path: &std::path::Path,
-        end: u64,
-    ) {
+    fn drop_synced_pages(&mut self, last: &SyncJob) {
         // Direct I/O leaves no journal pages in the cache to drop.
-        if !self.remove_pages_from_cache || !self.sync_data || direct {
+        if !self.remove_pages_from_cache || !self.sync_data || last.direct {
             return;
         }
-        if file_id != self.cache_file {
-            self.cache_file = file_id;
+        if last.end.file_id != self.cache_file {
+            self.cache_file = last.end.file_id;
             self.cache_dropped = 0;
         }
-        let end = end & !(PAGE_BYTES - 1);
+        let end = last.end.offset & !(PAGE_BYTES - 1);
         if end < self.cache_dropped + DROP_CACHE_BYTES {
             return;
         }
-        if let Err(e) = file.drop_cache(self.cache_dropped, end - self.cache_dropped) {
-            tracing::debug!(file = %path.display(), "dropping journal pages from the cache: {e}");
+        if let Err(e) = last
+            .file
+            .drop_cache(self.cache_dropped, end - self.cache_dropped)
+        {
+            tracing::debug!(file = %last.path.display(), "dropping journal pages from the cache: {e}");
         }
         self.cache_dropped = end;
     }
-
-    /// Stops all writes: records why and fails the requests still queued (the writer
-    /// thread fails what it holds when it next looks).
-    fn poison(&self, p: &Poison) {
-        tracing::error!("journal poisoned: {}", p.reason());
-        self.shared.poison.lock().get_or_insert(p.clone());
-        let rest: Vec<Request> = self.shared.drain_queue();
-        for r in rest {
-            fail(r, p.later_error());
-        }
-    }
 }
 
-fn fail_jobs(jobs: Vec<SyncJob>, err: impl Fn(&Request) -> crate::error::StorageError) {
+fn fail_jobs(jobs: Vec<SyncJob>, err: impl Fn() -> crate::error::StorageError) {
     for job in jobs {
         for r in job.batch {
-            let e = err(&r);
-            fail(r, e);
+            fail(r, err());
         }
-    }
-}
-
-impl SyncJob {
-    fn file_id_and_direct(&self) -> (u64, bool) {
-        (self.end.file_id, self.direct)
     }
 }
 

@@ -212,11 +212,20 @@ impl DirShared {
         self.cv.notify_one();
     }
 
-    /// Takes every queued request (to fail them).
-    pub(crate) fn drain_queue(&self) -> Vec<Request> {
-        let mut q = self.queue.lock();
-        q.bytes = 0;
-        q.reqs.drain(..).collect()
+    /// Stops all writes (every directory shares the poison): records why, and fails the
+    /// requests queued here (later submits fail in `submit`; what a thread holds, it fails
+    /// when it next looks).
+    pub(crate) fn poison_all(&self, p: &Poison) {
+        tracing::error!("journal poisoned: {}", p.reason());
+        self.poison.lock().get_or_insert(p.clone());
+        let rest: Vec<Request> = {
+            let mut q = self.queue.lock();
+            q.bytes = 0;
+            q.reqs.drain(..).collect()
+        };
+        for r in rest {
+            fail(r, p.later_error());
+        }
     }
 
     pub(crate) fn shutdown(&self) {
@@ -479,15 +488,8 @@ impl Writer {
         if self.direct { 1 } else { MAX_PIECES_PER_GROUP }
     }
 
-    /// Stops all writes: records why, and fails what queued up meanwhile (later
-    /// submits fail in `submit`).
     fn poison(&mut self, p: Poison) {
-        tracing::error!("journal poisoned: {}", p.reason());
-        self.shared.poison.lock().get_or_insert(p.clone());
-        let rest: Vec<Request> = self.shared.drain_queue();
-        for r in rest {
-            fail(r, p.later_error());
-        }
+        self.shared.poison_all(&p);
     }
 
     fn complete_ok(&mut self) {
