@@ -57,6 +57,14 @@ fn wait(rx: Done) -> Result<(), StorageError> {
         .expect("callback never ran")
 }
 
+/// Forces `ledger`'s journal directory and waits: everything queued before, and the
+/// writer's work after it (a zero fill follows a group's callbacks), is done.
+fn force(j: &Journal, ledger: i64) -> Result<(), StorageError> {
+    let (tx, rx) = mpsc::channel();
+    j.force(ledger, Box::new(move |r| tx.send(r).unwrap()));
+    wait(rx)
+}
+
 fn payload(ledger: i64, entry: i64) -> Vec<u8> {
     format!("ledger {ledger} entry {entry} ")
         .repeat((entry as usize % 7) + 1)
@@ -179,9 +187,7 @@ fn callbacks_wait_for_the_fdatasync_and_a_failed_one_poisons() {
     // Every later write fails at once, even though the disk works again.
     let e = wait(append(&j, 1, 2, b"later")).unwrap_err();
     assert!(matches!(e, StorageError::ReadOnly { .. }), "{e}");
-    let (tx, rx) = mpsc::channel();
-    j.force(1, Box::new(move |r| tx.send(r).unwrap()));
-    assert!(wait(rx).is_err());
+    assert!(force(&j, 1).is_err());
     drop(j);
     // After a restart only the acknowledged record is certain to be there.
     let (_, seen) = open(&sim_env(&fs.crash(folio_env::sim::CrashMode::Clean)), &c).unwrap();
@@ -525,9 +531,7 @@ fn preallocation_keeps_zeroes_ahead_of_the_writes() {
         // The top-up after each group runs after its callback; force a later group
         // through so the previous top-up has finished (a force writes nothing, so it
         // has no top-up of its own to race with).
-        let (tx, rx) = mpsc::channel();
-        j.force(1, Box::new(move |r| tx.send(r).unwrap()));
-        wait(rx).unwrap();
+        force(&j, 1).unwrap();
         let len = fs.read_file(&file).unwrap().len() as u64;
         assert!(len >= written, "{len} < {written}");
         assert!(
@@ -647,9 +651,7 @@ fn zeroes_are_topped_up_in_small_pieces_with(direct_io: bool) {
     let mut grew = 0;
     for i in 0..200 {
         wait(append(&j, 1, i, &[3; 64 << 10])).unwrap();
-        let (tx, rx) = mpsc::channel();
-        j.force(1, Box::new(move |r| tx.send(r).unwrap()));
-        wait(rx).unwrap();
+        force(&j, 1).unwrap();
         let len = fs.read_file(&file).unwrap().len() as u64;
         // About what the group consumed: a piece once a piece is missing.
         assert!(
@@ -1031,9 +1033,7 @@ fn direct_io_zero_fills_wait_while_adds_are_queued() {
     }
     // The top-up after the last group runs after its callback: a force queued now is
     // taken only once it is done.
-    let (tx, rx) = mpsc::channel();
-    j.force(5, Box::new(move |r| tx.send(r).unwrap()));
-    wait(rx).unwrap();
+    force(&j, 5).unwrap();
     let st = j.stats();
     let records = n as u64 * (format::RECORD_HEADER_LEN as u64 + 4096);
     let during = st.prealloc_bytes - at_open;
@@ -1078,13 +1078,8 @@ fn direct_io_refills_the_headroom_one_piece_per_group() {
     for rx in rxs {
         wait(rx).unwrap();
     }
-    let force = || {
-        let (tx, rx) = mpsc::channel();
-        j.force(6, Box::new(move |r| tx.send(r).unwrap()));
-        wait(rx).unwrap();
-    };
     // Waits for the top-up after the last add (one piece), then adds one more.
-    force();
+    force(&j, 6).unwrap();
     let after_two = j.stats().prealloc_bytes - at_open;
     assert!(
         after_two <= (2 << 20) + 8192,
@@ -1096,7 +1091,7 @@ fn direct_io_refills_the_headroom_one_piece_per_group() {
     );
     // More idle groups bring the whole headroom back.
     for _ in 0..4 {
-        force();
+        force(&j, 6).unwrap();
     }
     let file = journal_files(&fs, Path::new("/j"))[0].clone();
     let len = fs.read_file(&file).unwrap().len() as u64;
