@@ -73,6 +73,9 @@ impl LedgerBackend for LedgerStoreBackend {
     fn write_cache_used(&self) -> u64 {
         self.0.write_cache_used()
     }
+    fn unflushed_bytes(&self) -> u64 {
+        self.0.unflushed_bytes()
+    }
     fn set_flush_requester(&self, requester: Arc<dyn Fn() + Send + Sync>) {
         self.0.set_flush_requester(requester)
     }

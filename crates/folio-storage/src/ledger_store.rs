@@ -284,6 +284,7 @@ impl LedgerStore {
         let len = data.len() as u64;
         let mut st = self.state.lock();
         let mut asked = false;
+        let mut waited_since = None;
         let failures_before = st.flush_failures;
         loop {
             Self::check_poisoned(&st)?;
@@ -299,6 +300,7 @@ impl LedgerStore {
             if st.cache.has_room(len) {
                 break;
             }
+            waited_since.get_or_insert_with(std::time::Instant::now);
             let requester = self.flush_requester.read().clone();
             match requester {
                 Some(f) if !asked => {
@@ -307,6 +309,14 @@ impl LedgerStore {
                 }
                 _ => self.room.wait(&mut st),
             }
+        }
+        if let Some(t) = waited_since {
+            tracing::debug!(
+                ledger,
+                entry,
+                waited_ms = t.elapsed().as_secs_f64() * 1e3,
+                "put waited for write cache room"
+            );
         }
         st.cache.insert(ledger, entry, data);
         let info = st.ledgers.entry(ledger).or_default();
@@ -461,7 +471,13 @@ impl LedgerStore {
             let deleted = std::mem::take(&mut st.deleted_pending);
             (entries, ledgers, deleted)
         };
+        let started = std::time::Instant::now();
         let result = self.write_out(&entries, batch_ledgers.clone(), &deleted);
+        tracing::debug!(
+            entries = entries.len(),
+            flush_ms = started.elapsed().as_secs_f64() * 1e3,
+            "ledger store flush"
+        );
         let mut st = self.state.lock();
         match result {
             Ok(()) => {
@@ -524,6 +540,13 @@ impl LedgerStore {
         self.flush()?;
         let _one_at_a_time = self.flush_lock.lock();
         self.logs.close_all()
+    }
+
+    /// Bytes put since the last flush started (the write cache's active generation):
+    /// what the next flush writes. A flush is due when this passes its threshold,
+    /// whether or not one is running.
+    pub fn unflushed_bytes(&self) -> u64 {
+        self.state.lock().cache.unflushed()
     }
 
     /// Ids of the entry log files, ascending (for garbage collection and tools).

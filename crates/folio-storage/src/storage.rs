@@ -54,6 +54,12 @@ pub trait LedgerBackend: Send + Sync + 'static {
     fn flush(&self) -> Result<(), BackendError>;
     /// Bytes held in the write cache, not yet flushed.
     fn write_cache_used(&self) -> u64;
+    /// Bytes put since the last flush started: what the next flush writes (a checkpoint
+    /// is due when it passes `checkpoint_write_cache_bytes`). Stores without a second
+    /// generation answer `write_cache_used`.
+    fn unflushed_bytes(&self) -> u64 {
+        self.write_cache_used()
+    }
     /// Deletes a ledger: its entries and state become unreadable at once and leave the
     /// store durably at the next `flush`; the store remembers the ledger as deleted and
     /// drops later puts to it (a replay of its journal records). The default refuses,
@@ -235,6 +241,7 @@ impl Storage {
                     .journal
                     .append(RecordKind::Add, ledger, entry, data, Some(done));
                 drop(guard);
+                checkpoint::request_if_due(&self.inner);
             }
             Err(e) => done(Err(e)),
         }
@@ -615,6 +622,9 @@ impl LedgerBackend for crate::ledger_store::LedgerStore {
 
     fn write_cache_used(&self) -> u64 {
         crate::ledger_store::LedgerStore::write_cache_used(self)
+    }
+    fn unflushed_bytes(&self) -> u64 {
+        crate::ledger_store::LedgerStore::unflushed_bytes(self)
     }
 
     fn set_flush_requester(&self, requester: Arc<dyn Fn() + Send + Sync>) {

@@ -46,6 +46,11 @@ impl WriteCache {
         self.active_bytes + self.flushing_bytes
     }
 
+    /// Entry bytes put since the last flush started: what the next flush writes.
+    pub fn unflushed(&self) -> u64 {
+        self.active_bytes
+    }
+
     pub fn limit(&self) -> u64 {
         self.limit
     }

@@ -277,6 +277,8 @@ fn the_checkpoint_thread_runs_on_its_interval() {
     });
 }
 
+/// The add that passes the threshold asks for the checkpoint itself: the thread does not
+/// poll the cache (with a one-hour interval nothing else would start one).
 #[test]
 fn a_full_write_cache_triggers_a_checkpoint() {
     let tmp = tempfile::tempdir().unwrap();
