@@ -10,6 +10,7 @@
 mod force;
 pub mod format;
 pub mod reader;
+mod reaper;
 pub(crate) mod writer;
 
 use std::path::{Path, PathBuf};
@@ -92,6 +93,8 @@ pub struct Journal {
     threads: Mutex<Vec<JoinHandle<()>>>,
     fs: Arc<dyn FileSystem>,
     clock: Arc<dyn Clock>,
+    /// Deletes large journal files before the mark in the background.
+    reaper: reaper::Reaper,
     /// Each directory's `LOCK`, held while the journal is open (dropped last).
     _locks: Vec<FileLock>,
 }
@@ -163,6 +166,7 @@ impl Journal {
                 threads: Mutex::new(threads),
                 fs: Arc::clone(&env.fs),
                 clock: Arc::clone(&env.clock),
+                reaper: reaper::Reaper::default(),
                 _locks: locks,
             },
             stats,
@@ -273,20 +277,40 @@ impl Journal {
             .fs
             .list_dir(&d.dir)
             .map_err(|e| StorageError::io_dir("list journal directory", d.dir.clone(), e))?;
+        // Large files go to the reaper (truncated a step at a time, see `reaper`). While
+        // it is still busy with earlier ones, nothing is deleted here (it may be working
+        // on any of these files); a later checkpoint deletes them.
+        if self.reaper.busy() {
+            return Ok(());
+        }
+        let mut large = Vec::new();
         for id in names.iter().filter_map(|n| format::parse_file_name(n)) {
             if id < mark.file_id {
                 let p = d.dir.join(format::file_name(id));
+                let len = self
+                    .fs
+                    .open(&p, folio_env::OpenOptions::read())
+                    .and_then(|f| f.len())
+                    .map_err(|e| StorageError::io("delete journal file", p.clone(), e))?;
+                if len > reaper::STEP {
+                    large.push(p);
+                    continue;
+                }
                 self.fs
                     .remove_file(&p)
                     .map_err(|e| StorageError::io("delete journal file", p.clone(), e))?;
                 tracing::debug!(file = %p.display(), "deleted journal file before the mark");
             }
         }
+        if !large.is_empty() {
+            self.reaper.start(Arc::clone(&self.fs), large);
+        }
         Ok(())
     }
 
     /// Stops the writer threads after they write what is queued.
     pub fn shutdown(&self) {
+        self.reaper.shutdown();
         for d in &self.dirs {
             d.shutdown();
         }

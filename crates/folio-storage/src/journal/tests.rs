@@ -359,6 +359,39 @@ fn files_roll_at_the_size_limit_and_marks_delete_old_files() {
     assert!(seen.is_empty(), "{} records replayed", seen.len());
 }
 
+/// Files larger than a truncation step go to the reaper thread; a checkpoint while it
+/// works neither fails nor touches them; they are gone soon after, and the current file
+/// stays.
+#[test]
+fn large_files_before_the_mark_are_deleted_in_the_background() {
+    let fs = SimFileSystem::new();
+    let env = sim_env(&fs);
+    let c = JournalConfig {
+        max_file_size: super::reaper::STEP * 3,
+        ..cfg(vec![PathBuf::from("/j")])
+    };
+    let (j, _) = open(&env, &c).unwrap();
+    let payload = vec![7u8; 1 << 20];
+    for i in 0..60 {
+        wait(append(&j, 1, i, &payload)).unwrap();
+    }
+    assert_eq!(journal_files(&fs, Path::new("/j")).len(), 2);
+    j.persist_mark(0, j.synced_positions()[0]).unwrap();
+    wait(append(&j, 1, 60, b"x")).unwrap();
+    j.persist_mark(0, j.synced_positions()[0]).unwrap();
+    let start = std::time::Instant::now();
+    while journal_files(&fs, Path::new("/j")).len() != 1 {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the old file was never deleted"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    drop(j);
+    let (_, seen) = open(&env, &c).unwrap();
+    assert!(seen.is_empty(), "{} records replayed", seen.len());
+}
+
 #[test]
 fn a_missing_file_named_by_the_mark_is_an_error() {
     let fs = SimFileSystem::new();
