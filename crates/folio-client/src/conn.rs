@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::{Buf, Bytes};
 use folio_proto::pb::{self, OperationType};
 use folio_proto::{FrameDecoder, Status, v3};
 use folio_types::BookieId;
@@ -125,7 +125,8 @@ impl Drop for WaitGuard<'_> {
 
 struct Conn {
     shared: Arc<Shared>,
-    frames: mpsc::UnboundedSender<Bytes>,
+    /// Whole frames, each in one or two pieces (a large add's body is its own piece).
+    frames: mpsc::UnboundedSender<FramePieces>,
     reader: JoinHandle<()>,
 }
 
@@ -323,9 +324,11 @@ impl Bookies {
             shared: &conn.shared,
             txn,
         };
-        let mut frame = BytesMut::new();
-        v3::encode_request_frame(req, &mut frame);
-        if conn.frames.send(frame.freeze()).is_err() {
+        if conn
+            .frames
+            .send(v3::encode_request_frame_pieces(req))
+            .is_err()
+        {
             conn.shared.kill("connection writer stopped");
         }
         match tokio::time::timeout_at(deadline, rx).await {
@@ -363,7 +366,7 @@ fn spawn_conn(stream: Box<dyn Stream>, bookie: BookieId, max_frame: usize) -> Co
     let shared = Arc::new(Shared {
         waiting: Mutex::new(Some(BTreeMap::new())),
     });
-    let (frames, mut frames_rx) = mpsc::unbounded_channel::<Bytes>();
+    let (frames, mut frames_rx) = mpsc::unbounded_channel::<FramePieces>();
     let ws = shared.clone();
     let wb = bookie.clone();
     tokio::spawn(async move {
@@ -372,14 +375,10 @@ fn spawn_conn(stream: Box<dyn Stream>, bookie: BookieId, max_frame: usize) -> Co
         // copied once more per bookie).
         let mut batch: VecDeque<Bytes> = VecDeque::new();
         while let Some(f) = frames_rx.recv().await {
-            let mut queued = f.len();
-            batch.push_back(f);
+            let mut queued = push_pieces(&mut batch, f);
             while queued < 1 << 20 {
                 match frames_rx.try_recv() {
-                    Ok(f) => {
-                        queued += f.len();
-                        batch.push_back(f);
-                    }
+                    Ok(f) => queued += push_pieces(&mut batch, f),
                     Err(_) => break,
                 }
             }
@@ -439,6 +438,20 @@ fn spawn_conn(stream: Box<dyn Stream>, bookie: BookieId, max_frame: usize) -> Co
         frames,
         reader,
     }
+}
+
+/// A frame as `v3::encode_request_frame_pieces` makes it: the pieces go out back to back.
+type FramePieces = (Bytes, Option<Bytes>);
+
+/// Queues a frame's pieces for writing; returns its length.
+fn push_pieces(batch: &mut VecDeque<Bytes>, (head, body): FramePieces) -> usize {
+    let mut len = head.len();
+    batch.push_back(head);
+    if let Some(b) = body {
+        len += b.len();
+        batch.push_back(b);
+    }
+    len
 }
 
 /// Writes every frame of `frames` (emptying it) with vectored writes.
@@ -552,6 +565,7 @@ pub mod req {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bytes::BytesMut;
     use tokio::net::TcpListener;
 
     /// A scripted bookie over a real socket: answers each request with `answer`.

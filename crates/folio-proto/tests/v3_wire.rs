@@ -552,3 +552,70 @@ fn response_constructors_and_effective_status() {
     let back = v3::decode_response(v3::encode_response(&mixed)).unwrap();
     assert_eq!(back, mixed);
 }
+
+/// An add with a large body is framed in two pieces, the body last and not copied: the
+/// bytes are pinned (header, the add's other fields, then the body's key and length, then
+/// the body), and both our decoder and the canonical encoding agree on the message.
+#[test]
+fn a_large_add_is_framed_with_its_body_last_and_uncopied() {
+    let body = Bytes::from(vec![0x42u8; v3::UNCOPIED_BODY_BYTES]);
+    let msg = pb::Request {
+        header: v3::request_header(OperationType::AddEntry, 2, Some(v3::HIGH_PRIORITY)),
+        add_request: Some(pb::AddRequest {
+            flag: Some(pb::add_request::Flag::RecoveryAdd as i32),
+            ledger_id: 1,
+            entry_id: 0,
+            master_key: Bytes::copy_from_slice(&KEY),
+            body: body.clone(),
+            write_flags: Some(v3::WRITE_FLAG_DEFERRED_SYNC),
+        }),
+        ..Default::default()
+    };
+    let (head, tail) = v3::encode_request_frame_pieces(&msg);
+    let tail = tail.expect("a large body is a piece of its own");
+    assert_eq!(
+        tail.as_ptr(),
+        body.as_ptr(),
+        "the body is shared, not copied"
+    );
+    let header = unhex("0a08 0803 1002 1802 2064");
+    // ledgerId 1, entryId 0, masterKey, writeFlags 1, flag RECOVERY_ADD, then body (key
+    // 0x22, length 4096 = varint 80 20).
+    let add_head = cat(&[
+        &unhex("0801 1000 1a14"),
+        &KEY,
+        &unhex("2801 a00601 22 8020"),
+    ]);
+    let add_len = add_head.len() + body.len(); // 4130 = varint a2 20
+    assert_eq!(add_len, 4130);
+    let frame_body_len = header.len() + 2 + 2 + add_len;
+    let expected_head = cat(&[
+        &(frame_body_len as u32).to_be_bytes(),
+        &header,
+        &unhex("aa06 a220"),
+        &add_head,
+    ]);
+    assert_eq!(&head[..], &expected_head[..]);
+    let whole = cat(&[&head, &tail]);
+    let mut d = FrameDecoder::new();
+    d.feed(&whole);
+    let frame = d.next_frame().unwrap().unwrap();
+    assert!(d.next_frame().unwrap().is_none(), "exactly one frame");
+    assert_eq!(v3::decode_request(frame.clone()).unwrap(), msg);
+    // Same message as the canonical (field-number order) encoding, only reordered.
+    assert_eq!(frame.len(), v3::encode_request(&msg).len());
+
+    // Below the threshold: one piece, byte for byte the canonical frame.
+    let small = pb::Request {
+        add_request: Some(pb::AddRequest {
+            body: Bytes::from(vec![1u8; v3::UNCOPIED_BODY_BYTES - 1]),
+            ..msg.add_request.clone().unwrap()
+        }),
+        ..msg.clone()
+    };
+    let (one, none) = v3::encode_request_frame_pieces(&small);
+    assert!(none.is_none());
+    let mut framed = BytesMut::new();
+    v3::encode_request_frame(&small, &mut framed);
+    assert_eq!(&one[..], &framed[..]);
+}
