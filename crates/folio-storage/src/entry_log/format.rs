@@ -139,12 +139,17 @@ pub fn record_crc(len: u32, ledger: i64, entry: i64, payload: &[u8]) -> u32 {
 
 /// Appends one record to `out`.
 pub fn encode_record(out: &mut Vec<u8>, ledger: i64, entry: i64, payload: &[u8]) {
+    encode_record_header(out, ledger, entry, payload);
+    out.extend_from_slice(payload);
+}
+
+/// Appends the header of `payload`'s record to `out` (the payload is to follow it).
+pub fn encode_record_header(out: &mut Vec<u8>, ledger: i64, entry: i64, payload: &[u8]) {
     let len = u32::try_from(payload.len()).expect("entry larger than 4 GiB");
     out.extend_from_slice(&len.to_le_bytes());
     out.extend_from_slice(&record_crc(len, ledger, entry, payload).to_le_bytes());
     out.extend_from_slice(&ledger.to_le_bytes());
     out.extend_from_slice(&entry.to_le_bytes());
-    out.extend_from_slice(payload);
 }
 
 /// Checks a whole record read from disk against what the index expects and returns its

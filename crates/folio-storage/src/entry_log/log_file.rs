@@ -48,6 +48,17 @@ const WRITE_BUFFER_BYTES: usize = 1 << 20;
 /// waits for one piece at most.
 const WRITE_BACK_BYTES: u64 = 1 << 20;
 
+/// Payloads at least this long are written from the caller's buffer (`append_shared`)
+/// instead of being copied into the write buffer first.
+const UNCOPIED_PAYLOAD_BYTES: usize = 4096;
+
+/// A run of bytes waiting to be written: a range of the write buffer, or a payload
+/// shared with the write cache.
+enum Piece {
+    Buf(usize, usize),
+    Shared(Bytes),
+}
+
 /// Appends records to one entry log file.
 pub struct LogWriter {
     log_id: u64,
@@ -58,7 +69,12 @@ pub struct LogWriter {
     written: u64,
     /// Bytes already written back to the device (`File::write_back`).
     written_back: u64,
+    /// Record headers and small records, in `pieces` order.
     buf: Vec<u8>,
+    /// What the next write hands to the file, in order (one vectored write).
+    pieces: Vec<Piece>,
+    /// Bytes in `pieces`.
+    pending: usize,
     /// Bytes of records per ledger, for the ledgers map written at rotation.
     ledger_bytes: BTreeMap<i64, u64>,
     records: u64,
@@ -89,6 +105,8 @@ impl LogWriter {
             written: HEADER_LEN as u64,
             written_back: 0,
             buf: Vec::with_capacity(WRITE_BUFFER_BYTES),
+            pieces: Vec::new(),
+            pending: 0,
             ledger_bytes: BTreeMap::new(),
             records: 0,
         })
@@ -109,7 +127,7 @@ impl LogWriter {
 
     /// The file's length once everything buffered is written.
     pub fn end(&self) -> u64 {
-        self.written + self.buf.len() as u64
+        self.written + self.pending as u64
     }
 
     /// How many records were appended.
@@ -117,19 +135,53 @@ impl LogWriter {
         self.records
     }
 
-    /// Buffers one record; returns where it will be.
+    /// Buffers one record (copying the payload); returns where it will be.
     pub fn append(
         &mut self,
         ledger: i64,
         entry: i64,
         payload: &[u8],
     ) -> Result<Location, LedgerStoreError> {
+        self.append_record(ledger, entry, payload, None)
+    }
+
+    /// Buffers one record whose payload, if large, is written from `payload` itself
+    /// (kept until the next write) rather than copied: a 64 KiB entry was otherwise
+    /// copied once here and once more by the kernel.
+    pub fn append_shared(
+        &mut self,
+        ledger: i64,
+        entry: i64,
+        payload: &Bytes,
+    ) -> Result<Location, LedgerStoreError> {
+        self.append_record(ledger, entry, payload, Some(payload))
+    }
+
+    fn append_record(
+        &mut self,
+        ledger: i64,
+        entry: i64,
+        payload: &[u8],
+        shared: Option<&Bytes>,
+    ) -> Result<Location, LedgerStoreError> {
         let offset = self.end();
-        format::encode_record(&mut self.buf, ledger, entry, payload);
-        let record_len = (RECORD_HEADER_LEN + payload.len()) as u64;
-        *self.ledger_bytes.entry(ledger).or_insert(0) += record_len;
+        let start = self.buf.len();
+        match shared.filter(|p| p.len() >= UNCOPIED_PAYLOAD_BYTES) {
+            Some(p) => {
+                format::encode_record_header(&mut self.buf, ledger, entry, payload);
+                self.extend_buf_piece(start);
+                self.pieces.push(Piece::Shared(p.clone()));
+            }
+            None => {
+                format::encode_record(&mut self.buf, ledger, entry, payload);
+                self.extend_buf_piece(start);
+            }
+        }
+        let record_len = RECORD_HEADER_LEN + payload.len();
+        self.pending += record_len;
+        *self.ledger_bytes.entry(ledger).or_insert(0) += record_len as u64;
         self.records += 1;
-        if self.buf.len() >= WRITE_BUFFER_BYTES {
+        if self.pending >= WRITE_BUFFER_BYTES {
             self.write_buffer()?;
         }
         Ok(Location {
@@ -139,13 +191,34 @@ impl LogWriter {
         })
     }
 
+    /// Adds `buf[start..]` to the pieces (to the last one if it is the buffer run just
+    /// before).
+    fn extend_buf_piece(&mut self, start: usize) {
+        let end = self.buf.len();
+        if let Some(Piece::Buf(_, e)) = self.pieces.last_mut()
+            && *e == start
+        {
+            *e = end;
+        } else {
+            self.pieces.push(Piece::Buf(start, end));
+        }
+    }
+
     /// Hands the buffered bytes to the file (not yet durable).
     pub fn write_buffer(&mut self) -> Result<(), LedgerStoreError> {
-        if self.buf.is_empty() {
+        if self.pending == 0 {
             return Ok(());
         }
+        let slices: Vec<&[u8]> = self
+            .pieces
+            .iter()
+            .map(|p| match p {
+                Piece::Buf(a, b) => &self.buf[*a..*b],
+                Piece::Shared(b) => &b[..],
+            })
+            .collect();
         self.file
-            .write_all_at(&self.buf, self.written)
+            .write_all_vectored_at(&slices, self.written)
             .map_err(|e| {
                 io_error(
                     "write entry log",
@@ -155,7 +228,9 @@ impl LogWriter {
                     e,
                 )
             })?;
-        self.written += self.buf.len() as u64;
+        self.written += self.pending as u64;
+        self.pending = 0;
+        self.pieces.clear();
         self.buf.clear();
         if self.written - self.written_back >= WRITE_BACK_BYTES {
             self.file
@@ -451,6 +526,43 @@ mod tests {
             Some(vec![(1, 2 * rec + 6), (2, rec + 8)])
         );
         assert_eq!(read_header(&*file, &path).unwrap().log_id, 7);
+    }
+
+    /// Large payloads go out from the caller's buffers between copied headers and small
+    /// records; the file holds exactly the records a copying writer would write, across
+    /// several vectored writes, and every record reads back whole.
+    #[test]
+    fn shared_payloads_are_written_in_place_byte_for_byte() {
+        let dir = tempfile::tempdir().unwrap();
+        let fs = RealFileSystem;
+        let mut shared = LogWriter::create(&fs, dir.path(), 1).unwrap();
+        let mut copied = LogWriter::create(&fs, dir.path(), 2).unwrap();
+        let mut locs = Vec::new();
+        for e in 0..100i64 {
+            // Sizes around the threshold, up to 70 KiB: several MiB in all.
+            let len = [10, 4095, 4096, 70_000, 65_536, 1][e as usize % 6];
+            let payload = Bytes::from(vec![e as u8; len]);
+            let a = shared.append_shared(e % 3, e, &payload).unwrap();
+            let b = copied.append(e % 3, e, &payload).unwrap();
+            assert_eq!((a.offset, a.len), (b.offset, b.len));
+            locs.push((e, a, payload));
+        }
+        shared.sync().unwrap();
+        copied.sync().unwrap();
+        let (sf, sp) = (shared.file(), shared.path().to_path_buf());
+        let cf = copied.file();
+        let len = sf.len().unwrap();
+        assert!(len > 2 * WRITE_BUFFER_BYTES as u64, "several writes: {len}");
+        assert_eq!(len, cf.len().unwrap());
+        let mut a = vec![0u8; len as usize];
+        let mut b = vec![0u8; len as usize];
+        sf.read_exact_at(&mut a, 0).unwrap();
+        cf.read_exact_at(&mut b, 0).unwrap();
+        // The headers differ only in the log id.
+        assert_eq!(a[HEADER_LEN..], b[HEADER_LEN..]);
+        for (e, loc, payload) in locs {
+            assert_eq!(read_record(&*sf, &sp, loc, e % 3, e).unwrap(), payload);
+        }
     }
 
     #[test]

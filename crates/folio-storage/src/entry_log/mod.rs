@@ -131,12 +131,13 @@ impl EntryLogs {
     }
 
     /// Buffers a record for `ledger`/`entry`, rotating the slot's log first if the record
-    /// would take it past the size limit. Not durable until [`EntryLogs::sync`].
+    /// would take it past the size limit. Not durable until [`EntryLogs::sync`]. A large
+    /// payload is kept (not copied) until the log's next write.
     pub fn append(
         &self,
         ledger: i64,
         entry: i64,
-        payload: &[u8],
+        payload: &Bytes,
     ) -> Result<Location, LedgerStoreError> {
         let slot = self.placement.slot_for(ledger);
         let record_len = (format::RECORD_HEADER_LEN + payload.len()) as u64;
@@ -170,7 +171,7 @@ impl EntryLogs {
         w.current
             .get_mut(&slot)
             .expect("inserted above")
-            .append(ledger, entry, payload)
+            .append_shared(ledger, entry, payload)
     }
 
     /// Makes every record appended so far durable (rotated files were synced at close).
@@ -339,7 +340,7 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let dirs = vec![d.path().to_path_buf()];
         let logs = open(&dirs, 300);
-        let payload = [7u8; 50]; // 74-byte records: three fit after the 64-byte header
+        let payload = Bytes::from(vec![7u8; 50]); // 74-byte records: three fit after the 64-byte header
         let mut locs = Vec::new();
         for e in 0..7 {
             locs.push(logs.append(e % 2, e, &payload).unwrap());
@@ -373,13 +374,13 @@ mod tests {
         let dirs = vec![a.path().to_path_buf(), b.path().to_path_buf()];
         let loc = {
             let logs = open(&dirs, 1 << 20);
-            let loc = logs.append(1, 0, b"x").unwrap();
+            let loc = logs.append(1, 0, &Bytes::from_static(b"x")).unwrap();
             logs.sync().unwrap();
             loc
         };
         let logs = open(&dirs, 1 << 20);
         assert_eq!(logs.read(loc, 1, 0).unwrap(), &b"x"[..]);
-        let loc2 = logs.append(1, 1, b"y").unwrap();
+        let loc2 = logs.append(1, 1, &Bytes::from_static(b"y")).unwrap();
         assert_eq!(loc2.log_id, 1);
         logs.sync().unwrap();
         assert!(logs.path_of(1).unwrap().starts_with(b.path()));

@@ -912,7 +912,9 @@ fn the_force_write_thread_acknowledges_only_what_an_fdatasync_covered() {
     use std::sync::atomic::{AtomicUsize, Ordering};
     for direct_io in [true, false] {
         let fs = SimFileSystem::new();
-        fs.set_sync_delay(Duration::from_millis(2));
+        // Long enough that the writer gets to write more groups during each fdatasync
+        // even on a loaded machine (2 ms failed once while other tests ran).
+        fs.set_sync_delay(Duration::from_millis(25));
         fs.capture_every_op(folio_env::sim::CrashMode::Clean);
         let c = JournalConfig {
             max_group_entries: 2,
@@ -925,25 +927,30 @@ fn the_force_write_thread_acknowledges_only_what_an_fdatasync_covered() {
         let n = 200usize;
         let acked = Arc::new(parking_lot::Mutex::new(Vec::new()));
         let answered = Arc::new(AtomicUsize::new(0));
-        for i in 0..n as i64 {
-            let (acked, answered, ops) = (acked.clone(), answered.clone(), fs.clone());
-            j.append(
-                RecordKind::Add,
-                2,
-                i,
-                Bytes::from(payload(2, i)),
-                Some(Box::new(move |r| {
-                    if r.is_ok() {
-                        acked.lock().push((i, ops.ops()));
-                    }
-                    answered.fetch_add(1, Ordering::SeqCst);
-                })),
-            );
-        }
-        let deadline = std::time::Instant::now() + Duration::from_secs(60);
-        while answered.load(Ordering::SeqCst) < n {
-            assert!(std::time::Instant::now() < deadline, "callbacks never ran");
-            std::thread::sleep(Duration::from_millis(5));
+        // In waves of 20 adds (10 groups), each answered before the next: every wave's
+        // groups queue up behind one fdatasync, and later waves' crash images must hold
+        // the earlier waves' acknowledged adds.
+        for wave in 0..n / 20 {
+            for i in (wave * 20) as i64..((wave + 1) * 20) as i64 {
+                let (acked, answered, ops) = (acked.clone(), answered.clone(), fs.clone());
+                j.append(
+                    RecordKind::Add,
+                    2,
+                    i,
+                    Bytes::from(payload(2, i)),
+                    Some(Box::new(move |r| {
+                        if r.is_ok() {
+                            acked.lock().push((i, ops.ops()));
+                        }
+                        answered.fetch_add(1, Ordering::SeqCst);
+                    })),
+                );
+            }
+            let deadline = std::time::Instant::now() + Duration::from_secs(60);
+            while answered.load(Ordering::SeqCst) < (wave + 1) * 20 {
+                assert!(std::time::Instant::now() < deadline, "callbacks never ran");
+                std::thread::sleep(Duration::from_millis(1));
+            }
         }
         let st = j.stats();
         drop(j);
