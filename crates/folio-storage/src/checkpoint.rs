@@ -96,14 +96,19 @@ pub(crate) fn run_thread(inner: &Inner) {
                 return;
             }
         }
+        inner.checkpoint_wakeups.fetch_add(1, Ordering::Relaxed);
         let now = inner.env.clock.now();
         let requested = inner.checkpoint_requested.swap(false, Ordering::SeqCst);
         let due = requested || (!interval.is_zero() && now.duration_since(last) >= interval);
+        if due {
+            // Also when the checkpoint is skipped below: the next wait is a whole interval
+            // (otherwise a read-only engine would wake without pause).
+            last = now;
+        }
         let read_only = inner.journal.read_only_reason().is_some();
         if !due || (read_only && !requested) {
             continue;
         }
-        last = now;
         if let Err(e) = checkpoint(inner)
             && !read_only
         {

@@ -129,6 +129,8 @@ pub(crate) struct Inner {
     /// Set by the ledger store's flush requester: checkpoint now.
     pub(crate) checkpoint_requested: std::sync::atomic::AtomicBool,
     /// Checkpoints completed since open.
+    /// Times the checkpoint thread woke up (tests: it must sleep between checkpoints).
+    pub(crate) checkpoint_wakeups: std::sync::atomic::AtomicU64,
     pub(crate) checkpoints: std::sync::atomic::AtomicU64,
     pub(crate) stop_cv: Condvar,
     pub(crate) config: StorageConfig,
@@ -181,6 +183,7 @@ impl Storage {
             stop: Mutex::new(false),
             checkpoint_requested: std::sync::atomic::AtomicBool::new(false),
             checkpoints: std::sync::atomic::AtomicU64::new(0),
+            checkpoint_wakeups: std::sync::atomic::AtomicU64::new(0),
             stop_cv: Condvar::new(),
             config,
             env: env.clone(),
@@ -423,6 +426,14 @@ impl Storage {
     /// fills), summed over the journal directories.
     pub fn journal_stats(&self) -> JournalStats {
         self.inner.journal.stats()
+    }
+
+    /// Times the checkpoint thread woke up since open: once per interval or request
+    /// (and once a second with no interval), never in a busy loop.
+    pub fn checkpoint_thread_wakeups(&self) -> u64 {
+        self.inner
+            .checkpoint_wakeups
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Checkpoints completed since open (each flushed the ledger store and persisted

@@ -446,6 +446,33 @@ fn after_a_failed_fsync_nothing_more_is_acknowledged() {
     }
 }
 
+/// Once read-only, the engine skips its periodic checkpoints; its checkpoint thread must
+/// still sleep a whole interval between them (it once woke without pause).
+#[test]
+fn a_read_only_engine_does_not_spin_its_checkpoint_thread() {
+    let total = {
+        let fs = SimFileSystem::new();
+        let run = workload(&fs, 3, 150, config(false, Duration::ZERO));
+        run.storage.shutdown();
+        fs.ops()
+    };
+    let fs = SimFileSystem::new();
+    fs.inject(Fault::SyncEio {
+        after_ops: total / 3,
+    });
+    let run = workload(&fs, 3, 150, config(false, Duration::from_millis(20)));
+    assert!(run.storage.is_read_only());
+    let before = run.storage.checkpoint_thread_wakeups();
+    std::thread::sleep(Duration::from_millis(500));
+    let woke = run.storage.checkpoint_thread_wakeups() - before;
+    // About 25 (one per 20 ms interval); a busy loop makes millions.
+    assert!(
+        woke <= 200,
+        "the checkpoint thread woke {woke} times in 500 ms"
+    );
+    run.storage.shutdown();
+}
+
 #[test]
 fn a_full_disk_is_an_error_naming_the_directory_and_loses_nothing() {
     // How many disk operations the workload takes, to aim the fault inside it.
