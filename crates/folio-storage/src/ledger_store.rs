@@ -176,6 +176,9 @@ pub struct LedgerStore {
     #[cfg(test)]
     pub(crate) before_log_read: Mutex<Option<Box<dyn Fn() + Send + Sync>>>,
     flush_requester: RwLock<Option<FlushRequester>>,
+    /// The write cache's `unflushed()`, mirrored on every change under the state lock, so
+    /// that the check after each add (is a checkpoint due?) takes no lock.
+    unflushed: std::sync::atomic::AtomicU64,
     /// What garbage collection remembers of finished entry logs.
     gc: gc::GcCache,
     /// Each ledger directory's and the index directory's `LOCK` (dropped last).
@@ -255,6 +258,7 @@ impl LedgerStore {
             #[cfg(test)]
             before_log_read: Mutex::new(None),
             flush_requester: RwLock::new(None),
+            unflushed: std::sync::atomic::AtomicU64::new(0),
             gc: gc::GcCache::default(),
             _locks: locks,
         })
@@ -319,6 +323,8 @@ impl LedgerStore {
             );
         }
         st.cache.insert(ledger, entry, data);
+        self.unflushed
+            .store(st.cache.unflushed(), std::sync::atomic::Ordering::Relaxed);
         let info = st.ledgers.entry(ledger).or_default();
         info.last_entry_id = info.last_entry_id.max(Some(entry));
         st.dirty.insert(ledger);
@@ -420,6 +426,8 @@ impl LedgerStore {
         Self::check_poisoned(&st)?;
         st.ledgers.entry(ledger).or_default().deleted = true;
         st.cache.remove_ledger(ledger);
+        self.unflushed
+            .store(st.cache.unflushed(), std::sync::atomic::Ordering::Relaxed);
         st.dirty.insert(ledger);
         st.deleted_pending.insert(ledger);
         self.room.notify_all();
@@ -463,6 +471,8 @@ impl LedgerStore {
             let mut st = self.state.lock();
             Self::check_poisoned(&st)?;
             let entries = st.cache.start_flush();
+            self.unflushed
+                .store(0, std::sync::atomic::Ordering::Relaxed);
             let dirty = std::mem::take(&mut st.dirty);
             let ledgers: Vec<(i64, LedgerInfo)> = dirty
                 .iter()
@@ -546,7 +556,7 @@ impl LedgerStore {
     /// what the next flush writes. A flush is due when this passes its threshold,
     /// whether or not one is running.
     pub fn unflushed_bytes(&self) -> u64 {
-        self.state.lock().cache.unflushed()
+        self.unflushed.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Ids of the entry log files, ascending (for garbage collection and tools).

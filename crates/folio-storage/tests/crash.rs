@@ -152,6 +152,14 @@ impl Run {
 }
 
 /// Runs the seeded workload; returns the run (storage still open).
+/// How many disk operations a fault-free workload takes, to aim faults inside it.
+fn workload_ops(seed: u64, steps: usize) -> u64 {
+    let fs = SimFileSystem::new();
+    let run = workload(&fs, seed, steps, config(false, Duration::ZERO));
+    run.storage.shutdown();
+    fs.ops()
+}
+
 fn workload(fs: &SimFileSystem, seed: u64, steps: usize, cfg: StorageConfig) -> Run {
     workload_on(fs, seed, steps, cfg, 0)
 }
@@ -399,13 +407,7 @@ fn periodic_checkpoints_during_the_workload_keep_everything() {
 
 #[test]
 fn after_a_failed_fsync_nothing_more_is_acknowledged() {
-    // How many disk operations the workload takes, to aim faults inside it.
-    let total = {
-        let fs = SimFileSystem::new();
-        let run = workload(&fs, 3, 150, config(false, Duration::ZERO));
-        run.storage.shutdown();
-        fs.ops()
-    };
+    let total = workload_ops(3, 150);
     for after in [total / 10, total / 3, total * 2 / 3] {
         let fs = SimFileSystem::new();
         fs.capture_every_op(CrashMode::Torn { seed: after });
@@ -450,12 +452,7 @@ fn after_a_failed_fsync_nothing_more_is_acknowledged() {
 /// still sleep a whole interval between them (it once woke without pause).
 #[test]
 fn a_read_only_engine_does_not_spin_its_checkpoint_thread() {
-    let total = {
-        let fs = SimFileSystem::new();
-        let run = workload(&fs, 3, 150, config(false, Duration::ZERO));
-        run.storage.shutdown();
-        fs.ops()
-    };
+    let total = workload_ops(3, 150);
     let fs = SimFileSystem::new();
     fs.inject(Fault::SyncEio {
         after_ops: total / 3,
@@ -475,13 +472,7 @@ fn a_read_only_engine_does_not_spin_its_checkpoint_thread() {
 
 #[test]
 fn a_full_disk_is_an_error_naming_the_directory_and_loses_nothing() {
-    // How many disk operations the workload takes, to aim the fault inside it.
-    let total = {
-        let fs = SimFileSystem::new();
-        let run = workload(&fs, 4, 150, config(false, Duration::ZERO));
-        run.storage.shutdown();
-        fs.ops()
-    };
+    let total = workload_ops(4, 150);
     let fs = SimFileSystem::new();
     fs.inject(Fault::WriteEnospc {
         after_ops: total / 2,

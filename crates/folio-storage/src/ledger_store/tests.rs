@@ -660,3 +660,32 @@ fn a_flush_writes_back_in_pieces_and_a_failed_write_back_poisons() {
         assert_eq!(s.get_entry(1, i).unwrap(), Some(entry(i)), "entry {i}");
     }
 }
+
+/// `unflushed_bytes` (what decides that a checkpoint is due) counts the entries the next
+/// flush writes: puts, less deleted ledgers, and not the generation a running flush
+/// writes, which the cache still holds.
+#[test]
+fn unflushed_bytes_count_only_what_the_next_flush_writes() {
+    let d = dirs(1 << 20, 1000);
+    let s = Arc::new(open(&d));
+    s.put_entry(1, 0, Bytes::from(vec![0u8; 60])).unwrap();
+    s.put_entry(2, 0, Bytes::from(vec![0u8; 40])).unwrap();
+    assert_eq!(s.unflushed_bytes(), 100);
+    s.delete_ledger(2).unwrap();
+    assert_eq!(s.unflushed_bytes(), 60);
+    let seen = Arc::new(Mutex::new(None));
+    let (s2, seen2) = (Arc::downgrade(&s), seen.clone());
+    *s.before_index_commit.lock() = Some(Box::new(move || {
+        let s2 = s2.upgrade().unwrap();
+        s2.put_entry(1, 1, Bytes::from(vec![1u8; 30])).unwrap();
+        *seen2.lock() = Some((s2.unflushed_bytes(), s2.write_cache_used()));
+    }));
+    s.flush().unwrap();
+    *s.before_index_commit.lock() = None;
+    assert_eq!(
+        *seen.lock(),
+        Some((30, 90)),
+        "(unflushed, cached) during the flush"
+    );
+    assert_eq!((s.unflushed_bytes(), s.write_cache_used()), (30, 30));
+}
