@@ -76,6 +76,9 @@ impl LedgerBackend for LedgerStoreBackend {
     fn unflushed_bytes(&self) -> u64 {
         self.0.unflushed_bytes()
     }
+    fn put_would_wait(&self, len: u64) -> bool {
+        self.0.put_would_wait(len)
+    }
     fn set_flush_requester(&self, requester: Arc<dyn Fn() + Send + Sync>) {
         self.0.set_flush_requester(requester)
     }
@@ -296,8 +299,23 @@ impl BookieStorage for EngineStorage {
             }
             done(result)
         });
-        self.storage
-            .add_entry(ledger, entry, &master_key, body, recovery, completion(done))
+        let would_block = self.storage.add_would_block(body.len());
+        let add = || {
+            self.storage
+                .add_entry(ledger, entry, &master_key, body, recovery, completion(done))
+        };
+        // Adds run on the connection's task. One that must wait for write-cache room
+        // (a flush is behind) would hold a runtime worker, and with both workers held no
+        // connection is served, reads included: tell tokio, which moves this worker's
+        // other tasks to another thread first (multi-threaded runtimes only).
+        if would_block
+            && tokio::runtime::Handle::try_current()
+                .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread)
+        {
+            tokio::task::block_in_place(add)
+        } else {
+            add()
+        }
     }
 
     fn fence(&self, ledger: LedgerId, master_key: Bytes, done: WriteCallback) {
@@ -382,5 +400,96 @@ impl BookieStorage for EngineStorage {
             total.total += s.total;
         }
         Ok(total)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use folio_env::sim::SimFileSystem;
+    use std::sync::atomic::AtomicU64;
+    use std::time::Duration;
+
+    fn body(ledger: i64, entry: i64, len: usize) -> Bytes {
+        let mut b = Vec::with_capacity(32 + len);
+        for v in [ledger, entry, -1, len as i64] {
+            b.extend_from_slice(&v.to_be_bytes());
+        }
+        b.resize(32 + len, 7);
+        Bytes::from(b)
+    }
+
+    /// While a flush holds the write cache full, adds wait; they must not take the
+    /// runtime's workers with them (then no connection is served at all): a task that
+    /// only ticks keeps ticking while two adds wait on a two-worker runtime.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn adds_waiting_for_cache_room_leave_the_runtime_running() {
+        let tmp = tempfile::tempdir().unwrap();
+        // The journal and entry logs on the simulated disk (whose fdatasync can be made
+        // slow); the index (redb) on the real one.
+        std::fs::create_dir_all(tmp.path().join("index/current")).unwrap();
+        let fs = SimFileSystem::new();
+        let env = Env {
+            fs: Arc::new(fs.clone()),
+            ..Env::real()
+        };
+        let config = BookieConfig {
+            data_dir: Some(tmp.path().to_path_buf()),
+            write_cache_bytes: 64 * 1024,
+            flush_interval_ms: 3_600_000,
+            disk_usage_threshold: 0.999,
+            disk_usage_lwm_threshold: 0.998,
+            ..BookieConfig::default()
+        };
+        let s = Arc::new(EngineStorage::open(&env, &config).unwrap());
+        // Every fdatasync on the simulated disk (the flush's too) now takes 3 s.
+        fs.set_sync_delay(Duration::from_secs(3));
+        let key = Bytes::from_static(&[1; 20]);
+        // 60 KiB: past the checkpoint threshold (half the cache), so a flush starts and
+        // holds these entries (readable, counted) until its fdatasync returns.
+        for e in 0..2 {
+            s.add_entry(
+                1,
+                e,
+                key.clone(),
+                body(1, e, 30 * 1024),
+                false,
+                Box::new(|_| {}),
+            );
+        }
+        let ticks = Arc::new(AtomicU64::new(0));
+        let t = ticks.clone();
+        let probe = tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                t.fetch_add(1, Ordering::Relaxed);
+            }
+        });
+        let mut adds = Vec::new();
+        for e in 2..4 {
+            let (s, key) = (s.clone(), key.clone());
+            adds.push(tokio::spawn(async move {
+                s.add_entry(1, e, key, body(1, e, 30 * 1024), false, Box::new(|_| {}));
+            }));
+        }
+        // Not a worker: this thread may sleep. The adds wait for the 3 s flush.
+        std::thread::sleep(Duration::from_millis(300));
+        let before = ticks.load(Ordering::Relaxed);
+        std::thread::sleep(Duration::from_millis(1000));
+        let ticked = ticks.load(Ordering::Relaxed) - before;
+        assert!(
+            adds.iter().any(|a| !a.is_finished()),
+            "the adds did not wait: the test proves nothing"
+        );
+        assert!(
+            ticked >= 10,
+            "only {ticked} ticks of 10 ms in 1 s while adds waited for cache room"
+        );
+        for a in adds {
+            a.await.unwrap();
+        }
+        probe.abort();
+        fs.set_sync_delay(Duration::ZERO);
+        s.shutdown().unwrap();
     }
 }

@@ -552,6 +552,12 @@ impl LedgerStore {
         self.logs.close_all()
     }
 
+    /// Whether a put of `len` bytes would wait for write-cache room now (a hint: the
+    /// answer may be stale by the time the put runs).
+    pub fn put_would_wait(&self, len: u64) -> bool {
+        !self.state.lock().cache.has_room(len)
+    }
+
     /// Bytes put since the last flush started (the write cache's active generation):
     /// what the next flush writes. A flush is due when this passes its threshold,
     /// whether or not one is running.

@@ -54,6 +54,11 @@ pub trait LedgerBackend: Send + Sync + 'static {
     fn flush(&self) -> Result<(), BackendError>;
     /// Bytes held in the write cache, not yet flushed.
     fn write_cache_used(&self) -> u64;
+    /// Whether a put of `len` bytes would block now, waiting for write-cache room (a
+    /// hint, for callers that must not block a thread others share). Default: never.
+    fn put_would_wait(&self, _len: u64) -> bool {
+        false
+    }
     /// Bytes put since the last flush started: what the next flush writes (a checkpoint
     /// is due when it passes `checkpoint_write_cache_bytes`). Stores without a second
     /// generation answer `write_cache_used`.
@@ -211,6 +216,12 @@ impl Storage {
     /// What start-up replay found.
     pub fn replay_stats(&self) -> &ReplayStats {
         &self.replay
+    }
+
+    /// Whether an add of `len` bytes would block now, its ledger store waiting for
+    /// write-cache room (a hint; see `add_entry`).
+    pub fn add_would_block(&self, len: usize) -> bool {
+        self.inner.store.put_would_wait(len as u64)
     }
 
     /// Adds an entry (`data` = the entry with digest; its first 16 bytes must carry
@@ -636,6 +647,9 @@ impl LedgerBackend for crate::ledger_store::LedgerStore {
     }
     fn unflushed_bytes(&self) -> u64 {
         crate::ledger_store::LedgerStore::unflushed_bytes(self)
+    }
+    fn put_would_wait(&self, len: u64) -> bool {
+        crate::ledger_store::LedgerStore::put_would_wait(self, len)
     }
 
     fn set_flush_requester(&self, requester: Arc<dyn Fn() + Send + Sync>) {
