@@ -176,9 +176,13 @@ pub struct LedgerStore {
     #[cfg(test)]
     pub(crate) before_log_read: Mutex<Option<Box<dyn Fn() + Send + Sync>>>,
     flush_requester: RwLock<Option<FlushRequester>>,
-    /// The write cache's `unflushed()`, mirrored on every change under the state lock, so
-    /// that the check after each add (is a checkpoint due?) takes no lock.
+    /// The write cache's `unflushed()` and `used()`, mirrored after every change under the
+    /// state lock (`mirror_cache`), so that the checks around each add (is a checkpoint
+    /// due? would the put wait?) take no lock.
     unflushed: std::sync::atomic::AtomicU64,
+    used: std::sync::atomic::AtomicU64,
+    /// The write cache's bound (fixed at open).
+    cache_limit: u64,
     /// What garbage collection remembers of finished entry logs.
     gc: gc::GcCache,
     /// Each ledger directory's and the index directory's `LOCK` (dropped last).
@@ -259,6 +263,8 @@ impl LedgerStore {
             before_log_read: Mutex::new(None),
             flush_requester: RwLock::new(None),
             unflushed: std::sync::atomic::AtomicU64::new(0),
+            used: std::sync::atomic::AtomicU64::new(0),
+            cache_limit: config.write_cache_bytes,
             gc: gc::GcCache::default(),
             _locks: locks,
         })
@@ -323,8 +329,7 @@ impl LedgerStore {
             );
         }
         st.cache.insert(ledger, entry, data);
-        self.unflushed
-            .store(st.cache.unflushed(), std::sync::atomic::Ordering::Relaxed);
+        self.mirror_cache(&st);
         let info = st.ledgers.entry(ledger).or_default();
         info.last_entry_id = info.last_entry_id.max(Some(entry));
         st.dirty.insert(ledger);
@@ -426,8 +431,7 @@ impl LedgerStore {
         Self::check_poisoned(&st)?;
         st.ledgers.entry(ledger).or_default().deleted = true;
         st.cache.remove_ledger(ledger);
-        self.unflushed
-            .store(st.cache.unflushed(), std::sync::atomic::Ordering::Relaxed);
+        self.mirror_cache(&st);
         st.dirty.insert(ledger);
         st.deleted_pending.insert(ledger);
         self.room.notify_all();
@@ -471,8 +475,7 @@ impl LedgerStore {
             let mut st = self.state.lock();
             Self::check_poisoned(&st)?;
             let entries = st.cache.start_flush();
-            self.unflushed
-                .store(0, std::sync::atomic::Ordering::Relaxed);
+            self.mirror_cache(&st);
             let dirty = std::mem::take(&mut st.dirty);
             let ledgers: Vec<(i64, LedgerInfo)> = dirty
                 .iter()
@@ -492,6 +495,7 @@ impl LedgerStore {
         match result {
             Ok(()) => {
                 st.cache.finish_flush();
+                self.mirror_cache(&st);
                 self.room.notify_all();
                 Ok(())
             }
@@ -555,7 +559,16 @@ impl LedgerStore {
     /// Whether a put of `len` bytes would wait for write-cache room now (a hint: the
     /// answer may be stale by the time the put runs).
     pub fn put_would_wait(&self, len: u64) -> bool {
-        !self.state.lock().cache.has_room(len)
+        let used = self.used.load(std::sync::atomic::Ordering::Relaxed);
+        !WriteCache::room_for(used, self.cache_limit, len)
+    }
+
+    /// Updates the lock-free mirror of the write cache's figures; called with the state
+    /// lock held after every change to the cache.
+    fn mirror_cache(&self, st: &State) {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.unflushed.store(st.cache.unflushed(), Relaxed);
+        self.used.store(st.cache.used(), Relaxed);
     }
 
     /// Bytes put since the last flush started (the write cache's active generation):

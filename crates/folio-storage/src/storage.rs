@@ -133,9 +133,9 @@ pub(crate) struct Inner {
     pub(crate) stop: Mutex<bool>,
     /// Set by the ledger store's flush requester: checkpoint now.
     pub(crate) checkpoint_requested: std::sync::atomic::AtomicBool,
-    /// Checkpoints completed since open.
     /// Times the checkpoint thread woke up (tests: it must sleep between checkpoints).
     pub(crate) checkpoint_wakeups: std::sync::atomic::AtomicU64,
+    /// Checkpoints completed since open.
     pub(crate) checkpoints: std::sync::atomic::AtomicU64,
     pub(crate) stop_cv: Condvar,
     pub(crate) config: StorageConfig,

@@ -58,8 +58,12 @@ impl WriteCache {
     /// Whether an entry of `len` bytes may be put now. An empty cache takes any entry,
     /// even one larger than the bound, so that such an entry cannot block forever.
     pub fn has_room(&self, len: u64) -> bool {
-        let used = self.used();
-        used == 0 || used.saturating_add(len) <= self.limit
+        Self::room_for(self.used(), self.limit, len)
+    }
+
+    /// [`WriteCache::has_room`] from figures read elsewhere (a lock-free mirror).
+    pub fn room_for(used: u64, limit: u64, len: u64) -> bool {
+        used == 0 || used.saturating_add(len) <= limit
     }
 
     /// Adds (or replaces) an entry in the active generation.

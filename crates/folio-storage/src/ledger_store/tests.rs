@@ -661,18 +661,23 @@ fn a_flush_writes_back_in_pieces_and_a_failed_write_back_poisons() {
     }
 }
 
-/// `unflushed_bytes` (what decides that a checkpoint is due) counts the entries the next
-/// flush writes: puts, less deleted ledgers, and not the generation a running flush
-/// writes, which the cache still holds.
+/// The lock-free figures: `unflushed_bytes` (what decides that a checkpoint is due) counts
+/// the entries the next flush writes: puts, less deleted ledgers, and not the generation
+/// a running flush writes, which the cache still holds; `put_would_wait` counts both.
 #[test]
-fn unflushed_bytes_count_only_what_the_next_flush_writes() {
+fn unflushed_bytes_and_room_count_what_the_cache_holds() {
     let d = dirs(1 << 20, 1000);
     let s = Arc::new(open(&d));
     s.put_entry(1, 0, Bytes::from(vec![0u8; 60])).unwrap();
     s.put_entry(2, 0, Bytes::from(vec![0u8; 40])).unwrap();
     assert_eq!(s.unflushed_bytes(), 100);
+    assert!(
+        !s.put_would_wait(900) && s.put_would_wait(901),
+        "the cache holds 1000"
+    );
     s.delete_ledger(2).unwrap();
     assert_eq!(s.unflushed_bytes(), 60);
+    assert!(!s.put_would_wait(940) && s.put_would_wait(941));
     let seen = Arc::new(Mutex::new(None));
     let (s2, seen2) = (Arc::downgrade(&s), seen.clone());
     *s.before_index_commit.lock() = Some(Box::new(move || {
@@ -688,4 +693,8 @@ fn unflushed_bytes_count_only_what_the_next_flush_writes() {
         "(unflushed, cached) during the flush"
     );
     assert_eq!((s.unflushed_bytes(), s.write_cache_used()), (30, 30));
+    assert!(
+        !s.put_would_wait(970) && s.put_would_wait(971),
+        "the flushed bytes are free"
+    );
 }
