@@ -282,6 +282,10 @@ impl Client {
         }
     }
 
+    pub(crate) fn inner(&self) -> &Inner {
+        &self.inner
+    }
+
     /// The metadata store this client uses.
     pub fn metadata(&self) -> &Arc<dyn MetadataStore> {
         &self.inner.metadata

@@ -46,6 +46,7 @@ pub mod pending;
 mod reader;
 mod recover;
 pub mod recovery;
+mod replica;
 
 pub use client::{Client, ClientStats, CreateOptions, OpenOptions};
 pub use config::ClientConfig;
@@ -53,3 +54,4 @@ pub use error::{ClientError, Result};
 pub use folio_types::metadata::DigestType;
 pub use ledger::{AppendFuture, LedgerHandle};
 pub use reader::{LedgerEntry, ReadHandle};
+pub use replica::ReplicaAnswer;

@@ -504,15 +504,19 @@ impl MetadataStore for EtcdMetadataStore {
         }
     }
 
-    async fn lost_bookie_recovery_delay(&self) -> Result<Option<u32>> {
+    async fn lost_bookie_recovery_delay_versioned(&self) -> Result<Option<Versioned<u32>>> {
         let what = "lostBookieRecoveryDelay";
         match self.etcd.get(&self.keys().ur_delay(), what).await? {
             None => Ok(None),
             Some(kv) => {
                 let s = String::from_utf8_lossy(kv.value());
-                s.trim().parse::<u32>().map(Some).map_err(|_| {
-                    MetadataError::corrupt(what, format!("{s:?} is not a number of seconds"))
-                })
+                let version = Version::from_raw(kv.mod_revision());
+                s.trim()
+                    .parse::<u32>()
+                    .map(|value| Some(Versioned { value, version }))
+                    .map_err(|_| {
+                        MetadataError::corrupt(what, format!("{s:?} is not a number of seconds"))
+                    })
             }
         }
     }

@@ -675,7 +675,7 @@ impl MetadataStore for ZkMetadataStore {
         crate::underreplication::set_enabled(&self.zk, enabled).await
     }
 
-    async fn lost_bookie_recovery_delay(&self) -> Result<Option<u32>> {
+    async fn lost_bookie_recovery_delay_versioned(&self) -> Result<Option<Versioned<u32>>> {
         crate::underreplication::lost_bookie_recovery_delay(&self.zk).await
     }
 

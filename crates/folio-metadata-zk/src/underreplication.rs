@@ -8,7 +8,9 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use folio_metadata::{MetadataError, Result, UnderreplicatedLedger, UnderreplicationLock};
+use folio_metadata::{
+    MetadataError, Result, UnderreplicatedLedger, UnderreplicationLock, Version, Versioned,
+};
 use folio_types::{BookieId, LedgerId};
 use zookeeper_client as zk;
 
@@ -211,15 +213,19 @@ pub(crate) async fn set_enabled(zk: &Zk, enabled: bool) -> Result<()> {
 
 const DELAY: &str = "lostBookieRecoveryDelay";
 
-pub(crate) async fn lost_bookie_recovery_delay(zk: &Zk) -> Result<Option<u32>> {
+pub(crate) async fn lost_bookie_recovery_delay(zk: &Zk) -> Result<Option<Versioned<u32>>> {
     let what = "lostBookieRecoveryDelay";
     match zk.get(&format!("{UNDERREPLICATION}/{DELAY}"), what).await? {
         None => Ok(None),
-        Some((data, _)) => {
+        Some((data, stat)) => {
             let s = String::from_utf8_lossy(&data);
-            s.trim().parse::<u32>().map(Some).map_err(|_| {
-                MetadataError::corrupt(what, format!("{s:?} is not a number of seconds"))
-            })
+            let version = Version::from_raw(i64::from(stat.version));
+            s.trim()
+                .parse::<u32>()
+                .map(|value| Some(Versioned { value, version }))
+                .map_err(|_| {
+                    MetadataError::corrupt(what, format!("{s:?} is not a number of seconds"))
+                })
         }
     }
 }

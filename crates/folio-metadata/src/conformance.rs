@@ -800,6 +800,23 @@ pub async fn autorecovery_settings_are_shared(h: &dyn Harness) {
     assert_eq!(b.lost_bookie_recovery_delay().await.unwrap(), Some(37));
     a.set_lost_bookie_recovery_delay(0).await.unwrap();
     assert_eq!(b.lost_bookie_recovery_delay().await.unwrap(), Some(0));
+    // Rewriting the same value is seen by its version (BookKeeper's triggeraudit).
+    let before = b
+        .lost_bookie_recovery_delay_versioned()
+        .await
+        .unwrap()
+        .unwrap();
+    a.set_lost_bookie_recovery_delay(0).await.unwrap();
+    let after = b
+        .lost_bookie_recovery_delay_versioned()
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((before.value, after.value), (0, 0));
+    assert_ne!(
+        before.version, after.version,
+        "a rewrite must change the version"
+    );
 }
 
 /// A record that does not decode is a `Corrupt` error naming the ledger, never a panic.

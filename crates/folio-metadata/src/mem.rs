@@ -59,7 +59,8 @@ struct State {
     /// ledger -> (session, token) of the holder.
     ur_locks: BTreeMap<LedgerId, (SessionId, u64)>,
     autorecovery_disabled: bool,
-    lost_bookie_recovery_delay: Option<u32>,
+    /// The delay and the revision it was written at.
+    lost_bookie_recovery_delay: Option<(u32, i64)>,
     /// Election sequence -> candidate; the lowest live sequence leads.
     election: BTreeMap<u64, Candidate>,
     next_vote: u64,
@@ -714,14 +715,19 @@ impl MetadataStore for MemMetadataStore {
         })
     }
 
-    async fn lost_bookie_recovery_delay(&self) -> Result<Option<u32>> {
-        self.session.with(|st| Ok(st.lost_bookie_recovery_delay))
+    async fn lost_bookie_recovery_delay_versioned(&self) -> Result<Option<Versioned<u32>>> {
+        self.session.with(|st| {
+            Ok(st.lost_bookie_recovery_delay.map(|(value, rev)| Versioned {
+                value,
+                version: Version::from_raw(rev),
+            }))
+        })
     }
 
     async fn set_lost_bookie_recovery_delay(&self, seconds: u32) -> Result<()> {
         self.session.with(|st| {
-            st.lost_bookie_recovery_delay = Some(seconds);
-            st.bump();
+            let rev = st.bump();
+            st.lost_bookie_recovery_delay = Some((seconds, rev));
             Ok(())
         })
     }

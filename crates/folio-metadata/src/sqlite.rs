@@ -1069,26 +1069,43 @@ impl MetadataStore for SqliteMetadataStore {
             .await
     }
 
-    async fn lost_bookie_recovery_delay(&self) -> Result<Option<u32>> {
+    async fn lost_bookie_recovery_delay_versioned(&self) -> Result<Option<Versioned<u32>>> {
         self.inner
             .run(|c| {
-                cluster_get(c, "lost_bookie_recovery_delay")?
-                    .map(|v| {
-                        v.parse().map_err(|_| {
-                            MetadataError::corrupt(
-                                "lost bookie recovery delay",
-                                format!("{v:?} is not a number of seconds"),
-                            )
-                        })
-                    })
-                    .transpose()
+                let Some(v) = cluster_get(c, "lost_bookie_recovery_delay")? else {
+                    return Ok(None);
+                };
+                let value = v.parse().map_err(|_| {
+                    MetadataError::corrupt(
+                        "lost bookie recovery delay",
+                        format!("{v:?} is not a number of seconds"),
+                    )
+                })?;
+                // Each write counts up, so a rewrite of the same value is seen (triggeraudit).
+                let writes = cluster_get(c, "lost_bookie_recovery_delay_writes")?
+                    .and_then(|w| w.parse().ok())
+                    .unwrap_or(0);
+                Ok(Some(Versioned {
+                    value,
+                    version: Version::from_raw(writes),
+                }))
             })
             .await
     }
 
     async fn set_lost_bookie_recovery_delay(&self, seconds: u32) -> Result<()> {
         self.inner
-            .write(move |tx, _| cluster_put(tx, "lost_bookie_recovery_delay", &seconds.to_string()))
+            .write(move |tx, _| {
+                let writes: i64 = cluster_get(tx, "lost_bookie_recovery_delay_writes")?
+                    .and_then(|w| w.parse().ok())
+                    .unwrap_or(0);
+                cluster_put(tx, "lost_bookie_recovery_delay", &seconds.to_string())?;
+                cluster_put(
+                    tx,
+                    "lost_bookie_recovery_delay_writes",
+                    &(writes + 1).to_string(),
+                )
+            })
             .await
     }
 

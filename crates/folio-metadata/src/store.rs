@@ -331,7 +331,17 @@ pub trait MetadataStore: Send + Sync + fmt::Debug {
 
     /// Seconds the Auditor waits after a bookie disappears before marking its ledgers
     /// (BookKeeper's `lostBookieRecoveryDelay`); `None` if never set (use the config's).
-    async fn lost_bookie_recovery_delay(&self) -> Result<Option<u32>>;
+    async fn lost_bookie_recovery_delay(&self) -> Result<Option<u32>> {
+        Ok(self
+            .lost_bookie_recovery_delay_versioned()
+            .await?
+            .map(|v| v.value))
+    }
+
+    /// The same with the version it was written at. Every write gives a new version, even
+    /// of the same value: rewriting the current value is how BookKeeper's `triggeraudit`
+    /// asks the Auditor for an audit now, and the Auditor notices it by the version.
+    async fn lost_bookie_recovery_delay_versioned(&self) -> Result<Option<Versioned<u32>>>;
 
     async fn set_lost_bookie_recovery_delay(&self, seconds: u32) -> Result<()>;
 

@@ -284,9 +284,9 @@ impl MetadataStore for FlakyStore {
             .await
     }
 
-    async fn lost_bookie_recovery_delay(&self) -> Result<Option<u32>> {
+    async fn lost_bookie_recovery_delay_versioned(&self) -> Result<Option<Versioned<u32>>> {
         self.read()?;
-        self.inner.lost_bookie_recovery_delay().await
+        self.inner.lost_bookie_recovery_delay_versioned().await
     }
 
     async fn set_lost_bookie_recovery_delay(&self, seconds: u32) -> Result<()> {

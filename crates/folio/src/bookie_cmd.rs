@@ -11,7 +11,8 @@ use folio_bookie::config::{BookieConfig, DEFAULT_CONFIG_TOML};
 use folio_bookie::node::{BookieNode, MetadataAccess};
 use folio_bookie::registration::Connector;
 use folio_metadata::MetadataStore;
-use folio_metadata::sqlite::{SqliteMetadataStore, SqliteOptions};
+
+use crate::metadata_connect::{Missing, connect_with};
 
 #[derive(clap::Args, Debug)]
 pub struct BookieArgs {
@@ -36,31 +37,13 @@ pub struct BookieArgs {
     pub print_default_config: bool,
 }
 
-/// Opens a metadata session; a sqlite:// session lives `session_timeout` past its last heartbeat
-/// (the config's metadata_session_timeout_ms, BookKeeper's zkTimeout).
-async fn connect(
-    uri: &str,
-    session_timeout: Duration,
-) -> folio_metadata::Result<Arc<dyn MetadataStore>> {
-    match folio_metadata::MetadataUri::parse(uri)? {
-        folio_metadata::MetadataUri::Sqlite { path } => {
-            let opts = SqliteOptions {
-                session_timeout,
-                ..SqliteOptions::default()
-            };
-            Ok(Arc::new(SqliteMetadataStore::open(&path, opts).await?))
-        }
-        // zk:// goes to its driver (BookKeeper's ZooKeeper layout), so a Folio bookie can join
-        // a cluster the Java client also uses.
-        folio_metadata::MetadataUri::Zk { .. } => folio_metadata_zk::connect(uri).await,
-        _ => folio_metadata::connect_embedded(uri).await,
-    }
-}
-
 fn connector(uri: String, session_timeout: Duration) -> Connector {
     Arc::new(move || {
         let uri = uri.clone();
-        Box::pin(async move { connect(&uri, session_timeout).await })
+        Box::pin(async move {
+            let parsed = folio_metadata::MetadataUri::parse(&uri)?;
+            crate::metadata_connect::open_store(parsed, &uri, Some(session_timeout)).await
+        })
     })
 }
 
@@ -112,15 +95,13 @@ pub fn run(metadata: Option<String>, args: BookieArgs) -> anyhow::Result<()> {
     runtime.block_on(async move {
         let stop = stop_signals()?;
         let session_timeout = Duration::from_millis(config.metadata_session_timeout_ms);
-        let store = connect(&uri, session_timeout)
-            .await
-            .with_context(|| format!("cannot connect to metadata service {uri}"))?;
+        let store = connect_with(&uri, Missing::Create, Some(session_timeout)).await?;
         let embedded = uri.starts_with("sqlite:") || uri.starts_with("mem:");
         // The admin endpoint's /api/v1/ledger/read goes through a client on its own session.
         let reader: Option<Arc<dyn folio_bookie::http::admin_api::LedgerReader>> =
             match config.http_port {
                 Some(_) => Some(Arc::new(crate::ledger_cmd::ClientLedgerReader::new(
-                    connect(&uri, session_timeout).await?,
+                    connect_with(&uri, Missing::Create, Some(session_timeout)).await?,
                 ))),
                 None => None,
             };

@@ -1,7 +1,8 @@
 //! The one place the `folio` binary turns a metadata service URI into a session: it
 //! dispatches on the scheme (`sqlite://` and `mem://` to the embedded drivers, `zk://` and
 //! `etcd://` to their own crates) and bounds the wait, so an unreachable store is one clear
-//! error instead of a hang.
+//! error instead of a hang. Every command, the bookie and autorecovery connect here, so every
+//! driver works everywhere, and the session timeout (BookKeeper's `zkTimeout`) reaches each.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -30,8 +31,19 @@ pub fn require_uri(metadata: Option<&str>) -> anyhow::Result<&str> {
     })
 }
 
-/// Connects to the metadata service at `uri`.
+/// Connects to the metadata service at `uri` with the drivers' default session timeout.
 pub async fn connect(uri: &str, missing: Missing) -> anyhow::Result<Arc<dyn MetadataStore>> {
+    connect_with(uri, missing, None).await
+}
+
+/// Connects to the metadata service at `uri`; `session_timeout` (BookKeeper's `zkTimeout`,
+/// the config's `metadata_session_timeout_ms`) is how long this session's ephemeral records
+/// (registrations, locks, votes) outlive a dead process, on every driver.
+pub async fn connect_with(
+    uri: &str,
+    missing: Missing,
+    session_timeout: Option<Duration>,
+) -> anyhow::Result<Arc<dyn MetadataStore>> {
     let parsed = MetadataUri::parse(uri)?;
     if let (MetadataUri::Sqlite { path }, Missing::Refuse) = (&parsed, missing)
         && !path.exists()
@@ -41,14 +53,7 @@ pub async fn connect(uri: &str, missing: Missing) -> anyhow::Result<Arc<dyn Meta
             path.display()
         );
     }
-    let connecting = async {
-        let store: Arc<dyn MetadataStore> = match parsed {
-            MetadataUri::Zk { .. } => folio_metadata_zk::connect(uri).await?,
-            MetadataUri::Etcd { .. } => folio_metadata_etcd::connect(uri).await?,
-            _ => folio_metadata::connect_embedded(uri).await?,
-        };
-        anyhow::Ok(store)
-    };
+    let connecting = open_store(parsed, uri, session_timeout);
     tokio::time::timeout(CONNECT_TIMEOUT, connecting)
         .await
         .map_err(|_| {
@@ -58,4 +63,41 @@ pub async fn connect(uri: &str, missing: Missing) -> anyhow::Result<Arc<dyn Meta
             )
         })?
         .with_context(|| format!("cannot connect to metadata service {uri}"))
+}
+
+/// The registry itself: `parsed` (the parse of `uri`) to a session of its driver, with the
+/// session timeout when given. Typed errors, no time bound: [`connect_with`] adds both the
+/// bound and the message; the bookie's reconnection after a lost session calls this.
+pub async fn open_store(
+    parsed: MetadataUri,
+    uri: &str,
+    session_timeout: Option<Duration>,
+) -> folio_metadata::Result<Arc<dyn MetadataStore>> {
+    Ok(match (parsed, session_timeout) {
+        (MetadataUri::Zk { .. }, Some(session_timeout)) => {
+            let options = folio_metadata_zk::ZkOptions {
+                session_timeout,
+                ..Default::default()
+            };
+            Arc::new(folio_metadata_zk::ZkMetadataStore::connect_with(uri, options).await?)
+        }
+        (MetadataUri::Zk { .. }, None) => folio_metadata_zk::connect(uri).await?,
+        (MetadataUri::Etcd { .. }, Some(session_ttl)) => {
+            // etcd leases are whole seconds, at least 2 (the driver refuses less).
+            let options = folio_metadata_etcd::EtcdOptions {
+                session_ttl: session_ttl.max(Duration::from_secs(2)),
+                ..Default::default()
+            };
+            Arc::new(folio_metadata_etcd::EtcdMetadataStore::connect_with(uri, options).await?)
+        }
+        (MetadataUri::Etcd { .. }, None) => folio_metadata_etcd::connect(uri).await?,
+        (MetadataUri::Sqlite { path }, Some(session_timeout)) => {
+            let options = folio_metadata::sqlite::SqliteOptions {
+                session_timeout,
+                ..Default::default()
+            };
+            Arc::new(folio_metadata::sqlite::SqliteMetadataStore::open(&path, options).await?)
+        }
+        _ => folio_metadata::connect_embedded(uri).await?,
+    })
 }

@@ -1,0 +1,305 @@
+//! The Auditor's shell: stands in the Auditor election, and while elected feeds
+//! [`AuditorCore`] with bookie changes, the lost-bookie delay and the clock, and runs the
+//! audits it asks for. An audit reads every ledger's metadata and marks each ledger naming
+//! an unavailable bookie under-replicated with those bookies (no entry reads). The
+//! periodic check of all ledgers asks the bookies themselves (the ledger checker) and marks
+//! what it finds too.
+//!
+//! A new Auditor audits at once (BookKeeper's bookie check runs at start), so one that
+//! takes over from an Auditor killed mid-audit finishes its work.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use folio_client::Client;
+use folio_metadata::{BookieSet, MetadataStore};
+use folio_proto::DigestManager;
+use folio_types::{BookieId, LedgerId};
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::auditor_core::{AuditorCore, Decision};
+use crate::checker::check_ledger;
+use crate::config::AutoRecoveryConfig;
+use crate::repair::proto_digest;
+
+/// What the Auditor of this process has done.
+#[derive(Debug, Default)]
+pub struct AuditorStatus {
+    /// Whether this process is the Auditor now.
+    pub elected: AtomicBool,
+    /// Audits run (BookKeeper's `AUDIT_BOOKIES_TIME` count).
+    pub audits: AtomicU64,
+    /// Ledgers marked under-replicated by audits and checks (`NUM_UNDER_REPLICATED_LEDGERS`).
+    pub ledgers_marked: AtomicU64,
+    /// Ledgers the check of all ledgers read (`NUM_LEDGERS_CHECKED`).
+    pub ledgers_checked: AtomicU64,
+    /// Audits delayed for a lost bookie (`NUM_BOOKIE_AUDITS_DELAYED`).
+    pub audits_delayed: AtomicU64,
+    /// Seconds until the delayed audit, or -1 when none is pending.
+    pub delayed_audit_in_secs: AtomicU64,
+}
+
+/// A running Auditor candidate. Call [`Auditor::stop`] to withdraw.
+pub struct Auditor {
+    status: Arc<AuditorStatus>,
+    stop: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Auditor {
+    /// Joins the election as `candidate` and audits whenever elected.
+    pub fn start(client: Client, config: AutoRecoveryConfig, candidate: BookieId) -> Auditor {
+        let status = Arc::new(AuditorStatus::default());
+        let (stop, stopped) = watch::channel(false);
+        let task = tokio::spawn(run(client, config, candidate, stopped, status.clone()));
+        Auditor { status, stop, task }
+    }
+
+    pub fn status(&self) -> &Arc<AuditorStatus> {
+        &self.status
+    }
+
+    /// Resigns and waits for the Auditor to end.
+    pub async fn stop(self) {
+        let _ = self.stop.send(true);
+        let _ = self.task.await;
+    }
+}
+
+async fn run(
+    client: Client,
+    config: AutoRecoveryConfig,
+    candidate: BookieId,
+    mut stop: watch::Receiver<bool>,
+    status: Arc<AuditorStatus>,
+) {
+    while !*stop.borrow() {
+        let candidacy = match client.metadata().join_auditor_election(&candidate).await {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!("auditor election: {e}");
+                tokio::select! {
+                    _ = tokio::time::sleep(config.rereplicate_backoff) => continue,
+                    _ = stop.changed() => return,
+                }
+            }
+        };
+        let mut leader = candidacy.leadership();
+        let elected = tokio::select! {
+            r = leader.wait_for(|l| *l) => r.is_ok(),
+            _ = stop.changed() => false,
+        };
+        if elected {
+            tracing::info!(%candidate, "elected Auditor");
+            status.elected.store(true, Ordering::Relaxed);
+            if let Err(e) = lead(&client, &config, &mut leader, &mut stop, &status).await {
+                tracing::warn!("auditor: {e}");
+            }
+            status.elected.store(false, Ordering::Relaxed);
+        }
+        let _ = candidacy.resign().await;
+        if !*stop.borrow() {
+            // Lost the session or failed: stand again after a pause.
+            tokio::select! {
+                _ = tokio::time::sleep(config.poll_interval) => {}
+                _ = stop.changed() => return,
+            }
+        }
+    }
+}
+
+fn available(set: &BookieSet) -> BTreeSet<BookieId> {
+    set.writable.union(&set.readonly).cloned().collect()
+}
+
+/// Acts as the Auditor until leadership is lost, `stop` is set, or an error.
+async fn lead(
+    client: &Client,
+    config: &AutoRecoveryConfig,
+    leader: &mut watch::Receiver<bool>,
+    stop: &mut watch::Receiver<bool>,
+    status: &AuditorStatus,
+) -> folio_metadata::Result<()> {
+    let metadata = client.metadata().clone();
+    if metadata.lost_bookie_recovery_delay().await?.is_none() {
+        metadata
+            .set_lost_bookie_recovery_delay(config.lost_bookie_recovery_delay)
+            .await?;
+    }
+    let mut bookies = metadata.watch_bookies().await?;
+    let mut known: BTreeSet<BookieId> = metadata.list_cookies().await?.into_iter().collect();
+    known.extend(available(&bookies.borrow_and_update()));
+    let mut core = AuditorCore::new(
+        known,
+        Duration::from_secs(u64::from(config.lost_bookie_recovery_delay)),
+    );
+    if let Some(d) = metadata.lost_bookie_recovery_delay_versioned().await? {
+        core.on_delay(d.value, d.version, Instant::now());
+    }
+    let mut decision = core.on_bookies(&available(&bookies.borrow()), Instant::now());
+    if decision == Decision::Wait {
+        // The bookie check runs at start.
+        decision = core.on_periodic_check();
+    }
+    let mut next_bookie_check = after(config.bookie_check_interval);
+    let mut next_check_all = after(config.check_all_ledgers_interval);
+    loop {
+        if decision == Decision::Audit {
+            audit(&metadata, config, leader, status).await?;
+        }
+        decision = Decision::Wait;
+        let now = Instant::now();
+        status.delayed_audit_in_secs.store(
+            core.due()
+                .map_or(u64::MAX, |d| d.saturating_duration_since(now).as_secs()),
+            Ordering::Relaxed,
+        );
+        let tick = now + config.poll_interval;
+        let wake = [Some(tick), core.due(), next_bookie_check, next_check_all]
+            .into_iter()
+            .flatten()
+            .min()
+            .unwrap_or(tick);
+        tokio::select! {
+            r = leader.changed() => {
+                if r.is_err() || !*leader.borrow() {
+                    tracing::info!("no longer the Auditor");
+                    return Ok(());
+                }
+            }
+            _ = stop.changed() => return Ok(()),
+            r = bookies.changed() => {
+                if r.is_err() {
+                    return Err(folio_metadata::MetadataError::SessionExpired);
+                }
+                let before = core.due();
+                decision = core.on_bookies(&available(&bookies.borrow_and_update()), Instant::now());
+                if before.is_none() && core.due().is_some() {
+                    status.audits_delayed.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            _ = tokio::time::sleep_until(wake) => {
+                let now = Instant::now();
+                if let Some(d) = metadata.lost_bookie_recovery_delay_versioned().await? {
+                    decision = core.on_delay(d.value, d.version, now);
+                }
+                if decision == Decision::Wait {
+                    decision = core.on_tick(now);
+                }
+                if next_bookie_check.is_some_and(|t| t <= now) {
+                    next_bookie_check = after(config.bookie_check_interval);
+                    if decision == Decision::Wait {
+                        decision = core.on_periodic_check();
+                    }
+                }
+                if next_check_all.is_some_and(|t| t <= now) {
+                    next_check_all = after(config.check_all_ledgers_interval);
+                    if core.due().is_none() {
+                        check_all_ledgers(client, status).await?;
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn after(interval: Duration) -> Option<Instant> {
+    (!interval.is_zero()).then(|| Instant::now() + interval)
+}
+
+/// Waits while autorecovery is disabled cluster-wide (BookKeeper's `disable` znode).
+async fn wait_enabled(
+    metadata: &Arc<dyn MetadataStore>,
+    config: &AutoRecoveryConfig,
+) -> folio_metadata::Result<()> {
+    while !metadata.is_autorecovery_enabled().await? {
+        tokio::time::sleep(config.poll_interval).await;
+    }
+    Ok(())
+}
+
+/// Marks every ledger that names an unavailable bookie, with those bookies.
+async fn audit(
+    metadata: &Arc<dyn MetadataStore>,
+    config: &AutoRecoveryConfig,
+    leader: &watch::Receiver<bool>,
+    status: &AuditorStatus,
+) -> folio_metadata::Result<()> {
+    wait_enabled(metadata, config).await?;
+    let set = metadata.list_bookies().await?;
+    let available = available(&set);
+    let mut marked = 0u64;
+    let mut after: Option<LedgerId> = None;
+    loop {
+        if !*leader.borrow() {
+            return Ok(());
+        }
+        let page = metadata.list_ledgers(after, 1000).await?;
+        for ledger in page.ledgers {
+            let meta = match metadata.read_ledger(ledger).await {
+                Ok(m) => m.value,
+                Err(e) if e.is_not_found() => continue,
+                Err(e) => return Err(e),
+            };
+            let lost: Vec<BookieId> = meta
+                .all_bookies()
+                .into_iter()
+                .filter(|b| !available.contains(b))
+                .collect();
+            if !lost.is_empty() {
+                metadata.mark_underreplicated(ledger, &lost).await?;
+                marked += 1;
+            }
+        }
+        match page.next {
+            Some(n) => after = Some(n),
+            None => break,
+        }
+    }
+    status.audits.fetch_add(1, Ordering::Relaxed);
+    status.ledgers_marked.fetch_add(marked, Ordering::Relaxed);
+    tracing::info!(marked, "audit done");
+    Ok(())
+}
+
+/// Asks the bookies for every ledger's replicas and marks the bad ones, including copies
+/// lost on bookies that are still up (BookKeeper's checkAllLedgers and replicas check only
+/// count those).
+async fn check_all_ledgers(client: &Client, status: &AuditorStatus) -> folio_metadata::Result<()> {
+    let metadata = client.metadata();
+    let available = available(&metadata.list_bookies().await?);
+    let ledgers = client
+        .list_ledgers()
+        .await
+        .map_err(|e| folio_metadata::MetadataError::Internal(e.to_string()))?;
+    for ledger in ledgers {
+        let meta = match metadata.read_ledger(ledger).await {
+            Ok(m) => m.value,
+            Err(e) if e.is_not_found() => continue,
+            Err(e) => return Err(e),
+        };
+        let password = meta.password.clone().unwrap_or_default();
+        let digest = DigestManager::new(ledger, proto_digest(meta.digest_type), &password);
+        status.ledgers_checked.fetch_add(1, Ordering::Relaxed);
+        let Ok(report) = check_ledger(client, ledger, &meta, &digest, &available).await else {
+            continue;
+        };
+        let bad: Vec<BookieId> = report
+            .bad
+            .iter()
+            .map(|b| b.bookie.clone())
+            .chain(report.unavailable_in_open_fragment.iter().cloned())
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        if !bad.is_empty() {
+            tracing::info!(ledger, ?bad, "check of all ledgers found bad replicas");
+            metadata.mark_underreplicated(ledger, &bad).await?;
+            status.ledgers_marked.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+    Ok(())
+}

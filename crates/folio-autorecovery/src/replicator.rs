@@ -1,0 +1,251 @@
+//! The fragment replicator (BookKeeper's `LedgerFragmentReplicator`): copies the entries
+//! of one bad replica of a closed fragment from the surviving replicas, then, when the
+//! copy went to a new bookie, replaces the old one in the ledger's metadata by
+//! compare-and-set.
+//!
+//! The order is what keeps entries safe: every entry is acknowledged by the target (in its
+//! journal) before the metadata names the target, so a reader directed there always finds
+//! the copy. The metadata change touches only this fragment's position and only if the
+//! old bookie is still there; on a version conflict (a live writer changed its ensemble,
+//! closed the ledger, or another repair landed) it re-reads and re-applies, so neither
+//! change is lost. A bookie that is up, writable and merely missing entries is repaired
+//! in place, with no metadata change.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use folio_client::{Client, ClientError};
+use folio_metadata::MetadataStore;
+use folio_proto::DigestManager;
+use folio_types::metadata::LedgerMetadata;
+use folio_types::{BookieId, EntryId, LedgerId};
+use tokio::task::JoinSet;
+
+use crate::checker::{BadReplica, Damage};
+use crate::fragments::fragments;
+use crate::throttle::Throttle;
+
+/// What one repair did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Repaired {
+    pub entries: u64,
+    pub bytes: u64,
+    /// The bookie that now holds the replica (the same one when repaired in place).
+    pub target: Option<BookieId>,
+}
+
+/// Why a repair did not finish.
+#[derive(Debug, thiserror::Error)]
+pub enum RepairError {
+    #[error("ledger {0} was deleted")]
+    Deleted(LedgerId),
+    #[error("no bookie can take the replica of {bookie}: {source}")]
+    NoCandidate {
+        bookie: BookieId,
+        source: ClientError,
+    },
+    #[error("entry {entry} has no readable copy left (its other replicas: {sources:?}): {source}")]
+    Unreadable {
+        entry: EntryId,
+        sources: Vec<BookieId>,
+        source: ClientError,
+    },
+    #[error("{0}")]
+    Client(#[from] ClientError),
+    #[error("metadata: {0}")]
+    Metadata(#[from] folio_metadata::MetadataError),
+}
+
+/// How copies are made.
+#[derive(Debug, Clone)]
+pub struct CopyOptions {
+    /// Entries copied at once (BookKeeper's `rereplicationEntryBatchSize`, 10).
+    pub batch_size: usize,
+    /// Bytes per second, shared by every copy of this process; `None` = unthrottled
+    /// (BookKeeper's `replicationRateByBytes`, -1).
+    pub throttle: Option<Arc<Throttle>>,
+}
+
+impl Default for CopyOptions {
+    fn default() -> Self {
+        CopyOptions {
+            batch_size: 10,
+            throttle: None,
+        }
+    }
+}
+
+/// Repairs `bad` (a replica of a closed fragment of `ledger`, described by `meta`).
+/// `unavailable` are bookies not to copy to or from; `not_targets` are not copied to
+/// either (bookies being drained) but may still serve their copies.
+#[allow(clippy::too_many_arguments)]
+pub async fn repair_replica(
+    client: &Client,
+    ledger: LedgerId,
+    meta: &LedgerMetadata,
+    digest: &DigestManager,
+    master_key: &[u8],
+    bad: &BadReplica,
+    unavailable: &BTreeSet<BookieId>,
+    not_targets: &BTreeSet<BookieId>,
+    writable: &BTreeSet<BookieId>,
+    options: &CopyOptions,
+) -> Result<Repaired, RepairError> {
+    let quorum = meta
+        .quorum()
+        .map_err(|reason| ClientError::MetadataConflict { ledger, reason })?;
+    let Some(fragment) = fragments(meta)
+        .into_iter()
+        .find(|f| f.first == bad.fragment_first && f.closed)
+    else {
+        return Err(ClientError::MetadataConflict {
+            ledger,
+            reason: format!("no closed fragment starts at entry {}", bad.fragment_first),
+        }
+        .into());
+    };
+    if fragment.ensemble.get(bad.position) != Some(&bad.bookie) {
+        // Someone else already moved this replica.
+        return Ok(Repaired::default());
+    }
+    let in_place = matches!(bad.damage, Damage::Missing(_))
+        && writable.contains(&bad.bookie)
+        && !not_targets.contains(&bad.bookie);
+    let (target, entries) = if in_place {
+        let Damage::Missing(entries) = &bad.damage else {
+            unreachable!()
+        };
+        (bad.bookie.clone(), entries.clone())
+    } else {
+        let mut excluded: BTreeSet<BookieId> = unavailable.union(not_targets).cloned().collect();
+        excluded.insert(bad.bookie.clone());
+        let target = client
+            .replacement_bookie(
+                &fragment.ensemble,
+                quorum.write_quorum,
+                bad.position,
+                &excluded,
+            )
+            .await
+            .map_err(|source| RepairError::NoCandidate {
+                bookie: bad.bookie.clone(),
+                source,
+            })?;
+        (target, fragment.entries_of(&quorum, bad.position))
+    };
+    let mut done = Repaired {
+        target: Some(target.clone()),
+        ..Repaired::default()
+    };
+    for batch in entries.chunks(options.batch_size.max(1)) {
+        let mut copies = JoinSet::new();
+        for &entry in batch {
+            let mut sources: Vec<BookieId> = fragment
+                .sources(&quorum, entry, bad.position)
+                .into_iter()
+                .filter(|b| !unavailable.contains(b) && *b != bad.bookie)
+                .collect();
+            // A bookie being drained while still up (decommission) is the last resort for
+            // its own entries: with Qw = 1 it holds the only copy.
+            if !in_place && !unavailable.contains(&bad.bookie) {
+                sources.push(bad.bookie.clone());
+            }
+            let (client, digest, key, target) = (
+                client.clone(),
+                digest.clone(),
+                master_key.to_vec(),
+                target.clone(),
+            );
+            copies.spawn(async move {
+                let r = client
+                    .copy_entry(&digest, &key, entry, &sources, &target)
+                    .await;
+                (entry, sources, r)
+            });
+        }
+        while let Some(joined) = copies.join_next().await {
+            let (entry, sources, result) = joined.map_err(|e| ClientError::MetadataConflict {
+                ledger,
+                reason: format!("copy task failed: {e}"),
+            })?;
+            let bytes = result.map_err(|source| RepairError::Unreadable {
+                entry,
+                sources,
+                source,
+            })?;
+            done.entries += 1;
+            done.bytes += bytes as u64;
+            if let Some(t) = &options.throttle {
+                t.take(bytes as u64).await;
+            }
+        }
+    }
+    if !in_place {
+        replace_in_metadata(
+            client.metadata().as_ref(),
+            ledger,
+            bad.fragment_first,
+            bad.position,
+            &bad.bookie,
+            &target,
+        )
+        .await?;
+    }
+    tracing::info!(
+        ledger,
+        fragment = bad.fragment_first,
+        from = %bad.bookie,
+        to = %target,
+        entries = done.entries,
+        "replica repaired"
+    );
+    Ok(done)
+}
+
+/// Sets position `position` of the fragment starting at `fragment_first` from `old` to
+/// `new` by compare-and-set, re-reading on every conflict. Does nothing if the position no
+/// longer holds `old` (another repair moved it).
+pub async fn replace_in_metadata(
+    metadata: &dyn MetadataStore,
+    ledger: LedgerId,
+    fragment_first: EntryId,
+    position: usize,
+    old: &BookieId,
+    new: &BookieId,
+) -> Result<(), RepairError> {
+    // Conflicts come from live writers and other repairs; each retry re-reads, so this
+    // only gives up if the ledger changes under it this many times in a row.
+    for attempt in 0..100u32 {
+        let current = match metadata.read_ledger(ledger).await {
+            Ok(m) => m,
+            Err(e) if e.is_not_found() => return Err(RepairError::Deleted(ledger)),
+            Err(e) => return Err(e.into()),
+        };
+        let mut next = current.value.clone();
+        match next.ensembles.get_mut(&fragment_first) {
+            Some(ensemble) if ensemble.get(position) == Some(old) => {
+                ensemble[position] = new.clone();
+            }
+            _ => return Ok(()),
+        }
+        match metadata.write_ledger(ledger, &next, current.version).await {
+            Ok(_) => return Ok(()),
+            Err(e) if e.is_bad_version() => {
+                tracing::debug!(
+                    ledger,
+                    attempt,
+                    "ledger changed during the repair; re-reading"
+                );
+                tokio::time::sleep(Duration::from_millis(10 * u64::from(attempt.min(20)))).await;
+            }
+            Err(e) if e.is_not_found() => return Err(RepairError::Deleted(ledger)),
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(ClientError::MetadataConflict {
+        ledger,
+        reason: "the metadata kept changing during the repair".into(),
+    }
+    .into())
+}

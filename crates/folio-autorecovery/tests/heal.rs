@@ -1,0 +1,259 @@
+//! Autorecovery on an in-process cluster (real bookies on the real storage engine, on
+//! loopback ports): a bookie lost for good is healed: nothing stays queued, no ledger
+//! names it, every entry has Qw copies (asked of each bookie), closed ledgers keep their
+//! length, and an open ledger whose writer went quiet is closed with every acknowledged
+//! entry. Then `recover` and decommission, client side.
+
+#[path = "../../folio-client/tests/common/mod.rs"]
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use common::{Cluster, patient, payload};
+use folio_autorecovery::{
+    Auditor, AutoRecoveryConfig, CopyOptions, RecoverOptions, Worker, decommission, fragments,
+    recover,
+};
+use folio_client::{Client, CreateOptions, LedgerHandle, OpenOptions, ReplicaAnswer};
+use folio_proto::DigestManager;
+use folio_types::{BookieId, EntryId, LedgerId};
+
+fn fast_config() -> AutoRecoveryConfig {
+    AutoRecoveryConfig {
+        lost_bookie_recovery_delay: 0,
+        open_ledger_grace_period: Duration::from_millis(500),
+        poll_interval: Duration::from_millis(100),
+        rereplicate_backoff: Duration::from_millis(200),
+        failed_ledger_max_backoff: Duration::from_secs(2),
+        ..AutoRecoveryConfig::default()
+    }
+}
+
+/// A ledger written by the test, and what was acknowledged in it.
+struct Written {
+    id: LedgerId,
+    acked: EntryId,
+    closed_at: Option<EntryId>,
+}
+
+async fn write(
+    client: &Client,
+    q: (usize, usize, usize),
+    n: i64,
+    close: bool,
+) -> (Written, LedgerHandle) {
+    let w = client
+        .create_ledger(
+            CreateOptions::default()
+                .quorum(q.0, q.1, q.2)
+                .password("pw"),
+        )
+        .await
+        .unwrap();
+    let mut acked = -1;
+    for e in 0..n {
+        acked = w.append(payload(e)).await.unwrap();
+    }
+    if close {
+        w.close().await.unwrap();
+    }
+    (
+        Written {
+            id: w.id(),
+            acked,
+            closed_at: close.then_some(acked),
+        },
+        w,
+    )
+}
+
+/// Waits until nothing is queued and no ledger names `gone`.
+async fn healed(client: &Client, gone: &BTreeSet<BookieId>) {
+    patient(async {
+        loop {
+            let queued = client.metadata().list_underreplicated().await.unwrap();
+            let naming = folio_autorecovery::ledgers_naming(client, gone)
+                .await
+                .unwrap();
+            if queued.is_empty() && naming.is_empty() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await
+}
+
+/// Asks every bookie of every write set for every entry of `ledger`: each must have it.
+async fn assert_qw_copies(client: &Client, ledger: LedgerId) {
+    let meta = client.ledger_metadata(ledger).await.unwrap();
+    assert!(meta.is_closed(), "ledger {ledger} is not closed: {meta:?}");
+    let q = meta.quorum().unwrap();
+    let digest = DigestManager::new(ledger, folio_proto::DigestType::Crc32, b"pw");
+    for f in fragments(&meta) {
+        for (position, bookie) in f.ensemble.iter().enumerate() {
+            for entry in f.entries_of(&q, position) {
+                assert_eq!(
+                    client.probe_entry(bookie, &digest, entry).await,
+                    ReplicaAnswer::Present,
+                    "ledger {ledger} entry {entry} missing on {bookie} (position {position})"
+                );
+            }
+        }
+    }
+}
+
+async fn read_all(client: &Client, w: &Written) {
+    let r = client
+        .open_ledger(w.id, b"pw", OpenOptions::no_recovery())
+        .await
+        .unwrap();
+    let last = r.last_add_confirmed();
+    assert!(
+        last >= w.acked,
+        "ledger {}: last {last} < acked {}",
+        w.id,
+        w.acked
+    );
+    if let Some(c) = w.closed_at {
+        assert_eq!(last, c, "closed ledger {} changed length", w.id);
+    }
+    if last >= 0 {
+        let entries = r.read(0, last).await.unwrap();
+        for e in entries.iter().filter(|e| e.entry_id <= w.acked) {
+            assert_eq!(e.payload.as_ref(), payload(e.entry_id).as_slice());
+        }
+    }
+}
+
+/// The bookie named by the most ledgers.
+async fn busiest(client: &Client, ledgers: &[LedgerId]) -> BookieId {
+    let mut count: BTreeMap<BookieId, usize> = BTreeMap::new();
+    for l in ledgers {
+        for b in client.ledger_metadata(*l).await.unwrap().all_bookies() {
+            *count.entry(b).or_default() += 1;
+        }
+    }
+    count.into_iter().max_by_key(|(_, n)| *n).unwrap().0
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_bookie_is_healed_and_a_second_loss_still_reads_back() {
+    let mut cluster = Cluster::start(5).await;
+    let client = cluster.client().await;
+    let mut written = Vec::new();
+    for (q, n) in [
+        ((3, 3, 2), 40),
+        ((3, 2, 2), 40),
+        ((3, 2, 2), 0),
+        ((2, 2, 2), 25),
+    ] {
+        written.push(write(&client, q, n, true).await.0);
+    }
+    // An open ledger whose writer stays alive but quiet.
+    let (open, writer) = write(&client, (3, 2, 2), 30, false).await;
+    let ids: Vec<LedgerId> = written.iter().map(|w| w.id).chain([open.id]).collect();
+    let lost = busiest(&client, &ids).await;
+
+    let auditor = Auditor::start(
+        cluster.client().await,
+        fast_config(),
+        BookieId::new("auditor-1:0".to_string()).unwrap(),
+    );
+    let worker = Worker::start(
+        cluster.client().await,
+        fast_config(),
+        "worker-1".into(),
+        &folio_env::SystemRng::new(),
+    );
+    cluster.kill(&lost).await;
+    let gone = BTreeSet::from([lost.clone()]);
+    healed(&client, &gone).await;
+
+    for w in &written {
+        assert_qw_copies(&client, w.id).await;
+        read_all(&client, w).await;
+    }
+    // The open ledger was fenced and closed with every acknowledged entry.
+    assert_qw_copies(&client, open.id).await;
+    let meta = client.ledger_metadata(open.id).await.unwrap();
+    assert!(meta.last_entry_id >= open.acked, "{meta:?}");
+    assert!(writer.append("late").await.unwrap_err().is_fenced());
+    assert!(
+        worker
+            .status()
+            .ledgers_replicated
+            .load(std::sync::atomic::Ordering::Relaxed)
+            > 0
+    );
+
+    // A second bookie dies: every entry still has a copy and reads back.
+    let survivors: Vec<BookieId> = cluster
+        .bookies
+        .iter()
+        .map(|b| b.id.clone())
+        .filter(|b| *b != lost)
+        .collect();
+    cluster.kill(&survivors[0]).await;
+    let all_gone = BTreeSet::from([lost.clone(), survivors[0].clone()]);
+    healed(&client, &all_gone).await;
+    for w in &written {
+        read_all(&client, w).await;
+        assert_qw_copies(&client, w.id).await;
+    }
+    auditor.stop().await;
+    worker.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recover_and_decommission_move_every_replica_off_a_bookie() {
+    let mut cluster = Cluster::start(4).await;
+    let client = cluster.client().await;
+    let mut written = Vec::new();
+    for (q, n) in [((3, 3, 2), 30), ((3, 2, 2), 30), ((3, 1, 1), 20)] {
+        written.push(write(&client, q, n, true).await.0);
+    }
+    let ids: Vec<LedgerId> = written.iter().map(|w| w.id).collect();
+    let source = busiest(&client, &ids).await;
+    // A writable bookie is refused: new ledgers could land on it meanwhile.
+    let copy = CopyOptions::default();
+    let e = decommission(&client, &source, true, &copy, &mut |_, _| {})
+        .await
+        .unwrap_err();
+    assert!(
+        e.to_string().contains("still registered as writable"),
+        "{e}"
+    );
+
+    // Recover while the bookie is still up (Qw = 1 ledgers have their only copy there),
+    // then with it gone decommission finds nothing left.
+    let sources = BTreeSet::from([source.clone()]);
+    let mut seen = 0;
+    let summary = patient(recover(
+        &client,
+        &sources,
+        &RecoverOptions::default(),
+        &mut |_, r| seen += usize::from(r.is_some()),
+    ))
+    .await
+    .unwrap();
+    assert!(summary.failed.is_empty(), "{summary:?}");
+    assert_eq!(seen, summary.ledgers);
+    assert!(summary.entries > 0);
+    assert!(
+        folio_autorecovery::ledgers_naming(&client, &sources)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    cluster.kill(&source).await;
+    for w in &written {
+        assert_qw_copies(&client, w.id).await;
+        read_all(&client, w).await;
+    }
+    let summary = decommission(&client, &source, true, &copy, &mut |_, _| {})
+        .await
+        .unwrap();
+    assert_eq!(summary.ledgers, 0);
+}

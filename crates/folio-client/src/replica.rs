@@ -1,0 +1,188 @@
+//! Bookie-level operations on one replica of a ledger, for autorecovery and the admin tools:
+//! which entries a bookie holds (BookKeeper's GetListOfEntriesOfLedger), whether it can
+//! serve one, and copying an entry as stored from one bookie to another with the
+//! recovery-add flag (BookKeeper's `LedgerFragmentReplicator`).
+//!
+//! The copy sends the entry exactly as its writer packaged it (digest header included)
+//! after verifying that digest, so a corrupt replica is never spread, and the copy reads
+//! back as the original everywhere. A recovery add is accepted by a fenced ledger, as
+//! re-replication must be.
+
+use std::collections::BTreeSet;
+
+use bytes::Bytes;
+use folio_proto::availability::AvailabilityOfEntries;
+use folio_proto::pb::{self, OperationType};
+use folio_proto::v3::request_header;
+use folio_proto::{DigestManager, Status};
+use folio_types::{BookieId, EntryId, LedgerId};
+
+use crate::client::Client;
+use crate::conn::{RpcError, req};
+use crate::ensemble::replace_bookies;
+use crate::error::{ClientError, Result};
+use crate::reader::rpc_error;
+
+/// What one bookie said about an entry it should hold.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReplicaAnswer {
+    /// It returned the entry with a valid digest.
+    Present,
+    /// It said it has no such entry (or ledger): its copy is missing.
+    Missing,
+    /// It could not answer (unreachable, timeout, another status, a bad digest).
+    Failed(String),
+}
+
+impl Client {
+    /// The entries of `ledger` that `bookie` holds, as its GetListOfEntriesOfLedger answer
+    /// says. A bookie that does not know the ledger at all answers with an empty list.
+    pub async fn entries_on_bookie(
+        &self,
+        bookie: &BookieId,
+        ledger: LedgerId,
+    ) -> Result<AvailabilityOfEntries> {
+        let mut r = pb::Request {
+            header: request_header(OperationType::GetListOfEntriesOfLedger, 0, None),
+            ..Default::default()
+        };
+        r.get_list_of_entries_of_ledger_request =
+            Some(pb::GetListOfEntriesOfLedgerRequest { ledger_id: ledger });
+        let inner = self.inner();
+        match inner
+            .bookies
+            .call(bookie, r, inner.config.read_timeout)
+            .await
+        {
+            Ok(resp) => {
+                let body = resp
+                    .get_list_of_entries_of_ledger_response
+                    .and_then(|r| r.availability_of_entries_of_ledger)
+                    .unwrap_or_default();
+                AvailabilityOfEntries::decode(&body).map_err(|e| ClientError::BookieUnreachable {
+                    bookie: bookie.clone(),
+                    reason: format!("bad list of entries of ledger {ledger}: {e}"),
+                })
+            }
+            Err(RpcError::Status(Status::NoLedger)) => Ok(
+                AvailabilityOfEntries::from_sorted_entries(std::iter::empty()),
+            ),
+            Err(e) => Err(rpc_error(ledger, -1, bookie, e)),
+        }
+    }
+
+    /// Asks `bookie` for `entry` and checks its digest: present, missing, or no answer.
+    pub async fn probe_entry(
+        &self,
+        bookie: &BookieId,
+        digest: &DigestManager,
+        entry: EntryId,
+    ) -> ReplicaAnswer {
+        match self.read_stored(bookie, digest, entry).await {
+            Ok(_) => ReplicaAnswer::Present,
+            Err(ClientError::NoSuchEntry { .. }) => ReplicaAnswer::Missing,
+            Err(e) => ReplicaAnswer::Failed(e.to_string()),
+        }
+    }
+
+    /// Copies `entry` to `target` from the first of `sources` that returns it with a valid
+    /// digest, as a recovery add under `master_key`; returns the bytes copied. Fails if no
+    /// source has a good copy or the target does not take it.
+    pub async fn copy_entry(
+        &self,
+        digest: &DigestManager,
+        master_key: &[u8],
+        entry: EntryId,
+        sources: &[BookieId],
+        target: &BookieId,
+    ) -> Result<usize> {
+        let ledger = digest.ledger_id();
+        let mut last = None;
+        let mut body = None;
+        for source in sources {
+            match self.read_stored(source, digest, entry).await {
+                Ok(b) => {
+                    body = Some(b);
+                    break;
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        let Some(body) = body else {
+            return Err(last.unwrap_or(ClientError::NoSuchEntry { ledger, entry }));
+        };
+        let len = body.len();
+        let inner = self.inner();
+        inner
+            .bookies
+            .call(
+                target,
+                req::add(ledger, entry, master_key, body, true),
+                inner.config.add_entry_timeout,
+            )
+            .await
+            .map_err(|e| rpc_error(ledger, entry, target, e))?;
+        Ok(len)
+    }
+
+    /// The stored bytes of `entry` on `bookie`, digest verified.
+    async fn read_stored(
+        &self,
+        bookie: &BookieId,
+        digest: &DigestManager,
+        entry: EntryId,
+    ) -> Result<Bytes> {
+        let ledger = digest.ledger_id();
+        let inner = self.inner();
+        let resp = inner
+            .bookies
+            .call(
+                bookie,
+                req::read(ledger, entry, None),
+                inner.config.read_timeout,
+            )
+            .await
+            .map_err(|e| rpc_error(ledger, entry, bookie, e))?;
+        let body = resp.read_response.and_then(|r| r.body).unwrap_or_default();
+        digest
+            .verify(&body, entry)
+            .map_err(|_| ClientError::DigestMismatch {
+                ledger,
+                entry,
+                bookie: bookie.clone(),
+            })?;
+        Ok(body)
+    }
+
+    /// A writable bookie to take position `position` of `ensemble` (a fragment's), neither
+    /// in that ensemble nor in `excluded`, rack-aware when the client is.
+    pub async fn replacement_bookie(
+        &self,
+        ensemble: &[BookieId],
+        write_quorum: usize,
+        position: usize,
+        excluded: &BTreeSet<BookieId>,
+    ) -> Result<BookieId> {
+        let inner = self.inner();
+        let writable = inner.metadata.list_bookies().await?.writable;
+        let racks = inner.racks(&writable).await?;
+        let failed = std::collections::BTreeMap::from([(position, ensemble[position].clone())]);
+        let next = replace_bookies(
+            ensemble,
+            write_quorum,
+            &failed,
+            &writable,
+            excluded,
+            &racks,
+            inner.rng.as_ref(),
+        )?;
+        Ok(next[position].clone())
+    }
+
+    /// The bookies registered now, writable and read-only together (BookKeeper's
+    /// "available": a read-only bookie still serves its copies).
+    pub async fn available_bookies(&self) -> Result<BTreeSet<BookieId>> {
+        let set = self.metadata().list_bookies().await?;
+        Ok(set.writable.into_iter().chain(set.readonly).collect())
+    }
+}
