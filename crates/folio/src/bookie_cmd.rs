@@ -10,7 +10,6 @@ use anyhow::{Context, bail};
 use folio_bookie::config::{BookieConfig, DEFAULT_CONFIG_TOML};
 use folio_bookie::node::{BookieNode, MetadataAccess};
 use folio_bookie::registration::Connector;
-use folio_metadata::MetadataStore;
 
 use crate::metadata_connect::{Missing, connect_with};
 

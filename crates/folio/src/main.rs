@@ -2,6 +2,7 @@
 //! wires the real implementations of the seams, and runs one subcommand. Each
 //! subcommand lives in its own module; this file only dispatches.
 
+mod autorecovery_cmd;
 mod bench;
 mod bookie_cmd;
 mod ledger_cmd;
@@ -9,6 +10,7 @@ mod metadata_connect;
 mod payload;
 mod progress;
 mod shell;
+mod shell_autorecovery;
 mod shell_ledger;
 mod shell_local;
 mod standalone;
@@ -37,6 +39,9 @@ enum Command {
     Version,
     /// Run one bookie: --metadata URI --data-dir DIR [--port P] [--http-port P] [--config FILE].
     Bookie(bookie_cmd::BookieArgs),
+    /// The Auditor and the ReplicationWorker: --metadata URI [--id HOST:PORT].
+    #[command(name = "autorecovery")]
+    AutoRecovery(autorecovery_cmd::AutoRecoveryArgs),
     /// A whole cluster in one process: sqlite metadata in --data-dir and N bookies.
     Standalone(standalone::StandaloneArgs),
     /// Ledgers: write, read, tail, list, meta, delete.
@@ -52,7 +57,7 @@ fn main() {
     // Servers log warnings; client commands keep stderr for their one-line error (a client
     // retrying a bookie is not news), unless FOLIO_LOG asks for more.
     let default_level = match cli.command {
-        Command::Bookie(_) | Command::Standalone(_) => "warn",
+        Command::Bookie(_) | Command::Standalone(_) | Command::AutoRecovery(_) => "warn",
         _ => "error",
     };
     tracing_subscriber::fmt()
@@ -69,6 +74,7 @@ fn main() {
         }
         Command::Bookie(args) => bookie_cmd::run(cli.metadata, args),
         Command::Standalone(args) => standalone::run(cli.metadata.as_deref(), args),
+        Command::AutoRecovery(args) => autorecovery_cmd::run(cli.metadata.as_deref(), args),
         Command::Ledger(args) => ledger_cmd::run(args, cli.metadata.as_deref()),
         Command::Shell(args) => shell::run(args, cli.metadata.as_deref()),
         Command::Bench(args) => bench::run(args, cli.metadata),

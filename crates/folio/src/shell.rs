@@ -16,7 +16,7 @@ use folio_types::LedgerId;
 use folio_types::metadata::LedgerMetadata;
 
 use crate::metadata_connect::{self, Missing};
-use crate::{shell_ledger, shell_local};
+use crate::{shell_autorecovery, shell_ledger, shell_local};
 
 #[derive(Args, Debug)]
 pub struct ShellArgs {
@@ -55,7 +55,7 @@ enum ShellCommand {
     /// Print the cluster's instance id.
     #[command(name = "whatisinstanceid")]
     WhatIsInstanceId,
-    /// List under-replicated ledgers (-printmissingreplica adds their missing bookies).
+    /// List under-replicated ledgers: [-mr BOOKIE] [-emr BOOKIE] [-pmr] [-prw] [-c].
     #[command(name = "listunderreplicated")]
     ListUnderreplicated {
         #[arg(allow_hyphen_values = true)]
@@ -64,6 +64,27 @@ enum ShellCommand {
     /// Print the elected Auditor.
     #[command(name = "whoisauditor")]
     WhoIsAuditor,
+    /// Ask the Auditor for an audit now.
+    #[command(name = "triggeraudit")]
+    TriggerAudit,
+    /// Which under-replicated ledgers are being repaired now: [-v].
+    #[command(name = "queryautorecoverystatus")]
+    QueryAutoRecoveryStatus {
+        #[arg(allow_hyphen_values = true)]
+        flags: Vec<String>,
+    },
+    /// Copy every replica held by bookies elsewhere: [-l L] [-sk] [-d] [-rate N] <bookie[,bookie...]>.
+    #[command(name = "recover")]
+    Recover {
+        #[arg(allow_hyphen_values = true)]
+        flags: Vec<String>,
+    },
+    /// Move every replica off a stopped bookie and delete its cookie: -bookieid <id>.
+    #[command(name = "decommissionbookie")]
+    DecommissionBookie {
+        #[arg(allow_hyphen_values = true)]
+        flags: Vec<String>,
+    },
     /// Get (-get) or set (-set <seconds>) the delay before lost bookies' ledgers are re-replicated.
     #[command(name = "lostbookierecoverydelay")]
     LostBookieRecoveryDelay {
@@ -166,6 +187,12 @@ pub fn run(args: ShellArgs, metadata: Option<&str>) -> anyhow::Result<()> {
             ShellCommand::BookieSanity { flags } => {
                 shell_ledger::bookiesanity(store.clone(), &flags).await
             }
+            ShellCommand::Recover { flags } => {
+                shell_autorecovery::recover_cmd(store.clone(), &flags).await
+            }
+            ShellCommand::DecommissionBookie { flags } => {
+                shell_autorecovery::decommissionbookie(store.clone(), &flags).await
+            }
             command => execute(command, store.as_ref()).await,
         };
         // End the session cleanly, whatever happened (best effort).
@@ -234,20 +261,11 @@ async fn execute(command: ShellCommand, store: &dyn MetadataStore) -> anyhow::Re
             Ok(())
         }
         ShellCommand::ListUnderreplicated { flags } => {
-            let print_missing = match flags.iter().map(String::as_str).collect::<Vec<_>>()[..] {
-                [] => false,
-                ["-printmissingreplica" | "--printmissingreplica" | "-c"] => true,
-                _ => bail!("usage: listunderreplicated [-printmissingreplica], got {flags:?}"),
-            };
-            for ur in store.list_underreplicated().await? {
-                println!("{}", ur.ledger_id);
-                if print_missing {
-                    let missing: Vec<_> =
-                        ur.missing_replicas.iter().map(|b| b.to_string()).collect();
-                    println!("\tMissingReplica : [{}]", missing.join(", "));
-                }
-            }
-            Ok(())
+            shell_autorecovery::listunderreplicated(store, &flags).await
+        }
+        ShellCommand::TriggerAudit => shell_autorecovery::triggeraudit(store).await,
+        ShellCommand::QueryAutoRecoveryStatus { flags } => {
+            shell_autorecovery::queryautorecoverystatus(store, &flags).await
         }
         ShellCommand::WhoIsAuditor => match store.current_auditor().await? {
             Some(auditor) => {
@@ -304,6 +322,8 @@ async fn execute(command: ShellCommand, store: &dyn MetadataStore) -> anyhow::Re
         | ShellCommand::SimpleTest { .. }
         | ShellCommand::DeleteLedger { .. }
         | ShellCommand::BookieSanity { .. }
+        | ShellCommand::Recover { .. }
+        | ShellCommand::DecommissionBookie { .. }
         | ShellCommand::ReadJournal { .. }
         | ShellCommand::ReadLog { .. }
         | ShellCommand::LastMark { .. }

@@ -138,6 +138,25 @@ pub fn run(metadata: Option<&str>, args: StandaloneArgs) -> anyhow::Result<()> {
         let mut nodes: Vec<BookieNode> = Vec::new();
         let db = dir.join("metadata.db");
         let started = start_bookies(&args, &dir, &uri, &db, &mut nodes, &mut out).await;
+        // Autorecovery on its own session, as `folio autorecovery` would run it.
+        let mut autorecovery = None;
+        let started = match started {
+            Ok(()) => {
+                async {
+                    let session = metadata_connect::connect(&uri, Missing::Create).await?;
+                    let id = folio_types::BookieId::new(format!("localhost:{}", args.port))?;
+                    let config = folio_autorecovery::AutoRecoveryConfig::default();
+                    autorecovery = Some((
+                        crate::autorecovery_cmd::AutoRecovery::start(session.clone(), id, config)
+                            .await?,
+                        session,
+                    ));
+                    out.line(b"autorecovery running")
+                }
+                .await
+            }
+            Err(e) => Err(e),
+        };
         let result = match started {
             Ok(()) => match out.line(b"ready") {
                 Ok(()) => {
@@ -148,6 +167,10 @@ pub fn run(metadata: Option<&str>, args: StandaloneArgs) -> anyhow::Result<()> {
             },
             Err(e) => Err(e),
         };
+        if let Some((ar, session)) = autorecovery.take() {
+            ar.stop().await;
+            let _ = session.close().await;
+        }
         // Stop in reverse order of start, whatever happened; report the first failure.
         let mut stop_error = None;
         while let Some(node) = nodes.pop() {

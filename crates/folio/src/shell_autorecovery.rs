@@ -1,0 +1,264 @@
+//! The shell's autorecovery commands, with BookKeeper's names and flags:
+//! `listunderreplicated [-mr ID] [-emr ID] [-pmr] [-prw] [-c]`, `triggeraudit`,
+//! `queryautorecoverystatus [-v]`, `recover [-l L] [-sk] [-d] [-rate N] <bookie,...>` and
+//! `decommissionbookie [-bookieid ID]`. `recover` and `decommissionbookie` draw a progress
+//! bar on a terminal and print a line per ledger otherwise.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use anyhow::{anyhow, bail};
+use folio_autorecovery::{
+    CopyOptions, LedgerOutcome, LedgerReport, RecoverOptions, Throttle, decommission, recover,
+};
+use folio_client::{Client, ClientConfig};
+use folio_metadata::MetadataStore;
+use folio_types::BookieId;
+
+/// `listunderreplicated`: the marked ledgers, filtered and annotated as asked.
+pub async fn listunderreplicated(
+    store: &dyn MetadataStore,
+    flags: &[String],
+) -> anyhow::Result<()> {
+    let (mut only, mut except, mut print_missing, mut print_worker, mut count) =
+        (None, None, false, false, false);
+    let mut it = flags.iter().map(String::as_str);
+    while let Some(f) = it.next() {
+        match f {
+            "-missingreplica" | "--missingreplica" | "-mr" => {
+                only = Some(bookie_arg(it.next(), f)?);
+            }
+            "-excludingmissingreplica" | "--excludingmissingreplica" | "-emr" => {
+                except = Some(bookie_arg(it.next(), f)?);
+            }
+            "-printmissingreplica" | "--printmissingreplica" | "-pmr" => print_missing = true,
+            "-printreplicationworkerid" | "--printreplicationworkerid" | "-prw" => {
+                print_worker = true;
+            }
+            "-c" | "--onlydisplayledgercount" => count = true,
+            _ => bail!(
+                "usage: listunderreplicated [-mr BOOKIE] [-emr BOOKIE] [-pmr] [-prw] [-c], got {f:?}"
+            ),
+        }
+    }
+    let mut n = 0;
+    for ur in store.list_underreplicated().await? {
+        if only
+            .as_ref()
+            .is_some_and(|b| !ur.missing_replicas.contains(b))
+            || except
+                .as_ref()
+                .is_some_and(|b| ur.missing_replicas.contains(b))
+        {
+            continue;
+        }
+        n += 1;
+        if count {
+            continue;
+        }
+        println!("{}", ur.ledger_id);
+        if print_missing {
+            let missing: Vec<_> = ur.missing_replicas.iter().map(|b| b.to_string()).collect();
+            println!("\tMissingReplica : [{}]", missing.join(", "));
+        }
+        if print_worker {
+            // The lock is held by the worker repairing it now, if any: try it, and give it
+            // back at once if we got it.
+            match store
+                .try_lock_underreplicated(ur.ledger_id, "folio-shell")
+                .await
+            {
+                Ok(Some(lock)) => {
+                    lock.release().await?;
+                    println!("\tReplicationWorkerId : (none)");
+                }
+                Ok(None) => println!("\tReplicationWorkerId : (held by a worker)"),
+                Err(e) if e.is_not_found() => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+    if count {
+        println!("{n}");
+    }
+    Ok(())
+}
+
+fn bookie_arg(value: Option<&str>, flag: &str) -> anyhow::Result<BookieId> {
+    let v = value.ok_or_else(|| anyhow!("{flag} needs a bookie id"))?;
+    Ok(BookieId::new(v)?)
+}
+
+/// `triggeraudit`: rewrites the lost-bookie delay with its current value, which the
+/// Auditor takes as "audit now" (BookKeeper's `BookKeeperAdmin.triggerAudit`).
+pub async fn triggeraudit(store: &dyn MetadataStore) -> anyhow::Result<()> {
+    if !store.is_autorecovery_enabled().await? {
+        bail!("autorecovery is disabled: enable it first (shell autorecovery -enable)");
+    }
+    if store.current_auditor().await?.is_none() {
+        bail!("no Auditor is elected: start `folio autorecovery` (or a standalone cluster)");
+    }
+    let delay = store.lost_bookie_recovery_delay().await?.unwrap_or(0);
+    store.set_lost_bookie_recovery_delay(delay).await?;
+    println!("Triggered an audit");
+    Ok(())
+}
+
+/// `queryautorecoverystatus [-v]`: which marked ledgers a worker is repairing now.
+pub async fn queryautorecoverystatus(
+    store: &dyn MetadataStore,
+    flags: &[String],
+) -> anyhow::Result<()> {
+    let verbose = match flags.iter().map(String::as_str).collect::<Vec<_>>()[..] {
+        [] => false,
+        ["-v" | "--verbose"] => true,
+        _ => bail!("usage: queryautorecoverystatus [-v], got {flags:?}"),
+    };
+    let mut any = false;
+    for ur in store.list_underreplicated().await? {
+        let held = match store
+            .try_lock_underreplicated(ur.ledger_id, "folio-shell")
+            .await
+        {
+            Ok(Some(lock)) => {
+                lock.release().await?;
+                false
+            }
+            Ok(None) => true,
+            Err(e) if e.is_not_found() => continue,
+            Err(e) => return Err(e.into()),
+        };
+        if held || verbose {
+            any = true;
+            let missing: Vec<_> = ur.missing_replicas.iter().map(|b| b.to_string()).collect();
+            println!(
+                "Ledger {} : {}, missing replicas [{}]",
+                ur.ledger_id,
+                if held { "InProgress" } else { "Queued" },
+                missing.join(", ")
+            );
+        }
+    }
+    if !any {
+        println!("No Ledgers are being re-replicated");
+    }
+    Ok(())
+}
+
+/// Prints what recover and decommission do, a bar on a terminal and a line per ledger
+/// otherwise.
+fn reporter() -> impl FnMut(usize, Option<&LedgerReport>) + Send {
+    let mut bar = None;
+    move |total, report| {
+        let bar = bar.get_or_insert_with(|| crate::progress::bar(total as u64, "ledgers"));
+        let Some(r) = report else { return };
+        bar.inc(1);
+        let line = match &r.outcome {
+            LedgerOutcome::Replicated { entries, bytes } => {
+                format!(
+                    "ledger {}: recovered ({entries} entries, {bytes} bytes)",
+                    r.ledger
+                )
+            }
+            LedgerOutcome::Deleted => format!("ledger {}: deleted meanwhile", r.ledger),
+            LedgerOutcome::OpenFragmentDamaged(_) => {
+                format!("ledger {}: open, skipped", r.ledger)
+            }
+            LedgerOutcome::Failed(reason) => {
+                format!("ledger {}: NOT recovered: {reason}", r.ledger)
+            }
+        };
+        if bar.is_hidden() {
+            println!("{line}");
+        } else {
+            bar.println(line);
+        }
+    }
+}
+
+fn copy_options(rate: Option<u64>) -> CopyOptions {
+    CopyOptions {
+        throttle: rate.map(|r| Arc::new(Throttle::new(r))),
+        ..CopyOptions::default()
+    }
+}
+
+/// `recover [-l L] [-sk] [-d] [-q] [-f] [-rate N] <bookie[,bookie...]>`: copies every replica
+/// held by the given bookies elsewhere, client side (BookKeeper's `recoverBookieData`).
+pub async fn recover_cmd(store: Arc<dyn MetadataStore>, flags: &[String]) -> anyhow::Result<()> {
+    let mut options = RecoverOptions::default();
+    let (mut delete_cookie, mut rate, mut sources) = (false, None, BTreeSet::new());
+    let mut it = flags.iter().map(String::as_str);
+    while let Some(f) = it.next() {
+        match f {
+            "-ledger" | "--ledger" | "-l" => {
+                let v = it.next().ok_or_else(|| anyhow!("{f} needs a ledger id"))?;
+                options.ledger = Some(v.parse().map_err(|_| anyhow!("invalid ledger id {v:?}"))?);
+            }
+            "-skipOpenLedgers" | "--skipOpenLedgers" | "-sk" => options.skip_open = true,
+            "-deleteCookie" | "--deleteCookie" | "-d" => delete_cookie = true,
+            // Asked-for confirmation and dry runs are not offered: accepted and ignored.
+            "-query" | "-q" | "-force" | "-f" | "-skipUnrecoverableLedgers" | "-sku" => {}
+            "-replicate-rate" | "-rate" => {
+                let v = it.next().ok_or_else(|| anyhow!("{f} needs a number"))?;
+                rate = Some(v.parse().map_err(|_| anyhow!("invalid rate {v:?}"))?);
+            }
+            list => {
+                for b in list.split(',').filter(|b| !b.is_empty()) {
+                    sources.insert(BookieId::new(b)?);
+                }
+            }
+        }
+    }
+    if sources.is_empty() {
+        bail!("usage: recover [-l LEDGER] [-sk] [-d] [-rate BYTES/S] <bookie[,bookie...]>");
+    }
+    options.copy = copy_options(rate);
+    let client = Client::connect(store.clone(), ClientConfig::default()).await?;
+    let summary = recover(&client, &sources, &options, &mut reporter()).await?;
+    println!(
+        "Recovered {} ledger(s): {} entries, {} bytes copied; {} not recovered",
+        summary.ledgers - summary.failed.len(),
+        summary.entries,
+        summary.bytes,
+        summary.failed.len()
+    );
+    if !summary.failed.is_empty() {
+        bail!(
+            "{} ledger(s) still name the bookies (first: ledger {}: {})",
+            summary.failed.len(),
+            summary.failed[0].0,
+            summary.failed[0].1
+        );
+    }
+    if delete_cookie {
+        for b in &sources {
+            if let Ok(c) = store.read_cookie(b).await {
+                store.delete_cookie(b, c.version).await?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `decommissionbookie [-bookieid ID]`: moves every replica off a stopped bookie and
+/// deletes its cookie.
+pub async fn decommissionbookie(
+    store: Arc<dyn MetadataStore>,
+    flags: &[String],
+) -> anyhow::Result<()> {
+    let bookie = match flags.iter().map(String::as_str).collect::<Vec<_>>()[..] {
+        ["-bookieid" | "--bookieid", id] => BookieId::new(id)?,
+        _ => bail!(
+            "usage: decommissionbookie -bookieid <host:port> (the bookie must be stopped first)"
+        ),
+    };
+    let client = Client::connect(store, ClientConfig::default()).await?;
+    let summary =
+        decommission(&client, &bookie, true, &copy_options(None), &mut reporter()).await?;
+    println!(
+        "Decommissioned bookie {bookie}: {} ledger(s), {} entries, {} bytes moved; cookie deleted",
+        summary.ledgers, summary.entries, summary.bytes
+    );
+    Ok(())
+}
