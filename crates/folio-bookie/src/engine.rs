@@ -132,6 +132,7 @@ pub fn storage_config(config: &BookieConfig) -> (StorageConfig, LedgerStoreConfi
         .effective_index_dir()
         .unwrap_or_else(|| PathBuf::from("index"));
     let mut store = LedgerStoreConfig::new(ledger_dirs, index_dir);
+    store.journal_dirs = config.effective_journal_dirs();
     store.entry_log_size_limit = config.entry_log_size_limit;
     store.write_cache_bytes = config.write_cache_bytes;
     (storage, store)

@@ -198,15 +198,15 @@ impl BookieNode {
             };
             let journal_dirs = config.effective_journal_dirs();
             let ledger_dirs = config.effective_ledger_dirs();
+            let index_dirs: Vec<_> = config.effective_index_dir().into_iter().collect();
             let expected = registration::expected_cookie(
                 &bookie_id,
                 &cluster.instance_id,
                 &journal_dirs,
                 &ledger_dirs,
+                &index_dirs,
             );
-            let mut dirs = journal_dirs.clone();
-            dirs.extend(ledger_dirs.iter().cloned());
-            registration::check_cookies(env, &*m.store, &expected, &dirs).await?;
+            registration::check_cookies(env, &*m.store, &expected).await?;
         }
 
         // Opening replays the journal: blocking work, off the runtime's threads.

@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 use std::future::Future;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
@@ -58,12 +58,16 @@ pub enum CookieCheckError {
     MissingRemote { bookie: String, dir: PathBuf },
 }
 
-/// The cookie this bookie should have.
+/// The cookie this bookie should have. The index directories are recorded (BookKeeper's
+/// `indexDirs`, layout 5) when they differ from the ledger directories, which with Folio's
+/// separate index directory is always: a bookie whose index is lost or moved must not start
+/// with an empty one and answer "no such entry" for entries it acknowledged.
 pub fn expected_cookie(
     bookie: &BookieId,
     instance_id: &str,
     journal_dirs: &[PathBuf],
     ledger_dirs: &[PathBuf],
+    index_dirs: &[PathBuf],
 ) -> Cookie {
     let s = |d: &[PathBuf]| d.iter().map(|p| p.display().to_string()).collect();
     Cookie {
@@ -71,39 +75,63 @@ pub fn expected_cookie(
         journal_dirs: s(journal_dirs),
         ledger_dirs: s(ledger_dirs),
         instance_id: Some(instance_id.to_string()),
-        index_dirs: None,
+        // As BookKeeper: absent when they are the ledger directories.
+        index_dirs: (!index_dirs.is_empty() && index_dirs != ledger_dirs).then(|| s(index_dirs)),
     }
 }
 
-/// BookKeeper's start-up cookie check. A new bookie (no cookie anywhere) writes its cookie to
-/// the metadata store and to every directory; a known bookie must find the same cookie in every
-/// directory and in the store. Anything else is refused with the reason.
+/// The directories a cookie covers, each once: journal, ledger, then index directories.
+pub fn cookie_dirs(cookie: &Cookie) -> Vec<PathBuf> {
+    let mut dirs: Vec<PathBuf> = Vec::new();
+    let all = cookie
+        .journal_dirs
+        .iter()
+        .chain(&cookie.ledger_dirs)
+        .chain(cookie.index_dirs.iter().flatten());
+    for d in all.map(PathBuf::from) {
+        if !dirs.contains(&d) {
+            dirs.push(d);
+        }
+    }
+    dirs
+}
+
+/// BookKeeper's start-up cookie check over every directory the expected cookie names
+/// ([`cookie_dirs`]). A new bookie (no cookie anywhere) writes its cookie to the metadata
+/// store and to every directory; a known bookie must find the same cookie in every directory
+/// and in the store. Anything else is refused with the reason.
+///
+/// One upgrade is made in place: a cookie written before index directories were recorded
+/// (no `indexDirs`, by an older Folio) that matches in everything else, with no cookie yet in
+/// the index directories, is rewritten with them (the store first, by version, then every
+/// directory). The ledger store's own check still refuses an index that is missing or empty
+/// while entry logs or the journal's checkpoints say there was data.
 pub async fn check_cookies(
     env: &Env,
     store: &dyn MetadataStore,
     expected: &Cookie,
-    dirs: &[PathBuf],
 ) -> Result<(), CookieCheckError> {
+    let dirs = cookie_dirs(expected);
     let bookie =
         BookieId::new(expected.bookie_host.clone()).map_err(|e| CookieCheckError::BadRemote {
             bookie: expected.bookie_host.clone(),
             reason: e.to_string(),
         })?;
     let remote = match store.read_cookie(&bookie).await {
-        Ok(v) => Some(
+        Ok(v) => Some((
             Cookie::parse(&v.value).map_err(|e| CookieCheckError::BadRemote {
                 bookie: bookie.to_string(),
                 reason: e.to_string(),
             })?,
-        ),
+            v.version,
+        )),
         Err(MetadataError::NotFound { .. }) => None,
         Err(e) => return Err(e.into()),
     };
     let mut locals = Vec::new();
-    for dir in dirs {
+    for dir in &dirs {
         locals.push((dir, Cookie::read_from_dir(&*env.fs, dir)?));
     }
-    let none_local = locals.iter().all(|(_, c)| c.is_none());
     match remote {
         None => {
             if let Some((dir, _)) = locals.iter().find(|(_, c)| c.is_some()) {
@@ -117,28 +145,26 @@ pub async fn check_cookies(
             store
                 .write_cookie(&bookie, &expected.to_bytes(), None)
                 .await?;
-            for dir in dirs {
-                env.fs.create_dir_all(dir).map_err(|source| {
-                    folio_storage::cookie::CookieError::Io {
-                        path: dir.clone(),
-                        source,
-                    }
-                })?;
-                expected.write_to_dir(&*env.fs, dir)?;
-            }
+            write_to_dirs(env, expected, &dirs)?;
             info!(%bookie, "new bookie: cookie written");
             Ok(())
         }
-        Some(remote) => {
-            if none_local || locals.iter().any(|(_, c)| c.is_none()) {
-                let dir = locals
-                    .iter()
-                    .find(|(_, c)| c.is_none())
-                    .map(|(d, _)| d.to_path_buf())
-                    .unwrap_or_default();
+        Some((remote, version)) => {
+            if is_index_upgrade(&remote, expected, &locals) {
+                info!(
+                    %bookie,
+                    index_dirs = ?expected.index_dirs,
+                    "the cookie predates recorded index directories: adding them"
+                );
+                store
+                    .write_cookie(&bookie, &expected.to_bytes(), Some(version))
+                    .await?;
+                return write_to_dirs(env, expected, &dirs);
+            }
+            if let Some((dir, _)) = locals.iter().find(|(_, c)| c.is_none()) {
                 return Err(CookieCheckError::MissingLocal {
                     bookie: bookie.to_string(),
-                    dir,
+                    dir: dir.to_path_buf(),
                 });
             }
             remote
@@ -159,6 +185,54 @@ pub async fn check_cookies(
             Ok(())
         }
     }
+}
+
+/// Whether `remote` is `expected` as an older Folio wrote it (no `indexDirs`), and the local
+/// cookies say the same: present and equal to `remote` in every journal and ledger directory,
+/// absent in every index directory.
+fn is_index_upgrade(
+    remote: &Cookie,
+    expected: &Cookie,
+    locals: &[(&PathBuf, Option<Cookie>)],
+) -> bool {
+    let Some(index_dirs) = &expected.index_dirs else {
+        return false;
+    };
+    if remote.index_dirs.is_some() {
+        return false;
+    }
+    let old = Cookie {
+        index_dirs: None,
+        ..expected.clone()
+    };
+    if remote.verify(&old).is_err() {
+        return false;
+    }
+    locals.iter().all(|(dir, local)| {
+        let is_index = index_dirs.iter().any(|d| Path::new(d) == dir.as_path());
+        let in_other = expected
+            .journal_dirs
+            .iter()
+            .chain(&expected.ledger_dirs)
+            .any(|d| Path::new(d) == dir.as_path());
+        match local {
+            None => is_index && !in_other,
+            Some(c) => !is_index && c == remote,
+        }
+    })
+}
+
+fn write_to_dirs(env: &Env, cookie: &Cookie, dirs: &[PathBuf]) -> Result<(), CookieCheckError> {
+    for dir in dirs {
+        env.fs
+            .create_dir_all(dir)
+            .map_err(|source| folio_storage::cookie::CookieError::Io {
+                path: dir.clone(),
+                source,
+            })?;
+        cookie.write_to_dir(&*env.fs, dir)?;
+    }
+    Ok(())
 }
 
 pub use folio_types::rack::RACK_PROPERTY;

@@ -135,6 +135,122 @@ async fn a_wiped_disk_or_another_bookie_id_is_refused() {
     assert_eq!(registered(&cluster).await, (vec![], vec![]));
 }
 
+/// Writes one entry through a started bookie and stops it cleanly (the entry is then in the
+/// entry logs and the index, the journal before the mark is gone).
+async fn write_one_and_stop(node: BookieNode) {
+    let mut c = Client::connect(node.local_addr()).await;
+    let add = c.v3_add(1, 0, -1, b"kept");
+    c.send_v3(&add).await;
+    assert_eq!(c.recv_v3().await.status, StatusCode::Eok as i32);
+    drop(c);
+    node.shutdown().await.unwrap();
+}
+
+/// The cookie covers the index directory (BookKeeper's `indexDirs`): a bookie whose index is
+/// lost or moved must not start with a fresh, empty index and answer "no such entry" for the
+/// entries it acknowledged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_or_moved_index_directory_is_refused_by_the_cookie() {
+    let cluster = unique_name("node");
+    let dir = tempfile::tempdir().unwrap();
+    let node = start_on_mem(&cluster, config(dir.path(), "bookie-i:3181"))
+        .await
+        .unwrap();
+    write_one_and_stop(node).await;
+    let observer = MemMetadataStore::connect(&cluster);
+    let remote = observer
+        .read_cookie(&BookieId::new("bookie-i:3181").unwrap())
+        .await
+        .unwrap();
+    let index = dir.path().join("index");
+    let text = String::from_utf8(remote.value).unwrap();
+    assert!(
+        text.contains(&format!("indexDirs: \"1\\t{}\"", index.display())),
+        "{text}"
+    );
+
+    let moved = dir.path().join("index-moved");
+    std::fs::rename(&index, &moved).unwrap();
+    let err = start_on_mem(&cluster, config(dir.path(), "bookie-i:3181"))
+        .await
+        .err()
+        .expect("a lost index directory must stop start-up");
+    assert!(matches!(err, NodeError::Cookie(_)), "{err}");
+    assert!(
+        err.to_string().contains(&index.display().to_string()),
+        "{err}"
+    );
+    // Pointed at the moved index, the cookie says where the index was.
+    let mut cfg = config(dir.path(), "bookie-i:3181");
+    cfg.index_dir = Some(moved.clone());
+    let err = start_on_mem(&cluster, cfg)
+        .await
+        .err()
+        .expect("a moved index directory must stop start-up");
+    assert!(
+        err.to_string()
+            .contains("cookie mismatch in field indexDirs"),
+        "{err}"
+    );
+    std::fs::rename(&moved, &index).unwrap();
+    let node = start_on_mem(&cluster, config(dir.path(), "bookie-i:3181"))
+        .await
+        .unwrap();
+    let mut c = Client::connect(node.local_addr()).await;
+    let read = c.v3_read(1, 0);
+    c.send_v3(&read).await;
+    let r = c.recv_v3().await.read_response.unwrap();
+    assert_eq!(r.body.unwrap(), entry(1, 0, -1, b"kept"));
+    drop(c);
+    node.shutdown().await.unwrap();
+}
+
+/// A cookie written before index directories were recorded (no `indexDirs`) is upgraded in
+/// place at start when everything else matches; the entries are all there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cookie_without_index_dirs_is_upgraded_at_start() {
+    use folio_storage::cookie::Cookie;
+    let cluster = unique_name("node");
+    let dir = tempfile::tempdir().unwrap();
+    let node = start_on_mem(&cluster, config(dir.path(), "bookie-j:3181"))
+        .await
+        .unwrap();
+    write_one_and_stop(node).await;
+    let id = BookieId::new("bookie-j:3181").unwrap();
+    let store = MemMetadataStore::connect(&cluster);
+    let remote = store.read_cookie(&id).await.unwrap();
+    let mut old = Cookie::parse(&remote.value).unwrap();
+    assert!(old.index_dirs.is_some());
+    old.index_dirs = None;
+    store
+        .write_cookie(&id, &old.to_bytes(), Some(remote.version))
+        .await
+        .unwrap();
+    let fs = folio_env::RealFileSystem;
+    for d in ["journal", "ledgers"] {
+        old.write_to_dir(&fs, &dir.path().join(d)).unwrap();
+    }
+    std::fs::remove_file(Cookie::path_in(&dir.path().join("index"))).unwrap();
+
+    let node = start_on_mem(&cluster, config(dir.path(), "bookie-j:3181"))
+        .await
+        .expect("the old cookie is upgraded");
+    let upgraded = Cookie::parse(&store.read_cookie(&id).await.unwrap().value).unwrap();
+    let index = dir.path().join("index").display().to_string();
+    assert_eq!(upgraded.index_dirs, Some(vec![index]));
+    for d in ["journal", "ledgers", "index"] {
+        let local = Cookie::read_from_dir(&fs, &dir.path().join(d)).unwrap();
+        assert_eq!(local.as_ref(), Some(&upgraded), "{d}");
+    }
+    let mut c = Client::connect(node.local_addr()).await;
+    let read = c.v3_read(1, 0);
+    c.send_v3(&read).await;
+    let r = c.recv_v3().await.read_response.unwrap();
+    assert_eq!(r.body.unwrap(), entry(1, 0, -1, b"kept"));
+    drop(c);
+    node.shutdown().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn registers_again_after_the_session_expires() {
     let cluster = unique_name("node");

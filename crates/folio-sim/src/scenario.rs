@@ -276,10 +276,10 @@ impl World {
             &instance,
             std::slice::from_ref(&journal),
             std::slice::from_ref(&ledgers),
+            // The simulated bookie's ledger store is in memory: no index directory.
+            &[],
         );
-        let checked =
-            folio_bookie::registration::check_cookies(&env, &store, &expected, &[journal, ledgers])
-                .await;
+        let checked = folio_bookie::registration::check_cookies(&env, &store, &expected).await;
         if let Err(e) = checked {
             return Start::Refused(e.to_string());
         }

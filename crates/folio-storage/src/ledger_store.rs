@@ -44,6 +44,10 @@ pub struct LedgerStoreConfig {
     pub entry_log_size_limit: u64,
     /// Bound on unflushed entry bytes held in memory.
     pub write_cache_bytes: u64,
+    /// The bookie's journal directories: a mark in one says a checkpoint flushed data
+    /// into this store, so its index must exist (see [`LedgerStore::open`]). Empty: only
+    /// the entry logs are asked.
+    pub journal_dirs: Vec<PathBuf>,
 }
 
 impl LedgerStoreConfig {
@@ -54,6 +58,7 @@ impl LedgerStoreConfig {
             index_dir,
             entry_log_size_limit: DEFAULT_ENTRY_LOG_SIZE_LIMIT,
             write_cache_bytes: DEFAULT_WRITE_CACHE_BYTES,
+            journal_dirs: Vec::new(),
         }
     }
 }
@@ -105,6 +110,15 @@ pub enum LedgerStoreError {
     /// `LOCK` file is locked.
     #[error("directory {} is in use by another bookie (its LOCK file is locked); stop that one first", dir.display())]
     DirInUse { dir: PathBuf },
+    /// The index is missing or empty while the store held data (see
+    /// `check_index_not_lost`).
+    #[error(
+        "index directory {} holds no index, yet {evidence}: the index was lost or moved, and an \
+         empty one would answer \"no such entry\" for acknowledged entries; restore the index \
+         directory or fix index_dir in the configuration",
+        dir.display()
+    )]
+    IndexMissing { dir: PathBuf, evidence: String },
 }
 
 /// Builds the error for a failed file operation: a full disk becomes `NoSpace` naming
@@ -133,6 +147,61 @@ pub(crate) fn io_error(
             offset,
             source: e,
         }
+    }
+}
+
+/// Refuses to create a fresh index when the store held data: an index directory that was
+/// lost or moved would otherwise come back empty, and the bookie would answer "no such
+/// entry" for entries it acknowledged (invariant 5). The data is shown by an entry log in a
+/// ledger directory (written only by a flush, which the index commit follows) or by a
+/// journal mark (moved only after a flush, and the journal before it may be deleted). With
+/// neither, nothing was ever flushed and replaying the whole journal rebuilds the index.
+fn check_index_not_lost(
+    env: &Env,
+    config: &LedgerStoreConfig,
+    logs: &EntryLogs,
+    index_dir: &Path,
+) -> Result<(), LedgerStoreError> {
+    // redb opens its own file (outside the `FileSystem` seam), so ask the real file system
+    // about it; a zero-length file is what a crash during its creation leaves.
+    let file = index_dir.join(crate::index::INDEX_FILE);
+    let fresh = std::fs::metadata(&file).map_or(true, |m| m.len() == 0);
+    if !fresh {
+        return Ok(());
+    }
+    let evidence = if let Some(id) = logs.log_ids().first() {
+        let path = logs.path_of(*id).unwrap_or_default();
+        Some(format!(
+            "the ledger directories hold {} entry log(s) (such as {})",
+            logs.log_ids().len(),
+            path.display()
+        ))
+    } else {
+        let mut found = None;
+        for d in &config.journal_dirs {
+            let current = d.join("current");
+            // A mark that cannot be read is the journal's to report, when it replays.
+            if let Ok(mark) = crate::journal::read_mark(&*env.fs, &current)
+                && mark.file_id > 0
+            {
+                found = Some(format!(
+                    "journal directory {} has a checkpoint mark (file {}, offset {}), so \
+                     data was flushed into the ledger store",
+                    d.display(),
+                    mark.file_id,
+                    mark.offset
+                ));
+                break;
+            }
+        }
+        found
+    };
+    match evidence {
+        None => Ok(()),
+        Some(evidence) => Err(LedgerStoreError::IndexMissing {
+            dir: config.index_dir.clone(),
+            evidence,
+        }),
     }
 }
 
@@ -237,6 +306,7 @@ impl LedgerStore {
             placement,
         )?;
         let index_dir = config.index_dir.join("current");
+        check_index_not_lost(env, &config, &logs, &index_dir)?;
         env.fs
             .create_dir_all(&index_dir)
             .map_err(|e| io_error("create directory", &index_dir, &index_dir, None, e))?;

@@ -371,6 +371,12 @@ pub fn list_files(fs: &dyn FileSystem, dir: &Path) -> Result<Vec<u64>, StorageEr
 }
 
 /// Replays one directory from its mark; returns the mark and the next file id.
+///
+/// The files from the mark's on must be consecutive ids (the writer only ever starts
+/// `id + 1`, and only files wholly before the mark are deleted), so a missing one is
+/// lost data, not a deletion. Every file but the newest must be complete; a torn tail
+/// of the newest is dropped and cut off (`seal_file`) before the writer starts the next
+/// file, so that the next start finds it complete too.
 fn replay_dir(
     fs: &dyn FileSystem,
     dir: &Path,
@@ -378,14 +384,7 @@ fn replay_dir(
     stats: &mut ReplayStats,
 ) -> Result<(Position, u64), StorageError> {
     let mark = read_mark(fs, dir)?;
-    let names = fs
-        .list_dir(dir)
-        .map_err(|e| StorageError::io_dir("list journal directory", dir.to_path_buf(), e))?;
-    let mut ids: Vec<u64> = names
-        .iter()
-        .filter_map(|n| format::parse_file_name(n))
-        .collect();
-    ids.sort_unstable();
+    let ids = list_files(fs, dir)?;
     if mark.file_id > 0 && !ids.contains(&mark.file_id) {
         return Err(StorageError::CorruptJournal {
             file: dir.join(format::file_name(mark.file_id)),
@@ -393,16 +392,59 @@ fn replay_dir(
             reason: "the journal file named by the mark is missing".into(),
         });
     }
-    for &id in ids.iter().filter(|&&id| id >= mark.file_id) {
+    let live: Vec<u64> = ids
+        .iter()
+        .copied()
+        .filter(|&id| id >= mark.file_id)
+        .collect();
+    check_consecutive(dir, mark, &live)?;
+    for (i, &id) in live.iter().enumerate() {
         let start = if id == mark.file_id { mark.offset } else { 0 };
+        let newest = i + 1 == live.len();
+        let tail = if newest {
+            reader::Tail::MayBeTorn
+        } else {
+            reader::Tail::Complete
+        };
         let path = dir.join(format::file_name(id));
-        let r = reader::replay_file(fs, &path, id, start, apply)?;
+        let r = reader::replay_file(fs, &path, id, start, tail, apply)?;
+        if r.needs_seal {
+            reader::seal_file(fs, &path, id, r.end)?;
+        }
         stats.files += 1;
         stats.records += r.records;
         stats.torn_tails += u64::from(r.torn_tail.is_some());
     }
     let next = ids.last().copied().unwrap_or(0).max(mark.file_id) + 1;
     Ok((mark, next))
+}
+
+/// Checks that the journal files to replay (`live`, ascending, from the mark's file on)
+/// have no gap. Without a mark nothing was ever deleted, so they start at id 1.
+fn check_consecutive(dir: &Path, mark: Position, live: &[u64]) -> Result<(), StorageError> {
+    let first = if mark.file_id > 0 { mark.file_id } else { 1 };
+    for (expect, &id) in (first..).zip(live) {
+        if id != expect {
+            let rule = if mark.file_id == 0 {
+                "there is no mark, so no file was ever deleted and every id from 1 on must be there"
+                    .to_string()
+            } else {
+                format!(
+                    "every file from the mark's file {} on must be there",
+                    mark.file_id
+                )
+            };
+            return Err(StorageError::CorruptJournal {
+                file: dir.join(format::file_name(expect)),
+                offset: 0,
+                reason: format!(
+                    "journal file {expect} is missing, yet file {id} exists ({rule}): \
+                     acknowledged records may have been lost"
+                ),
+            });
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

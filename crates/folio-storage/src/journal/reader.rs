@@ -1,10 +1,15 @@
 //! Replay: reading a journal file's records back at start-up.
 //!
-//! A crash can cut the last group commit of a file short: the file then ends in a
-//! partial record, or in the zeroes written by preallocation. That torn tail held
-//! nothing acknowledged (a group is acknowledged only after its fdatasync) and is
+//! A crash can cut the last group commit of the *newest* file short: the file then
+//! ends in a partial record, or in the zeroes written by preallocation. That torn tail
+//! held nothing acknowledged (a group is acknowledged only after its fdatasync) and is
 //! dropped. A damaged record *followed by a valid one* is different: acknowledged
 //! data may sit behind it, so replay stops with an error naming the file and offset.
+//!
+//! Every older file is complete: its last group was made durable before a later file
+//! was started (by a roll, or by a restart, which first seals a torn newest file, see
+//! `seal_file`). Its valid records may be followed by zeroes (preallocation) and
+//! nothing else; any other damage there is in acknowledged data and stops replay.
 
 use std::io;
 use std::path::Path;
@@ -31,8 +36,22 @@ pub struct FileReplay {
     pub records: u64,
     /// Offset after the last valid record.
     pub end: u64,
-    /// Where a torn tail (dropped) starts, if the file has one.
+    /// Where a torn tail (dropped) or, in an older file, the zeroes after its last
+    /// record start, if the file has either.
     pub torn_tail: Option<u64>,
+    /// The newest file's torn tail (or header) holds bytes other than zeroes: the
+    /// file must be cut back to `end` before a later file is started, or the next
+    /// start would find that damage in a file that is no longer the newest.
+    pub needs_seal: bool,
+}
+
+/// How replay treats damage at the end of a file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tail {
+    /// The newest file of its directory: a torn tail is dropped.
+    MayBeTorn,
+    /// A file that a later file follows: only zeroes may follow its last record.
+    Complete,
 }
 
 const WINDOW: usize = 1 << 20;
@@ -67,6 +86,7 @@ pub fn replay_file(
     path: &Path,
     file_id: u64,
     start: u64,
+    tail: Tail,
     apply: &mut dyn FnMut(ReplayRecord) -> Result<(), StorageError>,
 ) -> Result<FileReplay, StorageError> {
     let io_err = |e| StorageError::io("read journal", path, e);
@@ -84,29 +104,54 @@ pub fn replay_file(
         reason,
     };
 
+    // The mark's offset was the end of a durable group: the file cannot be shorter.
+    if start > HEADER_LEN && start > len {
+        return Err(corrupt(
+            start,
+            format!("the file is only {len} bytes long but the mark is at offset {start}"),
+        ));
+    }
     // A header that never became durable (the file was created, then the machine
     // crashed before its first fdatasync) leaves a short or zeroed file: no records.
-    if len < HEADER_LEN {
-        return Ok(FileReplay {
-            end: len,
-            torn_tail: Some(0),
-            ..Default::default()
-        });
-    }
-    let header = w.get(0, HEADER_LEN as usize).map_err(io_err)?;
-    if header.iter().all(|&b| b == 0) {
+    // Only the newest file can be caught like that: a later file is created only after
+    // this one's header is durable.
+    let header_torn = if len < HEADER_LEN {
+        Some(format!(
+            "the file is only {len} bytes long, shorter than its header"
+        ))
+    } else if w
+        .get(0, HEADER_LEN as usize)
+        .map_err(io_err)?
+        .iter()
+        .all(|&b| b == 0)
+    {
         if let Some(q) = find_valid_record(&mut w, file_id, HEADER_LEN).map_err(io_err)? {
             return Err(corrupt(
                 0,
                 format!("zeroed header but a valid record at {q}"),
             ));
         }
+        Some("zeroed header".to_string())
+    } else {
+        None
+    };
+    if let Some(why) = header_torn {
+        if tail == Tail::Complete {
+            return Err(corrupt(
+                0,
+                format!("{why}, in a file that later journal files follow"),
+            ));
+        }
         return Ok(FileReplay {
             end: 0,
             torn_tail: Some(0),
+            // Even an empty file gets its header written: it is not the newest any more
+            // once the writer starts the next one.
+            needs_seal: true,
             ..Default::default()
         });
     }
+    let header = w.get(0, HEADER_LEN as usize).map_err(io_err)?;
     format::decode_header(header, file_id).map_err(|r| corrupt(0, r))?;
 
     let mut out = FileReplay {
@@ -136,14 +181,33 @@ pub fn replay_file(
             Err(reason) => reason,
         };
         debug_assert!(room > 0);
+        let nonzero = first_nonzero(&mut w, pos).map_err(io_err)?;
+        if tail == Tail::Complete {
+            // Zeroes after the last record are preallocation, not damage.
+            if let Some(z) = nonzero {
+                return Err(corrupt(
+                    pos,
+                    format!(
+                        "{bad} (a non-zero byte at offset {z}), in a file that later journal \
+                         files follow: its records were all acknowledged, so this is damage, \
+                         not a torn tail"
+                    ),
+                ));
+            }
+            out.torn_tail = Some(pos);
+            break;
+        }
         if let Some(q) = find_valid_record(&mut w, file_id, pos + 1).map_err(io_err)? {
             return Err(corrupt(
                 pos,
                 format!("{bad}, yet a valid record follows at offset {q}"),
             ));
         }
-        tracing::info!(file = %path.display(), offset = pos, "dropping torn journal tail: {bad}");
+        if nonzero.is_some() {
+            tracing::info!(file = %path.display(), offset = pos, "dropping torn journal tail: {bad}");
+        }
         out.torn_tail = Some(pos);
+        out.needs_seal = nonzero.is_some();
         break;
     }
     Ok(out)
@@ -166,11 +230,53 @@ pub fn scan_file(
         )));
     };
     let mut offset = HEADER_LEN;
-    replay_file(fs, path, file_id, 0, &mut |r| {
+    // A tool may read any file, also one a bookie is appending to: tolerate a torn tail.
+    replay_file(fs, path, file_id, 0, Tail::MayBeTorn, &mut |r| {
         visit(offset, &r);
         offset += RECORD_HEADER_LEN as u64 + r.payload.len() as u64;
         Ok(())
     })
+}
+
+/// Cuts the newest journal file back to `end`, the end of its last valid record (or, if
+/// its header never became durable, rewrites it as a header alone), and makes that
+/// durable. Called at start-up before a later file is started: the torn bytes held
+/// nothing acknowledged, and once a later file exists this one must be complete.
+pub(crate) fn seal_file(
+    fs: &dyn FileSystem,
+    path: &Path,
+    file_id: u64,
+    end: u64,
+) -> Result<(), StorageError> {
+    let io_err = |e| StorageError::io("seal torn journal file", path, e);
+    let opts = OpenOptions {
+        write: true,
+        ..OpenOptions::default()
+    };
+    let file = fs.open(path, opts).map_err(io_err)?;
+    if end < HEADER_LEN {
+        file.set_len(0).map_err(io_err)?;
+        file.write_all_at(&format::encode_header(file_id), 0)
+            .map_err(io_err)?;
+    } else {
+        file.set_len(end).map_err(io_err)?;
+    }
+    file.sync_data().map_err(io_err)?;
+    tracing::info!(file = %path.display(), end = end.max(HEADER_LEN), "cut the torn tail off the newest journal file");
+    Ok(())
+}
+
+/// The offset of the first byte at or after `from` that is not zero.
+fn first_nonzero(w: &mut Window, from: u64) -> io::Result<Option<u64>> {
+    let mut at = from;
+    while at < w.len {
+        let n = (w.len - at).min(WINDOW as u64) as usize;
+        if let Some(i) = w.get(at, n)?.iter().position(|&b| b != 0) {
+            return Ok(Some(at + i as u64));
+        }
+        at += n as u64;
+    }
+    Ok(None)
 }
 
 /// Ok(Ok(header)) when a whole, valid record starts at `pos`; Ok(Err(why)) if not.

@@ -1138,3 +1138,206 @@ fn direct_io_refills_the_headroom_one_piece_per_group() {
     let records = 48 * (format::RECORD_HEADER_LEN as u64 + (64 << 10));
     assert!(len >= format::HEADER_LEN + records + (5 << 20), "{len}");
 }
+
+/// Opens the journal in `/j` again (which starts a new file), appends `n` records of
+/// ledger 4 and closes it: the files before the new one are then older files.
+fn one_more_run(fs: &SimFileSystem, n: i64) -> Vec<ReplayRecord> {
+    let (j, seen) = open(&sim_env(fs), &cfg(vec![PathBuf::from("/j")])).unwrap();
+    for i in 0..n {
+        wait(append(&j, 4, i, &payload(4, i))).unwrap();
+    }
+    seen
+}
+
+fn expect_corrupt(fs: &SimFileSystem, file: &Path, at: u64) -> String {
+    let err = open(&sim_env(fs), &cfg(vec![PathBuf::from("/j")]))
+        .err()
+        .expect("start-up must refuse the damaged journal");
+    match &err {
+        StorageError::CorruptJournal {
+            file: f, offset, ..
+        } => {
+            assert_eq!((f.as_path(), *offset), (file, at), "{err}");
+        }
+        other => panic!("expected CorruptJournal, got {other:?}"),
+    }
+    let msg = err.to_string();
+    assert!(msg.contains(&file.display().to_string()), "{msg}");
+    assert!(msg.contains(&format!("offset {at}")), "{msg}");
+    msg
+}
+
+/// A file that a later file follows was complete and every record in it acknowledged:
+/// a damaged last record there is lost data, not a torn tail. Its preallocated zeroes
+/// are not damage.
+#[test]
+fn damage_at_the_end_of_an_older_file_is_corruption_not_a_torn_tail() {
+    let offs = record_offsets(5);
+    let last_end = offs[4] + (format::RECORD_HEADER_LEN + payload(3, 4).len()) as u64;
+    // Cut inside the last record, a flipped byte in it, and junk after the zeroes.
+    for damage in ["cut", "flip", "junk after zeroes"] {
+        let fs = SimFileSystem::new();
+        let file = journal_with_records(&fs, 5);
+        one_more_run(&fs, 2);
+        // Intact, the older file's zero tail is fine and everything replays.
+        let seen = one_more_run(&fs, 0);
+        assert_eq!(seen.len(), 7, "{damage}");
+        let f = fs.open(&file, OpenOptions::write_create()).unwrap();
+        assert!(
+            f.len().unwrap() > last_end,
+            "the file has preallocated zeroes"
+        );
+        let at = match damage {
+            "cut" => {
+                f.set_len(offs[4] + 30).unwrap();
+                offs[4]
+            }
+            "flip" => {
+                f.write_all_at(&[0xAA], offs[4] + 35).unwrap();
+                offs[4]
+            }
+            _ => {
+                f.write_all_at(&[1], last_end + 100).unwrap();
+                last_end
+            }
+        };
+        let msg = expect_corrupt(&fs, &file, at);
+        assert!(
+            msg.contains("later journal files follow"),
+            "{damage}: {msg}"
+        );
+    }
+}
+
+/// The newest file's torn tail is dropped at start-up and cut off, so that the next
+/// start (when a later file follows it) finds it complete; the same for a file whose
+/// header never became durable.
+#[test]
+fn a_torn_newest_file_is_sealed_so_later_starts_accept_it() {
+    let offs = record_offsets(5);
+    let fs = SimFileSystem::new();
+    let file = journal_with_records(&fs, 5);
+    let f = fs.open(&file, OpenOptions::write_create()).unwrap();
+    f.set_len(offs[4] + 30).unwrap(); // the last group cut by a crash
+    assert_eq!(one_more_run(&fs, 2).len(), 4, "the torn record is dropped");
+    assert_eq!(f.len().unwrap(), offs[4], "the torn bytes are cut off");
+    // A crash right after the next file was created, before its header was durable.
+    let next = Path::new("/j/current").join(format::file_name(3));
+    fs.open(&next, OpenOptions::create_new())
+        .unwrap()
+        .write_all_at(&[0; 10], 0)
+        .unwrap();
+    assert_eq!(one_more_run(&fs, 1).len(), 4 + 2);
+    let seen = one_more_run(&fs, 0);
+    assert_eq!(seen.len(), 4 + 2 + 1);
+    assert_eq!(fs.read_file(&next).unwrap(), format::encode_header(3));
+}
+
+/// The files from the mark's file on must be consecutive: a missing one (lost, or
+/// moved away) stops start-up naming it. Files before the mark may be gone (deleted
+/// after a checkpoint, the reaper may not have finished).
+#[test]
+fn a_missing_journal_file_after_the_mark_stops_start_up() {
+    let fs = SimFileSystem::new();
+    let env = sim_env(&fs);
+    let c = JournalConfig {
+        max_file_size: 1024,
+        ..cfg(vec![PathBuf::from("/j")])
+    };
+    let (j, _) = open(&env, &c).unwrap();
+    for i in 0..40 {
+        wait(append(&j, 1, i, &[i as u8; 100])).unwrap();
+    }
+    drop(j);
+    let ids = list_files(&fs, Path::new("/j/current")).unwrap();
+    assert!(ids.len() >= 4, "{ids:?}");
+    let dir = Path::new("/j/current");
+    let path = |id: u64| dir.join(format::file_name(id));
+    let hidden = Path::new("/j/hidden");
+
+    // No mark: nothing was ever deleted, so even the first file must be there.
+    fs.rename(&path(1), hidden).unwrap();
+    let err = open(&env, &c).err().expect("a missing first file");
+    assert!(
+        err.to_string().contains(&format!("{}", path(1).display())),
+        "{err}"
+    );
+    assert!(
+        err.to_string().contains("journal file 1 is missing"),
+        "{err}"
+    );
+    fs.rename(hidden, &path(1)).unwrap();
+
+    // A file in the middle.
+    fs.rename(&path(2), hidden).unwrap();
+    let err = open(&env, &c).err().expect("a missing middle file");
+    assert!(
+        matches!(&err, StorageError::CorruptJournal { file, .. } if *file == path(2)),
+        "{err}"
+    );
+    assert!(
+        err.to_string()
+            .contains("journal file 2 is missing, yet file 3 exists"),
+        "{err}"
+    );
+    fs.rename(hidden, &path(2)).unwrap();
+
+    // With the mark in file 3: files 1 and 2 may go, file 4 may not.
+    fs.write_file_atomic(
+        &dir.join(format::MARK_FILE),
+        &format::encode_mark(Position {
+            file_id: 3,
+            offset: format::HEADER_LEN,
+        }),
+    )
+    .unwrap();
+    fs.remove_file(&path(1)).unwrap();
+    fs.remove_file(&path(2)).unwrap();
+    let (j, _) = open(&env, &c).expect("files before the mark may be deleted");
+    drop(j);
+    fs.rename(&path(4), hidden).unwrap();
+    let err = open(&env, &c).err().expect("a missing file after the mark");
+    assert!(
+        err.to_string().contains(
+            "journal file 4 is missing, yet file 5 exists (every file from the mark's file 3 on"
+        ),
+        "{err}"
+    );
+}
+
+/// With the force-write thread the writer rolls to a new file while the old file's last
+/// groups may still wait for their fdatasync; a crash then must not leave the older
+/// file torn (replay would take that for lost data). So no torn crash image, at any
+/// point, across rolls, may stop start-up.
+#[test]
+fn no_torn_crash_image_with_the_force_write_thread_stops_start_up() {
+    let fs = SimFileSystem::new();
+    let c = JournalConfig {
+        max_group_entries: 1,
+        max_file_size: 2 * 1024,
+        direct_io: false,
+        force_write_thread: true,
+        ..cfg(vec![PathBuf::from("/j")])
+    };
+    let (j, _) = open(&sim_env(&fs), &c).unwrap();
+    // Long enough that the writer writes many groups (and rolls) during each fdatasync.
+    fs.set_sync_delay(Duration::from_millis(20));
+    fs.capture_every_op(folio_env::sim::CrashMode::Torn { seed: 7 });
+    // Adds in waves without waiting for each: groups queue behind the fdatasyncs.
+    for wave in 0..10i64 {
+        let rxs: Vec<Done> = (0..20)
+            .map(|i| append(&j, 2, wave * 20 + i, &[7; 200]))
+            .collect();
+        for rx in rxs {
+            wait(rx).unwrap();
+        }
+    }
+    drop(j);
+    let captures = fs.take_captures();
+    assert!(list_files(&fs, Path::new("/j/current")).unwrap().len() >= 4);
+    for (at, image) in &captures {
+        if let Err(e) = open(&sim_env(image), &c) {
+            panic!("the crash image at op {at} does not start: {e}");
+        }
+    }
+}

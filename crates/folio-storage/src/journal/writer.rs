@@ -628,8 +628,17 @@ impl Writer {
         Ok(())
     }
 
-    /// Starts the next journal file. Everything in the current one is already durable.
+    /// Starts the next journal file, once everything in the current one is durable:
+    /// replay takes damage in any file but the newest for lost acknowledged data, so no
+    /// crash may leave an older file torn. Inline, the last group's fdatasync already
+    /// ran; with the force-write thread it may still be queued, so sync here (once per
+    /// file, `max_file_size` apart).
     fn roll(&mut self) -> Result<(), Poison> {
+        if self.cfg.sync_data && matches!(self.sync, Sync::Thread(_)) {
+            self.file
+                .sync_data()
+                .map_err(|e| Poison::new("fdatasync before roll", self.path.clone(), &e))?;
+        }
         let next = self.file_id + 1;
         let (file, path) = new_file(&*self.fs, &self.shared.dir, next).map_err(|e| Poison {
             op: "create",

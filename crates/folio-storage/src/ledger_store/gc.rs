@@ -252,6 +252,7 @@ mod tests {
             index_dir: dir.join("index"),
             entry_log_size_limit: LIMIT,
             write_cache_bytes: 1 << 20,
+            journal_dirs: Vec::new(),
         }
     }
 

@@ -23,6 +23,7 @@ fn dirs(limit: u64, cache: u64) -> Dirs {
         index_dir: tmp.path().join("index"),
         entry_log_size_limit: limit,
         write_cache_bytes: cache,
+        journal_dirs: Vec::new(),
     };
     Dirs { _tmp: tmp, config }
 }
@@ -697,4 +698,81 @@ fn unflushed_bytes_and_room_count_what_the_cache_holds() {
         !s.put_would_wait(970) && s.put_would_wait(971),
         "the flushed bytes are free"
     );
+}
+
+/// An index directory lost or moved while entry logs hold data: the store refuses to
+/// start with a fresh, empty index (which would answer "no such entry" for acknowledged
+/// entries), naming the directory; the same when only a journal mark shows that data was
+/// flushed here. A store that never flushed starts with a new index.
+#[test]
+fn a_lost_index_is_refused_while_entry_logs_or_a_journal_mark_say_there_was_data() {
+    let d = dirs(1 << 20, 1 << 20);
+    let s = open(&d);
+    drop(s);
+    // Never flushed: losing the index loses nothing (the journal holds it all).
+    std::fs::remove_dir_all(&d.config.index_dir).unwrap();
+    let s = open(&d);
+    s.put_entry(1, 0, data(1, 0)).unwrap();
+    s.flush().unwrap();
+    drop(s);
+
+    let moved = d.config.index_dir.with_file_name("index-moved");
+    std::fs::rename(&d.config.index_dir, &moved).unwrap();
+    let err = LedgerStore::open(&Env::real(), d.config.clone())
+        .err()
+        .expect("a lost index must stop start-up");
+    let msg = err.to_string();
+    assert!(
+        matches!(err, LedgerStoreError::IndexMissing { .. }),
+        "{msg}"
+    );
+    assert!(
+        msg.contains(&format!("index directory {}", d.config.index_dir.display())),
+        "{msg}"
+    );
+    assert!(msg.contains("entry log"), "{msg}");
+    // Refused again (the failed start left no empty index behind), and an empty index
+    // file counts as none.
+    std::fs::create_dir_all(d.config.index_dir.join("current")).unwrap();
+    std::fs::write(
+        d.config
+            .index_dir
+            .join("current")
+            .join(crate::index::INDEX_FILE),
+        b"",
+    )
+    .unwrap();
+    assert!(matches!(
+        LedgerStore::open(&Env::real(), d.config.clone()),
+        Err(LedgerStoreError::IndexMissing { .. })
+    ));
+    std::fs::remove_dir_all(&d.config.index_dir).unwrap();
+    std::fs::rename(&moved, &d.config.index_dir).unwrap();
+    let s = open(&d);
+    assert_eq!(s.get_entry(1, 0).unwrap(), Some(data(1, 0)));
+    drop(s);
+
+    // No entry log (all collected, or the ledger directory is new) but a journal mark.
+    let d2 = dirs(1 << 20, 1 << 20);
+    let journal = d2.config.index_dir.with_file_name("journal");
+    let current = journal.join("current");
+    std::fs::create_dir_all(&current).unwrap();
+    let mut config = d2.config.clone();
+    config.journal_dirs = vec![journal.clone()];
+    drop(LedgerStore::open(&Env::real(), config.clone()).unwrap());
+    std::fs::write(
+        current.join(crate::journal::format::MARK_FILE),
+        crate::journal::format::encode_mark(crate::journal::Position {
+            file_id: 3,
+            offset: 32,
+        }),
+    )
+    .unwrap();
+    std::fs::remove_dir_all(&config.index_dir).unwrap();
+    let err = LedgerStore::open(&Env::real(), config)
+        .err()
+        .expect("a journal mark says data was flushed");
+    let msg = err.to_string();
+    assert!(msg.contains(&journal.display().to_string()), "{msg}");
+    assert!(msg.contains("checkpoint mark"), "{msg}");
 }

@@ -27,6 +27,7 @@ fn dirs(limit: u64) -> Dirs {
         index_dir: tmp.path().join("index"),
         entry_log_size_limit: limit,
         write_cache_bytes: 16 << 20,
+        journal_dirs: Vec::new(),
     };
     Dirs { _tmp: tmp, config }
 }
@@ -436,6 +437,7 @@ fn sim_config(index_dir: &Path) -> LedgerStoreConfig {
         index_dir: index_dir.to_path_buf(),
         entry_log_size_limit: 2048,
         write_cache_bytes: 1 << 20,
+        journal_dirs: Vec::new(),
     }
 }
 
