@@ -44,6 +44,8 @@ pub enum NodeError {
     Cookie(#[from] CookieCheckError),
     #[error("storage: {0}")]
     Storage(#[from] OpenError),
+    #[error(transparent)]
+    Registration(#[from] registration::RegisterError),
     #[error("storage shutdown: {0}")]
     StorageShutdown(#[from] folio_storage::StorageError),
     #[error("storage task failed: {0}")]
