@@ -118,7 +118,9 @@ fn health_probe(
     registration: Option<Arc<std::sync::OnceLock<tokio::sync::watch::Receiver<RegistrationState>>>>,
 ) -> crate::http::HealthProbe {
     Arc::new(move || {
-        if let Some(reason) = engine.read_only_reason() {
+        // Not a full disk's refusal: that bookie is read-only, serving, and turns writable
+        // again once space is freed.
+        if let Some(reason) = engine.fatal_reason() {
             return Some(format!(
                 "storage poisoned, no writes until the bookie is restarted: {reason}"
             ));
