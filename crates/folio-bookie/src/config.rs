@@ -122,7 +122,7 @@ impl Default for BookieConfig {
             max_connections: 4_096,
             read_threads: 8,
             disk_usage_threshold: 0.95,
-            disk_usage_lwm_threshold: 0.95,
+            disk_usage_lwm_threshold: 0.90,
             disk_check_interval_ms: 10_000,
             metadata_session_timeout_ms: 10_000,
             gc_wait_time_ms: 600_000,
@@ -236,8 +236,10 @@ read_threads = 8
 # serving reads and recovery adds). [diskUsageThreshold]
 disk_usage_threshold = 0.95
 
-# Fraction in use below which a read-only bookie becomes writable again. [diskUsageLwmThreshold]
-disk_usage_lwm_threshold = 0.95
+# Fraction in use below which a bookie read-only for a full disk becomes writable again (also
+# after a journal write refused for lack of space; never after a failed fsync).
+# [diskUsageLwmThreshold]
+disk_usage_lwm_threshold = 0.90
 
 # Interval between disk usage checks, in ms. [diskCheckInterval]
 disk_check_interval_ms = 10000

@@ -218,7 +218,11 @@ impl EngineStorage {
 
     /// Checks every journal and ledger disk: one used above `threshold` makes the bookie
     /// read-only (BookKeeper's diskUsageThreshold); all back below `lwm` makes it writable
-    /// again. Returns the highest usage seen and whether the bookie is now read-only for it.
+    /// again (diskUsageLwmThreshold). A disk can fill between two checks: then a journal
+    /// write or a checkpoint's entry-log write is refused (ENOSPC) and the engine stops
+    /// taking writes by itself; that too ends below `lwm`. A failed fsync never does
+    /// (invariant 9). Returns the highest usage seen and whether the bookie is now
+    /// read-only for a full disk.
     pub fn check_disk_usage(&self, threshold: f64, lwm: f64) -> Result<(f64, bool), StorageError> {
         let mut highest: f64 = 0.0;
         for dir in self.journal_dirs.iter().chain(&self.ledger_dirs) {
@@ -231,12 +235,22 @@ impl EngineStorage {
             }
         }
         let was_full = self.disk_full.load(Ordering::Acquire);
-        let full = if was_full {
+        // Stopped by a refused write (not for good): the disk was full, whatever it says now.
+        let refused =
+            self.storage.fatal_reason().is_none() && self.storage.read_only_reason().is_some();
+        let full = if was_full || refused {
             highest >= lwm
         } else {
             highest > threshold
         };
         self.disk_full.store(full, Ordering::Release);
+        if !full && refused && self.storage.resume_after_space_freed() {
+            tracing::info!(
+                usage = highest,
+                lwm,
+                "disk usage under the low-water mark: the journal takes writes again"
+            );
+        }
         Ok((highest, full))
     }
 
@@ -492,5 +506,88 @@ mod tests {
         probe.abort();
         fs.set_sync_delay(Duration::ZERO);
         s.shutdown().unwrap();
+    }
+
+    /// Adds one entry and waits for its completion.
+    fn add(s: &EngineStorage, entry: i64) -> Result<(), StorageError> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        s.add_entry(
+            1,
+            entry,
+            Bytes::from_static(&[1; 20]),
+            body(1, entry, 100),
+            false,
+            Box::new(move |r| {
+                let _ = tx.send(r);
+            }),
+        );
+        rx.recv_timeout(Duration::from_secs(60))
+            .expect("the add never completed")
+    }
+
+    /// The disk checker's rule, with the usage from the simulated disk (its capacity and
+    /// what is on it): read-only above the threshold, writable again only below the
+    /// low-water mark; a journal write refused for lack of space ends below the mark too;
+    /// a failed fdatasync never ends (invariant 9).
+    #[test]
+    fn full_disk_read_only_ends_below_the_low_water_mark_a_failed_fsync_never() {
+        use folio_env::FileSystem as _;
+        use folio_env::sim::Fault;
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(tmp.path().join("index/current")).unwrap();
+        let fs = SimFileSystem::with_capacity(10 << 20);
+        let env = Env {
+            fs: Arc::new(fs.clone()),
+            ..Env::real()
+        };
+        let config = BookieConfig {
+            data_dir: Some(tmp.path().to_path_buf()),
+            journal_pre_alloc_size_mb: 0,
+            ..BookieConfig::default()
+        };
+        let (threshold, lwm) = (0.5, 0.3);
+        let s = EngineStorage::open(&env, &config).unwrap();
+        let check = |s: &EngineStorage| s.check_disk_usage(threshold, lwm).unwrap().1;
+        assert!(!check(&s));
+        add(&s, 0).unwrap();
+        // Something else fills the disk past the threshold...
+        let filler = tmp.path().join("filler");
+        let f = fs
+            .open(&filler, folio_env::OpenOptions::write_create())
+            .unwrap();
+        f.set_len(6 << 20).unwrap();
+        assert!(check(&s));
+        assert!(s.is_read_only());
+        // ... and frees some: still above the low-water mark, still read-only.
+        f.set_len(4 << 20).unwrap();
+        assert!(check(&s), "read-only until under the low-water mark");
+        assert!(s.is_read_only());
+        f.set_len(1 << 20).unwrap();
+        assert!(!check(&s));
+        assert!(!s.is_read_only());
+        add(&s, 1).unwrap();
+
+        // The disk fills between two checks: the journal's write is refused.
+        fs.inject(Fault::WriteEnospc { after_ops: 0 });
+        assert!(add(&s, 2).is_err());
+        assert!(s.is_read_only());
+        fs.clear_faults();
+        assert!(!check(&s), "space is there again");
+        assert!(
+            !s.is_read_only(),
+            "the refused write no longer stops the bookie"
+        );
+        add(&s, 3).unwrap();
+
+        // A failed fdatasync: read-only for good, whatever the disk usage.
+        fs.inject(Fault::SyncEio { after_ops: 0 });
+        assert!(add(&s, 4).is_err());
+        assert!(!check(&s));
+        assert!(
+            s.is_read_only(),
+            "never writable again after a failed fsync"
+        );
+        assert!(add(&s, 5).is_err());
+        assert_eq!(s.read_entry(1, 3).unwrap(), body(1, 3, 100));
     }
 }

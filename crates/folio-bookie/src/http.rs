@@ -9,6 +9,13 @@
 //!
 //! Errors are JSON `{"error": "..."}` with a status that fits: 400 for a bad parameter, 404
 //! for a missing ledger, 503 when the metadata store cannot be reached.
+//!
+//! `/heartbeat` and `is_ready` tell the truth, as BookKeeper's do: a bookie that cannot take
+//! writes for good (its journal is poisoned by a failed fsync, invariant 9) or that is not
+//! registered (its metadata session was lost, or it has not registered yet) answers 503 with
+//! the cause as JSON `{"error": ...}`, so a monitor or an orchestrator does not count it as
+//! healthy. A bookie read-only only for a full disk is still healthy (it serves reads, and
+//! turns writable again once space is freed).
 
 pub mod admin_api;
 
@@ -58,7 +65,12 @@ pub struct AdminState {
     session: admin_api::Session,
     /// The garbage collector (`/api/v1/bookie/gc`, `gc_details`).
     gc: Option<crate::gc::GcHandle>,
+    /// Why the bookie is unhealthy, if it is (`/heartbeat`, `is_ready`).
+    health: Option<HealthProbe>,
 }
+
+/// Says why the bookie is not healthy (poisoned journal, not registered), or `None`.
+pub type HealthProbe = Arc<dyn Fn() -> Option<String> + Send + Sync>;
 
 impl AdminState {
     pub fn new(bookie_id: String, storage: Arc<dyn BookieStorage>) -> Self {
@@ -73,7 +85,19 @@ impl AdminState {
             cluster: admin_api::ClusterAccess::default(),
             session: admin_api::Session::default(),
             gc: None,
+            health: None,
         }
+    }
+
+    /// Answers `/heartbeat` and `is_ready` with 503 and the probe's cause while it has one.
+    pub fn with_health(mut self, probe: HealthProbe) -> Self {
+        self.health = Some(probe);
+        self
+    }
+
+    /// Why the bookie is not healthy now, if it is not.
+    fn unhealthy(&self) -> Option<String> {
+        self.health.as_ref().and_then(|probe| probe())
     }
 
     /// Serves `/api/v1/bookie/gc` and `gc_details` from this collector.
@@ -179,8 +203,21 @@ pub fn serve_on(
     })
 }
 
-async fn heartbeat() -> &'static str {
-    "OK\n"
+async fn heartbeat(State(s): State<AdminState>) -> Response {
+    match s.unhealthy() {
+        Some(cause) => unavailable(cause),
+        None => (StatusCode::OK, "OK\n").into_response(),
+    }
+}
+
+/// 503 with `{"error": cause}`.
+fn unavailable(cause: String) -> Response {
+    (
+        StatusCode::SERVICE_UNAVAILABLE,
+        [(header::CONTENT_TYPE, "application/json")],
+        format!("{:#}\n", serde_json::json!({ "error": cause })),
+    )
+        .into_response()
 }
 
 async fn metrics_text(State(s): State<AdminState>) -> Response {
@@ -223,9 +260,11 @@ async fn bookie_state(State(s): State<AdminState>) -> Response {
 
 async fn is_ready(State(s): State<AdminState>) -> Response {
     if s.shutting_down.load(Ordering::Acquire) {
-        (StatusCode::SERVICE_UNAVAILABLE, "Bookie is shutting down\n").into_response()
-    } else {
-        (StatusCode::OK, "OK\n").into_response()
+        return unavailable("bookie is shutting down".into());
+    }
+    match s.unhealthy() {
+        Some(cause) => unavailable(cause),
+        None => (StatusCode::OK, "OK\n").into_response(),
     }
 }
 

@@ -23,7 +23,7 @@ use crate::gc::{GarbageCollector, GcHandle, GcMetadata, StoreMetadata};
 use crate::http::admin_api::{ClusterAccess, LedgerReader};
 use crate::http::{AdminState, HttpHandle};
 use crate::processor::{Processor, ProcessorConfig};
-use crate::registration::{self, Connector, CookieCheckError, Registrar};
+use crate::registration::{self, Connector, CookieCheckError, Registrar, RegistrationState};
 use crate::server::{BookieServer, ServerConfig, ServerHandle};
 
 /// Why a bookie could not start or stop cleanly. Each names its cause.
@@ -44,6 +44,8 @@ pub enum NodeError {
     Cookie(#[from] CookieCheckError),
     #[error("storage: {0}")]
     Storage(#[from] OpenError),
+    #[error(transparent)]
+    Registration(#[from] registration::RegisterError),
     #[error("storage shutdown: {0}")]
     StorageShutdown(#[from] folio_storage::StorageError),
     #[error("storage task failed: {0}")]
@@ -104,6 +106,35 @@ fn spawn_disk_checker(
                 Err(e) => tracing::warn!("disk usage check task failed: {e}"),
             }
             tokio::time::sleep(interval).await;
+        }
+    })
+}
+
+/// What `/heartbeat` and `is_ready` report as unhealthy (see `http.rs`): a poisoned engine
+/// (a failed fsync or checkpoint; it never takes writes again, invariant 9), and, with a
+/// metadata store, a bookie that is not registered (not yet, or its session was lost).
+fn health_probe(
+    engine: Arc<folio_storage::Storage>,
+    registration: Option<Arc<std::sync::OnceLock<tokio::sync::watch::Receiver<RegistrationState>>>>,
+) -> crate::http::HealthProbe {
+    Arc::new(move || {
+        // Not a full disk's refusal: that bookie is read-only, serving, and turns writable
+        // again once space is freed.
+        if let Some(reason) = engine.fatal_reason() {
+            return Some(format!(
+                "storage poisoned, no writes until the bookie is restarted: {reason}"
+            ));
+        }
+        let state = registration.as_ref()?.get().map(|r| *r.borrow());
+        match state {
+            Some(RegistrationState::Registered(_)) => None,
+            None => Some("bookie is not registered yet".into()),
+            Some(RegistrationState::Lost) => Some(
+                "bookie is not registered: its metadata session was lost; registering again".into(),
+            ),
+            Some(RegistrationState::Stopped) => {
+                Some("bookie is not registered: it is shutting down".into())
+            }
         }
     })
 }
@@ -254,6 +285,11 @@ impl BookieNode {
         )
         .start();
 
+        // Filled once the registrar runs (after the admin endpoint starts): until then the
+        // bookie is not registered.
+        let registration: Arc<
+            std::sync::OnceLock<tokio::sync::watch::Receiver<RegistrationState>>,
+        > = Arc::default();
         let http = match http_listener {
             Some(listener) => {
                 let engine = storage.engine().clone();
@@ -290,7 +326,11 @@ impl BookieNode {
                         connector: metadata.as_ref().map(|m| m.connector.clone()),
                         reader,
                     })
-                    .with_gc(gc.clone());
+                    .with_gc(gc.clone())
+                    .with_health(health_probe(
+                        storage.engine().clone(),
+                        metadata.is_some().then(|| registration.clone()),
+                    ));
                 let addr = listener
                     .local_addr()
                     .map(|a| a.to_string())
@@ -348,7 +388,10 @@ impl BookieNode {
                 )
                 .await;
                 match started {
-                    Ok(r) => Some(r),
+                    Ok(r) => {
+                        let _ = registration.set(r.watch());
+                        Some(r)
+                    }
                     Err(e) => {
                         // Undo what started: nothing may keep the storage open behind us.
                         disk_checker.abort();

@@ -273,9 +273,86 @@ fn mode_of(read_only: &ReadOnlyProbe) -> BookieMode {
     }
 }
 
+/// Why the first registration failed.
+#[derive(Debug, thiserror::Error)]
+pub enum RegisterError {
+    #[error("registering bookie: {0}")]
+    Metadata(#[from] MetadataError),
+    #[error(
+        "bookie {bookie} is registered by another live bookie: its registration was still there \
+         after waiting {waited_ms} ms (the metadata session timeout of {timeout_ms} ms plus a \
+         margin) for an earlier session of this bookie to expire; stop the other bookie or give \
+         this one another bookie id"
+    )]
+    HeldByLiveBookie {
+        bookie: BookieId,
+        waited_ms: u128,
+        timeout_ms: u128,
+    },
+}
+
+/// How long a registration of a dead session may outlive the session timeout: ZooKeeper
+/// expires sessions on its ticks and etcd revokes leases a little late; half the timeout and a
+/// second more covers both (BookKeeper waits the timeout).
+fn expiry_bound(session_timeout: Duration) -> Duration {
+    session_timeout + session_timeout / 2 + Duration::from_secs(1)
+}
+
+/// How often a waiting registration looks again.
+const REGISTER_RETRY: Duration = Duration::from_millis(200);
+
+/// Registers `bookie`, waiting while the id is taken: a bookie killed and restarted at once
+/// finds its previous process's registration, which its session keeps until the metadata
+/// service notices the session is dead (BookKeeper waits for that too). Bounded by
+/// [`expiry_bound`] of the store's session timeout; a holder that outlives it is another live
+/// bookie.
+async fn register_waiting(
+    store: &dyn MetadataStore,
+    bookie: &BookieId,
+    read_only: &ReadOnlyProbe,
+    info: &BookieServiceInfo,
+) -> Result<(Box<dyn BookieRegistration>, BookieMode), RegisterError> {
+    let timeout = store.session_timeout();
+    let bound = expiry_bound(timeout);
+    let started = tokio::time::Instant::now();
+    let mut announced = false;
+    loop {
+        let mode = mode_of(read_only);
+        match store.register_bookie(bookie, mode, info).await {
+            Ok(r) => {
+                if announced {
+                    info!(%bookie, waited_ms = started.elapsed().as_millis() as u64, "the earlier registration expired");
+                }
+                return Ok((r, mode));
+            }
+            Err(e) if e.is_already_exists() => {
+                if started.elapsed() >= bound {
+                    return Err(RegisterError::HeldByLiveBookie {
+                        bookie: bookie.clone(),
+                        waited_ms: started.elapsed().as_millis(),
+                        timeout_ms: timeout.as_millis(),
+                    });
+                }
+                if !announced {
+                    warn!(
+                        %bookie,
+                        bound_ms = bound.as_millis() as u64,
+                        "bookie id already registered ({e}): waiting for the registration of an \
+                         earlier session (this bookie before a crash or kill?) to expire"
+                    );
+                    announced = true;
+                }
+                tokio::time::sleep(REGISTER_RETRY).await;
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
 impl Registrar {
     /// Registers the bookie through `store` (a session already open) and keeps it registered.
-    /// Fails if the first registration fails (another live bookie holds the id, say).
+    /// A registration already there is waited out ([`register_waiting`]); fails if it outlives
+    /// the bound (another live bookie holds the id) or the store fails.
     pub async fn start(
         store: Arc<dyn MetadataStore>,
         connector: Connector,
@@ -283,9 +360,8 @@ impl Registrar {
         info: BookieServiceInfo,
         read_only: ReadOnlyProbe,
         check_interval: Duration,
-    ) -> folio_metadata::Result<Registrar> {
-        let mode = mode_of(&read_only);
-        let registration = store.register_bookie(&bookie, mode, &info).await?;
+    ) -> Result<Registrar, RegisterError> {
+        let (registration, mode) = register_waiting(&*store, &bookie, &read_only, &info).await?;
         info!(%bookie, ?mode, "registered");
         let (state_tx, state) = watch::channel(RegistrationState::Registered(mode));
         let (stop, stop_rx) = watch::channel(false);

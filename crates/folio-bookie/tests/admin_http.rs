@@ -1,12 +1,14 @@
 //! The admin endpoint's cluster routes on a real bookie over a real socket: a bookie without
 //! a metadata store says so with a 503, one whose metadata session expired answers 503 once
-//! and then serves again from a new session, and the disk routes work either way.
+//! and then serves again from a new session, and the disk routes work either way. The health
+//! routes (`/heartbeat`, `is_ready`) answer 503 naming the cause for a bookie whose journal is
+//! poisoned or that is not registered.
 
 mod common;
 
 use std::sync::Arc;
 
-use common::http;
+use common::{Client, http, http_text};
 use folio_bookie::config::BookieConfig;
 use folio_bookie::node::{BookieNode, MetadataAccess};
 use folio_bookie::registration::Connector;
@@ -106,4 +108,104 @@ async fn an_expired_session_is_a_503_then_a_new_session_serves() {
         "a new session serves"
     );
     node.shutdown().await.unwrap();
+}
+
+/// `/heartbeat` and `is_ready` for a healthy bookie, then both 503 with `{"error": cause}`.
+async fn health(addr: std::net::SocketAddr) -> Vec<(u16, String)> {
+    let mut out = Vec::new();
+    for path in ["/heartbeat", "/api/v1/bookie/is_ready"] {
+        let (code, body) = http_text(addr, "GET", path).await;
+        out.push((code, body));
+    }
+    out
+}
+
+fn assert_unhealthy(seen: &[(u16, String)], cause: &str) {
+    for (code, body) in seen {
+        assert_eq!(*code, 503, "{body}");
+        let v: serde_json::Value = serde_json::from_str(body).unwrap();
+        let error = v["error"].as_str().unwrap_or_default();
+        assert!(error.contains(cause), "{body}");
+    }
+}
+
+/// A bookie whose journal fdatasync failed never takes a write again (invariant 9): its
+/// health routes must not say OK.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_poisoned_journal_makes_heartbeat_and_is_ready_503() {
+    use folio_env::sim::{Fault, SimFileSystem};
+    let dir = tempfile::tempdir().unwrap();
+    // Journal and entry logs on the simulated disk (whose fdatasync can fail), the index
+    // (redb) on the real one.
+    std::fs::create_dir_all(dir.path().join("index/current")).unwrap();
+    let fs = SimFileSystem::new();
+    let env = folio_env::Env {
+        fs: Arc::new(fs.clone()),
+        ..folio_env::Env::real()
+    };
+    let node = BookieNode::start(&env, config(dir.path(), "b:2"), None)
+        .await
+        .unwrap();
+    let addr = node.http_addr().unwrap();
+    assert_eq!(
+        health(addr).await,
+        vec![(200, "OK\n".to_string()), (200, "OK\n".to_string())]
+    );
+    fs.inject(Fault::SyncEio { after_ops: 0 });
+    let mut c = Client::connect(node.local_addr()).await;
+    let add = c.v3_add(1, 0, -1, b"never acknowledged");
+    c.send_v3(&add).await;
+    assert_ne!(
+        c.recv_v3().await.status,
+        folio_proto::pb::StatusCode::Eok as i32
+    );
+    drop(c);
+    assert_unhealthy(&health(addr).await, "fdatasync");
+    node.shutdown().await.ok();
+}
+
+/// A bookie whose metadata session was lost is not registered (clients do not see it) until
+/// it registers again: its health routes say so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unregistered_bookie_makes_heartbeat_and_is_ready_503() {
+    use folio_bookie::registration::RegistrationState;
+    let cluster = unique_name("admin-health");
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(MemMetadataStore::connect(&cluster));
+    // New sessions cannot be opened: once lost, the registration stays lost.
+    let connector: Connector = Arc::new(|| {
+        Box::pin(async {
+            Err(folio_metadata::MetadataError::Unreachable {
+                address: "mem://nowhere".into(),
+                reason: "the test cut the metadata service off".into(),
+            })
+        })
+    });
+    let node = BookieNode::start(
+        &folio_env::Env::real(),
+        config(dir.path(), "bookie-u:3181"),
+        Some(MetadataAccess {
+            store: store.clone(),
+            connector,
+            init_cluster_if_missing: true,
+        }),
+    )
+    .await
+    .unwrap();
+    let addr = node.http_addr().unwrap();
+    assert_eq!(
+        health(addr).await,
+        vec![(200, "OK\n".to_string()), (200, "OK\n".to_string())]
+    );
+    let mut state = node.registrar().unwrap().watch();
+    store.expire_session();
+    tokio::time::timeout(
+        common::PATIENCE,
+        state.wait_for(|s| *s == RegistrationState::Lost),
+    )
+    .await
+    .expect("the registration is lost")
+    .unwrap();
+    assert_unhealthy(&health(addr).await, "not registered");
+    node.shutdown().await.ok();
 }

@@ -342,7 +342,12 @@ async fn a_second_registration_of_a_live_bookie_id_is_refused() {
     .await
     .err()
     .expect("two live bookies with one id");
-    assert!(err.to_string().contains("bookie-f:3181"), "{err}");
+    // After waiting (bounded by the session timeout) for the registration to expire.
+    assert!(
+        err.to_string()
+            .contains("bookie bookie-f:3181 is registered by another live bookie"),
+        "{err}"
+    );
     // The first is still registered, and leaves cleanly.
     assert_eq!(
         registered(&cluster).await,
@@ -441,5 +446,82 @@ async fn a_full_disk_makes_the_bookie_read_only() {
         Some(folio_proto::pb::add_request::Flag::RecoveryAdd as i32);
     c.send_v3(&add).await;
     assert_eq!(c.recv_v3().await.status, StatusCode::Eok as i32);
+    node.shutdown().await.unwrap();
+}
+
+/// A journal write refused by a full disk turns the bookie read-only (registration too), and it
+/// stays so while usage is over the low-water mark (though under the threshold); once space is
+/// freed under the mark the disk checker makes it writable again, registration too, and it takes
+/// adds. The disk is simulated (its capacity, and ENOSPC on every write until cleared); the index
+/// and the network are real.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bookie_read_only_for_a_full_disk_is_writable_again_once_space_is_freed() {
+    use folio_env::FileSystem as _;
+    use folio_env::sim::{Fault, SimFileSystem};
+    let cluster = unique_name("node");
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("index/current")).unwrap();
+    let fs = SimFileSystem::with_capacity(10 << 20);
+    let env = folio_env::Env {
+        fs: Arc::new(fs.clone()),
+        ..folio_env::Env::real()
+    };
+    let mut cfg = config(dir.path(), "bookie-k:3181");
+    cfg.disk_check_interval_ms = 20;
+    cfg.disk_usage_threshold = 0.5;
+    cfg.disk_usage_lwm_threshold = 0.3;
+    cfg.journal_pre_alloc_size_mb = 0;
+    let node = BookieNode::start(
+        &env,
+        cfg,
+        Some(access(
+            &cluster,
+            Arc::new(MemMetadataStore::connect(&cluster)),
+        )),
+    )
+    .await
+    .unwrap();
+    let mut state = node.registrar().unwrap().watch();
+    let mut c = Client::connect(node.local_addr()).await;
+    let add = c.v3_add(1, 0, -1, b"before");
+    c.send_v3(&add).await;
+    assert_eq!(c.recv_v3().await.status, StatusCode::Eok as i32);
+
+    // Something else takes 40% of the disk (under the threshold), then the disk refuses
+    // the journal's next write.
+    let filler = dir.path().join("filler");
+    let f = fs
+        .open(&filler, folio_env::OpenOptions::write_create())
+        .unwrap();
+    f.set_len(4 << 20).unwrap();
+    fs.inject(Fault::WriteEnospc { after_ops: 0 });
+    let add = c.v3_add(1, 1, 0, b"refused");
+    c.send_v3(&add).await;
+    assert_ne!(c.recv_v3().await.status, StatusCode::Eok as i32);
+    fs.clear_faults();
+    tokio::time::timeout(
+        PATIENCE,
+        state.wait_for(|s| *s == RegistrationState::Registered(BookieMode::ReadOnly)),
+    )
+    .await
+    .expect("registered read-only")
+    .unwrap();
+
+    f.set_len(1 << 20).unwrap();
+    tokio::time::timeout(
+        PATIENCE,
+        state.wait_for(|s| *s == RegistrationState::Registered(BookieMode::Writable)),
+    )
+    .await
+    .expect("registered writable again once space was freed")
+    .unwrap();
+    assert_eq!(
+        registered(&cluster).await,
+        (vec!["bookie-k:3181".into()], vec![])
+    );
+    let add = c.v3_add(1, 1, 0, b"after");
+    c.send_v3(&add).await;
+    assert_eq!(c.recv_v3().await.status, StatusCode::Eok as i32);
+    drop(c);
     node.shutdown().await.unwrap();
 }

@@ -112,6 +112,10 @@ impl MetadataStore for EtcdMetadataStore {
         self.etcd.state.subscribe()
     }
 
+    fn session_timeout(&self) -> std::time::Duration {
+        self.etcd.ttl()
+    }
+
     async fn close(&self) -> Result<()> {
         self.etcd.close().await
     }
@@ -188,9 +192,9 @@ impl MetadataStore for EtcdMetadataStore {
     ) -> Result<Box<dyn BookieRegistration>> {
         let what = format!("registration of bookie {bookie}");
         let data = folio_metadata::format::encode_bookie_service_info(info);
-        // A key of a dead session vanishes when its lease expires: wait that out (up to two
-        // TTLs, as BookKeeper's etcd driver does); a live holder means AlreadyExists.
-        let deadline = tokio::time::Instant::now() + self.etcd.ttl() * 2;
+        // Refused at once while any lease holds the id. A key of a dead session vanishes
+        // when its lease expires: the bookie's registrar waits that out (bounded by
+        // `session_timeout`), the same way for every driver.
         loop {
             let mut holder = None;
             for m in [BookieMode::Writable, BookieMode::ReadOnly] {
@@ -211,17 +215,16 @@ impl MetadataStore for EtcdMetadataStore {
                     }
                     // Lost a race with another registration: look again.
                 }
-                Some(lease) if lease == self.etcd.lease => {
+                Some(lease) => {
+                    let by = if lease == self.etcd.lease {
+                        "this session"
+                    } else {
+                        "another session"
+                    };
                     return Err(MetadataError::already_exists(format!(
-                        "bookie {bookie} registration (by this session)"
+                        "registration of bookie {bookie} (by {by})"
                     )));
                 }
-                Some(_) if tokio::time::Instant::now() >= deadline => {
-                    return Err(MetadataError::already_exists(format!(
-                        "bookie {bookie} registration (by another live session)"
-                    )));
-                }
-                Some(_) => tokio::time::sleep(std::time::Duration::from_millis(200)).await,
             }
         }
     }

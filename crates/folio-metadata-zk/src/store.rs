@@ -234,6 +234,11 @@ impl MetadataStore for ZkMetadataStore {
         self.zk.state.subscribe()
     }
 
+    /// The timeout asked for (the server may clamp it to 2 to 20 ticks).
+    fn session_timeout(&self) -> std::time::Duration {
+        self.zk.options.session_timeout
+    }
+
     async fn close(&self) -> Result<()> {
         if self.zk.shutdown.send_replace(true) {
             return Ok(());
@@ -371,35 +376,25 @@ impl MetadataStore for ZkMetadataStore {
         let data = folio_metadata::format::encode_bookie_service_info(info);
         let what = format!("registration of bookie {bookie}");
         let client = self.zk.client()?;
-        // Refuse if registered in either mode by a live session; a node of an older, dead
-        // session is waited out (it vanishes within its session timeout), as BookKeeper does.
-        let deadline = tokio::time::Instant::now() + self.zk.options.session_timeout * 2;
-        loop {
-            let mut holder = None;
-            for m in [BookieMode::Writable, BookieMode::ReadOnly] {
-                let path = self.zk.abs(&Self::bookie_rel(bookie, m));
-                if let Some(stat) = self
-                    .zk
-                    .run(client.check_stat(&path))
-                    .await?
-                    .map_err(|e| self.zk.err(e, &what, None))?
-                {
-                    holder = Some(stat.ephemeral_owner);
-                }
-            }
-            match holder {
-                None => break,
-                Some(owner) if owner == self.zk.session_id => {
-                    return Err(MetadataError::already_exists(format!(
-                        "bookie {bookie} registration (by this session)"
-                    )));
-                }
-                Some(_) if tokio::time::Instant::now() >= deadline => {
-                    return Err(MetadataError::already_exists(format!(
-                        "bookie {bookie} registration (by another live session)"
-                    )));
-                }
-                Some(_) => tokio::time::sleep(std::time::Duration::from_millis(200)).await,
+        // Refuse if registered in either mode by any session, at once. A node of an older,
+        // dead session vanishes within its session timeout: the bookie's registrar waits
+        // that out (bounded by `session_timeout`), the same way for every driver.
+        for m in [BookieMode::Writable, BookieMode::ReadOnly] {
+            let path = self.zk.abs(&Self::bookie_rel(bookie, m));
+            if let Some(stat) = self
+                .zk
+                .run(client.check_stat(&path))
+                .await?
+                .map_err(|e| self.zk.err(e, &what, None))?
+            {
+                let by = if stat.ephemeral_owner == self.zk.session_id {
+                    "this session"
+                } else {
+                    "another session"
+                };
+                return Err(MetadataError::already_exists(format!(
+                    "registration of bookie {bookie} (by {by})"
+                )));
             }
         }
         let rel = Self::bookie_rel(bookie, mode);

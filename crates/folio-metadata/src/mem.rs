@@ -206,6 +206,7 @@ impl MemCluster {
                 uri: format!("mem://{}", self.inner.name),
                 state: watch::Sender::new(SessionState::Connected),
             }),
+            session_timeout: MEM_SESSION_TIMEOUT,
         }
     }
 
@@ -295,7 +296,12 @@ impl Drop for Session {
 #[derive(Debug, Clone)]
 pub struct MemMetadataStore {
     session: Arc<Session>,
+    /// What `session_timeout` reports (see there).
+    session_timeout: std::time::Duration,
 }
+
+/// What a `mem://` session reports as its timeout unless told otherwise.
+const MEM_SESSION_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl MemMetadataStore {
     /// Connects to the process-wide cluster `mem://name`.
@@ -306,6 +312,13 @@ impl MemMetadataStore {
     /// The cluster this session belongs to.
     pub fn cluster(&self) -> &MemCluster {
         &self.session.cluster
+    }
+
+    /// Reports `timeout` as this session's timeout: a `mem://` session never times out, but
+    /// what waits for one to end (a restarted bookie's registration) is bounded by it.
+    pub fn with_session_timeout(mut self, timeout: std::time::Duration) -> Self {
+        self.session_timeout = timeout;
+        self
     }
 
     /// Expires this session as ZooKeeper would: its registrations, locks and votes
@@ -327,6 +340,13 @@ impl MetadataStore for MemMetadataStore {
 
     fn session_state(&self) -> watch::Receiver<SessionState> {
         self.session.state.subscribe()
+    }
+
+    /// A `mem://` session has no timeout: it ends when closed, dropped or expired by a
+    /// test. A nominal second (or what `with_session_timeout` set) bounds what waits for one
+    /// to end.
+    fn session_timeout(&self) -> std::time::Duration {
+        self.session_timeout
     }
 
     async fn close(&self) -> Result<()> {

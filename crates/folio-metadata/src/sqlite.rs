@@ -553,6 +553,10 @@ impl MetadataStore for SqliteMetadataStore {
         self.inner.state.subscribe()
     }
 
+    fn session_timeout(&self) -> Duration {
+        self.inner.opts.session_timeout
+    }
+
     async fn close(&self) -> Result<()> {
         if self.inner.live().is_err() {
             return Ok(());

@@ -192,6 +192,12 @@ pub trait MetadataStore: Send + Sync + fmt::Debug {
     /// The state of this client's session; the receiver sees every change.
     fn session_state(&self) -> watch::Receiver<SessionState>;
 
+    /// How long the service keeps a session after its client's last contact (ZooKeeper's
+    /// session timeout, etcd's lease TTL, sqlite's lease): the registrations of a client
+    /// that died vanish about this long after it died. Bounds how long a restarted bookie
+    /// waits for its previous process's registration to expire.
+    fn session_timeout(&self) -> std::time::Duration;
+
     /// Ends the session: every registration, lock and candidacy of it disappears.
     /// Later calls on this store fail with [`crate::MetadataError::SessionExpired`].
     async fn close(&self) -> Result<()>;

@@ -124,6 +124,10 @@ impl MetadataStore for FlakyStore {
         self.inner.session_state()
     }
 
+    fn session_timeout(&self) -> std::time::Duration {
+        self.inner.session_timeout()
+    }
+
     async fn close(&self) -> Result<()> {
         self.inner.close().await
     }

@@ -29,25 +29,39 @@ pub(crate) fn checkpoint(inner: &Inner) -> Result<(), StorageError> {
         }
         return Err(StorageError::ReadOnly { reason });
     }
-    let r = checkpoint_steps(inner);
-    if let Err(e) = &r {
-        inner.journal.poison(
-            "checkpoint",
-            PathBuf::new(),
-            &io::Error::other(e.to_string()),
-        );
-    }
-    r
-}
-
-fn checkpoint_steps(inner: &Inner) -> Result<(), StorageError> {
     let marks = inner.journal.synced_positions();
-    inner.store.flush()?;
+    if let Err(e) = inner.store.flush() {
+        let e = StorageError::from(e);
+        if matches!(e, StorageError::NoSpace { .. }) {
+            // A full disk refused the entry-log writes: nothing fsync'd failed and the
+            // store keeps what it could not write for the next flush, so writes may
+            // resume once space is freed (the bookie's disk checker sees to that).
+            inner.journal.poison_no_space(
+                "checkpoint",
+                PathBuf::new(),
+                &io::Error::new(io::ErrorKind::StorageFull, e.to_string()),
+            );
+        } else {
+            poison(inner, &e);
+        }
+        return Err(e);
+    }
     for (i, mark) in marks.into_iter().enumerate() {
-        inner.journal.persist_mark(i, mark)?;
+        if let Err(e) = inner.journal.persist_mark(i, mark) {
+            poison(inner, &e);
+            return Err(e);
+        }
     }
     inner.checkpoints.fetch_add(1, Ordering::Relaxed);
     Ok(())
+}
+
+fn poison(inner: &Inner, e: &StorageError) {
+    inner.journal.poison(
+        "checkpoint",
+        PathBuf::new(),
+        &io::Error::other(e.to_string()),
+    );
 }
 
 /// Asks the checkpoint thread for a checkpoint now (the write cache is full).

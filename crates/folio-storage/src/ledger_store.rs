@@ -121,8 +121,10 @@ pub enum LedgerStoreError {
     IndexMissing { dir: PathBuf, evidence: String },
 }
 
-/// Builds the error for a failed file operation: a full disk becomes `NoSpace` naming
-/// `dir`, a failed sync `SyncFailed`, anything else `Io` naming the file and offset.
+/// Builds the error for a failed file operation: a failed sync `SyncFailed` (also one
+/// that reports a full disk: ext4 says ENOSPC from an fsync whose delayed writes found no
+/// room, and those pages may be lost, so it poisons like any failed sync), a full disk
+/// `NoSpace` naming `dir`, anything else `Io` naming the file and offset.
 pub(crate) fn io_error(
     op: &'static str,
     dir: &Path,
@@ -130,14 +132,14 @@ pub(crate) fn io_error(
     offset: Option<u64>,
     e: io::Error,
 ) -> LedgerStoreError {
-    if e.kind() == io::ErrorKind::StorageFull {
-        LedgerStoreError::NoSpace {
-            dir: dir.to_path_buf(),
-            source: e,
-        }
-    } else if op.starts_with("sync") {
+    if op.starts_with("sync") {
         LedgerStoreError::SyncFailed {
             path: path.to_path_buf(),
+            source: e,
+        }
+    } else if e.kind() == io::ErrorKind::StorageFull {
+        LedgerStoreError::NoSpace {
+            dir: dir.to_path_buf(),
             source: e,
         }
     } else {

@@ -464,6 +464,19 @@ impl Storage {
         self.read_only_reason().is_some()
     }
 
+    /// Why the engine takes no more writes for good (a failed fsync or checkpoint,
+    /// invariant 9), if so; not a write refused by a full disk.
+    pub fn fatal_reason(&self) -> Option<String> {
+        self.inner.journal.fatal_reason()
+    }
+
+    /// Takes writes again if only a full disk stopped them (see
+    /// `Journal::resume_after_space_freed`); the caller has seen space freed. Never
+    /// after a failed fsync. Returns whether writes resumed.
+    pub fn resume_after_space_freed(&self) -> bool {
+        self.inner.journal.resume_after_space_freed()
+    }
+
     /// The persisted journal marks, per journal directory.
     pub fn journal_marks(&self) -> Vec<crate::journal::Position> {
         self.inner.journal.marks()

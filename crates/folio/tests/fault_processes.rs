@@ -308,8 +308,8 @@ impl Cluster {
     }
 
     /// Starts bookie `i` and waits for `ready`. A restart soon after a SIGKILL finds the
-    /// old registration alive until its session expires: the bookie exits, and is started
-    /// again a little later.
+    /// old registration alive until its session expires and waits for that; should it
+    /// still fail to start (a slow machine), it is started again a little later.
     fn start(&mut self, i: usize) {
         let b = &mut self.bookies[i];
         let mut last = String::new();

@@ -219,15 +219,56 @@ impl Journal {
         self.dirs[0].poison.lock().as_ref().map(|p| p.reason())
     }
 
+    /// Why the journal takes no more writes *for good* (a failed fsync, invariant 9): not
+    /// a write refused by a full disk, which [`Journal::resume_after_space_freed`] undoes.
+    pub fn fatal_reason(&self) -> Option<String> {
+        self.dirs[0]
+            .poison
+            .lock()
+            .as_ref()
+            .filter(|p| !p.no_space)
+            .map(|p| p.reason())
+    }
+
+    /// Takes writes again if all that stopped them was a full disk (a write refused with
+    /// ENOSPC, cut back off the file, or a checkpoint whose entry-log writes were refused);
+    /// the caller has seen space freed. A poison for good (a failed fsync) stays: returns
+    /// whether writes resumed.
+    pub fn resume_after_space_freed(&self) -> bool {
+        let mut p = self.dirs[0].poison.lock();
+        match p.as_ref() {
+            Some(poison) if poison.no_space => {
+                tracing::info!(
+                    "space freed: the journal takes writes again (stopped by: {})",
+                    poison.reason()
+                );
+                *p = None;
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// Stops all writes (invariant 9) because something outside the journal failed in
     /// a way that may have lost data, e.g. an fsync of the ledger store during a
-    /// checkpoint. The first reason is kept.
+    /// checkpoint. The first reason is kept (one for good replaces a full disk's).
     pub(crate) fn poison(&self, op: &'static str, path: PathBuf, e: &std::io::Error) {
+        self.record_poison(writer::Poison::new(op, path, e));
+    }
+
+    /// Stops all writes until space is freed: a checkpoint's ledger-store flush was
+    /// refused by a full disk (the store keeps what it could not write for the next flush,
+    /// and no fsync failed).
+    pub(crate) fn poison_no_space(&self, op: &'static str, path: PathBuf, e: &std::io::Error) {
+        self.record_poison(writer::Poison::no_space(op, path, e));
+    }
+
+    fn record_poison(&self, poison: writer::Poison) {
         let mut p = self.dirs[0].poison.lock();
-        if p.is_none() {
-            let poison = writer::Poison::new(op, path, e);
+        let before = p.as_ref().map(|p| p.no_space);
+        writer::Poison::record(&mut p, &poison);
+        if before != p.as_ref().map(|p| p.no_space) {
             tracing::error!("storage read-only: {}", poison.reason());
-            *p = Some(poison);
         }
     }
 

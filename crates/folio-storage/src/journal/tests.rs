@@ -1341,3 +1341,53 @@ fn no_torn_crash_image_with_the_force_write_thread_stops_start_up() {
         }
     }
 }
+
+/// A write refused by a full disk stops the journal until space is freed (the refused
+/// bytes are cut off the file); a failed fdatasync stops it for good (invariant 9), and
+/// replaces a full disk's stop.
+#[test]
+fn a_full_disk_stops_writes_until_space_is_freed_a_failed_fsync_for_good() {
+    use folio_env::sim::Fault;
+    let fs = SimFileSystem::new();
+    let env = sim_env(&fs);
+    let c = cfg(vec![PathBuf::from("/j")]);
+    let (j, _) = open(&env, &c).unwrap();
+    wait(append(&j, 1, 0, b"before")).unwrap();
+    let file = journal_files(&fs, Path::new("/j"))[0].clone();
+    let end = format::HEADER_LEN + (format::RECORD_HEADER_LEN + 6) as u64;
+    fs.inject(Fault::WriteEnospc { after_ops: 0 });
+    let e = wait(append(&j, 1, 1, b"refused")).unwrap_err();
+    assert!(matches!(e, StorageError::NoSpace { .. }), "{e}");
+    assert!(j.read_only_reason().is_some());
+    assert_eq!(j.fatal_reason(), None, "a full disk is not a failed fsync");
+    // Nothing after the last record: the refused write (and the zeroes) are cut off.
+    assert_eq!(
+        fs.open(&file, OpenOptions::read()).unwrap().len().unwrap(),
+        end
+    );
+    // Still stopped until told that space was freed.
+    fs.clear_faults();
+    assert!(wait(append(&j, 1, 2, b"still refused")).is_err());
+    assert!(j.resume_after_space_freed());
+    assert_eq!(j.read_only_reason(), None);
+    wait(append(&j, 1, 3, b"after")).unwrap();
+
+    // A failed fdatasync: for good, even on a disk with room.
+    fs.inject(Fault::SyncEio { after_ops: 0 });
+    assert!(wait(append(&j, 1, 4, b"unsynced")).is_err());
+    let reason = j.fatal_reason().expect("poisoned for good");
+    assert!(reason.contains("fdatasync"), "{reason}");
+    assert!(!j.resume_after_space_freed());
+    assert!(wait(append(&j, 1, 5, b"after the fsync")).is_err());
+    // A full disk's stop does not hide one for good either.
+    j.poison_no_space(
+        "checkpoint",
+        PathBuf::new(),
+        &std::io::Error::from(std::io::ErrorKind::StorageFull),
+    );
+    assert!(!j.resume_after_space_freed());
+    drop(j);
+    let (_, seen) = open(&env, &c).unwrap();
+    let entries: Vec<i64> = seen.iter().map(|r| r.entry).collect();
+    assert_eq!(&entries[..2], &[0, 3], "the acknowledged records, in order");
+}

@@ -82,15 +82,40 @@ pub(crate) struct Poison {
     path: PathBuf,
     kind: io::ErrorKind,
     message: String,
+    /// A full disk refused a write, and nothing that was fdatasync'd or acknowledged can
+    /// have been lost by it: writes may resume once space is freed
+    /// ([`super::Journal::resume_after_space_freed`]). Never set for a failed fdatasync
+    /// (invariant 9: the kernel may have dropped pages that were never written).
+    pub(crate) no_space: bool,
 }
 
 impl Poison {
+    /// A poison for good: writes never resume (a failed fdatasync, any other failure).
     pub(crate) fn new(op: &'static str, path: PathBuf, e: &io::Error) -> Self {
         Poison {
             op,
             path,
             kind: e.kind(),
             message: e.to_string(),
+            no_space: false,
+        }
+    }
+
+    /// A write refused by a full disk; see `no_space`. The caller has made sure the
+    /// refused write left nothing behind that replay could take for records.
+    pub(crate) fn no_space(op: &'static str, path: PathBuf, e: &io::Error) -> Self {
+        Poison {
+            no_space: true,
+            ..Poison::new(op, path, e)
+        }
+    }
+
+    /// Records `p` in `slot`: the first poison is kept, except that a poison for good
+    /// replaces one that only waits for free space.
+    pub(crate) fn record(slot: &mut Option<Poison>, p: &Poison) {
+        match slot {
+            Some(old) if !old.no_space || p.no_space => {}
+            _ => *slot = Some(p.clone()),
         }
     }
 
@@ -217,7 +242,7 @@ impl DirShared {
     /// when it next looks).
     pub(crate) fn poison_all(&self, p: &Poison) {
         tracing::error!("journal poisoned: {}", p.reason());
-        self.poison.lock().get_or_insert(p.clone());
+        Poison::record(&mut self.poison.lock(), p);
         let rest: Vec<Request> = {
             let mut q = self.queue.lock();
             q.bytes = 0;
@@ -530,9 +555,9 @@ impl Writer {
             }
             self.buf.pad_to(self.align as usize);
             debug_assert!(self.buf.is_aligned(), "reserve keeps the buffer aligned");
-            self.file
-                .write_all_at(self.buf.as_slice(), block_start)
-                .map_err(|e| Poison::new("write", self.path.clone(), &e))?;
+            if let Err(e) = self.file.write_all_at(self.buf.as_slice(), block_start) {
+                return Err(self.failed_write(&e));
+            }
             self.offset += len as u64;
             if self.direct {
                 let new_block = self.offset & !(self.align - 1);
@@ -555,6 +580,23 @@ impl Writer {
             self.prealloc_end = self.prealloc_end.max(block_start + self.buf.len() as u64);
         }
         Ok(len > 0)
+    }
+
+    /// The poison for a group whose write failed. On a full disk the write may have left
+    /// part of the group in the file after the last record; cut the file back to the write
+    /// offset so that nothing but records (and then zeroes) is there when writes resume.
+    /// If the cut fails too, the poison is for good.
+    fn failed_write(&mut self, e: &io::Error) -> Poison {
+        if !crate::error::is_no_space(e) {
+            return Poison::new("write", self.path.clone(), e);
+        }
+        if let Err(cut) = self.file.set_len(self.offset) {
+            tracing::error!(file = %self.path.display(), "cutting a refused write off failed: {cut}");
+            return Poison::new("write", self.path.clone(), e);
+        }
+        // The preallocated zeroes went with the cut.
+        self.prealloc_end = self.prealloc_end.min(self.offset);
+        Poison::no_space("write", self.path.clone(), e)
     }
 
     /// Keeps about `prealloc_size` bytes of written zeroes ahead of the write offset, so
@@ -648,6 +690,7 @@ impl Writer {
                 _ => io::ErrorKind::Other,
             },
             message: e.to_string(),
+            no_space: false,
         })?;
         tracing::debug!(file = %path.display(), "journal rolled");
         Counters::add(&self.shared.counters.files_created, 1);
