@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use folio_client::Client;
+use folio_client::{Client, proto_digest};
 use folio_metadata::{BookieSet, MetadataStore};
 use folio_proto::DigestManager;
 use folio_types::{BookieId, LedgerId};
@@ -23,7 +23,6 @@ use tokio::time::Instant;
 use crate::auditor_core::{AuditorCore, Decision};
 use crate::checker::check_ledger;
 use crate::config::AutoRecoveryConfig;
-use crate::repair::proto_digest;
 
 /// What the Auditor of this process has done.
 #[derive(Debug, Default)]

@@ -5,9 +5,9 @@
 
 use std::collections::BTreeSet;
 
-use folio_client::{Client, ClientError, OpenOptions};
+use folio_client::{Client, ClientError, OpenOptions, proto_digest};
 use folio_proto::{DigestManager, master_key};
-use folio_types::metadata::{DigestType, LedgerMetadata};
+use folio_types::metadata::LedgerMetadata;
 use folio_types::{BookieId, LedgerId};
 
 use crate::checker::{BadReplica, CheckReport, Damage, check_ledger};
@@ -158,14 +158,4 @@ fn drain_report(meta: &LedgerMetadata, sources: &BTreeSet<BookieId>) -> CheckRep
         }
     }
     report
-}
-
-/// The digest of a ledger's entries as the wire layer names it.
-pub(crate) fn proto_digest(d: DigestType) -> folio_proto::DigestType {
-    match d {
-        DigestType::Crc32 => folio_proto::DigestType::Crc32,
-        DigestType::Mac => folio_proto::DigestType::Mac,
-        DigestType::Crc32c => folio_proto::DigestType::Crc32c,
-        DigestType::Dummy => folio_proto::DigestType::Dummy,
-    }
 }

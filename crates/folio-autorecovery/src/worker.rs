@@ -197,7 +197,7 @@ impl Slot {
                 self.status
                     .bytes_written
                     .fetch_add(bytes, Ordering::Relaxed);
-                lock.mark_replicated().await?;
+                finish(metadata.as_ref(), &mark, lock).await?;
             }
             LedgerOutcome::Deleted => {
                 tracing::info!(
@@ -290,9 +290,78 @@ impl Slot {
     }
 }
 
+/// Ends the repair of `seen` (the mark as it was when picked): removes the mark, unless
+/// the Auditor added bookies to it meanwhile (a new loss), in which case the lock is only
+/// released and the ledger repaired again. BookKeeper removes the mark with the version
+/// read at lock time for the same reason; re-reading it here narrows the window to the
+/// read and the removal (a mark's version is not in the metadata contract yet).
+pub(crate) async fn finish(
+    metadata: &dyn folio_metadata::MetadataStore,
+    seen: &UnderreplicatedLedger,
+    lock: Box<dyn UnderreplicationLock>,
+) -> folio_metadata::Result<()> {
+    let ledger = seen.ledger_id;
+    match metadata.get_underreplicated(ledger).await {
+        Ok(now) if !now.missing_replicas.is_subset(&seen.missing_replicas) => {
+            tracing::info!(ledger, missing = ?now.missing_replicas, "ledger re-marked during its repair; repairing it again");
+            lock.release().await
+        }
+        Ok(_) => lock.mark_replicated().await,
+        Err(e) if e.is_not_found() => lock.release().await,
+        Err(e) => Err(e),
+    }
+}
+
 /// A cheap 64-bit mix (splitmix64's finaliser) for shuffling ties.
 fn mix(mut x: u64) -> u64 {
     x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
     x ^ (x >> 31)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use folio_metadata::MetadataStore;
+    use folio_metadata::mem::{MemCluster, unique_name};
+    use folio_types::BookieId;
+
+    use super::finish;
+
+    fn b(n: u16) -> BookieId {
+        BookieId::new(format!("127.0.0.1:{n}")).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_mark_that_grew_during_the_repair_stays() {
+        let store = MemCluster::new(unique_name("finish")).connect();
+        store.init_cluster().await.unwrap();
+        store.mark_underreplicated(7, &[b(1)]).await.unwrap();
+        let seen = store.get_underreplicated(7).await.unwrap();
+        let lock = store
+            .try_lock_underreplicated(7, "w")
+            .await
+            .unwrap()
+            .unwrap();
+        // The Auditor re-marks it with a second lost bookie while the worker repairs.
+        store.mark_underreplicated(7, &[b(2)]).await.unwrap();
+        finish(&store, &seen, lock).await.unwrap();
+        let left = store.get_underreplicated(7).await.unwrap();
+        assert_eq!(left.missing_replicas, BTreeSet::from([b(1), b(2)]));
+        // It can be taken again (the lock was released); unchanged this time, the mark goes.
+        let lock = store
+            .try_lock_underreplicated(7, "w")
+            .await
+            .unwrap()
+            .unwrap();
+        finish(&store, &left, lock).await.unwrap();
+        assert!(
+            store
+                .get_underreplicated(7)
+                .await
+                .unwrap_err()
+                .is_not_found()
+        );
+    }
 }

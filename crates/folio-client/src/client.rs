@@ -222,7 +222,8 @@ impl OpenOptions {
     }
 }
 
-pub(crate) fn proto_digest(d: DigestType) -> folio_proto::DigestType {
+/// The wire layer's name for a ledger's digest type.
+pub fn proto_digest(d: DigestType) -> folio_proto::DigestType {
     match d {
         DigestType::Crc32 => folio_proto::DigestType::Crc32,
         DigestType::Mac => folio_proto::DigestType::Mac,

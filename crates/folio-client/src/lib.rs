@@ -48,7 +48,7 @@ mod recover;
 pub mod recovery;
 mod replica;
 
-pub use client::{Client, ClientStats, CreateOptions, OpenOptions};
+pub use client::{Client, ClientStats, CreateOptions, OpenOptions, proto_digest};
 pub use config::ClientConfig;
 pub use error::{ClientError, Result};
 pub use folio_types::metadata::DigestType;
