@@ -86,6 +86,14 @@ pub struct BookieConfig {
     pub major_compaction_threshold: f64,
     #[serde(alias = "majorCompactionInterval")]
     pub major_compaction_interval_s: u64,
+    /// Run the Auditor candidate and a ReplicationWorker inside the bookie process (as
+    /// `folio autorecovery` would). [autoRecoveryDaemonEnabled]
+    #[serde(alias = "autoRecoveryDaemonEnabled")]
+    pub auto_recovery_daemon_enabled: bool,
+    /// Seconds between a bookie's loss and the audit of its ledgers, when the metadata
+    /// store has no value yet. [lostBookieRecoveryDelay]
+    #[serde(alias = "lostBookieRecoveryDelay")]
+    pub lost_bookie_recovery_delay: u32,
     /// The network location published in the registration (property `rack`) for
     /// rack-aware placement by clients. BookKeeper has no such bookie key (its clients
     /// resolve racks with a script or DNS); Folio's clients read this property.
@@ -130,6 +138,8 @@ impl Default for BookieConfig {
             minor_compaction_interval_s: 3600,
             major_compaction_threshold: 0.8,
             major_compaction_interval_s: 86_400,
+            auto_recovery_daemon_enabled: false,
+            lost_bookie_recovery_delay: 0,
             rack: None,
         }
     }
@@ -262,6 +272,15 @@ minor_compaction_interval_s = 3600
 # [majorCompactionThreshold, majorCompactionInterval]
 major_compaction_threshold = 0.8
 major_compaction_interval_s = 86400
+
+# Run autorecovery (an Auditor candidate and a ReplicationWorker) in this bookie's process, as
+# `folio autorecovery` does on its own. [autoRecoveryDaemonEnabled]
+auto_recovery_daemon_enabled = false
+
+# Seconds the Auditor waits after one bookie disappears before marking its ledgers, used when
+# the metadata store holds no value yet (`folio shell lostbookierecoverydelay -set` changes
+# the cluster's). [lostBookieRecoveryDelay]
+lost_bookie_recovery_delay = 0
 
 # The bookie's network location, "/region/rack" (or "/rack"), published in its registration
 # (property "rack") for clients doing rack-aware placement. The --rack flag overrides it.

@@ -94,6 +94,13 @@ pub fn run(metadata: Option<String>, args: BookieArgs) -> anyhow::Result<()> {
     runtime.block_on(async move {
         let stop = stop_signals()?;
         let session_timeout = Duration::from_millis(config.metadata_session_timeout_ms);
+        let autorecovery_config =
+            config
+                .auto_recovery_daemon_enabled
+                .then(|| folio_autorecovery::AutoRecoveryConfig {
+                    lost_bookie_recovery_delay: config.lost_bookie_recovery_delay,
+                    ..Default::default()
+                });
         let store = connect_with(&uri, Missing::Create, Some(session_timeout)).await?;
         let embedded = uri.starts_with("sqlite:") || uri.starts_with("mem:");
         // The admin endpoint's /api/v1/ledger/read goes through a client on its own session.
@@ -123,9 +130,29 @@ pub fn run(metadata: Option<String>, args: BookieArgs) -> anyhow::Result<()> {
         if let Some(http) = node.http_addr() {
             println!("http listening on {http}");
         }
+        // autoRecoveryDaemonEnabled: the Auditor candidate (with the bookie's id, as
+        // BookKeeper's) and a worker on their own metadata session.
+        let autorecovery = match autorecovery_config {
+            Some(ar_config) => {
+                let session = connect_with(&uri, Missing::Create, Some(session_timeout)).await?;
+                let ar = crate::autorecovery_cmd::AutoRecovery::start(
+                    session.clone(),
+                    node.bookie_id().clone(),
+                    ar_config,
+                )
+                .await?;
+                println!("autorecovery running");
+                Some((ar, session))
+            }
+            None => None,
+        };
         println!("ready");
         stop.await;
         tracing::info!("signal received, shutting down");
+        if let Some((ar, session)) = autorecovery {
+            ar.stop().await;
+            let _ = session.close().await;
+        }
         node.shutdown().await?;
         println!("stopped");
         Ok(())

@@ -206,3 +206,42 @@ fn a_bookie_killed_and_restarted_at_once_waits_for_its_old_registration() {
     }
     stop(b);
 }
+
+#[test]
+fn a_bookie_with_auto_recovery_daemon_enabled_stands_as_auditor() {
+    let dir = tempfile::tempdir().unwrap();
+    // BookKeeper's key names, as in a bk_server.conf carried over.
+    std::fs::write(
+        dir.path().join("bookie.toml"),
+        "bookieId = \"cli-ar:3181\"\nautoRecoveryDaemonEnabled = true\nlostBookieRecoveryDelay = 7\n",
+    )
+    .unwrap();
+    let b = start(dir.path());
+    let shell = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_folio"))
+            .arg("--metadata")
+            .arg(format!("sqlite://{}/meta.db", dir.path().display()))
+            .arg("shell")
+            .args(args)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        if shell(&["whoisauditor"]).trim() == "Auditor: cli-ar:3181" {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the bookie was never elected Auditor"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // The Auditor wrote the configured delay, since the store had none.
+    assert_eq!(
+        shell(&["lostbookierecoverydelay", "-get"]).trim(),
+        "LostBookieRecoveryDelay value: 7"
+    );
+    stop(b);
+}
