@@ -23,6 +23,7 @@ use tokio::time::Instant;
 use crate::auditor_core::{AuditorCore, Decision};
 use crate::checker::check_ledger;
 use crate::config::AutoRecoveryConfig;
+use crate::stats::Stats;
 
 /// What the Auditor of this process has done.
 #[derive(Debug, Default)]
@@ -75,7 +76,9 @@ async fn run(
     mut stop: watch::Receiver<bool>,
     status: Arc<AuditorStatus>,
 ) {
+    let stats = Stats::new(&config.metrics_prefix);
     while !*stop.borrow() {
+        stats.auditor_count("election_attempts", 1);
         let candidacy = match client.metadata().join_auditor_election(&candidate).await {
             Ok(c) => c,
             Err(e) => {
@@ -94,7 +97,7 @@ async fn run(
         if elected {
             tracing::info!(%candidate, "elected Auditor");
             status.elected.store(true, Ordering::Relaxed);
-            if let Err(e) = lead(&client, &config, &mut leader, &mut stop, &status).await {
+            if let Err(e) = lead(&client, &config, &mut leader, &mut stop, &status, &stats).await {
                 tracing::warn!("auditor: {e}");
             }
             status.elected.store(false, Ordering::Relaxed);
@@ -121,6 +124,7 @@ async fn lead(
     leader: &mut watch::Receiver<bool>,
     stop: &mut watch::Receiver<bool>,
     status: &AuditorStatus,
+    stats: &Stats,
 ) -> folio_metadata::Result<()> {
     let metadata = client.metadata().clone();
     if metadata.lost_bookie_recovery_delay().await?.is_none() {
@@ -145,9 +149,17 @@ async fn lead(
     }
     let mut next_bookie_check = after(config.bookie_check_interval);
     let mut next_check_all = after(config.check_all_ledgers_interval);
+    let mut last_gauge: Option<Instant> = None;
     loop {
         if decision == Decision::Audit {
-            audit(&metadata, config, leader, status).await?;
+            audit(&metadata, config, leader, status, stats).await?;
+            last_gauge = None;
+        }
+        // The current queue length, at most every ten seconds (listing marks walks the
+        // store).
+        if last_gauge.is_none_or(|t: Instant| t.elapsed() >= GAUGE_INTERVAL) {
+            stats.under_replicated(metadata.list_underreplicated().await?.len());
+            last_gauge = Some(Instant::now());
         }
         decision = Decision::Wait;
         let now = Instant::now();
@@ -178,6 +190,10 @@ async fn lead(
                 decision = core.on_bookies(&available(&bookies.borrow_and_update()), Instant::now());
                 if before.is_none() && core.due().is_some() {
                     status.audits_delayed.fetch_add(1, Ordering::Relaxed);
+                    stats.auditor_count("NUM_BOOKIE_AUDITS_DELAYED", 1);
+                }
+                if before.is_some() && core.due().is_none() && decision == Decision::Wait {
+                    stats.auditor_count("NUM_DELAYED_BOOKIE_AUDITS_CANCELLED", 1);
                 }
             }
             _ = tokio::time::sleep_until(wake) => {
@@ -197,13 +213,18 @@ async fn lead(
                 if next_check_all.is_some_and(|t| t <= now) {
                     next_check_all = after(config.check_all_ledgers_interval);
                     if core.due().is_none() {
-                        check_all_ledgers(client, status).await?;
+                        let started = Instant::now();
+                        check_all_ledgers(client, status, stats).await?;
+                        stats.auditor_time("CHECK_ALL_LEDGERS_TIME", started.elapsed());
                     }
                 }
             }
         }
     }
 }
+
+/// How often the Auditor refreshes the under-replicated gauge.
+const GAUGE_INTERVAL: Duration = Duration::from_secs(10);
 
 fn after(interval: Duration) -> Option<Instant> {
     (!interval.is_zero()).then(|| Instant::now() + interval)
@@ -226,8 +247,10 @@ async fn audit(
     config: &AutoRecoveryConfig,
     leader: &watch::Receiver<bool>,
     status: &AuditorStatus,
+    stats: &Stats,
 ) -> folio_metadata::Result<()> {
     wait_enabled(metadata, config).await?;
+    let started = Instant::now();
     let set = metadata.list_bookies().await?;
     let available = available(&set);
     let mut marked = 0u64;
@@ -260,6 +283,9 @@ async fn audit(
     }
     status.audits.fetch_add(1, Ordering::Relaxed);
     status.ledgers_marked.fetch_add(marked, Ordering::Relaxed);
+    stats.auditor_count("NUM_UNDER_REPLICATED_LEDGERS", marked);
+    stats.auditor_time("AUDIT_BOOKIES_TIME", started.elapsed());
+    stats.auditor_time("URL_PUBLISH_TIME_FOR_LOST_BOOKIE", started.elapsed());
     tracing::info!(marked, "audit done");
     Ok(())
 }
@@ -267,7 +293,11 @@ async fn audit(
 /// Asks the bookies for every ledger's replicas and marks the bad ones, including copies
 /// lost on bookies that are still up (BookKeeper's checkAllLedgers and replicas check only
 /// count those).
-async fn check_all_ledgers(client: &Client, status: &AuditorStatus) -> folio_metadata::Result<()> {
+async fn check_all_ledgers(
+    client: &Client,
+    status: &AuditorStatus,
+    stats: &Stats,
+) -> folio_metadata::Result<()> {
     let metadata = client.metadata();
     let available = available(&metadata.list_bookies().await?);
     let ledgers = client
@@ -283,6 +313,7 @@ async fn check_all_ledgers(client: &Client, status: &AuditorStatus) -> folio_met
         let password = meta.password.clone().unwrap_or_default();
         let digest = DigestManager::new(ledger, proto_digest(meta.digest_type), &password);
         status.ledgers_checked.fetch_add(1, Ordering::Relaxed);
+        stats.auditor_count("NUM_LEDGERS_CHECKED", 1);
         let Ok(report) = check_ledger(client, ledger, &meta, &digest, &available).await else {
             continue;
         };
@@ -298,6 +329,7 @@ async fn check_all_ledgers(client: &Client, status: &AuditorStatus) -> folio_met
             tracing::info!(ledger, ?bad, "check of all ledgers found bad replicas");
             metadata.mark_underreplicated(ledger, &bad).await?;
             status.ledgers_marked.fetch_add(1, Ordering::Relaxed);
+            stats.auditor_count("NUM_UNDER_REPLICATED_LEDGERS", 1);
         }
     }
     Ok(())

@@ -35,6 +35,9 @@ pub struct AutoRecoveryConfig {
     /// How often a worker looks for new marks, and the Auditor for a changed delay,
     /// when nothing wakes it sooner.
     pub poll_interval: Duration,
+    /// Put before the metric names: `""` for `folio autorecovery`, `"replication_"` inside
+    /// a bookie (BookKeeper's names in both cases).
+    pub metrics_prefix: String,
 }
 
 impl Default for AutoRecoveryConfig {
@@ -50,6 +53,7 @@ impl Default for AutoRecoveryConfig {
             replication_rate_bytes: None,
             worker_concurrency: 4,
             poll_interval: Duration::from_secs(1),
+            metrics_prefix: String::new(),
         }
     }
 }

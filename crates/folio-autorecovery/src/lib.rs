@@ -21,6 +21,7 @@ mod config;
 mod fragments;
 mod repair;
 mod replicator;
+mod stats;
 mod throttle;
 mod worker;
 

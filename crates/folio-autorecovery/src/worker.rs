@@ -24,6 +24,7 @@ use tokio::time::Instant;
 use crate::config::AutoRecoveryConfig;
 use crate::repair::{LedgerOutcome, Scope, repair_ledger};
 use crate::replicator::CopyOptions;
+use crate::stats::Stats;
 use crate::throttle::Throttle;
 
 /// A ledger that failed to repair, and when it may be tried again.
@@ -107,6 +108,7 @@ impl Worker {
                 .map(|r| Arc::new(Throttle::new(r))),
         };
         let shared = Arc::new(Slot {
+            stats: Stats::new(&config.metrics_prefix),
             client,
             config,
             holder,
@@ -140,6 +142,7 @@ impl Worker {
 }
 
 struct Slot {
+    stats: Stats,
     client: Client,
     config: AutoRecoveryConfig,
     holder: String,
@@ -182,11 +185,19 @@ impl Slot {
         };
         let ledger = mark.ledger_id;
         self.status.in_progress.lock().insert(ledger);
+        let started = Instant::now();
         let outcome = self.handle(ledger).await;
+        self.stats.worker_time("rereplicate", started.elapsed());
         self.status.in_progress.lock().remove(&ledger);
         match outcome {
             LedgerOutcome::Replicated { entries, bytes } => {
                 tracing::info!(ledger, entries, bytes, "ledger re-replicated");
+                let s = &self.stats;
+                s.worker_count("NUM_FULL_OR_PARTIAL_LEDGERS_REPLICATED", 1);
+                s.worker_count("NUM_ENTRIES_READ", entries);
+                s.worker_count("NUM_BYTES_READ", bytes);
+                s.worker_count("NUM_ENTRIES_WRITTEN", entries);
+                s.worker_count("NUM_BYTES_WRITTEN", bytes);
                 self.status.failures.lock().remove(&ledger);
                 self.status
                     .ledgers_replicated
@@ -210,6 +221,7 @@ impl Slot {
             LedgerOutcome::OpenFragmentDamaged(_) => unreachable!("handle closes open ledgers"),
             LedgerOutcome::Failed(reason) => self.defer(ledger, reason, lock),
         }
+        self.stats.failed_ledgers(self.status.failures.lock().len());
         Ok(true)
     }
 

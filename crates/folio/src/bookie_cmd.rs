@@ -99,6 +99,7 @@ pub fn run(metadata: Option<String>, args: BookieArgs) -> anyhow::Result<()> {
                 .auto_recovery_daemon_enabled
                 .then(|| folio_autorecovery::AutoRecoveryConfig {
                     lost_bookie_recovery_delay: config.lost_bookie_recovery_delay,
+                    metrics_prefix: "replication_".into(),
                     ..Default::default()
                 });
         let store = connect_with(&uri, Missing::Create, Some(session_timeout)).await?;

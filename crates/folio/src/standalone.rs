@@ -145,7 +145,11 @@ pub fn run(metadata: Option<&str>, args: StandaloneArgs) -> anyhow::Result<()> {
                 async {
                     let session = metadata_connect::connect(&uri, Missing::Create).await?;
                     let id = folio_types::BookieId::new(format!("localhost:{}", args.port))?;
-                    let config = folio_autorecovery::AutoRecoveryConfig::default();
+                    let config = folio_autorecovery::AutoRecoveryConfig {
+                        // In the bookies' process: BookKeeper's embedded names.
+                        metrics_prefix: "replication_".into(),
+                        ..Default::default()
+                    };
                     autorecovery = Some((
                         crate::autorecovery_cmd::AutoRecovery::start(session.clone(), id, config)
                             .await?,

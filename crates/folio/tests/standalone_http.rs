@@ -214,3 +214,87 @@ fn admin_http_serves_bookkeepers_ledger_and_bookie_paths() {
     assert_eq!((status, body.as_str()), (200, "OK\n"));
     sa.stop();
 }
+
+#[test]
+fn autorecovery_routes_and_metrics_under_bookkeepers_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let sa = Standalone::start(dir.path(), 3);
+    let addr = sa
+        .proc
+        .seen
+        .iter()
+        .find_map(|l| l.strip_prefix("http "))
+        .expect("an http line")
+        .to_owned();
+    assert_eq!(
+        get_json(&addr, "/api/v1/autorecovery/status"),
+        serde_json::json!({ "enabled": true })
+    );
+    // Standalone runs autorecovery: an Auditor is elected (soon).
+    let deadline = std::time::Instant::now() + common::TIMEOUT;
+    loop {
+        let (status, body) = http(&addr, "GET", "/api/v1/autorecovery/who_is_auditor");
+        if status == 200 {
+            assert!(body.starts_with("Auditor: localhost:"), "{body}");
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "no Auditor: {body}");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    fails(
+        &addr,
+        "GET",
+        "/api/v1/autorecovery/list_under_replicated_ledger",
+        404,
+        "No under replicated ledgers found",
+    );
+    let (status, body) = http(&addr, "PUT", "/api/v1/autorecovery/trigger_audit");
+    assert_eq!(
+        (status, body.as_str()),
+        (200, "Successfully triggered audit\n")
+    );
+    fails(
+        &addr,
+        "PUT",
+        "/api/v1/autorecovery/status?enabled=maybe",
+        400,
+        "enabled",
+    );
+    let (status, _) = http(&addr, "PUT", "/api/v1/autorecovery/status?enabled=false");
+    assert_eq!(status, 200);
+    assert_eq!(
+        get_json(&addr, "/api/v1/autorecovery/status"),
+        serde_json::json!({ "enabled": false })
+    );
+    fails(
+        &addr,
+        "PUT",
+        "/api/v1/autorecovery/trigger_audit",
+        409,
+        "disabled",
+    );
+    let (_, body) = http(
+        &addr,
+        "GET",
+        "/api/v1/autorecovery/lost_bookie_recovery_delay",
+    );
+    assert_eq!(body, "lostBookieRecoveryDelay value: 0\n");
+
+    // The Auditor's metrics under BookKeeper's embedded names, and Folio's gauge.
+    let deadline = std::time::Instant::now() + common::TIMEOUT;
+    loop {
+        let (_, metrics) = http(&addr, "GET", "/metrics");
+        if metrics.contains("replication_auditor_election_attempts")
+            && metrics.contains("replication_auditor_AUDIT_BOOKIES_TIME")
+            && metrics.contains("folio_autorecovery_under_replicated_ledgers 0")
+        {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "metrics missing: {metrics}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    sa.stop();
+}

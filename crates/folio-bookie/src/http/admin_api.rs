@@ -37,6 +37,8 @@ use folio_types::metadata::LedgerMetadata;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::{AdminState, json};
+
+mod autorecovery;
 use crate::registration::Connector;
 
 /// How long one metadata call may take before the store counts as unreachable.
@@ -98,6 +100,7 @@ pub(super) fn routes() -> Router<AdminState> {
         .route("/api/v1/bookie/list_disk_file", get(list_disk_file))
         .route("/api/v1/bookie/gc", get(gc_status).put(gc_trigger))
         .route("/api/v1/bookie/gc_details", get(gc_details))
+        .merge(autorecovery::routes())
 }
 
 /// An error response: `{"error": message}` with `status`.
