@@ -20,6 +20,8 @@ pub struct RecoverOptions {
     /// Leave open ledgers alone instead of fencing and closing them (`-sk`).
     pub skip_open: bool,
     pub copy: CopyOptions,
+    /// Ledgers repaired at once (0 counts as 1). BookKeeper's recover does one at a time.
+    pub concurrency: usize,
 }
 
 /// What `recover` did with one ledger.
@@ -74,10 +76,26 @@ pub async fn recover(
     };
     on_ledger(ledgers.len(), None);
     let scope = Scope::Drain(sources.clone());
-    for ledger in ledgers {
-        let outcome =
-            repair_ledger(client, ledger, &scope, !options.skip_open, &options.copy).await;
-        match &outcome {
+    let mut queue = ledgers.into_iter();
+    let mut running = tokio::task::JoinSet::new();
+    loop {
+        while running.len() < options.concurrency.max(1) {
+            let Some(ledger) = queue.next() else { break };
+            let (client, scope, copy) = (client.clone(), scope.clone(), options.copy.clone());
+            let close_open = !options.skip_open;
+            running.spawn(async move {
+                let outcome = repair_ledger(&client, ledger, &scope, close_open, &copy).await;
+                LedgerReport { ledger, outcome }
+            });
+        }
+        let Some(done) = running.join_next().await else {
+            break;
+        };
+        let report = done.map_err(|e| folio_client::ClientError::MetadataConflict {
+            ledger: -1,
+            reason: format!("a recover task failed: {e}"),
+        })?;
+        match &report.outcome {
             LedgerOutcome::Replicated { entries, bytes } => {
                 summary.entries += entries;
                 summary.bytes += bytes;
@@ -85,10 +103,10 @@ pub async fn recover(
             LedgerOutcome::Deleted => {}
             LedgerOutcome::OpenFragmentDamaged(_) => summary
                 .failed
-                .push((ledger, "open ledger skipped (-sk)".to_string())),
-            LedgerOutcome::Failed(reason) => summary.failed.push((ledger, reason.clone())),
+                .push((report.ledger, "open ledger skipped (-sk)".to_string())),
+            LedgerOutcome::Failed(reason) => summary.failed.push((report.ledger, reason.clone())),
         }
-        on_ledger(summary.ledgers, Some(&LedgerReport { ledger, outcome }));
+        on_ledger(summary.ledgers, Some(&report));
     }
     Ok(summary)
 }
@@ -127,6 +145,7 @@ pub async fn decommission(
     let sources = BTreeSet::from([bookie.clone()]);
     let options = RecoverOptions {
         copy: copy.clone(),
+        concurrency: 4,
         ..RecoverOptions::default()
     };
     let summary = recover(client, &sources, &options, on_ledger).await?;

@@ -1,6 +1,7 @@
 //! The shell's autorecovery commands, with BookKeeper's names and flags:
 //! `listunderreplicated [-mr ID] [-emr ID] [-pmr] [-prw] [-c]`, `triggeraudit`,
-//! `queryautorecoverystatus [-v]`, `recover [-l L] [-sk] [-d] [-rate N] <bookie,...>` and
+//! `queryautorecoverystatus [-v]`, `recover [-l L] [-sk] [-d] [-rate N] [-concurrency K]
+//! <bookie,...>` (four ledgers at once by default) and
 //! `decommissionbookie [-bookieid ID]`. `recover` and `decommissionbookie` draw a progress
 //! bar on a terminal and print a line per ledger otherwise.
 
@@ -186,7 +187,10 @@ fn copy_options(rate: Option<u64>) -> CopyOptions {
 /// `recover [-l L] [-sk] [-d] [-q] [-f] [-rate N] <bookie[,bookie...]>`: copies every replica
 /// held by the given bookies elsewhere, client side (BookKeeper's `recoverBookieData`).
 pub async fn recover_cmd(store: Arc<dyn MetadataStore>, flags: &[String]) -> anyhow::Result<()> {
-    let mut options = RecoverOptions::default();
+    let mut options = RecoverOptions {
+        concurrency: 4,
+        ..RecoverOptions::default()
+    };
     let (mut delete_cookie, mut rate, mut sources) = (false, None, BTreeSet::new());
     let mut it = flags.iter().map(String::as_str);
     while let Some(f) = it.next() {
@@ -199,6 +203,12 @@ pub async fn recover_cmd(store: Arc<dyn MetadataStore>, flags: &[String]) -> any
             "-deleteCookie" | "--deleteCookie" | "-d" => delete_cookie = true,
             // Asked-for confirmation and dry runs are not offered: accepted and ignored.
             "-query" | "-q" | "-force" | "-f" | "-skipUnrecoverableLedgers" | "-sku" => {}
+            "-concurrency" | "--concurrency" => {
+                let v = it.next().ok_or_else(|| anyhow!("{f} needs a number"))?;
+                options.concurrency = v
+                    .parse()
+                    .map_err(|_| anyhow!("invalid concurrency {v:?}"))?;
+            }
             "-replicate-rate" | "-rate" => {
                 let v = it.next().ok_or_else(|| anyhow!("{f} needs a number"))?;
                 rate = Some(v.parse().map_err(|_| anyhow!("invalid rate {v:?}"))?);

@@ -347,3 +347,61 @@ fn a_bookie_started_with_rack_publishes_it_in_its_registration() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("rack7"), "{err}");
 }
+
+#[test]
+fn bench_rereplicate_restores_every_replica_of_a_stopped_bookie() {
+    let dir = tempfile::tempdir().unwrap();
+    init_cluster(dir.path());
+    let mut bookies: Vec<Bookie> = (0..4).map(|i| start_bookie(dir.path(), i)).collect();
+    let uri = metadata_uri(dir.path());
+    let w = bench_json(
+        Some(&uri),
+        &words(
+            "write -e 3 -w 3 -a 2 --entry-size 1000 --entries 600 --in-flight 30 --ledgers 6 --keep --json",
+        ),
+    );
+    let ledgers: Vec<u64> = w["ledger_ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap())
+        .collect();
+    // E3 on four bookies: every ledger names three of them; stop one (SIGTERM, unregistered).
+    let gone = bookies.remove(0);
+    let gone_id = gone.id.clone();
+    drop(gone);
+    let v = bench_json(
+        Some(&uri),
+        &[
+            "rereplicate",
+            "--bookie",
+            &gone_id,
+            "--concurrency",
+            "3",
+            "--json",
+        ],
+    );
+    let named = |id: u64| {
+        let out = Command::new(env!("CARGO_BIN_EXE_folio"))
+            .args([
+                "--metadata",
+                &uri,
+                "shell",
+                "ledgermetadata",
+                &id.to_string(),
+            ])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).contains(&gone_id)
+    };
+    let naming = ledgers.iter().filter(|l| named(**l)).count() as u64;
+    assert_eq!(naming, 0, "ledgers still name {gone_id}: {v}");
+    let restored = v["ledgers"].as_u64().unwrap();
+    assert!(restored >= 1 && restored <= 6, "{v}");
+    // Every entry of a restored ledger was copied once (Qw = 3 on 3 of 4 bookies: the lost
+    // bookie held all of each of its ledgers' entries).
+    assert_eq!(v["entries"].as_u64().unwrap(), restored * 100, "{v}");
+    assert!(v["bytes"].as_u64().unwrap() > restored * 100 * 1000, "{v}");
+    assert!(v["mb_per_sec"].as_f64().unwrap() > 0.0, "{v}");
+    drop(bookies);
+}

@@ -6,6 +6,7 @@ pub mod bookie;
 pub mod journal;
 pub mod read;
 pub mod report;
+pub mod rereplicate;
 pub mod tail;
 pub mod write;
 
@@ -29,6 +30,9 @@ pub enum BenchCommand {
     /// Writes ledgers (or takes --ledger IDs) and reads them back through the client,
     /// like `benchmark reads`.
     Read(read::ReadBenchArgs),
+    /// Restores every replica of one bookie elsewhere (autorecovery's repair path): MB/s and
+    /// ledgers per minute.
+    Rereplicate(rereplicate::RereplicateArgs),
     /// One writer and tailing readers (long-poll LAC) on one ledger: end-to-end latency,
     /// like `benchmark reads -listen`.
     Tail(tail::TailBenchArgs),
@@ -41,5 +45,6 @@ pub fn run(args: BenchArgs, metadata: Option<String>) -> anyhow::Result<()> {
         BenchCommand::Write(a) => write::run(a, metadata),
         BenchCommand::Read(a) => read::run(a, metadata),
         BenchCommand::Tail(a) => tail::run(a, metadata),
+        BenchCommand::Rereplicate(a) => rereplicate::run(a, metadata),
     }
 }

@@ -1,0 +1,81 @@
+//! `folio bench rereplicate`: how fast autorecovery's machinery restores the copies a bookie
+//! held: every replica on `--bookie` (stopped, or still up) copied elsewhere, `--concurrency`
+//! ledgers at a time, through the same repair path the ReplicationWorker takes. Prints
+//! ledgers, entries, bytes, seconds, MB/s and ledgers per minute (`--json`: one object).
+//! `scripts/bench-rereplicate` sets up the cluster and compares with the disk's limit.
+
+use std::collections::BTreeSet;
+use std::time::Instant;
+
+use anyhow::{Context, bail};
+use folio_autorecovery::{RecoverOptions, recover};
+use folio_client::{Client, ClientConfig};
+use folio_types::BookieId;
+
+use crate::metadata_connect::{self, Missing};
+
+#[derive(clap::Args, Debug)]
+pub struct RereplicateArgs {
+    /// The bookie whose replicas are restored elsewhere.
+    #[arg(long)]
+    pub bookie: String,
+    /// Ledgers repaired at once.
+    #[arg(long, default_value_t = 4)]
+    pub concurrency: usize,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(args: RereplicateArgs, metadata: Option<String>) -> anyhow::Result<()> {
+    let uri = metadata_connect::require_uri(metadata.as_deref())?.to_string();
+    let bookie = BookieId::new(args.bookie.as_str())?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime.block_on(async move {
+        let store = metadata_connect::connect(&uri, Missing::Refuse).await?;
+        let client = Client::connect(store.clone(), ClientConfig::default()).await?;
+        let options = RecoverOptions {
+            concurrency: args.concurrency.max(1),
+            ..RecoverOptions::default()
+        };
+        let started = Instant::now();
+        let summary = recover(&client, &BTreeSet::from([bookie.clone()]), &options, &mut |_, _| {})
+            .await?;
+        let seconds = started.elapsed().as_secs_f64();
+        let _ = store.close().await;
+        if !summary.failed.is_empty() {
+            bail!(
+                "{} ledger(s) not restored (first: ledger {}: {})",
+                summary.failed.len(),
+                summary.failed[0].0,
+                summary.failed[0].1
+            );
+        }
+        let mb_per_sec = summary.bytes as f64 / 1e6 / seconds.max(1e-9);
+        let ledgers_per_minute = summary.ledgers as f64 * 60.0 / seconds.max(1e-9);
+        if args.json {
+            println!(
+                "{}",
+                serde_json::json!({
+                    "bookie": bookie.to_string(),
+                    "concurrency": options.concurrency,
+                    "ledgers": summary.ledgers,
+                    "entries": summary.entries,
+                    "bytes": summary.bytes,
+                    "seconds": seconds,
+                    "mb_per_sec": mb_per_sec,
+                    "ledgers_per_minute": ledgers_per_minute,
+                })
+            );
+        } else {
+            println!(
+                "rereplicate {bookie}: {} ledgers, {} entries, {} bytes in {seconds:.2} s: {mb_per_sec:.1} MB/s, {ledgers_per_minute:.0} ledgers/min ({} at once)",
+                summary.ledgers, summary.entries, summary.bytes, options.concurrency
+            );
+        }
+        Ok(())
+    })
+}
