@@ -482,6 +482,11 @@ impl MetadataStore for EtcdMetadataStore {
         crate::underreplication::lock_next(&self.etcd, holder).await
     }
 
+    async fn underreplicated_lock_holder(&self, ledger: LedgerId) -> Result<Option<String>> {
+        check_ledger_id(ledger)?;
+        crate::underreplication::lock_holder(&self.etcd, ledger).await
+    }
+
     async fn remove_underreplicated(&self, ledger: LedgerId) -> Result<()> {
         check_ledger_id(ledger)?;
         crate::underreplication::remove(&self.etcd, ledger).await

@@ -104,6 +104,15 @@ pub(crate) async fn try_lock(
     }
 }
 
+/// The holder named in `ledger`'s lock key (BookKeeper's `LockDataFormat`), if locked.
+pub(crate) async fn lock_holder(etcd: &Arc<Etcd>, ledger: LedgerId) -> Result<Option<String>> {
+    let what = format!("under-replication lock of ledger {ledger}");
+    match etcd.get(&etcd.keys.ur_lock(ledger), &what).await? {
+        None => Ok(None),
+        Some(kv) => text::decode_lock_holder(&what, kv.value()).map(Some),
+    }
+}
+
 pub(crate) async fn lock_next(
     etcd: &Arc<Etcd>,
     holder: &str,

@@ -657,6 +657,11 @@ impl MetadataStore for ZkMetadataStore {
         crate::underreplication::lock_next(&self.zk, holder).await
     }
 
+    async fn underreplicated_lock_holder(&self, ledger: LedgerId) -> Result<Option<String>> {
+        check_ledger_id(ledger)?;
+        crate::underreplication::lock_holder(&self.zk, ledger).await
+    }
+
     async fn remove_underreplicated(&self, ledger: LedgerId) -> Result<()> {
         check_ledger_id(ledger)?;
         crate::underreplication::remove(&self.zk, ledger).await

@@ -157,6 +157,18 @@ pub(crate) async fn try_lock(
     }
 }
 
+/// The holder named in `ledger`'s lock znode (BookKeeper's `LockDataFormat`), if locked.
+pub(crate) async fn lock_holder(zk: &Arc<Zk>, ledger: LedgerId) -> Result<Option<String>> {
+    let what = format!("under-replication lock of ledger {ledger}");
+    match zk
+        .get(&paths::underreplication_lock_rel(ledger), &what)
+        .await?
+    {
+        None => Ok(None),
+        Some((data, _)) => text::decode_lock_holder(&what, &data).map(Some),
+    }
+}
+
 pub(crate) async fn lock_next(
     zk: &Arc<Zk>,
     holder: &str,

@@ -732,6 +732,15 @@ pub async fn underreplication_lock_is_exclusive_and_dies_with_session(h: &dyn Ha
         .unwrap()
         .expect("the first lock must succeed");
     assert_eq!(lock.ledger_id(), ledger);
+    // Who holds it is readable from another session (BookKeeper's
+    // getReplicationWorkerIdRereplicatingLedger), nobody once released.
+    assert_eq!(
+        b.underreplicated_lock_holder(ledger)
+            .await
+            .unwrap()
+            .as_deref(),
+        Some("worker-a")
+    );
     assert!(
         b.try_lock_underreplicated(ledger, "worker-b")
             .await
@@ -744,6 +753,7 @@ pub async fn underreplication_lock_is_exclusive_and_dies_with_session(h: &dyn Ha
         other.release().await.unwrap();
     }
     lock.release().await.unwrap();
+    assert_eq!(b.underreplicated_lock_holder(ledger).await.unwrap(), None);
     let lock_b = b
         .try_lock_underreplicated(ledger, "worker-b")
         .await

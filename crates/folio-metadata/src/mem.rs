@@ -57,7 +57,8 @@ struct State {
     ledgers: BTreeMap<LedgerId, (Vec<u8>, i64)>,
     underreplicated: BTreeMap<LedgerId, (BTreeSet<BookieId>, Option<i64>)>,
     /// ledger -> (session, token) of the holder.
-    ur_locks: BTreeMap<LedgerId, (SessionId, u64)>,
+    /// Held locks: the session, its token and the holder it named.
+    ur_locks: BTreeMap<LedgerId, (SessionId, u64, String)>,
     autorecovery_disabled: bool,
     /// The delay and the revision it was written at.
     lost_bookie_recovery_delay: Option<(u32, i64)>,
@@ -83,7 +84,7 @@ impl State {
             return;
         }
         self.bookies.retain(|_, r| r.session != session);
-        self.ur_locks.retain(|_, (s, _)| *s != session);
+        self.ur_locks.retain(|_, (s, _, _)| *s != session);
         self.election.retain(|_, c| {
             if c.session == session {
                 c.leader.send_replace(false);
@@ -655,7 +656,7 @@ impl MetadataStore for MemMetadataStore {
     async fn try_lock_underreplicated(
         &self,
         ledger: LedgerId,
-        _holder: &str,
+        holder: &str,
     ) -> Result<Option<Box<dyn UnderreplicationLock>>> {
         let token = self.session.with(|st| {
             if !st.underreplicated.contains_key(&ledger) {
@@ -667,7 +668,8 @@ impl MetadataStore for MemMetadataStore {
                 return Ok(None);
             }
             let token = st.token();
-            st.ur_locks.insert(ledger, (self.session.id, token));
+            st.ur_locks
+                .insert(ledger, (self.session.id, token, holder.to_string()));
             st.bump();
             Ok(Some(token))
         })?;
@@ -683,7 +685,7 @@ impl MetadataStore for MemMetadataStore {
 
     async fn lock_next_underreplicated(
         &self,
-        _holder: &str,
+        holder: &str,
     ) -> Result<Option<(UnderreplicatedLedger, Box<dyn UnderreplicationLock>)>> {
         let found = self.session.with(|st| {
             let Some((id, (missing, ctime))) = st
@@ -699,7 +701,8 @@ impl MetadataStore for MemMetadataStore {
                 ctime: *ctime,
             };
             let token = st.token();
-            st.ur_locks.insert(ur.ledger_id, (self.session.id, token));
+            st.ur_locks
+                .insert(ur.ledger_id, (self.session.id, token, holder.to_string()));
             st.bump();
             Ok(Some((ur, token)))
         })?;
@@ -712,6 +715,11 @@ impl MetadataStore for MemMetadataStore {
             }) as Box<dyn UnderreplicationLock>;
             (ur, lock)
         }))
+    }
+
+    async fn underreplicated_lock_holder(&self, ledger: LedgerId) -> Result<Option<String>> {
+        self.session
+            .with(|st| Ok(st.ur_locks.get(&ledger).map(|(_, _, h)| h.clone())))
     }
 
     async fn remove_underreplicated(&self, ledger: LedgerId) -> Result<()> {
@@ -860,7 +868,7 @@ impl MemLock {
         let held = st
             .ur_locks
             .get(&self.ledger)
-            .is_some_and(|(_, t)| *t == self.token);
+            .is_some_and(|(_, t, _)| *t == self.token);
         if !held {
             return Err(MetadataError::SessionExpired);
         }

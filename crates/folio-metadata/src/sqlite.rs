@@ -1044,6 +1044,21 @@ impl MetadataStore for SqliteMetadataStore {
         }))
     }
 
+    async fn underreplicated_lock_holder(&self, ledger: LedgerId) -> Result<Option<String>> {
+        self.inner
+            .run(move |c| {
+                Ok(c.query_row(
+                    &format!(
+                        "SELECT holder FROM ur_locks WHERE ledger = ?2 AND session IN ({LIVE})"
+                    ),
+                    params![now_ms(), ledger],
+                    |r| r.get(0),
+                )
+                .optional()?)
+            })
+            .await
+    }
+
     async fn remove_underreplicated(&self, ledger: LedgerId) -> Result<()> {
         self.inner
             .write(move |tx, _| {

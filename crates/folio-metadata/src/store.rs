@@ -326,6 +326,10 @@ pub trait MetadataStore: Send + Sync + fmt::Debug {
         holder: &str,
     ) -> Result<Option<(UnderreplicatedLedger, Box<dyn UnderreplicationLock>)>>;
 
+    /// Who holds the lock of `ledger`'s mark (the `holder` its worker named), if anyone
+    /// (BookKeeper's `getReplicationWorkerIdRereplicatingLedger`).
+    async fn underreplicated_lock_holder(&self, ledger: LedgerId) -> Result<Option<String>>;
+
     /// Removes a ledger's mark whoever holds its lock (e.g. the ledger was deleted).
     /// Removing an absent mark is not an error.
     async fn remove_underreplicated(&self, ledger: LedgerId) -> Result<()>;

@@ -62,6 +62,18 @@ pub fn decode_bookie_id(what: &str, data: &[u8]) -> Result<BookieId> {
     BookieId::new(id).map_err(|e| corrupt(e.to_string()))
 }
 
+/// The holder named in a lock record ([`encode_bookie_id`]'s layout; BookKeeper writes the
+/// worker's host name there, not necessarily a bookie id).
+pub fn decode_lock_holder(what: &str, data: &[u8]) -> Result<String> {
+    let corrupt = |reason: String| MetadataError::corrupt(what, reason);
+    let s = std::str::from_utf8(data).map_err(|_| corrupt("not valid UTF-8".into()))?;
+    let fields = parse(s).map_err(corrupt)?;
+    strings(&fields, "bookieId")
+        .first()
+        .map(|h| h.to_string())
+        .ok_or_else(|| corrupt("no bookieId".into()))
+}
+
 /// A scalar field value.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Value {

@@ -273,6 +273,11 @@ impl MetadataStore for FlakyStore {
         self.inner.lock_next_underreplicated(holder).await
     }
 
+    async fn underreplicated_lock_holder(&self, ledger: LedgerId) -> Result<Option<String>> {
+        self.read()?;
+        self.inner.underreplicated_lock_holder(ledger).await
+    }
+
     async fn remove_underreplicated(&self, ledger: LedgerId) -> Result<()> {
         self.changed(self.inner.remove_underreplicated(ledger))
             .await

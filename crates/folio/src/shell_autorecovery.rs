@@ -63,19 +63,9 @@ pub async fn listunderreplicated(
             println!("\tMissingReplica : [{}]", missing.join(", "));
         }
         if print_worker {
-            // The lock is held by the worker repairing it now, if any: try it, and give it
-            // back at once if we got it.
-            match store
-                .try_lock_underreplicated(ur.ledger_id, "folio-shell")
-                .await
-            {
-                Ok(Some(lock)) => {
-                    lock.release().await?;
-                    println!("\tReplicationWorkerId : (none)");
-                }
-                Ok(None) => println!("\tReplicationWorkerId : (held by a worker)"),
-                Err(e) if e.is_not_found() => {}
-                Err(e) => return Err(e.into()),
+            match store.underreplicated_lock_holder(ur.ledger_id).await? {
+                Some(holder) => println!("\tReplicationWorkerId : {holder}"),
+                None => println!("\tReplicationWorkerId : (none)"),
             }
         }
     }
@@ -105,7 +95,8 @@ pub async fn triggeraudit(store: &dyn MetadataStore) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `queryautorecoverystatus [-v]`: which marked ledgers a worker is repairing now.
+/// `queryautorecoverystatus [-v]`: which marked ledgers a worker is repairing now, and who
+/// (the lock holder); `-v` lists the queued ones too.
 pub async fn queryautorecoverystatus(
     store: &dyn MetadataStore,
     flags: &[String],
@@ -117,27 +108,22 @@ pub async fn queryautorecoverystatus(
     };
     let mut any = false;
     for ur in store.list_underreplicated().await? {
-        let held = match store
-            .try_lock_underreplicated(ur.ledger_id, "folio-shell")
-            .await
-        {
-            Ok(Some(lock)) => {
-                lock.release().await?;
-                false
-            }
-            Ok(None) => true,
-            Err(e) if e.is_not_found() => continue,
-            Err(e) => return Err(e.into()),
-        };
-        if held || verbose {
+        let holder = store.underreplicated_lock_holder(ur.ledger_id).await?;
+        if holder.is_some() || verbose {
             any = true;
             let missing: Vec<_> = ur.missing_replicas.iter().map(|b| b.to_string()).collect();
-            println!(
-                "Ledger {} : {}, missing replicas [{}]",
-                ur.ledger_id,
-                if held { "InProgress" } else { "Queued" },
-                missing.join(", ")
-            );
+            match holder {
+                Some(h) => println!(
+                    "Ledger {} : InProgress by {h}, missing replicas [{}]",
+                    ur.ledger_id,
+                    missing.join(", ")
+                ),
+                None => println!(
+                    "Ledger {} : Queued, missing replicas [{}]",
+                    ur.ledger_id,
+                    missing.join(", ")
+                ),
+            }
         }
     }
     if !any {
