@@ -397,7 +397,7 @@ fn bench_rereplicate_restores_every_replica_of_a_stopped_bookie() {
     let naming = ledgers.iter().filter(|l| named(**l)).count() as u64;
     assert_eq!(naming, 0, "ledgers still name {gone_id}: {v}");
     let restored = v["ledgers"].as_u64().unwrap();
-    assert!(restored >= 1 && restored <= 6, "{v}");
+    assert!((1..=6).contains(&restored), "{v}");
     // Every entry of a restored ledger was copied once (Qw = 3 on 3 of 4 bookies: the lost
     // bookie held all of each of its ledgers' entries).
     assert_eq!(v["entries"].as_u64().unwrap(), restored * 100, "{v}");
