@@ -15,7 +15,25 @@ struct Bookie {
     lines: std::sync::mpsc::Receiver<String>,
 }
 
+/// A failed assertion must not leave the process running after the test.
+impl Drop for Bookie {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// Appended to every test bookie's config: a full host disk must never fail a test.
+const ROOMY: &str = "disk_usage_threshold = 0.999\ndisk_usage_lwm_threshold = 0.998\n";
+
 fn start(dir: &std::path::Path) -> Bookie {
+    let config = dir.join("bookie.toml");
+    let text = std::fs::read_to_string(&config).unwrap_or_default();
+    if !text.contains("disk_usage_threshold") {
+        std::fs::write(&config, format!("{text}{ROOMY}")).unwrap();
+    }
     let mut child = Command::new(env!("CARGO_BIN_EXE_folio"))
         .arg("--metadata")
         .arg(format!("sqlite://{}/meta.db", dir.display()))
