@@ -108,6 +108,7 @@ impl Worker {
                 .map(|r| Arc::new(Throttle::new(r))),
         };
         let shared = Arc::new(Slot {
+            queue: Mutex::new((None, Default::default())),
             stats: Stats::new(&config.metrics_prefix),
             client,
             config,
@@ -142,6 +143,11 @@ impl Worker {
 }
 
 struct Slot {
+    /// The last listing of marks, in pick order, and when it was made.
+    queue: Mutex<(
+        Option<Instant>,
+        std::collections::VecDeque<UnderreplicatedLedger>,
+    )>,
     stats: Stats,
     client: Client,
     config: AutoRecoveryConfig,
@@ -269,13 +275,49 @@ impl Slot {
     ) -> folio_metadata::Result<Option<(UnderreplicatedLedger, Box<dyn UnderreplicationLock>)>>
     {
         let metadata = self.client.metadata();
+        loop {
+            let Some(mark) = self.next_candidate().await? else {
+                return Ok(None);
+            };
+            if self.status.in_progress.lock().contains(&mark.ledger_id) {
+                continue;
+            }
+            match metadata
+                .try_lock_underreplicated(mark.ledger_id, &self.holder)
+                .await
+            {
+                Ok(Some(lock)) => return Ok(Some((mark, lock))),
+                Ok(None) => {}
+                Err(e) if e.is_not_found() => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// The next mark to try, from a listing the slots share: listing every mark (and
+    /// reading each) is the expensive part of a pick on a large queue, so it is done at most
+    /// once a poll interval, or when the listing is used up.
+    async fn next_candidate(&self) -> folio_metadata::Result<Option<UnderreplicatedLedger>> {
+        {
+            let mut q = self.queue.lock();
+            let fresh =
+                q.0.is_some_and(|at| at.elapsed() < self.config.poll_interval);
+            if let Some(m) = q.1.pop_front() {
+                return Ok(Some(m));
+            }
+            if fresh {
+                return Ok(None);
+            }
+            q.0 = Some(Instant::now());
+        }
         let now = Instant::now();
-        let mut marks: Vec<UnderreplicatedLedger> = metadata
+        let mut marks: Vec<UnderreplicatedLedger> = self
+            .client
+            .metadata()
             .list_underreplicated()
             .await?
             .into_iter()
             .filter(|m| !self.status.backed_off(m.ledger_id, now))
-            .filter(|m| !self.status.in_progress.lock().contains(&m.ledger_id))
             .collect();
         let seed = self
             .seed
@@ -287,18 +329,9 @@ impl Slot {
                 mix(seed ^ m.ledger_id as u64),
             )
         });
-        for mark in marks {
-            match metadata
-                .try_lock_underreplicated(mark.ledger_id, &self.holder)
-                .await
-            {
-                Ok(Some(lock)) => return Ok(Some((mark, lock))),
-                Ok(None) => {}
-                Err(e) if e.is_not_found() => {}
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(None)
+        let mut q = self.queue.lock();
+        q.1 = marks.into();
+        Ok(q.1.pop_front())
     }
 }
 
