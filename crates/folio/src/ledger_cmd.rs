@@ -447,4 +447,70 @@ impl folio_bookie::http::admin_api::LedgerReader for ClientLedgerReader {
                 .map_err(|e| format!("{e:#}"))
         })
     }
+
+    fn start_recover(
+        &self,
+        bookies: Vec<folio_types::BookieId>,
+        decommission: bool,
+        delete_cookie: bool,
+    ) -> Result<(), String> {
+        let store = self.store.clone();
+        let what = bookies
+            .iter()
+            .map(|b| b.to_string())
+            .collect::<Vec<_>>()
+            .join(", ");
+        tokio::spawn(async move {
+            let result = async {
+                let client = Client::connect(store.clone(), ClientConfig::default()).await?;
+                let copy = folio_autorecovery::CopyOptions::default();
+                let mut quiet = |_: usize, _: Option<&folio_autorecovery::LedgerReport>| {};
+                let summary = if decommission {
+                    folio_autorecovery::decommission(
+                        &client,
+                        &bookies[0],
+                        delete_cookie,
+                        &copy,
+                        &mut quiet,
+                    )
+                    .await?
+                } else {
+                    let sources = bookies.iter().cloned().collect();
+                    let options = folio_autorecovery::RecoverOptions {
+                        concurrency: 4,
+                        copy,
+                        ..Default::default()
+                    };
+                    let summary =
+                        folio_autorecovery::recover(&client, &sources, &options, &mut quiet)
+                            .await?;
+                    if delete_cookie && summary.failed.is_empty() {
+                        for b in &bookies {
+                            if let Ok(c) = store.read_cookie(b).await {
+                                store.delete_cookie(b, c.version).await?;
+                            }
+                        }
+                    }
+                    summary
+                };
+                anyhow::Ok(summary)
+            }
+            .await;
+            match result {
+                Ok(s) if s.failed.is_empty() => tracing::warn!(
+                    "recovery of {what} done: {} ledgers, {} bytes copied",
+                    s.ledgers,
+                    s.bytes
+                ),
+                Ok(s) => tracing::warn!(
+                    "recovery of {what}: {} ledgers not recovered (first: {} {})",
+                    s.failed.len(),
+                    s.failed[0].0,
+                    s.failed[0].1
+                ),
+                Err(e) => tracing::warn!("recovery of {what} failed: {e:#}"),
+            }
+        });
+        Ok(())
+    }
 }

@@ -11,18 +11,26 @@ use common::Standalone;
 
 /// (status, body) of one request.
 fn http(addr: &str, method: &str, path: &str) -> (u16, String) {
+    http_body(addr, method, path, "")
+}
+
+/// (status, body) of one request with a body.
+fn http_body(addr: &str, method: &str, path: &str, body: &str) -> (u16, String) {
     let mut s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(common::TIMEOUT)).unwrap();
     write!(
         s,
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
     )
     .unwrap();
     let mut response = String::new();
     s.read_to_string(&mut response).unwrap();
     let (head, body) = response.split_once("\r\n\r\n").unwrap();
-    let status = head.split_whitespace().nth(1).unwrap().parse().unwrap();
-    (status, body.to_owned())
+    (
+        head.split_whitespace().nth(1).unwrap().parse().unwrap(),
+        body.to_owned(),
+    )
 }
 
 fn get_json(addr: &str, path: &str) -> serde_json::Value {
@@ -218,7 +226,7 @@ fn admin_http_serves_bookkeepers_ledger_and_bookie_paths() {
 #[test]
 fn autorecovery_routes_and_metrics_under_bookkeepers_names() {
     let dir = tempfile::tempdir().unwrap();
-    let sa = Standalone::start(dir.path(), 3);
+    let sa = Standalone::start(dir.path(), 4);
     let addr = sa
         .proc
         .seen

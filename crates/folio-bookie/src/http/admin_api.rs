@@ -52,12 +52,23 @@ pub const MAX_READ_ENTRIES: i64 = 10_000;
 pub type ReadFuture<'a> =
     Pin<Box<dyn Future<Output = Result<Vec<(i64, Bytes)>, String>> + Send + 'a>>;
 
-/// Reads a range of a ledger's confirmed entries (the client library, provided by the
-/// binary: the bookie crate does not depend on the client).
+/// What the admin routes reach through the client library and autorecovery (provided by
+/// the binary: the bookie crate depends on neither).
 pub trait LedgerReader: Send + Sync {
     /// Entries `first..=last` (`last` = None: up to the last add confirmed) of `ledger`,
     /// opened without recovery, as (entry id, payload).
     fn read(&self, ledger: i64, first: i64, last: Option<i64>) -> ReadFuture<'_>;
+
+    /// Starts, in the background, moving every replica off `bookies` (BookKeeper's
+    /// `PUT /api/v1/autorecovery/bookie`); with `decommission` (one bookie, which must not
+    /// be writable) as `decommissionbookie` does. Deletes their cookies when asked. An error
+    /// says why it could not start; how it ends is logged.
+    fn start_recover(
+        &self,
+        bookies: Vec<folio_types::BookieId>,
+        decommission: bool,
+        delete_cookie: bool,
+    ) -> Result<(), String>;
 }
 
 /// What the cluster routes use; without a store they answer 503.

@@ -2,7 +2,8 @@
 //! the cluster-wide switch, the under-replicated ledgers, the Auditor, `trigger_audit` and
 //! the lost-bookie delay, with BookKeeper's parameters and bodies (spec/autorecovery.md
 //! section 4). Served by every bookie with an admin port, whether or not it runs
-//! autorecovery itself.
+//! autorecovery itself; `bookie` and `decommission` run through the binary's
+//! [`super::LedgerReader`].
 
 use std::collections::BTreeMap;
 
@@ -29,6 +30,75 @@ pub(super) fn routes() -> Router<AdminState> {
             "/api/v1/autorecovery/lost_bookie_recovery_delay",
             get(delay).put(set_delay),
         )
+        .route("/api/v1/autorecovery/bookie", put(recover_bookie))
+        .route("/api/v1/autorecovery/decommission", put(decommission))
+}
+
+/// The body's `bookie_src` as a list of bookie ids (BookKeeper sends a list for `bookie`,
+/// one string for `decommission`) and its `delete_cookie` (a boolean or "true").
+fn recover_body(body: &str) -> Result<(Vec<BookieId>, bool), Response> {
+    let bad = |why: String| error(StatusCode::BAD_REQUEST, why);
+    let v: serde_json::Value = serde_json::from_str(body)
+        .map_err(|e| bad(format!("expected a JSON body with bookie_src: {e}")))?;
+    let ids: Vec<&str> = match &v["bookie_src"] {
+        serde_json::Value::String(s) => vec![s.as_str()],
+        serde_json::Value::Array(a) => a.iter().filter_map(|x| x.as_str()).collect(),
+        _ => {
+            return Err(bad(
+                "bookie_src must name a bookie id or a list of them".into()
+            ));
+        }
+    };
+    let bookies = ids
+        .into_iter()
+        .map(|id| BookieId::new(id).map_err(|e| bad(format!("invalid bookie_src {id:?}: {e}"))))
+        .collect::<Result<Vec<_>, _>>()?;
+    if bookies.is_empty() {
+        return Err(bad("bookie_src is empty".into()));
+    }
+    let delete_cookie = match &v["delete_cookie"] {
+        serde_json::Value::Bool(b) => *b,
+        serde_json::Value::String(s) => s == "true",
+        _ => false,
+    };
+    Ok((bookies, delete_cookie))
+}
+
+async fn start(s: &AdminState, body: &str, decommission: bool) -> Response {
+    let (bookies, delete_cookie) = match recover_body(body) {
+        Ok(v) => v,
+        Err(r) => return r,
+    };
+    if decommission && bookies.len() != 1 {
+        return error(StatusCode::BAD_REQUEST, "decommission takes one bookie_src");
+    }
+    let Some(runner) = s.cluster.reader.clone() else {
+        return error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "this bookie's admin endpoint has no client to recover with",
+        );
+    };
+    let names: Vec<String> = bookies.iter().map(|b| b.to_string()).collect();
+    match runner.start_recover(bookies, decommission, delete_cookie) {
+        Ok(()) => text(format!(
+            "{} of {} started in the background\n",
+            if decommission {
+                "Decommission"
+            } else {
+                "Recovery"
+            },
+            names.join(", ")
+        )),
+        Err(why) => error(StatusCode::CONFLICT, why),
+    }
+}
+
+async fn recover_bookie(State(s): State<AdminState>, body: String) -> Response {
+    start(&s, &body, false).await
+}
+
+async fn decommission(State(s): State<AdminState>, body: String) -> Response {
+    start(&s, &body, true).await
 }
 
 fn text(body: String) -> Response {
