@@ -62,6 +62,12 @@ impl Auditor {
         &self.status
     }
 
+    /// Ends the Auditor at once, as a killed process: its task is aborted wherever it is
+    /// (mid-audit, mid-check); its election node goes with its metadata session.
+    pub fn kill(self) {
+        self.task.abort();
+    }
+
     /// Resigns and waits for the Auditor to end.
     pub async fn stop(self) {
         let _ = self.stop.send(true);

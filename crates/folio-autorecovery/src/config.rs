@@ -35,6 +35,13 @@ pub struct AutoRecoveryConfig {
     /// How often a worker looks for new marks, and the Auditor for a changed delay,
     /// when nothing wakes it sooner.
     pub poll_interval: Duration,
+    /// NEGATIVE CONTROL FOR TESTS ONLY, off by default: the replicator changes the
+    /// metadata without copying the entries and trusts that (no check after the repair,
+    /// which would find the holes and fill them in place): a broken autorecovery that
+    /// loses copies, so that a test can show its checker catches it. Never set it outside
+    /// a test.
+    #[doc(hidden)]
+    pub skip_copy_for_tests: bool,
 }
 
 impl Default for AutoRecoveryConfig {
@@ -50,6 +57,7 @@ impl Default for AutoRecoveryConfig {
             replication_rate_bytes: None,
             worker_concurrency: 4,
             poll_interval: Duration::from_secs(1),
+            skip_copy_for_tests: false,
         }
     }
 }
