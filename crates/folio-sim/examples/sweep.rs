@@ -27,12 +27,24 @@ fn main() {
             lost_read_as_no_entry: std::env::var_os("FOLIO_SIM_BREAK_LOST_READ_AS_NO_ENTRY")
                 .is_some(),
         },
+        autorecovery: match std::env::var("FOLIO_SIM_AUTORECOVERY").as_deref() {
+            Ok("off") => folio_sim::AutoRecoveryRuns::Off,
+            Ok("every") => folio_sim::AutoRecoveryRuns::Every,
+            Ok("half") | Err(_) => folio_sim::AutoRecoveryRuns::Half,
+            Ok(other) => panic!("FOLIO_SIM_AUTORECOVERY={other:?}: off, half or every"),
+        },
+        break_autorecovery_copy: std::env::var_os("FOLIO_SIM_BREAK_AUTORECOVERY_COPY").is_some(),
         ..folio_sim::SimConfig::default()
     };
     let report = folio_sim::sweep::sweep(first, count, &cfg, |o| {
         println!("{}", folio_sim::sweep::line(o));
         for v in &o.violations {
             println!("  {v}");
+        }
+        if std::env::var_os("FOLIO_SIM_TRACE").is_some() {
+            for t in &o.trace {
+                println!("    {t}");
+            }
         }
     });
     println!("{}", report.summary());

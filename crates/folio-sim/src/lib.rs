@@ -46,4 +46,4 @@ pub mod sweep;
 
 pub use bookie::BookieKnobs;
 pub use net::ProtocolBreaks;
-pub use scenario::{FaultCounts, Outcome, SimConfig, run};
+pub use scenario::{AutoRecoveryRuns, FaultCounts, Outcome, SimConfig, run};
