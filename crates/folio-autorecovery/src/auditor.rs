@@ -36,6 +36,8 @@ pub struct AuditorStatus {
     pub ledgers_marked: AtomicU64,
     /// Ledgers the check of all ledgers read (`NUM_LEDGERS_CHECKED`).
     pub ledgers_checked: AtomicU64,
+    /// Checks of all ledgers completed (`CHECK_ALL_LEDGERS_TIME` count).
+    pub checks_of_all_ledgers: AtomicU64,
     /// Audits delayed for a lost bookie (`NUM_BOOKIE_AUDITS_DELAYED`).
     pub audits_delayed: AtomicU64,
     /// Seconds until the delayed audit, or -1 when none is pending.
@@ -307,5 +309,6 @@ async fn check_all_ledgers(client: &Client, status: &AuditorStatus) -> folio_met
             status.ledgers_marked.fetch_add(1, Ordering::Relaxed);
         }
     }
+    status.checks_of_all_ledgers.fetch_add(1, Ordering::Relaxed);
     Ok(())
 }

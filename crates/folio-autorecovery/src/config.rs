@@ -36,7 +36,7 @@ pub struct AutoRecoveryConfig {
     /// when nothing wakes it sooner.
     pub poll_interval: Duration,
     /// NEGATIVE CONTROL FOR TESTS ONLY, off by default: the replicator changes the
-    /// metadata without copying the entries and trusts that (no check after the repair,
+    /// metadata without copying the entries (and copies nothing in place) and trusts that (no check after the repair,
     /// which would find the holes and fill them in place): a broken autorecovery that
     /// loses copies, so that a test can show its checker catches it. Never set it outside
     /// a test.

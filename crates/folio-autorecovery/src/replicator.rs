@@ -66,8 +66,9 @@ pub struct CopyOptions {
     /// (BookKeeper's `replicationRateByBytes`, -1).
     pub throttle: Option<Arc<Throttle>>,
     /// NEGATIVE CONTROL FOR TESTS ONLY, off by default: a replica moved to a new bookie
-    /// gets the metadata change without its entries being copied, and the repair of the
-    /// ledger is not checked after (see `AutoRecoveryConfig::skip_copy_for_tests`).
+    /// gets the metadata change without its entries being copied, a replica repaired in
+    /// place gets nothing, and the repair of the ledger is not checked after (see
+    /// `AutoRecoveryConfig::skip_copy_for_tests`).
     #[doc(hidden)]
     pub skip_copy_for_tests: bool,
 }
@@ -144,9 +145,12 @@ pub async fn repair_replica(
         target: Some(target.clone()),
         ..Repaired::default()
     };
-    // The negative control: a move to a new bookie without the copy.
-    let skipped = options.skip_copy_for_tests && !in_place;
-    let to_copy: &[EntryId] = if skipped { &[] } else { &entries };
+    // The negative control: no copy, to a new bookie or in place.
+    let to_copy: &[EntryId] = if options.skip_copy_for_tests {
+        &[]
+    } else {
+        &entries
+    };
     for batch in to_copy.chunks(options.batch_size.max(1)) {
         let mut copies = JoinSet::new();
         for &entry in batch {
