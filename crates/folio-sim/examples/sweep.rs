@@ -6,6 +6,13 @@
 //! negative controls.
 
 fn main() {
+    // `RUST_LOG=folio_autorecovery=info` (for example) logs what the processes do.
+    if std::env::var_os("RUST_LOG").is_some() {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_writer(std::io::stderr)
+            .try_init();
+    }
     let args: Vec<u64> = std::env::args()
         .skip(1)
         .map(|a| {

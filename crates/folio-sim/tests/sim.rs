@@ -157,7 +157,11 @@ fn autorecovery_heals_the_lost_bookie() {
         ..SimConfig::default()
     };
     let mut repaired = 0;
-    for seed in 1..=8 {
+    // 644: a ledger (Qw=3, Qa=2) lost a bookie while open, its writer replaced it, and
+    // adds dropped on the way to two live bookies left three entries with two copies; the
+    // worker had handled the mark while the ledger was open. Healed by the periodic check
+    // of all ledgers (on in the simulator), which the heal now waits for.
+    for seed in (1..=8).chain([644]) {
         let o = run_checked(seed, &cfg);
         assert_eq!(o.faults.autorecovery_runs, 1, "{}", o.faults);
         assert_eq!(o.faults.autorecovery_heals, 1, "{}", report(&o));
@@ -170,7 +174,7 @@ fn autorecovery_heals_the_lost_bookie() {
         );
         repaired += o.faults.autorecovery_ledgers_repaired;
     }
-    assert!(repaired > 0, "no ledger repaired in 8 seeds");
+    assert!(repaired > 0, "no ledger repaired in 9 seeds");
 }
 
 #[test]
