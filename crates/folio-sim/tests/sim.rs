@@ -177,10 +177,25 @@ fn autorecovery_heals_the_lost_bookie() {
     assert!(repaired > 0, "no ledger repaired in 9 seeds");
 }
 
+/// `FOLIO_SIM_AUTORECOVERY=off|half|every` (default half, as the suite), as the sweep
+/// example takes it, so that a seed found by `FOLIO_SIM_AUTORECOVERY=every` replays here.
+fn autorecovery_from_env() -> AutoRecoveryRuns {
+    match std::env::var("FOLIO_SIM_AUTORECOVERY").as_deref() {
+        Ok("off") => AutoRecoveryRuns::Off,
+        Ok("every") => AutoRecoveryRuns::Every,
+        Ok("half") | Err(_) => AutoRecoveryRuns::Half,
+        Ok(other) => panic!("FOLIO_SIM_AUTORECOVERY={other:?}: off, half or every"),
+    }
+}
+
 #[test]
 fn replay() {
     let seed = env_u64("FOLIO_SIM_SEED").unwrap_or(1);
-    let o = run_checked(seed, &SimConfig::default());
+    let cfg = SimConfig {
+        autorecovery: autorecovery_from_env(),
+        ..SimConfig::default()
+    };
+    let o = run_checked(seed, &cfg);
     for line in &o.trace {
         println!("  {line}");
     }
