@@ -38,6 +38,13 @@ pub struct AutoRecoveryConfig {
     /// Put before the metric names: `""` for `folio autorecovery`, `"replication_"` inside
     /// a bookie (BookKeeper's names in both cases).
     pub metrics_prefix: String,
+    /// NEGATIVE CONTROL FOR TESTS ONLY, off by default: the replicator changes the
+    /// metadata without copying the entries (and copies nothing in place) and trusts that (no check after the repair,
+    /// which would find the holes and fill them in place): a broken autorecovery that
+    /// loses copies, so that a test can show its checker catches it. Never set it outside
+    /// a test.
+    #[doc(hidden)]
+    pub skip_copy_for_tests: bool,
 }
 
 impl Default for AutoRecoveryConfig {
@@ -54,6 +61,7 @@ impl Default for AutoRecoveryConfig {
             worker_concurrency: 4,
             poll_interval: Duration::from_secs(1),
             metrics_prefix: String::new(),
+            skip_copy_for_tests: false,
         }
     }
 }

@@ -132,6 +132,11 @@ pub async fn repair_ledger(
         if !failures.is_empty() {
             return LedgerOutcome::Failed(failures.join("; "));
         }
+        if copy.skip_copy_for_tests {
+            // The negative control trusts its non-copies: no check after (which would
+            // find the holes and fill them in place).
+            return LedgerOutcome::Replicated { entries, bytes };
+        }
     }
     LedgerOutcome::Failed("still under-replicated after three repair passes".into())
 }

@@ -106,6 +106,7 @@ impl Worker {
             throttle: config
                 .replication_rate_bytes
                 .map(|r| Arc::new(Throttle::new(r))),
+            skip_copy_for_tests: config.skip_copy_for_tests,
         };
         let shared = Arc::new(Slot {
             queue: Mutex::new((None, Default::default())),
@@ -129,6 +130,14 @@ impl Worker {
 
     pub fn status(&self) -> &Arc<WorkerStatus> {
         &self.status
+    }
+
+    /// Ends the worker at once, as a killed process: every slot is aborted wherever it is
+    /// (mid-copy, mid-metadata change). Its locks go with its metadata session.
+    pub fn kill(self) {
+        for t in &self.tasks {
+            t.abort();
+        }
     }
 
     /// Stops taking ledgers and waits for the slots to end (a repair in progress is

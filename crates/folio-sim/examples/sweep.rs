@@ -6,6 +6,13 @@
 //! negative controls.
 
 fn main() {
+    // `RUST_LOG=folio_autorecovery=info` (for example) logs what the processes do.
+    if std::env::var_os("RUST_LOG").is_some() {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_writer(std::io::stderr)
+            .try_init();
+    }
     let args: Vec<u64> = std::env::args()
         .skip(1)
         .map(|a| {
@@ -27,12 +34,24 @@ fn main() {
             lost_read_as_no_entry: std::env::var_os("FOLIO_SIM_BREAK_LOST_READ_AS_NO_ENTRY")
                 .is_some(),
         },
+        autorecovery: match std::env::var("FOLIO_SIM_AUTORECOVERY").as_deref() {
+            Ok("off") => folio_sim::AutoRecoveryRuns::Off,
+            Ok("every") => folio_sim::AutoRecoveryRuns::Every,
+            Ok("half") | Err(_) => folio_sim::AutoRecoveryRuns::Half,
+            Ok(other) => panic!("FOLIO_SIM_AUTORECOVERY={other:?}: off, half or every"),
+        },
+        break_autorecovery_copy: std::env::var_os("FOLIO_SIM_BREAK_AUTORECOVERY_COPY").is_some(),
         ..folio_sim::SimConfig::default()
     };
     let report = folio_sim::sweep::sweep(first, count, &cfg, |o| {
         println!("{}", folio_sim::sweep::line(o));
         for v in &o.violations {
             println!("  {v}");
+        }
+        if std::env::var_os("FOLIO_SIM_TRACE").is_some() {
+            for t in &o.trace {
+                println!("    {t}");
+            }
         }
     });
     println!("{}", report.summary());

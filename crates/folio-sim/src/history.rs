@@ -35,6 +35,12 @@ pub struct History {
     /// A readable account of events, printed with violations.
     pub trace: Vec<String>,
     pub ledgers: Vec<LedgerId>,
+    /// Each time a closed ledger was seen: its last entry id and length (`None` when the
+    /// observer was its writer, which knows only the end), and who saw it. A closed
+    /// ledger never changes: every observation must agree (invariant 10's second half).
+    pub closed_meta: Vec<(LedgerId, EntryId, Option<u64>, String)>,
+    /// Invariant 10 violations found at quiescence by asking the bookies (autorecovery).
+    pub invariant10: Vec<String>,
 }
 
 impl History {
@@ -126,6 +132,31 @@ impl History {
                 )),
             }
         }
+        // A closed ledger keeps its end and length, whoever repaired it.
+        let mut first: BTreeMap<LedgerId, (EntryId, Option<u64>, &str)> = BTreeMap::new();
+        for (ledger, end, length, who) in &self.closed_meta {
+            match first.get_mut(ledger) {
+                None => {
+                    first.insert(*ledger, (*end, *length, who));
+                }
+                Some((e, l, w)) => {
+                    if e != end || (l.is_some() && length.is_some() && l != length) {
+                        v.push(format!(
+                            "invariant 10: closed ledger {ledger} had last entry {e}, length {l:?} \
+                             for {w} and last entry {end}, length {length:?} for {who}"
+                        ));
+                    } else if l.is_none() {
+                        *l = *length;
+                        *w = who;
+                    }
+                }
+            }
+        }
+        v.extend(
+            self.invariant10
+                .iter()
+                .map(|l| format!("invariant 10: {l}")),
+        );
         v.extend(self.liveness.iter().map(|l| format!("liveness: {l}")));
         v
     }
@@ -177,5 +208,23 @@ mod tests {
         let mut h = history();
         h.reads[0].payload = Bytes::from("other");
         assert!(h.check()[0].starts_with("dirty read"), "{:?}", h.check());
+
+        let mut h = history();
+        h.closed_meta.push((1, 1, None, "writer".into()));
+        h.closed_meta.push((1, 1, Some(20), "r1".into()));
+        assert_eq!(h.check(), Vec::<String>::new());
+        h.closed_meta
+            .push((1, 1, Some(30), "final metadata".into()));
+        assert!(h.check()[0].starts_with("invariant 10"), "{:?}", h.check());
+
+        let mut h = history();
+        h.closed_meta.push((1, 1, Some(20), "r1".into()));
+        h.closed_meta
+            .push((1, 2, Some(20), "final metadata".into()));
+        assert!(h.check()[0].starts_with("invariant 10"), "{:?}", h.check());
+
+        let mut h = history();
+        h.invariant10.push("ledger 1 entry 0 missing".into());
+        assert!(h.check()[0].starts_with("invariant 10"), "{:?}", h.check());
     }
 }

@@ -12,8 +12,12 @@
 //! off the metadata store, replaces a bookie's disk by an empty one (its cookie must
 //! refuse it), and drops, delays and duplicates messages. Then every fault heals, every
 //! ledger must recover and read in full, the wiped bookie is reformatted and every
-//! ledger must still read in full. The [`history`] checkers judge persistence,
-//! agreement, fencing and dirty reads; [`sweep`] runs many seeds and counts faults.
+//! ledger must still read in full. In half the seeds (`SimConfig::autorecovery`) an
+//! Auditor and one or two ReplicationWorkers run as processes of their own, killed and
+//! session-expired by the injector; the wiped bookie stays lost until they heal, and
+//! invariant 10 is checked by asking every bookie. The [`history`] checkers judge
+//! persistence, agreement, fencing, dirty reads and closed ledgers' ends; [`sweep`] runs
+//! many seeds and counts faults.
 //!
 //! Determinism: all choices come from the seed (one generator per consumer, forked from
 //! the seed's), time is tokio's paused clock (auto-advancing when every task waits), and
@@ -46,4 +50,4 @@ pub mod sweep;
 
 pub use bookie::BookieKnobs;
 pub use net::ProtocolBreaks;
-pub use scenario::{FaultCounts, Outcome, SimConfig, run};
+pub use scenario::{AutoRecoveryRuns, FaultCounts, Outcome, SimConfig, run};

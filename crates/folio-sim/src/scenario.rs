@@ -1,7 +1,7 @@
 //! One simulated run: start bookies, run writers, recovering readers and the fault
 //! injector concurrently, heal, check liveness, then judge the history.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -20,6 +20,10 @@ use crate::history::{History, Read};
 use crate::meta::{FlakyStore, Outage};
 use crate::net::{FNV_START, Net, NetFaults, ProtocolBreaks, fnv};
 use crate::rng::SimRng;
+
+mod autorecovery;
+
+pub use autorecovery::AutoRecoveryRuns;
 
 const PASSWORD: &[u8] = b"sim";
 
@@ -41,6 +45,11 @@ pub struct SimConfig {
     /// Keep every network message as a line in [`Outcome::net_log`] (to find where two
     /// runs of a seed part; costs memory).
     pub keep_log: bool,
+    /// Which seeds run an Auditor and ReplicationWorkers (see [`AutoRecoveryRuns`]).
+    pub autorecovery: AutoRecoveryRuns,
+    /// Negative control: the workers move replicas in the metadata without copying them
+    /// (`AutoRecoveryConfig::skip_copy_for_tests`); invariant 10 must catch it.
+    pub break_autorecovery_copy: bool,
 }
 
 impl Default for SimConfig {
@@ -54,6 +63,8 @@ impl Default for SimConfig {
             knobs: BookieKnobs::default(),
             breaks: ProtocolBreaks::default(),
             keep_log: false,
+            autorecovery: AutoRecoveryRuns::Half,
+            break_autorecovery_copy: false,
         }
     }
 }
@@ -83,6 +94,19 @@ pub struct FaultCounts {
     pub dropped_responses: u64,
     pub duplicates: u64,
     pub slow_writes: u64,
+    /// Runs with autorecovery, and of those with two workers.
+    pub autorecovery_runs: u64,
+    pub two_worker_runs: u64,
+    /// Autorecovery processes killed (aborted wherever they were, session gone).
+    pub auditor_kills: u64,
+    pub worker_kills: u64,
+    /// Autorecovery processes whose metadata session expired (replaced later).
+    pub autorecovery_session_expiries: u64,
+    /// Runs whose lost bookie was healed and checked (invariant 10), ledgers repaired and
+    /// entries copied by the workers.
+    pub autorecovery_heals: u64,
+    pub autorecovery_ledgers_repaired: u64,
+    pub autorecovery_entries_copied: u64,
 }
 
 impl FaultCounts {
@@ -103,6 +127,9 @@ impl FaultCounts {
             + self.dropped_requests
             + self.dropped_responses
             + self.duplicates
+            + self.auditor_kills
+            + self.worker_kills
+            + self.autorecovery_session_expiries
     }
 
     /// Adds `o`'s counts to these.
@@ -127,6 +154,14 @@ impl FaultCounts {
         self.dropped_responses += o.dropped_responses;
         self.duplicates += o.duplicates;
         self.slow_writes += o.slow_writes;
+        self.autorecovery_runs += o.autorecovery_runs;
+        self.two_worker_runs += o.two_worker_runs;
+        self.auditor_kills += o.auditor_kills;
+        self.worker_kills += o.worker_kills;
+        self.autorecovery_session_expiries += o.autorecovery_session_expiries;
+        self.autorecovery_heals += o.autorecovery_heals;
+        self.autorecovery_ledgers_repaired += o.autorecovery_ledgers_repaired;
+        self.autorecovery_entries_copied += o.autorecovery_entries_copied;
     }
 }
 
@@ -138,7 +173,9 @@ impl std::fmt::Display for FaultCounts {
              slow-disk {} ({} slow writes), session-expiry {}, metadata-outage {} ({} calls \
              failed, {} applied then failed), wiped-disk {}, checkpoint {}, writer-crash {}, \
              zombie {}, concurrent-recovery {}, dropped-request {}, dropped-response {}, \
-             duplicate {}",
+             duplicate {}; autorecovery runs {} ({} with two workers, {} healed and checked): \
+             auditor-kill {}, worker-kill {}, autorecovery-session-expiry {}, {} ledgers \
+             repaired, {} entries copied",
             self.crashes,
             self.power_losses,
             self.restarts,
@@ -158,7 +195,15 @@ impl std::fmt::Display for FaultCounts {
             self.concurrent_recoveries,
             self.dropped_requests,
             self.dropped_responses,
-            self.duplicates
+            self.duplicates,
+            self.autorecovery_runs,
+            self.two_worker_runs,
+            self.autorecovery_heals,
+            self.auditor_kills,
+            self.worker_kills,
+            self.autorecovery_session_expiries,
+            self.autorecovery_ledgers_repaired,
+            self.autorecovery_entries_copied
         )
     }
 }
@@ -211,6 +256,11 @@ struct World {
     next_client: Mutex<usize>,
     /// Crashed bookies: their surviving disk and when they restart.
     down: Mutex<Vec<(BookieId, SimFileSystem, tokio::time::Instant)>>,
+    /// The autorecovery processes, in a run with autorecovery.
+    ar: Option<Mutex<autorecovery::Processes>>,
+    /// Bookies lost for good (wiped, not reformatted yet) and the ledgers that named them.
+    lost: Mutex<BTreeSet<BookieId>>,
+    lost_ledgers: Mutex<BTreeSet<LedgerId>>,
 }
 
 impl World {
@@ -220,6 +270,17 @@ impl World {
     }
 
     fn client(&self) -> Client {
+        self.client_session().0
+    }
+
+    /// The bookie the operator adds for a lost one.
+    fn spare_id(&self) -> BookieId {
+        BookieId::new(format!("10.0.0.{}:3181", self.ids.len() + 1)).expect("valid id")
+    }
+
+    /// A client of its own metadata session (behind the run's outages), and the session.
+    fn client_session(&self) -> (Client, MemMetadataStore) {
+        let session = self.cluster.connect();
         let n = {
             let mut c = self.next_client.lock();
             *c += 1;
@@ -234,13 +295,14 @@ impl World {
             max_reconnect_backoff: Duration::from_secs(1),
             ..ClientConfig::default()
         };
-        Client::with_seams(
-            Arc::new(FlakyStore::new(self.cluster.connect(), self.outage.clone())),
+        let client = Client::with_seams(
+            Arc::new(FlakyStore::new(session.clone(), self.outage.clone())),
             config,
             Arc::new(self.net.connector(n)),
             Arc::new(self.rng.fork()),
             self.clock.clone(),
-        )
+        );
+        (client, session)
     }
 
     async fn register(&self, id: &BookieId, mode: BookieMode) {
@@ -324,6 +386,7 @@ impl World {
             Start::Refused(e) => {
                 self.note(format!("wipe: {id} refuses to start on an empty disk: {e}"));
                 *self.wiped.lock() = Some(id.clone());
+                self.record_lost(id).await;
             }
             Start::Up => self.history.lock().liveness.push(format!(
                 "{id} started on a wiped disk: the cookie check let it serve without its data"
@@ -417,6 +480,14 @@ pub fn run(seed: u64, cfg: &SimConfig) -> Outcome {
             full: Mutex::default(),
             wiped: Mutex::default(),
             outage,
+            ar: cfg.autorecovery.on(seed).then(|| {
+                Mutex::new(autorecovery::Processes::new(
+                    autorecovery::config(cfg.break_autorecovery_copy),
+                    1 + usize::from(SimRng::new(seed ^ 0x776f_726b).chance(1, 2)),
+                ))
+            }),
+            lost: Mutex::default(),
+            lost_ledgers: Mutex::default(),
             faults: Mutex::default(),
             history: Mutex::default(),
             next_client: Mutex::new(0),
@@ -488,6 +559,14 @@ async fn simulate(w: Arc<World>) {
             max_delay_ms: w.rng.range(0, 30),
         });
     }
+    if let Some(ar) = &w.ar {
+        let two = ar.lock().workers() > 1;
+        let mut f = w.faults.lock();
+        f.autorecovery_runs += 1;
+        f.two_worker_runs += u64::from(two);
+        drop(f);
+        w.start_autorecovery();
+    }
     let mut tasks = tokio::task::JoinSet::new();
     for l in 0..w.cfg.ledgers {
         tasks.spawn(writer(w.clone(), l));
@@ -512,6 +591,22 @@ async fn simulate(w: Arc<World>) {
     }
     heal(&w).await;
     liveness(&w).await;
+    w.stop_autorecovery();
+    // The end every ledger has now: a closed ledger's must be the one it closed with.
+    let store = w.cluster.connect();
+    let ledgers = w.history.lock().ledgers.clone();
+    for ledger in ledgers {
+        if let Ok(m) = store.read_ledger(ledger).await
+            && m.value.is_closed()
+        {
+            w.history.lock().closed_meta.push((
+                ledger,
+                m.value.last_entry_id,
+                Some(m.value.length),
+                "final metadata".into(),
+            ));
+        }
+    }
 }
 
 /// Notes each ledger's ensembles and what each bookie holds, to explain a violation.
@@ -634,7 +729,14 @@ async fn writer(w: Arc<World>, l: usize) {
     }
     if w.rng.chance(1, 2) {
         match lh.close().await {
-            Ok(()) => w.note(format!("writer {l}: closed ledger {ledger}")),
+            Ok(()) => {
+                w.note(format!("writer {l}: closed ledger {ledger}"));
+                let end = lh.last_add_confirmed();
+                w.history
+                    .lock()
+                    .closed_meta
+                    .push((ledger, end, None, format!("writer {l}")));
+            }
             Err(err) => w.note(format!("writer {l}: close failed: {err}")),
         }
     }
@@ -662,7 +764,17 @@ async fn read_closed(
         return Err("opened but not closed".into());
     }
     let end = rh.last_add_confirmed();
-    w.history.lock().closes.push((ledger, end, who.to_string()));
+    let meta = rh.metadata();
+    {
+        let mut h = w.history.lock();
+        h.closes.push((ledger, end, who.to_string()));
+        h.closed_meta.push((
+            ledger,
+            meta.last_entry_id,
+            Some(meta.length),
+            who.to_string(),
+        ));
+    }
     w.note(format!("{who}: ledger {ledger} closed at {end}"));
     if end < 0 {
         return Ok(());
@@ -745,6 +857,7 @@ async fn inject_faults(w: Arc<World>) {
             w.restart(&id, fs).await;
         }
         reregister_due(&w, now).await;
+        w.restart_processes_due(now);
         // Space freed on full disks: the operator restarts the (read-only) bookie.
         let freed: Vec<_> = {
             let mut full = w.full.lock();
@@ -873,6 +986,29 @@ async fn inject_faults(w: Arc<World>) {
                 ));
                 w.wipe(&id).await;
             }
+            12 if w.ar.is_some() => {
+                // The Auditor fails; half the time at the instant a bookie crashes, so
+                // it dies between the loss and its audit (an audit over mem:// takes no
+                // virtual time, so "mid-audit" is this, or an outage failing it midway).
+                if up.is_some() && down_now < 2 && w.rng.chance(1, 2) {
+                    w.note(format!("fault: crash {id}"));
+                    w.faults.lock().crashes += 1;
+                    if let Some(fs) = w.crash_bookie(&id) {
+                        let back = now + Duration::from_millis(w.rng.range(300, 3000));
+                        w.down.lock().push((id, fs, back));
+                    }
+                }
+                let kill = w.rng.chance(2, 3);
+                let back = now + Duration::from_millis(w.rng.range(200, 3000));
+                w.fail_process(autorecovery::Role::Auditor, kill, back);
+            }
+            13 if w.ar.is_some() => {
+                let workers = w.ar.as_ref().map_or(1, |a| a.lock().workers());
+                let i = w.rng.below(workers as u64) as usize;
+                let kill = w.rng.chance(2, 3);
+                let back = now + Duration::from_millis(w.rng.range(200, 3000));
+                w.fail_process(autorecovery::Role::Worker(i), kill, back);
+            }
             _ => {}
         }
     }
@@ -931,6 +1067,7 @@ async fn heal(w: &World) {
     }
     let far = tokio::time::Instant::now() + Duration::from_secs(3600);
     reregister_due(w, far).await;
+    w.restart_processes_due(far);
     let wiped = w.wiped.lock().clone();
     if wiped.is_some() {
         // The operator adds a bookie for the lost one, so that ledgers whose ensemble
@@ -987,7 +1124,17 @@ async fn liveness(w: &Arc<World>) {
             let id = match wiped {
                 Some(id) => id,
                 None => {
-                    let id = w.ids[w.rng.below(w.ids.len() as u64) as usize].clone();
+                    let id = if w.ar.is_some() {
+                        // Lost for good: one that some ledger names, for autorecovery.
+                        let named = named_bookies(w, &ledgers).await;
+                        if named.is_empty() {
+                            w.ids[w.rng.below(w.ids.len() as u64) as usize].clone()
+                        } else {
+                            named[w.rng.below(named.len() as u64) as usize].clone()
+                        }
+                    } else {
+                        w.ids[w.rng.below(w.ids.len() as u64) as usize].clone()
+                    };
                     w.note(format!(
                         "wipe: the disk of {id} is replaced by an empty one"
                     ));
@@ -995,6 +1142,9 @@ async fn liveness(w: &Arc<World>) {
                     id
                 }
             };
+            // Autorecovery heals the lost bookie's ledgers before the operator
+            // reformats it (invariant 10 checked then).
+            w.autorecovery_heals().await;
             w.reformat(&id).await;
         }
         for &ledger in &ledgers {
@@ -1019,4 +1169,20 @@ async fn liveness(w: &Arc<World>) {
             }
         }
     }
+}
+
+/// The bookies of `w.ids` that some ledger of `ledgers` names, in id order.
+async fn named_bookies(w: &World, ledgers: &[LedgerId]) -> Vec<BookieId> {
+    let store = w.cluster.connect();
+    let mut named = BTreeSet::new();
+    for &ledger in ledgers {
+        if let Ok(m) = store.read_ledger(ledger).await {
+            named.extend(m.value.all_bookies());
+        }
+    }
+    w.ids
+        .iter()
+        .filter(|b| named.contains(*b))
+        .cloned()
+        .collect()
 }

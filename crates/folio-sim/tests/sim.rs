@@ -3,7 +3,7 @@
 //! protocol-breaking switch makes the checker fail within a bounded number of seeds.
 
 use folio_sim::sweep::{line, sweep};
-use folio_sim::{BookieKnobs, Outcome, ProtocolBreaks, SimConfig, run};
+use folio_sim::{AutoRecoveryRuns, BookieKnobs, Outcome, ProtocolBreaks, SimConfig, run};
 use std::io::Write;
 
 fn env_u64(name: &str) -> Option<u64> {
@@ -74,6 +74,21 @@ fn seeds_hold(shard: u64) {
             "no fault injected in {count} seeds"
         );
     }
+    // Half the seeds run autorecovery; it must heal something, under its own faults.
+    if count >= 50 {
+        let f = &swept.faults;
+        assert!(
+            f.autorecovery_runs > 0 && f.autorecovery_runs < count,
+            "{count} seeds, {} with autorecovery",
+            f.autorecovery_runs
+        );
+        assert_eq!(
+            f.autorecovery_heals, f.autorecovery_runs,
+            "every autorecovery run heals and checks its lost bookie"
+        );
+        assert!(f.autorecovery_ledgers_repaired > 0 && f.autorecovery_entries_copied > 0);
+        assert!(f.two_worker_runs > 0 && f.auditor_kills + f.worker_kills > 0);
+    }
 }
 
 #[test]
@@ -118,19 +133,69 @@ fn known_failing_seeds_still_report_their_violation() {
 /// recovery saw a LAC above an earlier recovery's write-back fragment and skipped entries
 /// that fragment's new bookie never received; after a disk wipe entry 9 was lost. Behind a
 /// write-back fragment, reading now starts at its first entry, whatever the LAC.
+/// They were found before autorecovery ran in the simulator, and replay as found without it.
 const FIXED_SEEDS: &[u64] = &[1659, 6753];
 
 #[test]
 fn fixed_seeds_hold_the_invariants() {
+    let cfg = SimConfig {
+        autorecovery: AutoRecoveryRuns::Off,
+        ..SimConfig::default()
+    };
     for &seed in FIXED_SEEDS {
-        run_checked(seed, &SimConfig::default());
+        run_checked(seed, &cfg);
+    }
+}
+
+/// Autorecovery heals the bookie each run loses for good, under kills and session
+/// expiries of its processes: the lost bookie's ledgers end with Qw copies of every entry
+/// (asked of each bookie) and their length unchanged.
+#[test]
+fn autorecovery_heals_the_lost_bookie() {
+    let cfg = SimConfig {
+        autorecovery: AutoRecoveryRuns::Every,
+        ..SimConfig::default()
+    };
+    let mut repaired = 0;
+    // 644: a ledger (Qw=3, Qa=2) lost a bookie while open, its writer replaced it, and
+    // adds dropped on the way to two live bookies left three entries with two copies; the
+    // worker had handled the mark while the ledger was open. Healed by the periodic check
+    // of all ledgers (on in the simulator), which the heal now waits for.
+    for seed in (1..=8).chain([644]) {
+        let o = run_checked(seed, &cfg);
+        assert_eq!(o.faults.autorecovery_runs, 1, "{}", o.faults);
+        assert_eq!(o.faults.autorecovery_heals, 1, "{}", report(&o));
+        assert!(
+            o.trace
+                .iter()
+                .any(|t| t.contains("copies asked, 0 not present")),
+            "{}",
+            report(&o)
+        );
+        repaired += o.faults.autorecovery_ledgers_repaired;
+    }
+    assert!(repaired > 0, "no ledger repaired in 9 seeds");
+}
+
+/// `FOLIO_SIM_AUTORECOVERY=off|half|every` (default half, as the suite), as the sweep
+/// example takes it, so that a seed found by `FOLIO_SIM_AUTORECOVERY=every` replays here.
+fn autorecovery_from_env() -> AutoRecoveryRuns {
+    match std::env::var("FOLIO_SIM_AUTORECOVERY").as_deref() {
+        Ok("off") => AutoRecoveryRuns::Off,
+        Ok("every") => AutoRecoveryRuns::Every,
+        Ok("half") | Err(_) => AutoRecoveryRuns::Half,
+        Ok(other) => panic!("FOLIO_SIM_AUTORECOVERY={other:?}: off, half or every"),
     }
 }
 
 #[test]
 fn replay() {
     let seed = env_u64("FOLIO_SIM_SEED").unwrap_or(1);
-    let o = run_checked(seed, &SimConfig::default());
+    let cfg = SimConfig {
+        autorecovery: autorecovery_from_env(),
+        ..SimConfig::default()
+    };
+    let o = run_checked(seed, &cfg);
     for line in &o.trace {
         println!("  {line}");
     }
@@ -185,6 +250,7 @@ fn first_difference(seed: u64) -> String {
 /// (also fixed: waiters failed in `HashMap` order, random `select!` branches).
 #[test]
 fn a_seed_replays_exactly() {
+    let mut autorecovery_runs = 0;
     for seed in [1, 2, 3, 47, 93, 205] {
         // The two runs at the same time, on two threads (each thread has its own
         // `RandomState` keys, and the journal threads of both compete for the CPU).
@@ -203,7 +269,10 @@ fn a_seed_replays_exactly() {
             );
         }
         assert_eq!(a.trace, b.trace, "seed {seed}: traces differ");
+        autorecovery_runs += a.faults.autorecovery_runs;
     }
+    // 1, 47 and 93 run autorecovery (its processes, kills and heal replay too).
+    assert!(autorecovery_runs >= 2, "{autorecovery_runs}");
 }
 
 /// Runs seeds until the checker reports a violation matching `kind`; fails if none does.
@@ -292,5 +361,21 @@ fn negative_control_unfenced_recovery_reads_truncate() {
             ..SimConfig::default()
         },
         250..=450,
+    );
+}
+
+/// Autorecovery that changes the metadata without copying the entries (and trusts it):
+/// invariant 10's question to every bookie finds the missing copies.
+#[test]
+fn negative_control_autorecovery_without_copies_loses_copies() {
+    checker_catches(
+        "autorecovery moves replicas without copying them",
+        "copies short of Qw",
+        SimConfig {
+            autorecovery: AutoRecoveryRuns::Every,
+            break_autorecovery_copy: true,
+            ..SimConfig::default()
+        },
+        10,
     );
 }

@@ -1,0 +1,439 @@
+//! Autorecovery in a run (invariant 10): an Auditor and one or two ReplicationWorkers,
+//! each a "process" of its own (its own client and metadata session, behind the run's
+//! metadata outages), started with the cluster. The injector kills them (the task aborted
+//! wherever it is, the session expired with it: election node and locks gone) or expires
+//! their session (the process lingers, every metadata call failing, until its supervisor
+//! replaces it), and starts a new incarnation a little later.
+//!
+//! A bookie is lost for good in every such run: the one whose disk is wiped (mid-run, or
+//! at the end if none was), refused by its cookie and reformatted only after
+//! autorecovery has healed. At quiescence the run waits (virtual time, bounded) until the
+//! under-replication queue is empty, no ledger names the lost bookie and a check of all
+//! ledgers begun after quiescence has ended, then asks every bookie of every write set of
+//! every ledger (those that named the lost bookie and the others) for every entry of every
+//! fragment: each must return it with a valid digest.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use folio_autorecovery::{
+    Auditor, AuditorStatus, AutoRecoveryConfig, Worker, WorkerStatus, fragments,
+};
+use folio_client::ReplicaAnswer;
+use folio_metadata::MetadataStore;
+use folio_metadata::mem::MemMetadataStore;
+use folio_proto::DigestManager;
+use folio_types::metadata::DigestType;
+use folio_types::{BookieId, LedgerId};
+
+use super::{PASSWORD, World};
+
+/// Which seeds run autorecovery.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AutoRecoveryRuns {
+    /// None (the runs of before autorecovery, draw for draw).
+    Off,
+    /// Half the seeds, chosen by a hash of the seed (so the other half run exactly as
+    /// without autorecovery).
+    Half,
+    /// Every seed.
+    Every,
+}
+
+impl AutoRecoveryRuns {
+    /// Whether `seed` runs autorecovery. Drawn from the seed alone, never from the run's
+    /// generator, so the other seeds keep every draw they had.
+    pub fn on(self, seed: u64) -> bool {
+        match self {
+            AutoRecoveryRuns::Off => false,
+            AutoRecoveryRuns::Every => true,
+            AutoRecoveryRuns::Half => {
+                crate::rng::SimRng::new(seed ^ 0x6175_746f_7265_6376).chance(1, 2)
+            }
+        }
+    }
+}
+
+/// A fast configuration: no lost-bookie delay, short grace period and polls (virtual
+/// time, so they cost little), failed ledgers retried within seconds.
+pub(super) fn config(skip_copy: bool) -> AutoRecoveryConfig {
+    AutoRecoveryConfig {
+        lost_bookie_recovery_delay: 0,
+        open_ledger_grace_period: Duration::from_secs(3),
+        poll_interval: Duration::from_millis(300),
+        rereplicate_backoff: Duration::from_millis(500),
+        failed_ledger_max_backoff: Duration::from_secs(4),
+        bookie_check_interval: Duration::from_secs(15),
+        // On: it finds the copies an ack quorum smaller than the write quorum never got
+        // (a dropped add the writer did not retry) in ledgers whose mark was handled
+        // while they were open (seed 644 with autorecovery on every seed).
+        check_all_ledgers_interval: Duration::from_secs(10),
+        worker_concurrency: 2,
+        skip_copy_for_tests: skip_copy,
+        ..AutoRecoveryConfig::default()
+    }
+}
+
+/// Which process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Role {
+    Auditor,
+    Worker(usize),
+}
+
+/// A running process: what it runs, and its metadata session (to expire it).
+struct Proc<T> {
+    run: T,
+    session: MemMetadataStore,
+}
+
+/// The autorecovery processes of a run.
+pub(super) struct Processes {
+    cfg: AutoRecoveryConfig,
+    auditor: Option<Proc<Auditor>>,
+    workers: Vec<Option<Proc<Worker>>>,
+    /// Processes that failed, and when their supervisor starts a new incarnation; a
+    /// session-expired one lingers (still in `auditor`/`workers`) until then.
+    restarts: Vec<(Role, tokio::time::Instant)>,
+    incarnation: u64,
+    statuses: Vec<Arc<WorkerStatus>>,
+}
+
+impl Processes {
+    pub(super) fn new(cfg: AutoRecoveryConfig, workers: usize) -> Processes {
+        Processes {
+            cfg,
+            auditor: None,
+            workers: (0..workers).map(|_| None).collect(),
+            restarts: Vec::new(),
+            incarnation: 0,
+            statuses: Vec::new(),
+        }
+    }
+
+    pub(super) fn workers(&self) -> usize {
+        self.workers.len()
+    }
+
+    fn auditor_status(&self) -> Option<Arc<AuditorStatus>> {
+        self.auditor.as_ref().map(|a| a.run.status().clone())
+    }
+
+    /// Ledgers repaired and entries copied, over every worker incarnation.
+    pub(super) fn repaired(&self) -> (u64, u64) {
+        self.statuses.iter().fold((0, 0), |(l, e), s| {
+            (
+                l + s.ledgers_replicated.load(Ordering::Relaxed),
+                e + s.entries_written.load(Ordering::Relaxed),
+            )
+        })
+    }
+}
+
+impl World {
+    /// Starts (or starts again) one autorecovery process, ending what ran in its place.
+    pub(super) fn start_process(&self, role: Role) {
+        let Some(ar) = &self.ar else { return };
+        let (client, session) = self.client_session();
+        let rng = self.rng.fork();
+        let mut p = ar.lock();
+        p.incarnation += 1;
+        let n = p.incarnation;
+        let cfg = p.cfg.clone();
+        match role {
+            Role::Auditor => {
+                if let Some(old) = p.auditor.take() {
+                    old.session.expire_session();
+                    old.run.kill();
+                }
+                let id = BookieId::new(format!("auditor-{n}:0")).expect("valid id");
+                p.auditor = Some(Proc {
+                    run: Auditor::start(client, cfg, id),
+                    session,
+                });
+            }
+            Role::Worker(i) => {
+                if let Some(old) = p.workers[i].take() {
+                    old.session.expire_session();
+                    old.run.kill();
+                }
+                let worker = Worker::start(client, cfg, format!("worker-{i}-{n}"), &rng);
+                p.statuses.push(worker.status().clone());
+                p.workers[i] = Some(Proc {
+                    run: worker,
+                    session,
+                });
+            }
+        }
+        drop(p);
+        self.note(format!("autorecovery: {role:?} starts (incarnation {n})"));
+    }
+
+    /// Starts the Auditor and the workers.
+    pub(super) fn start_autorecovery(&self) {
+        let Some(ar) = &self.ar else { return };
+        let workers = ar.lock().workers();
+        self.start_process(Role::Auditor);
+        for i in 0..workers {
+            self.start_process(Role::Worker(i));
+        }
+    }
+
+    /// The injector's autorecovery fault: a process killed (aborted mid-whatever, its
+    /// session gone with it) or its session expired (it lingers, failing), replaced
+    /// `back` later.
+    pub(super) fn fail_process(&self, role: Role, kill: bool, back: tokio::time::Instant) {
+        let Some(ar) = &self.ar else { return };
+        let mut p = ar.lock();
+        if p.restarts.iter().any(|r| r.0 == role) {
+            return;
+        }
+        let session = match role {
+            Role::Auditor => p.auditor.as_ref().map(|a| a.session.clone()),
+            Role::Worker(i) => p.workers[i].as_ref().map(|a| a.session.clone()),
+        };
+        let Some(session) = session else { return };
+        session.expire_session();
+        if kill {
+            match role {
+                Role::Auditor => {
+                    if let Some(a) = p.auditor.take() {
+                        a.run.kill();
+                    }
+                }
+                Role::Worker(i) => {
+                    if let Some(a) = p.workers[i].take() {
+                        a.run.kill();
+                    }
+                }
+            }
+        }
+        p.restarts.push((role, back));
+        drop(p);
+        let mut f = self.faults.lock();
+        match (role, kill) {
+            (Role::Auditor, true) => f.auditor_kills += 1,
+            (Role::Worker(_), true) => f.worker_kills += 1,
+            (_, false) => f.autorecovery_session_expiries += 1,
+        }
+        drop(f);
+        let what = if kill { "killed" } else { "session expires" };
+        self.note(format!("fault: autorecovery {role:?} {what}"));
+    }
+
+    /// Starts again the processes whose restart is due (all of them with a far `now`).
+    pub(super) fn restart_processes_due(&self, now: tokio::time::Instant) {
+        let Some(ar) = &self.ar else { return };
+        let due: Vec<Role> = {
+            let mut p = ar.lock();
+            let (due, later) = p.restarts.drain(..).partition(|r| r.1 <= now);
+            p.restarts = later;
+            due.into_iter().map(|r| r.0).collect()
+        };
+        for role in due {
+            self.start_process(role);
+        }
+    }
+
+    /// Ends every process (at the end of the run).
+    pub(super) fn stop_autorecovery(&self) {
+        let Some(ar) = &self.ar else { return };
+        let mut p = ar.lock();
+        let (l, e) = p.repaired();
+        let mut f = self.faults.lock();
+        f.autorecovery_ledgers_repaired += l;
+        f.autorecovery_entries_copied += e;
+        drop(f);
+        if let Some(a) = p.auditor.take() {
+            a.run.kill();
+        }
+        for w in p.workers.iter_mut() {
+            if let Some(w) = w.take() {
+                w.run.kill();
+            }
+        }
+    }
+
+    /// Records the ledgers that name `lost` now: they lost a bookie for good.
+    pub(super) async fn record_lost(&self, lost: &BookieId) {
+        if self.ar.is_none() {
+            return;
+        }
+        let store = self.cluster.connect();
+        let mut named = BTreeSet::new();
+        for ledger in all_ledgers(&store).await {
+            if let Ok(m) = store.read_ledger(ledger).await
+                && m.value.all_bookies().contains(lost)
+            {
+                named.insert(ledger);
+            }
+        }
+        self.note(format!(
+            "autorecovery: {lost} lost for good; ledgers naming it: {named:?}"
+        ));
+        self.lost.lock().insert(lost.clone());
+        self.lost_ledgers.lock().extend(named);
+    }
+
+    /// At quiescence: waits until autorecovery has healed the lost bookie's ledgers
+    /// (bounded), then checks invariant 10 on each of them by asking every bookie.
+    pub(super) async fn autorecovery_heals(&self) {
+        if self.ar.is_none() {
+            return;
+        }
+        // Every process runs again, and a spare bookie stands in for the lost one.
+        let far = tokio::time::Instant::now() + Duration::from_secs(3600);
+        self.restart_processes_due(far);
+        let spare = self.spare_id();
+        if self.net.incarnation(&spare).is_none() {
+            self.note(format!("autorecovery: spare bookie {spare} joins"));
+            self.restart(&spare, folio_env::sim::SimFileSystem::new())
+                .await;
+        }
+        let lost: BTreeSet<BookieId> = self.lost.lock().clone();
+        let lost_ledgers: BTreeSet<LedgerId> = self.lost_ledgers.lock().clone();
+        let store = self.cluster.connect();
+        let started = tokio::time::Instant::now();
+        let bound = Duration::from_secs(600);
+        // Healed also means a check of all ledgers that began after quiescence has
+        // ended (the second pass from now), so holes on live bookies are found too.
+        let auditor = self.ar.as_ref().and_then(|a| a.lock().auditor_status());
+        let passes = |a: &Option<Arc<AuditorStatus>>| {
+            a.as_ref()
+                .map_or(0, |s| s.checks_of_all_ledgers.load(Ordering::Relaxed))
+        };
+        let passes_before = passes(&auditor);
+        loop {
+            let queued: Option<Vec<LedgerId>> = store
+                .list_underreplicated()
+                .await
+                .ok()
+                .map(|q| q.into_iter().map(|m| m.ledger_id).collect());
+            let mut naming = Vec::new();
+            for ledger in all_ledgers(&store).await {
+                if let Ok(m) = store.read_ledger(ledger).await
+                    && m.value.all_bookies().iter().any(|b| lost.contains(b))
+                {
+                    naming.push(ledger);
+                }
+            }
+            let checked = passes(&auditor) >= passes_before + 2;
+            if checked && queued.as_ref().is_some_and(|q| q.is_empty()) && naming.is_empty() {
+                self.note(format!(
+                    "autorecovery: healed after {} ms of quiescence",
+                    started.elapsed().as_millis()
+                ));
+                break;
+            }
+            if started.elapsed() >= bound {
+                self.history.lock().invariant10.push(format!(
+                    "autorecovery did not heal within {} s after the heal: queued {queued:?}, \
+                     ledgers still naming {lost:?}: {naming:?}, checks of all ledgers since: {}",
+                    bound.as_secs(),
+                    passes(&auditor) - passes_before
+                ));
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        let client = self.client();
+        // Every ledger: those that named the lost bookie (DESIGN's invariant 10), and the
+        // others, whose holes (a crash, a dropped add under Qa < Qw) the check of all
+        // ledgers finds and the workers fill.
+        for ledger in all_ledgers(&store).await {
+            let lost_one = if lost_ledgers.contains(&ledger) {
+                "lost a bookie and"
+            } else {
+                "(no bookie lost)"
+            };
+            let meta = match store.read_ledger(ledger).await {
+                Ok(m) => m.value,
+                Err(e) => {
+                    self.history.lock().invariant10.push(format!(
+                        "ledger {ledger}: metadata unreadable after healing: {e}"
+                    ));
+                    continue;
+                }
+            };
+            if !meta.is_closed() {
+                self.history
+                    .lock()
+                    .invariant10
+                    .push(format!("ledger {ledger} is not closed after healing"));
+                continue;
+            }
+            self.history.lock().closed_meta.push((
+                ledger,
+                meta.last_entry_id,
+                Some(meta.length),
+                "healed".into(),
+            ));
+            let Ok(q) = meta.quorum() else { continue };
+            let digest = DigestManager::new(ledger, proto_digest(meta.digest_type), PASSWORD);
+            let mut missing = Vec::new();
+            let mut probes = 0u64;
+            for f in fragments(&meta) {
+                for (position, bookie) in f.ensemble.iter().enumerate() {
+                    for entry in f.entries_of(&q, position) {
+                        probes += 1;
+                        let mut answer = client.probe_entry(bookie, &digest, entry).await;
+                        for _ in 0..3 {
+                            if !matches!(answer, ReplicaAnswer::Failed(_)) {
+                                break;
+                            }
+                            tokio::time::sleep(Duration::from_secs(1)).await;
+                            answer = client.probe_entry(bookie, &digest, entry).await;
+                        }
+                        if answer != ReplicaAnswer::Present {
+                            missing.push(format!(
+                                "entry {entry} on {bookie} (fragment {}, position {position}): {answer:?}",
+                                f.first
+                            ));
+                        }
+                    }
+                }
+            }
+            self.note(format!(
+                "autorecovery: ledger {ledger}: {probes} copies asked, {} not present",
+                missing.len()
+            ));
+            if !missing.is_empty() {
+                let n = missing.len();
+                missing.truncate(5);
+                self.history.lock().invariant10.push(format!(
+                    "ledger {ledger} {lost_one} has {n} copies short of Qw={} after healing: {}{}",
+                    q.write_quorum,
+                    missing.join("; "),
+                    if n > 5 { "; ..." } else { "" }
+                ));
+            }
+        }
+        self.faults.lock().autorecovery_heals += 1;
+    }
+}
+
+/// Every ledger in the store.
+async fn all_ledgers(store: &MemMetadataStore) -> Vec<LedgerId> {
+    let mut out = Vec::new();
+    let mut after = None;
+    while let Ok(page) = store.list_ledgers(after, 1000).await {
+        out.extend(page.ledgers);
+        match page.next {
+            Some(n) => after = Some(n),
+            None => break,
+        }
+    }
+    out
+}
+
+/// The digest of a ledger's entries as the wire layer names it.
+fn proto_digest(d: DigestType) -> folio_proto::DigestType {
+    match d {
+        DigestType::Crc32 => folio_proto::DigestType::Crc32,
+        DigestType::Mac => folio_proto::DigestType::Mac,
+        DigestType::Crc32c => folio_proto::DigestType::Crc32c,
+        DigestType::Dummy => folio_proto::DigestType::Dummy,
+    }
+}
