@@ -42,6 +42,18 @@ pub struct RecoverSummary {
     pub failed: Vec<(LedgerId, String)>,
 }
 
+impl RecoverSummary {
+    /// One line naming how many ledgers were left and the first one's reason; `None` when
+    /// every ledger was recovered.
+    pub fn failure(&self) -> Option<String> {
+        let (ledger, reason) = self.failed.first()?;
+        Some(format!(
+            "{} ledger(s) not recovered (first: ledger {ledger}: {reason})",
+            self.failed.len()
+        ))
+    }
+}
+
 /// The ledgers that name any of `bookies`.
 pub async fn ledgers_naming(
     client: &Client,

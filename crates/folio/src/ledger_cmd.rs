@@ -496,18 +496,13 @@ impl folio_bookie::http::admin_api::LedgerReader for ClientLedgerReader {
                 anyhow::Ok(summary)
             }
             .await;
-            match result {
-                Ok(s) if s.failed.is_empty() => tracing::warn!(
+            match result.map(|s| (s.failure(), s)) {
+                Ok((None, s)) => tracing::warn!(
                     "recovery of {what} done: {} ledgers, {} bytes copied",
                     s.ledgers,
                     s.bytes
                 ),
-                Ok(s) => tracing::warn!(
-                    "recovery of {what}: {} ledgers not recovered (first: {} {})",
-                    s.failed.len(),
-                    s.failed[0].0,
-                    s.failed[0].1
-                ),
+                Ok((Some(failure), _)) => tracing::warn!("recovery of {what}: {failure}"),
                 Err(e) => tracing::warn!("recovery of {what} failed: {e:#}"),
             }
         });

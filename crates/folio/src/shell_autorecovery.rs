@@ -219,13 +219,8 @@ pub async fn recover_cmd(store: Arc<dyn MetadataStore>, flags: &[String]) -> any
         summary.bytes,
         summary.failed.len()
     );
-    if !summary.failed.is_empty() {
-        bail!(
-            "{} ledger(s) still name the bookies (first: ledger {}: {})",
-            summary.failed.len(),
-            summary.failed[0].0,
-            summary.failed[0].1
-        );
+    if let Some(failure) = summary.failure() {
+        bail!("{failure}");
     }
     if delete_cookie {
         for b in &sources {

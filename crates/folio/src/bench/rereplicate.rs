@@ -46,13 +46,8 @@ pub fn run(args: RereplicateArgs, metadata: Option<String>) -> anyhow::Result<()
             .await?;
         let seconds = started.elapsed().as_secs_f64();
         let _ = store.close().await;
-        if !summary.failed.is_empty() {
-            bail!(
-                "{} ledger(s) not restored (first: ledger {}: {})",
-                summary.failed.len(),
-                summary.failed[0].0,
-                summary.failed[0].1
-            );
+        if let Some(failure) = summary.failure() {
+            bail!("{failure}");
         }
         let mb_per_sec = summary.bytes as f64 / 1e6 / seconds.max(1e-9);
         let ledgers_per_minute = summary.ledgers as f64 * 60.0 / seconds.max(1e-9);
