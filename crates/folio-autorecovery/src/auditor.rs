@@ -40,7 +40,7 @@ pub struct AuditorStatus {
     pub checks_of_all_ledgers: AtomicU64,
     /// Audits delayed for a lost bookie (`NUM_BOOKIE_AUDITS_DELAYED`).
     pub audits_delayed: AtomicU64,
-    /// Seconds until the delayed audit, or -1 when none is pending.
+    /// Seconds until the delayed audit, or `u64::MAX` when none is pending.
     pub delayed_audit_in_secs: AtomicU64,
 }
 

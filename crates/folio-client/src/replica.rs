@@ -178,11 +178,4 @@ impl Client {
         )?;
         Ok(next[position].clone())
     }
-
-    /// The bookies registered now, writable and read-only together (BookKeeper's
-    /// "available": a read-only bookie still serves its copies).
-    pub async fn available_bookies(&self) -> Result<BTreeSet<BookieId>> {
-        let set = self.metadata().list_bookies().await?;
-        Ok(set.writable.into_iter().chain(set.readonly).collect())
-    }
 }
