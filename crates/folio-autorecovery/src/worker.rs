@@ -345,24 +345,28 @@ impl Slot {
 }
 
 /// Ends the repair of `seen` (the mark as it was when picked): removes the mark, unless
-/// the Auditor added bookies to it meanwhile (a new loss), in which case the lock is only
-/// released and the ledger repaired again. BookKeeper removes the mark with the version
-/// read at lock time for the same reason; re-reading it here narrows the window to the
-/// read and the removal (a mark's version is not in the metadata contract yet).
+/// the Auditor added bookies to it meanwhile (a new loss), in which case it stays and the
+/// ledger is repaired again. The store makes that decision atomically: `mark_replicated`
+/// deletes the mark only at the version seen when the lock was taken, as BookKeeper's
+/// `markLedgerReplicated` does. The read after it only reports what happened.
 pub(crate) async fn finish(
     metadata: &dyn folio_metadata::MetadataStore,
     seen: &UnderreplicatedLedger,
     lock: Box<dyn UnderreplicationLock>,
 ) -> folio_metadata::Result<()> {
     let ledger = seen.ledger_id;
+    lock.mark_replicated().await?;
     match metadata.get_underreplicated(ledger).await {
-        Ok(now) if !now.missing_replicas.is_subset(&seen.missing_replicas) => {
+        Ok(now) => {
             tracing::info!(ledger, missing = ?now.missing_replicas, "ledger re-marked during its repair; repairing it again");
-            lock.release().await
+            Ok(())
         }
-        Ok(_) => lock.mark_replicated().await,
-        Err(e) if e.is_not_found() => lock.release().await,
-        Err(e) => Err(e),
+        Err(e) if e.is_not_found() => Ok(()),
+        // The repair is done and the mark handled; a failed report is not a failed repair.
+        Err(e) => {
+            tracing::debug!(ledger, error = %e, "reading the mark after its repair");
+            Ok(())
+        }
     }
 }
 

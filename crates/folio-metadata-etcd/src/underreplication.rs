@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use etcd_client::GetOptions;
-use folio_metadata::{MetadataError, Result, UnderreplicatedLedger, UnderreplicationLock};
+use folio_metadata::{MetadataError, Result, UnderreplicatedLedger, UnderreplicationLock, Version};
 use folio_types::{BookieId, LedgerId};
 
 use crate::keys;
@@ -37,8 +37,9 @@ pub(crate) async fn mark(etcd: &Etcd, ledger: LedgerId, missing: &[BookieId]) ->
                 if cur.missing_replicas.len() == before {
                     return Ok(());
                 }
-                let data = encode_mark(&cur.missing_replicas, cur.ctime);
-                let v = folio_metadata::Version::from_raw(kv.mod_revision());
+                // BookKeeper resets ctime when a re-mark adds a bookie.
+                let data = encode_mark(&cur.missing_replicas, Some(driver::now_ms()));
+                let v = Version::from_raw(kv.mod_revision());
                 match etcd.cas_put(&key, &data, v, &what).await? {
                     Ok(_) => return Ok(()),
                     Err(CasFailure::Missing) | Err(CasFailure::Changed) => continue,
@@ -84,13 +85,14 @@ pub(crate) async fn try_lock(
     ledger: LedgerId,
     holder: &str,
 ) -> Result<Option<Box<dyn UnderreplicationLock>>> {
-    if etcd
+    // The mark's revision now: `mark_replicated` deletes the mark only at this revision.
+    let Some(mark) = etcd
         .get(&etcd.keys.ur_ledger(ledger), &underreplicated_what(ledger))
         .await?
-        .is_none()
-    {
+    else {
         return Err(MetadataError::not_found(underreplicated_what(ledger)));
-    }
+    };
+    let mark_version = Version::from_raw(mark.mod_revision());
     let key = etcd.keys.ur_lock(ledger);
     let data = text::encode_bookie_id(holder);
     let what = format!("under-replication lock of ledger {ledger}");
@@ -98,6 +100,7 @@ pub(crate) async fn try_lock(
         Some(_) => Ok(Some(Box::new(EphemeralLock::new(
             etcd.clone(),
             ledger,
+            mark_version,
             key,
         )))),
         None => Ok(None),
@@ -147,8 +150,16 @@ impl EphemeralOwner for Etcd {
         delete_own_later(&self, key);
     }
 
-    async fn remove_underreplicated(&self, ledger: LedgerId) -> Result<()> {
-        remove(self, ledger).await
+    async fn remove_underreplicated_at(&self, ledger: LedgerId, seen: Version) -> Result<()> {
+        // Changed since (re-marked) or gone: either way the mark is not ours to delete.
+        let _ = self
+            .cas_delete(
+                &self.keys.ur_ledger(ledger),
+                Some(seen),
+                &underreplicated_what(ledger),
+            )
+            .await?;
+        Ok(())
     }
 }
 

@@ -62,7 +62,8 @@ pub(crate) async fn mark(zk: &Zk, ledger: LedgerId, missing: &[BookieId]) -> Res
                 if cur.missing_replicas.len() == before {
                     return Ok(());
                 }
-                let data = encode_mark(&cur.missing_replicas, cur.ctime);
+                // BookKeeper resets ctime when a re-mark adds a bookie.
+                let data = encode_mark(&cur.missing_replicas, Some(driver::now_ms()));
                 match zk
                     .run(client.set_data(&zk.abs(&rel), &data, Some(stat.version)))
                     .await?
@@ -130,15 +131,17 @@ pub(crate) async fn try_lock(
     ledger: LedgerId,
     holder: &str,
 ) -> Result<Option<Box<dyn UnderreplicationLock>>> {
-    if !zk
-        .exists(
+    // The mark's version now: `mark_replicated` deletes the mark only at this version.
+    let Some((_, stat)) = zk
+        .get(
             &paths::underreplicated_rel(ledger),
             &underreplicated_what(ledger),
         )
         .await?
-    {
+    else {
         return Err(MetadataError::not_found(underreplicated_what(ledger)));
-    }
+    };
+    let mark_version = Version::from_raw(i64::from(stat.version));
     ensure_layout(zk).await?;
     let rel = paths::underreplication_lock_rel(ledger);
     let data = text::encode_bookie_id(holder);
@@ -146,7 +149,12 @@ pub(crate) async fn try_lock(
         Ok(_) => {
             let path = zk.abs(&rel);
             zk.own(&path);
-            Ok(Some(Box::new(EphemeralLock::new(zk.clone(), ledger, path))))
+            Ok(Some(Box::new(EphemeralLock::new(
+                zk.clone(),
+                ledger,
+                mark_version,
+                path,
+            ))))
         }
         Err(zk::Error::NodeExists) => Ok(None),
         Err(e) => Err(zk.err(
@@ -181,11 +189,15 @@ pub(crate) async fn lock_next(
     .await
 }
 
-async fn delete_mark(zk: &Zk, ledger: LedgerId) -> Result<()> {
+/// Deletes the mark (at `seen` only, if given) and its empty parents; a mark at another
+/// version, or already gone, is left as it is.
+async fn delete_mark(zk: &Zk, ledger: LedgerId, seen: Option<Version>) -> Result<()> {
     let rel = paths::underreplicated_rel(ledger);
     let client = zk.client()?;
-    match zk.run(client.delete(&zk.abs(&rel), None)).await? {
+    let version = seen.map(|v| v.raw() as i32);
+    match zk.run(client.delete(&zk.abs(&rel), version)).await? {
         Ok(()) | Err(zk::Error::NoNode) => {}
+        Err(zk::Error::BadVersion) => return Ok(()),
         Err(e) => return Err(zk.err(e, &underreplicated_what(ledger), None)),
     }
     // Keep `underreplication/ledgers` itself (two levels).
@@ -194,7 +206,7 @@ async fn delete_mark(zk: &Zk, ledger: LedgerId) -> Result<()> {
 }
 
 pub(crate) async fn remove(zk: &Zk, ledger: LedgerId) -> Result<()> {
-    delete_mark(zk, ledger).await
+    delete_mark(zk, ledger, None).await
 }
 
 pub(crate) async fn is_enabled(zk: &Zk) -> Result<bool> {
@@ -292,8 +304,8 @@ impl EphemeralOwner for Zk {
         }
     }
 
-    async fn remove_underreplicated(&self, ledger: LedgerId) -> Result<()> {
-        delete_mark(self, ledger).await
+    async fn remove_underreplicated_at(&self, ledger: LedgerId, seen: Version) -> Result<()> {
+        delete_mark(self, ledger, Some(seen)).await
     }
 }
 

@@ -66,6 +66,7 @@ macro_rules! __with_conformance_properties {
             ledger_watch_fires,
             exactly_one_leader_and_failover,
             underreplication_lock_is_exclusive_and_dies_with_session,
+            a_remark_during_the_repair_survives_mark_replicated,
             autorecovery_settings_are_shared,
             corrupt_record_is_an_error_naming_the_ledger,
             bad_input_is_refused_with_clear_errors;
@@ -778,6 +779,68 @@ pub async fn underreplication_lock_is_exclusive_and_dies_with_session(h: &dyn Ha
         .expect_err("mark_replicated must remove the mark");
     assert!(err.is_not_found(), "expected NotFound, got {err}");
     b.remove_underreplicated(ledger).await.unwrap();
+}
+
+/// `mark_replicated` deletes the mark only at the version seen when the lock was taken
+/// (BookKeeper's `markLedgerReplicated`): a bookie lost while the repair ran, re-marked by
+/// the Auditor meanwhile, must not be forgotten. Also: a re-mark that adds a bookie resets
+/// ctime, one that adds nothing writes nothing, and `lock_next` hands out the same version.
+pub async fn a_remark_during_the_repair_survives_mark_replicated(h: &dyn Harness) {
+    let a = connect(h).await;
+    let b = connect(h).await;
+    ensure_cluster(a.as_ref()).await;
+    let ledger = a.generate_ledger_id().await.unwrap();
+    let (x, y) = (random_bookie("lost1"), random_bookie("lost2"));
+    a.mark_underreplicated(ledger, std::slice::from_ref(&x))
+        .await
+        .unwrap();
+    let first = a.get_underreplicated(ledger).await.unwrap();
+    let lock = a
+        .try_lock_underreplicated(ledger, "worker-a")
+        .await
+        .unwrap()
+        .expect("the mark is free");
+    // Marking again with nothing new changes nothing (the lock's version stays good).
+    b.mark_underreplicated(ledger, std::slice::from_ref(&x))
+        .await
+        .unwrap();
+    assert_eq!(b.get_underreplicated(ledger).await.unwrap(), first);
+    // The ctime clock is milliseconds: let one pass so that a reset is visible.
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    b.mark_underreplicated(ledger, std::slice::from_ref(&y))
+        .await
+        .unwrap();
+    let grown = b.get_underreplicated(ledger).await.unwrap();
+    assert_eq!(grown.missing_replicas, [x.clone(), y.clone()].into());
+    assert!(
+        grown.ctime > first.ctime,
+        "a re-mark that adds a bookie resets ctime: {:?} then {:?}",
+        first.ctime,
+        grown.ctime
+    );
+    lock.mark_replicated().await.unwrap();
+    assert_eq!(
+        b.get_underreplicated(ledger).await.unwrap(),
+        grown,
+        "mark_replicated deleted a mark re-marked after the lock was taken"
+    );
+    assert_eq!(b.underreplicated_lock_holder(ledger).await.unwrap(), None);
+
+    // Unchanged since the lock (taken by lock_next this time): the mark goes.
+    let mut others = Vec::new(); // other properties' marks, held so lock_next skips them
+    let lock = loop {
+        match b.lock_next_underreplicated("worker-b").await.unwrap() {
+            Some((ur, l)) if ur.ledger_id == ledger => break l,
+            Some((_, other)) => others.push(other),
+            None => panic!("lock_next did not find ledger {ledger}"),
+        }
+    };
+    lock.mark_replicated().await.unwrap();
+    for other in others {
+        other.release().await.unwrap();
+    }
+    let err = b.get_underreplicated(ledger).await.expect_err("mark gone");
+    assert!(err.is_not_found(), "expected NotFound, got {err}");
 }
 
 async fn loop_until_locked(

@@ -16,7 +16,7 @@ use tokio::task::JoinHandle;
 
 use crate::{
     LeaderCandidacy, LedgerPage, MetadataError, Result, UnderreplicatedLedger,
-    UnderreplicationLock, format,
+    UnderreplicationLock, Version, format,
 };
 
 /// Milliseconds since the Unix epoch (ctime of under-replication marks, leases).
@@ -122,9 +122,13 @@ pub trait EphemeralOwner: Send + Sync + std::fmt::Debug + 'static {
     /// session's end deletes it anyway.
     fn delete_ephemeral_later(self: Arc<Self>, name: String);
 
-    /// Removes the under-replication mark of `ledger` (what a lock's holder does once the
-    /// ledger is replicated).
-    async fn remove_underreplicated(&self, ledger: LedgerId) -> Result<()>;
+    /// Removes the under-replication mark of `ledger` if it is still at `seen`, the version
+    /// its lock's holder read when it took the lock (what the holder does once the ledger is
+    /// replicated). A mark changed since (re-marked with another lost bookie while the
+    /// repair ran) or already gone is left alone, without an error: BookKeeper's
+    /// `markLedgerReplicated` deletes with the version seen at lock time and ignores
+    /// BadVersion and NoNode, so that a re-mark made during the work survives.
+    async fn remove_underreplicated_at(&self, ledger: LedgerId, seen: Version) -> Result<()>;
 }
 
 /// One ephemeral record of a session: deleted by [`Ephemeral::delete`], or in the
@@ -170,17 +174,23 @@ impl<O: EphemeralOwner> Drop for Ephemeral<O> {
     }
 }
 
-/// An under-replication lock held as an ephemeral record of the session.
+/// An under-replication lock held as an ephemeral record of the session, with the version
+/// of the mark seen when it was taken.
 #[derive(Debug)]
 pub struct EphemeralLock<O: EphemeralOwner> {
     ledger: LedgerId,
+    mark_version: Version,
     node: Ephemeral<O>,
 }
 
 impl<O: EphemeralOwner> EphemeralLock<O> {
-    pub fn new(owner: Arc<O>, ledger: LedgerId, name: String) -> Self {
+    /// `mark_version` is the mark's version read before the lock record was created
+    /// (BookKeeper reads it with `exists` before `create`): a re-mark between the two makes
+    /// `mark_replicated` keep the mark, which costs one more repair and loses nothing.
+    pub fn new(owner: Arc<O>, ledger: LedgerId, mark_version: Version, name: String) -> Self {
         EphemeralLock {
             ledger,
+            mark_version,
             node: Ephemeral::new(owner, name),
         }
     }
@@ -204,7 +214,7 @@ impl<O: EphemeralOwner> UnderreplicationLock for EphemeralLock<O> {
     async fn mark_replicated(mut self: Box<Self>) -> Result<()> {
         self.node
             .owner()
-            .remove_underreplicated(self.ledger)
+            .remove_underreplicated_at(self.ledger, self.mark_version)
             .await?;
         self.unlock().await
     }
@@ -294,8 +304,10 @@ mod tests {
             self.0.lock().push(format!("delete later {name}"));
         }
 
-        async fn remove_underreplicated(&self, ledger: LedgerId) -> Result<()> {
-            self.0.lock().push(format!("remove mark {ledger}"));
+        async fn remove_underreplicated_at(&self, ledger: LedgerId, seen: Version) -> Result<()> {
+            self.0
+                .lock()
+                .push(format!("remove mark {ledger} at {}", seen.raw()));
             Ok(())
         }
     }
@@ -310,8 +322,12 @@ mod tests {
         let mut e = Ephemeral::new(owner.clone(), "b".into());
         assert_eq!(e.replace("c".into()).as_deref(), Some("b"));
         drop(e);
-        let lock: Box<dyn UnderreplicationLock> =
-            Box::new(EphemeralLock::new(owner.clone(), 7, "l".into()));
+        let lock: Box<dyn UnderreplicationLock> = Box::new(EphemeralLock::new(
+            owner.clone(),
+            7,
+            Version::from_raw(3),
+            "l".into(),
+        ));
         assert_eq!(lock.ledger_id(), 7);
         lock.mark_replicated().await.unwrap();
         let (tx, rx) = watch::channel(true);
@@ -330,7 +346,7 @@ mod tests {
             [
                 "delete a (x)",
                 "delete later c",
-                "remove mark 7",
+                "remove mark 7 at 3",
                 "delete l (under-replication lock of ledger 7)",
                 "delete later v",
             ]

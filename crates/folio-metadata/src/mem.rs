@@ -55,7 +55,8 @@ struct State {
     cookies: BTreeMap<BookieId, (Vec<u8>, i64)>,
     next_ledger_id: LedgerId,
     ledgers: BTreeMap<LedgerId, (Vec<u8>, i64)>,
-    underreplicated: BTreeMap<LedgerId, (BTreeSet<BookieId>, Option<i64>)>,
+    /// Marks: missing bookies, ctime, and a version that every write of the mark changes.
+    underreplicated: BTreeMap<LedgerId, (BTreeSet<BookieId>, Option<i64>, u64)>,
     /// ledger -> (session, token) of the holder.
     /// Held locks: the session, its token and the holder it named.
     ur_locks: BTreeMap<LedgerId, (SessionId, u64, String)>,
@@ -614,11 +615,23 @@ impl MetadataStore for MemMetadataStore {
         crate::driver::check_ledger_id(ledger)?;
         let now = (self.session.cluster.inner.clock_ms)();
         self.session.with(|st| {
-            let mark = st
-                .underreplicated
-                .entry(ledger)
-                .or_insert_with(|| (BTreeSet::new(), Some(now)));
-            mark.0.extend(missing.iter().cloned());
+            let version = st.token();
+            match st.underreplicated.get_mut(&ledger) {
+                None => {
+                    let set = missing.iter().cloned().collect();
+                    st.underreplicated.insert(ledger, (set, Some(now), version));
+                }
+                Some(mark) => {
+                    let before = mark.0.len();
+                    mark.0.extend(missing.iter().cloned());
+                    if mark.0.len() == before {
+                        return Ok(()); // nothing new: no write, as BookKeeper
+                    }
+                    // A re-mark that adds a bookie resets ctime (BookKeeper).
+                    mark.1 = Some(now);
+                    mark.2 = version;
+                }
+            }
             st.bump();
             Ok(())
         })
@@ -629,7 +642,7 @@ impl MetadataStore for MemMetadataStore {
             Ok(st
                 .underreplicated
                 .iter()
-                .map(|(id, (missing, ctime))| UnderreplicatedLedger {
+                .map(|(id, (missing, ctime, _))| UnderreplicatedLedger {
                     ledger_id: *id,
                     missing_replicas: missing.clone(),
                     ctime: *ctime,
@@ -642,7 +655,7 @@ impl MetadataStore for MemMetadataStore {
         self.session.with(|st| {
             st.underreplicated
                 .get(&ledger)
-                .map(|(missing, ctime)| UnderreplicatedLedger {
+                .map(|(missing, ctime, _)| UnderreplicatedLedger {
                     ledger_id: ledger,
                     missing_replicas: missing.clone(),
                     ctime: *ctime,
@@ -659,11 +672,11 @@ impl MetadataStore for MemMetadataStore {
         holder: &str,
     ) -> Result<Option<Box<dyn UnderreplicationLock>>> {
         let token = self.session.with(|st| {
-            if !st.underreplicated.contains_key(&ledger) {
+            let Some(&(_, _, mark_version)) = st.underreplicated.get(&ledger) else {
                 return Err(MetadataError::not_found(format!(
                     "under-replicated ledger {ledger}"
                 )));
-            }
+            };
             if st.ur_locks.contains_key(&ledger) {
                 return Ok(None);
             }
@@ -671,13 +684,14 @@ impl MetadataStore for MemMetadataStore {
             st.ur_locks
                 .insert(ledger, (self.session.id, token, holder.to_string()));
             st.bump();
-            Ok(Some(token))
+            Ok(Some((token, mark_version)))
         })?;
-        Ok(token.map(|token| {
+        Ok(token.map(|(token, mark_version)| {
             Box::new(MemLock {
                 session: self.session.clone(),
                 ledger,
                 token,
+                mark_version,
                 done: false,
             }) as Box<dyn UnderreplicationLock>
         }))
@@ -688,7 +702,7 @@ impl MetadataStore for MemMetadataStore {
         holder: &str,
     ) -> Result<Option<(UnderreplicatedLedger, Box<dyn UnderreplicationLock>)>> {
         let found = self.session.with(|st| {
-            let Some((id, (missing, ctime))) = st
+            let Some((id, (missing, ctime, mark_version))) = st
                 .underreplicated
                 .iter()
                 .find(|(id, _)| !st.ur_locks.contains_key(id))
@@ -700,17 +714,19 @@ impl MetadataStore for MemMetadataStore {
                 missing_replicas: missing.clone(),
                 ctime: *ctime,
             };
+            let mark_version = *mark_version;
             let token = st.token();
             st.ur_locks
                 .insert(ur.ledger_id, (self.session.id, token, holder.to_string()));
             st.bump();
-            Ok(Some((ur, token)))
+            Ok(Some((ur, token, mark_version)))
         })?;
-        Ok(found.map(|(ur, token)| {
+        Ok(found.map(|(ur, token, mark_version)| {
             let lock = Box::new(MemLock {
                 session: self.session.clone(),
                 ledger: ur.ledger_id,
                 token,
+                mark_version,
                 done: false,
             }) as Box<dyn UnderreplicationLock>;
             (ur, lock)
@@ -858,6 +874,8 @@ struct MemLock {
     session: Arc<Session>,
     ledger: LedgerId,
     token: u64,
+    /// The mark's version when the lock was taken: `mark_replicated` removes it only then.
+    mark_version: u64,
     done: bool,
 }
 
@@ -873,7 +891,11 @@ impl MemLock {
             return Err(MetadataError::SessionExpired);
         }
         st.ur_locks.remove(&self.ledger);
-        if unmark {
+        let unchanged = st
+            .underreplicated
+            .get(&self.ledger)
+            .is_some_and(|m| m.2 == self.mark_version);
+        if unmark && unchanged {
             st.underreplicated.remove(&self.ledger);
         }
         st.bump();

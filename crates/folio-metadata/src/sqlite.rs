@@ -284,23 +284,29 @@ fn read_ledger_row(c: &Connection, ledger: LedgerId) -> Result<Option<(Vec<u8>, 
     .optional()?)
 }
 
+/// A mark's stored bytes. They are also its version: every write of a mark changes them
+/// (a re-mark adds a bookie and resets ctime), so a lock's holder deletes the mark only if
+/// they are still those it saw when it took the lock.
+fn read_ur_data(c: &Connection, ledger: LedgerId) -> Result<Option<Vec<u8>>> {
+    Ok(c.query_row(
+        "SELECT data FROM underreplicated WHERE ledger = ?1",
+        [ledger],
+        |r| r.get(0),
+    )
+    .optional()?)
+}
+
 fn read_ur(c: &Connection, ledger: LedgerId) -> Result<Option<UnderreplicatedLedger>> {
-    let data: Option<Vec<u8>> = c
-        .query_row(
-            "SELECT data FROM underreplicated WHERE ledger = ?1",
-            [ledger],
-            |r| r.get(0),
-        )
-        .optional()?;
-    data.map(|d| {
-        let (missing_replicas, ctime) = format::decode_underreplicated(ledger, &d)?;
-        Ok(UnderreplicatedLedger {
-            ledger_id: ledger,
-            missing_replicas,
-            ctime,
+    read_ur_data(c, ledger)?
+        .map(|d| {
+            let (missing_replicas, ctime) = format::decode_underreplicated(ledger, &d)?;
+            Ok(UnderreplicatedLedger {
+                ledger_id: ledger,
+                missing_replicas,
+                ctime,
+            })
         })
-    })
-    .transpose()
+        .transpose()
 }
 
 fn mode_str(mode: BookieMode) -> &'static str {
@@ -929,11 +935,21 @@ impl MetadataStore for SqliteMetadataStore {
         let missing: Vec<BookieId> = missing.to_vec();
         self.inner
             .write(move |tx, now| {
-                let (mut set, ctime) = match read_ur(tx, ledger)? {
-                    Some(ur) => (ur.missing_replicas, ur.ctime),
-                    None => (BTreeSet::new(), Some(now)),
+                let mut set = match read_ur(tx, ledger)? {
+                    Some(ur) => {
+                        let before = ur.missing_replicas.len();
+                        let mut set = ur.missing_replicas;
+                        set.extend(missing.iter().cloned());
+                        if set.len() == before {
+                            return Ok(()); // nothing new: no write, as BookKeeper
+                        }
+                        set
+                    }
+                    None => BTreeSet::new(),
                 };
                 set.extend(missing);
+                // A new mark, or a re-mark that adds a bookie: ctime is now (BookKeeper).
+                let ctime = Some(now);
                 tx.execute(
                     "INSERT OR REPLACE INTO underreplicated (ledger, data) VALUES (?1, ?2)",
                     params![ledger, format::encode_underreplicated(&set, ctime)],
@@ -985,11 +1001,11 @@ impl MetadataStore for SqliteMetadataStore {
         let token = self
             .inner
             .write(move |tx, _| {
-                if read_ur(tx, ledger)?.is_none() {
+                let Some(seen) = read_ur_data(tx, ledger)? else {
                     return Err(MetadataError::not_found(format!(
                         "under-replicated ledger {ledger}"
                     )));
-                }
+                };
                 let held: i64 = tx.query_row(
                     "SELECT count(*) FROM ur_locks WHERE ledger = ?1",
                     [ledger],
@@ -1003,11 +1019,11 @@ impl MetadataStore for SqliteMetadataStore {
                     "INSERT INTO ur_locks (ledger, session, token, holder) VALUES (?1, ?2, ?3, ?4)",
                     params![ledger, session, token, holder],
                 )?;
-                Ok(Some(token))
+                Ok(Some((token, seen)))
             })
             .await?;
-        Ok(token.map(|token| {
-            Box::new(SqliteLock::new(self.inner.clone(), ledger, token))
+        Ok(token.map(|(token, seen)| {
+            Box::new(SqliteLock::new(self.inner.clone(), ledger, token, seen))
                 as Box<dyn UnderreplicationLock>
         }))
     }
@@ -1028,18 +1044,24 @@ impl MetadataStore for SqliteMetadataStore {
                     )
                     .optional()?;
                 let Some(ledger) = ledger else { return Ok(None) };
-                let ur = read_ur(tx, ledger)?.ok_or_else(|| MetadataError::Internal(format!("mark of ledger {ledger} vanished")))?;
+                let seen = read_ur_data(tx, ledger)?.ok_or_else(|| MetadataError::Internal(format!("mark of ledger {ledger} vanished")))?;
+                let (missing_replicas, ctime) = format::decode_underreplicated(ledger, &seen)?;
+                let ur = UnderreplicatedLedger { ledger_id: ledger, missing_replicas, ctime };
                 let token = bump(tx)?;
                 tx.execute(
                     "INSERT INTO ur_locks (ledger, session, token, holder) VALUES (?1, ?2, ?3, ?4)",
                     params![ledger, session, token, holder],
                 )?;
-                Ok(Some((ur, token)))
+                Ok(Some((ur, token, seen)))
             })
             .await?;
-        Ok(found.map(|(ur, token)| {
-            let lock = Box::new(SqliteLock::new(self.inner.clone(), ur.ledger_id, token))
-                as Box<dyn UnderreplicationLock>;
+        Ok(found.map(|(ur, token, seen)| {
+            let lock = Box::new(SqliteLock::new(
+                self.inner.clone(),
+                ur.ledger_id,
+                token,
+                seen,
+            )) as Box<dyn UnderreplicationLock>;
             (ur, lock)
         }))
     }
@@ -1296,22 +1318,25 @@ struct SqliteLock {
     inner: Arc<Inner>,
     ledger: LedgerId,
     token: i64,
+    /// The mark's bytes when the lock was taken (its version: see `read_ur_data`).
+    seen: Vec<u8>,
     done: bool,
 }
 
 impl SqliteLock {
-    fn new(inner: Arc<Inner>, ledger: LedgerId, token: i64) -> Self {
+    fn new(inner: Arc<Inner>, ledger: LedgerId, token: i64, seen: Vec<u8>) -> Self {
         SqliteLock {
             inner,
             ledger,
             token,
+            seen,
             done: false,
         }
     }
 
     async fn finish(&mut self, unmark: bool) -> Result<()> {
         self.done = true;
-        let (ledger, token) = (self.ledger, self.token);
+        let (ledger, token, seen) = (self.ledger, self.token, std::mem::take(&mut self.seen));
         self.inner
             .write(move |tx, _| {
                 let n = tx.execute(
@@ -1323,7 +1348,10 @@ impl SqliteLock {
                     return Err(MetadataError::SessionExpired);
                 }
                 if unmark {
-                    tx.execute("DELETE FROM underreplicated WHERE ledger = ?1", [ledger])?;
+                    tx.execute(
+                        "DELETE FROM underreplicated WHERE ledger = ?1 AND data = ?2",
+                        params![ledger, seen],
+                    )?;
                 }
                 bump(tx)?;
                 Ok(())
