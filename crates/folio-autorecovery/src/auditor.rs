@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use folio_client::{Client, proto_digest};
-use folio_metadata::{BookieSet, MetadataStore};
+use folio_metadata::{AuditorCheck, BookieSet, MetadataStore};
 use folio_proto::DigestManager;
 use folio_types::{BookieId, LedgerId};
 use tokio::sync::watch;
@@ -156,7 +156,7 @@ async fn lead(
         decision = core.on_periodic_check();
     }
     let mut next_bookie_check = after(config.bookie_check_interval);
-    let mut next_check_all = after(config.check_all_ledgers_interval);
+    let mut next_check_all = check_all_due(&metadata, client, config, Instant::now()).await?;
     let mut last_gauge: Option<Instant> = None;
     loop {
         if decision == Decision::Audit {
@@ -177,7 +177,10 @@ async fn lead(
             Ordering::Relaxed,
         );
         let tick = now + config.poll_interval;
-        let wake = [Some(tick), core.due(), next_bookie_check, next_check_all]
+        // A due checkAllLedgers waits while a delayed audit is pending (BookKeeper skips
+        // periodic checks then, PR #3818); it runs at the first wake after that audit.
+        let check_all_wake = next_check_all.filter(|_| core.due().is_none());
+        let wake = [Some(tick), core.due(), next_bookie_check, check_all_wake]
             .into_iter()
             .flatten()
             .min()
@@ -218,13 +221,16 @@ async fn lead(
                         decision = core.on_periodic_check();
                     }
                 }
-                if next_check_all.is_some_and(|t| t <= now) {
-                    next_check_all = after(config.check_all_ledgers_interval);
-                    if core.due().is_none() {
-                        let started = Instant::now();
-                        check_all_ledgers(client, status, stats).await?;
-                        stats.auditor_time("CHECK_ALL_LEDGERS_TIME", started.elapsed());
-                    }
+                // Re-read, so that `forceauditchecks` (or another Auditor's run) counts now.
+                next_check_all = check_all_due(&metadata, client, config, now).await?;
+                if next_check_all.is_some_and(|t| t <= now) && core.due().is_none() {
+                    let started = Instant::now();
+                    check_all_ledgers(client, status, stats).await?;
+                    stats.auditor_time("CHECK_ALL_LEDGERS_TIME", started.elapsed());
+                    metadata
+                        .set_auditor_check_ctime(AuditorCheck::CheckAllLedgers, wall_clock_ms(client))
+                        .await?;
+                    next_check_all = check_all_due(&metadata, client, config, Instant::now()).await?;
                 }
             }
         }
@@ -236,6 +242,38 @@ const GAUGE_INTERVAL: Duration = Duration::from_secs(10);
 
 fn after(interval: Duration) -> Option<Instant> {
     (!interval.is_zero()).then(|| Instant::now() + interval)
+}
+
+/// When checkAllLedgers is next due: its interval after the last run recorded in the store
+/// (by this Auditor or an earlier one), at once if it never ran, never if the interval is
+/// 0. BookKeeper computes the same initial delay from `checkallledgersctime`; reading it on
+/// every wake also lets `forceauditchecks` take effect without restarting the Auditor.
+async fn check_all_due(
+    metadata: &Arc<dyn MetadataStore>,
+    client: &Client,
+    config: &AutoRecoveryConfig,
+    now: Instant,
+) -> folio_metadata::Result<Option<Instant>> {
+    let interval = config.check_all_ledgers_interval;
+    if interval.is_zero() {
+        return Ok(None);
+    }
+    let Some(last) = metadata
+        .auditor_check_ctime(AuditorCheck::CheckAllLedgers)
+        .await?
+    else {
+        return Ok(Some(now));
+    };
+    // A ctime in the future (another host's clock) counts as now.
+    let since = Duration::from_millis(wall_clock_ms(client).saturating_sub(last).max(0) as u64);
+    Ok(Some(now + interval.saturating_sub(since)))
+}
+
+/// Milliseconds since the Unix epoch, for the ctime records (wall-clock times shared with
+/// BookKeeper's Auditor, so not the monotonic clock the timers use), from the client's
+/// clock seam (virtual under the simulator).
+fn wall_clock_ms(client: &Client) -> i64 {
+    client.clock().unix_millis() as i64
 }
 
 /// Waits while autorecovery is disabled cluster-wide (BookKeeper's `disable` znode).

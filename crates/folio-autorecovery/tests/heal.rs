@@ -272,3 +272,92 @@ async fn recover_and_decommission_move_every_replica_off_a_bookie() {
         .unwrap();
     assert_eq!(summary.ledgers, 0);
 }
+
+/// checkAllLedgers is scheduled from its ctime record, shared by every Auditor: a cluster
+/// where it never ran runs it at once and records when; a new Auditor (a failover) waits out
+/// the rest of the interval instead of starting over; `forceauditchecks` (the ctime moved
+/// back 21 days) makes it due, and the running Auditor notices without a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_of_all_ledgers_follows_its_ctime_across_auditors() {
+    use folio_metadata::AuditorCheck;
+    use std::sync::atomic::Ordering::Relaxed;
+    let cluster = Cluster::start(3).await;
+    let client = cluster.client().await;
+    write(&client, (3, 2, 2), 5, true).await;
+    let metadata = client.metadata().clone();
+    assert_eq!(
+        metadata
+            .auditor_check_ctime(AuditorCheck::CheckAllLedgers)
+            .await
+            .unwrap(),
+        None
+    );
+    let config = AutoRecoveryConfig {
+        check_all_ledgers_interval: Duration::from_secs(3600),
+        ..fast_config()
+    };
+    let until = |auditor: &Auditor, n: u64| {
+        let status = auditor.status().clone();
+        async move {
+            while status.checks_of_all_ledgers.load(Relaxed) < n {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+
+    let first = Auditor::start(
+        cluster.client().await,
+        config.clone(),
+        BookieId::new("auditor-1:0".to_string()).unwrap(),
+    );
+    patient(until(&first, 1)).await;
+    let ran_at = patient(async {
+        loop {
+            if let Some(t) = metadata
+                .auditor_check_ctime(AuditorCheck::CheckAllLedgers)
+                .await
+                .unwrap()
+            {
+                break t;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    assert!(first.status().ledgers_checked.load(Relaxed) >= 1);
+    first.stop().await;
+
+    // The next Auditor finds the check done a moment ago: nothing to do for an hour.
+    let second = Auditor::start(
+        cluster.client().await,
+        config.clone(),
+        BookieId::new("auditor-2:0".to_string()).unwrap(),
+    );
+    patient(async {
+        while !second.status().elected.load(Relaxed) {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    // Several of its wakes (poll interval 100 ms) pass without a check.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        second.status().checks_of_all_ledgers.load(Relaxed),
+        0,
+        "a new Auditor ran checkAllLedgers again although it ran at {ran_at}"
+    );
+
+    // forceauditchecks: the ctime moved back 21 days makes it due at once.
+    metadata
+        .set_auditor_check_ctime(AuditorCheck::CheckAllLedgers, ran_at - 21 * 86_400_000)
+        .await
+        .unwrap();
+    patient(until(&second, 1)).await;
+    let now_recorded = metadata
+        .auditor_check_ctime(AuditorCheck::CheckAllLedgers)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(now_recorded >= ran_at, "{now_recorded} < {ran_at}");
+    second.stop().await;
+}

@@ -292,6 +292,12 @@ impl Client {
         &self.inner.metadata
     }
 
+    /// The clock this client stamps ledgers with (simulated under the simulator): also
+    /// for the wall-clock times its users write into the metadata store.
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.inner.clock
+    }
+
     /// Creates a ledger on a random ensemble of writable bookies and returns its writer.
     /// Fails with [`ClientError::NotEnoughBookies`] if fewer than E bookies are writable.
     pub async fn create_ledger(&self, opts: CreateOptions) -> Result<LedgerHandle> {

@@ -89,6 +89,9 @@ impl Keys {
     pub fn ur_delay(&self) -> String {
         self.k("underreplication/lostBookieRecoveryDelay")
     }
+    pub fn check_ctime(&self, check: folio_metadata::AuditorCheck) -> String {
+        self.k(&format!("underreplication/{}", check.record_name()))
+    }
     pub fn election(&self) -> String {
         self.k("underreplication/auditorelection")
     }

@@ -14,9 +14,9 @@ use etcd_client::{
 };
 use folio_metadata::driver::{Ephemeral, check_ledger_id, check_page_limit, page};
 use folio_metadata::{
-    BookieMode, BookieRegistration, BookieServiceInfo, BookieSet, ClusterInfo, LeaderCandidacy,
-    LedgerPage, MetadataError, MetadataStore, Result, SessionState, UnderreplicatedLedger,
-    UnderreplicationLock, Version, Versioned,
+    AuditorCheck, BookieMode, BookieRegistration, BookieServiceInfo, BookieSet, ClusterInfo,
+    LeaderCandidacy, LedgerPage, MetadataError, MetadataStore, Result, SessionState,
+    UnderreplicatedLedger, UnderreplicationLock, Version, Versioned,
 };
 use folio_types::metadata::LedgerMetadata;
 use folio_types::{BookieId, LedgerId};
@@ -535,6 +535,29 @@ impl MetadataStore for EtcdMetadataStore {
             .run(
                 "lostBookieRecoveryDelay",
                 c.put(self.keys().ur_delay(), seconds.to_string(), None),
+            )
+            .await?;
+        Ok(())
+    }
+
+    async fn auditor_check_ctime(&self, check: AuditorCheck) -> Result<Option<i64>> {
+        match self
+            .etcd
+            .get(&self.keys().check_ctime(check), check.record_name())
+            .await?
+        {
+            None => Ok(None),
+            Some(kv) => folio_metadata::format::decode_check_ctime(check, kv.value()),
+        }
+    }
+
+    async fn set_auditor_check_ctime(&self, check: AuditorCheck, ctime_ms: i64) -> Result<()> {
+        let mut c = self.etcd.client()?;
+        let data = folio_metadata::format::encode_check_ctime(ctime_ms);
+        self.etcd
+            .run(
+                check.record_name(),
+                c.put(self.keys().check_ctime(check), data, None),
             )
             .await?;
         Ok(())

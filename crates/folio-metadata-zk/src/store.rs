@@ -10,9 +10,9 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use folio_metadata::driver::{Ephemeral, EphemeralOwner, check_ledger_id, check_page_limit, page};
 use folio_metadata::{
-    BookieMode, BookieRegistration, BookieServiceInfo, BookieSet, ClusterInfo, LeaderCandidacy,
-    LedgerPage, MetadataError, MetadataStore, Result, SessionState, UnderreplicatedLedger,
-    UnderreplicationLock, Version, Versioned,
+    AuditorCheck, BookieMode, BookieRegistration, BookieServiceInfo, BookieSet, ClusterInfo,
+    LeaderCandidacy, LedgerPage, MetadataError, MetadataStore, Result, SessionState,
+    UnderreplicatedLedger, UnderreplicationLock, Version, Versioned,
 };
 use folio_types::metadata::LedgerMetadata;
 use folio_types::{BookieId, LedgerId};
@@ -681,6 +681,14 @@ impl MetadataStore for ZkMetadataStore {
 
     async fn set_lost_bookie_recovery_delay(&self, seconds: u32) -> Result<()> {
         crate::underreplication::set_lost_bookie_recovery_delay(&self.zk, seconds).await
+    }
+
+    async fn auditor_check_ctime(&self, check: AuditorCheck) -> Result<Option<i64>> {
+        crate::underreplication::check_ctime(&self.zk, check).await
+    }
+
+    async fn set_auditor_check_ctime(&self, check: AuditorCheck, ctime_ms: i64) -> Result<()> {
+        crate::underreplication::set_check_ctime(&self.zk, check, ctime_ms).await
     }
 
     async fn join_auditor_election(

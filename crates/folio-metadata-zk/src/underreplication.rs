@@ -8,8 +8,10 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use folio_metadata::format;
 use folio_metadata::{
-    MetadataError, Result, UnderreplicatedLedger, UnderreplicationLock, Version, Versioned,
+    AuditorCheck, MetadataError, Result, UnderreplicatedLedger, UnderreplicationLock, Version,
+    Versioned,
 };
 use folio_types::{BookieId, LedgerId};
 use zookeeper_client as zk;
@@ -270,6 +272,38 @@ pub(crate) async fn set_lost_bookie_recovery_delay(zk: &Zk, seconds: u32) -> Res
                     .create_with_parents(&rel, data.as_bytes(), &persistent())
                     .await?
                 {
+                    Ok(_) => return Ok(()),
+                    Err(zk::Error::NodeExists) => continue,
+                    Err(e) => return Err(zk.err(e, what, None)),
+                }
+            }
+            Err(e) => return Err(zk.err(e, what, None)),
+        }
+    }
+    Err(MetadataError::Internal(format!(
+        "{what}: kept racing with another writer"
+    )))
+}
+
+/// `underreplication/<check>ctime`: binary, as BookKeeper writes it (spec/autorecovery.md §1).
+pub(crate) async fn check_ctime(zk: &Zk, check: AuditorCheck) -> Result<Option<i64>> {
+    let rel = format!("{UNDERREPLICATION}/{}", check.record_name());
+    match zk.get(&rel, check.record_name()).await? {
+        None => Ok(None),
+        Some((data, _)) => format::decode_check_ctime(check, &data),
+    }
+}
+
+pub(crate) async fn set_check_ctime(zk: &Zk, check: AuditorCheck, ctime_ms: i64) -> Result<()> {
+    let what = check.record_name();
+    let rel = format!("{UNDERREPLICATION}/{what}");
+    let data = format::encode_check_ctime(ctime_ms);
+    let client = zk.client()?;
+    for _ in 0..10 {
+        match zk.run(client.set_data(&zk.abs(&rel), &data, None)).await? {
+            Ok(_) => return Ok(()),
+            Err(zk::Error::NoNode) => {
+                match zk.create_with_parents(&rel, &data, &persistent()).await? {
                     Ok(_) => return Ok(()),
                     Err(zk::Error::NodeExists) => continue,
                     Err(e) => return Err(zk.err(e, what, None)),

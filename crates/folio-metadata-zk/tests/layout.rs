@@ -236,6 +236,41 @@ async fn underreplication_and_auditor_use_bookkeepers_znodes() {
         b"30"
     );
 
+    // The Auditor checks' ctimes: binary `{1: int64}` (field 1, varint), as BookKeeper's
+    // LightProto writes them; written by BookKeeper, read by Folio.
+    use folio_metadata::AuditorCheck;
+    store
+        .set_auditor_check_ctime(AuditorCheck::CheckAllLedgers, 1_700_000_000_123)
+        .await
+        .unwrap();
+    assert_eq!(
+        data(&c, "/ledgers/underreplication/checkallledgersctime")
+            .await
+            .0,
+        [0x08, 0xfb, 0xd0, 0x95, 0xff, 0xbc, 0x31]
+    );
+    c.create(
+        "/ledgers/underreplication/replicascheckctime",
+        &[0x08, 0x96, 0x01],
+        &zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all()),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        store
+            .auditor_check_ctime(AuditorCheck::Replicas)
+            .await
+            .unwrap(),
+        Some(150)
+    );
+    assert_eq!(
+        store
+            .auditor_check_ctime(AuditorCheck::PlacementPolicy)
+            .await
+            .unwrap(),
+        None
+    );
+
     // Auditor election: ephemeral-sequential V_ votes; the winner's vote is also written
     // into the election znode.
     let candidacy = store

@@ -67,6 +67,7 @@ macro_rules! __with_conformance_properties {
             exactly_one_leader_and_failover,
             underreplication_lock_is_exclusive_and_dies_with_session,
             a_remark_during_the_repair_survives_mark_replicated,
+            auditor_check_ctimes_are_shared,
             autorecovery_settings_are_shared,
             corrupt_record_is_an_error_naming_the_ledger,
             bad_input_is_refused_with_clear_errors;
@@ -841,6 +842,37 @@ pub async fn a_remark_during_the_repair_survives_mark_replicated(h: &dyn Harness
     }
     let err = b.get_underreplicated(ledger).await.expect_err("mark gone");
     assert!(err.is_not_found(), "expected NotFound, got {err}");
+}
+
+/// The Auditor checks' last-run times are cluster-wide records, one per check.
+pub async fn auditor_check_ctimes_are_shared(h: &dyn Harness) {
+    use crate::AuditorCheck;
+    let a = connect(h).await;
+    let b = connect(h).await;
+    ensure_cluster(a.as_ref()).await;
+    let base = crate::now_ms();
+    for (i, check) in AuditorCheck::ALL.into_iter().enumerate() {
+        a.set_auditor_check_ctime(check, base + i as i64)
+            .await
+            .unwrap();
+    }
+    for (i, check) in AuditorCheck::ALL.into_iter().enumerate() {
+        assert_eq!(
+            b.auditor_check_ctime(check).await.unwrap(),
+            Some(base + i as i64),
+            "{check:?}"
+        );
+    }
+    // forceauditchecks moves them back; rewriting is allowed.
+    b.set_auditor_check_ctime(AuditorCheck::CheckAllLedgers, base - 21 * 86_400_000)
+        .await
+        .unwrap();
+    assert_eq!(
+        a.auditor_check_ctime(AuditorCheck::CheckAllLedgers)
+            .await
+            .unwrap(),
+        Some(base - 21 * 86_400_000)
+    );
 }
 
 async fn loop_until_locked(

@@ -291,6 +291,23 @@ pub fn decode_underreplicated(
     Ok((missing, msg.ctime))
 }
 
+/// The value of an Auditor check's ctime record: BookKeeper's binary `CheckAllLedgersFormat`,
+/// `PlacementPolicyCheckFormat` or `ReplicasCheckFormat` (all three are `{1: optional int64}`,
+/// so one encoding serves them).
+pub fn encode_check_ctime(ctime_ms: i64) -> Vec<u8> {
+    dataformats::CheckAllLedgersFormat {
+        check_all_ledgers_c_time: Some(ctime_ms),
+    }
+    .encode_to_vec()
+}
+
+/// Parses [`encode_check_ctime`]'s bytes; an absent field is `None` (BookKeeper's -1).
+pub fn decode_check_ctime(check: crate::AuditorCheck, bytes: &[u8]) -> Result<Option<i64>> {
+    let msg = dataformats::CheckAllLedgersFormat::decode(bytes)
+        .map_err(|e| MetadataError::corrupt(check.record_name(), format!("bad protobuf: {e}")))?;
+    Ok(msg.check_all_ledgers_c_time.filter(|&t| t >= 0))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -63,6 +63,8 @@ struct State {
     autorecovery_disabled: bool,
     /// The delay and the revision it was written at.
     lost_bookie_recovery_delay: Option<(u32, i64)>,
+    /// When each Auditor check last completed (ms).
+    check_ctimes: BTreeMap<AuditorCheck, i64>,
     /// Election sequence -> candidate; the lowest live sequence leads.
     election: BTreeMap<u64, Candidate>,
     next_vote: u64,
@@ -387,6 +389,7 @@ impl MetadataStore for MemMetadataStore {
             st.ur_locks.clear();
             st.autorecovery_disabled = false;
             st.lost_bookie_recovery_delay = None;
+            st.check_ctimes.clear();
             for c in st.election.values() {
                 c.leader.send_replace(false);
             }
@@ -772,6 +775,19 @@ impl MetadataStore for MemMetadataStore {
         self.session.with(|st| {
             let rev = st.bump();
             st.lost_bookie_recovery_delay = Some((seconds, rev));
+            Ok(())
+        })
+    }
+
+    async fn auditor_check_ctime(&self, check: AuditorCheck) -> Result<Option<i64>> {
+        self.session
+            .with(|st| Ok(st.check_ctimes.get(&check).copied()))
+    }
+
+    async fn set_auditor_check_ctime(&self, check: AuditorCheck, ctime_ms: i64) -> Result<()> {
+        self.session.with(|st| {
+            st.check_ctimes.insert(check, ctime_ms);
+            st.bump();
             Ok(())
         })
     }

@@ -1150,6 +1150,30 @@ impl MetadataStore for SqliteMetadataStore {
             .await
     }
 
+    async fn auditor_check_ctime(&self, check: AuditorCheck) -> Result<Option<i64>> {
+        self.inner
+            .run(move |c| {
+                let Some(v) = cluster_get(c, check.record_name())? else {
+                    return Ok(None);
+                };
+                v.parse::<i64>()
+                    .map(|t| Some(t).filter(|&t| t >= 0))
+                    .map_err(|_| {
+                        MetadataError::corrupt(
+                            check.record_name(),
+                            format!("{v:?} is not a time in milliseconds"),
+                        )
+                    })
+            })
+            .await
+    }
+
+    async fn set_auditor_check_ctime(&self, check: AuditorCheck, ctime_ms: i64) -> Result<()> {
+        self.inner
+            .write(move |tx, _| cluster_put(tx, check.record_name(), &ctime_ms.to_string()))
+            .await
+    }
+
     async fn join_auditor_election(
         &self,
         candidate: &BookieId,

@@ -104,6 +104,37 @@ pub struct BookieSet {
     pub readonly: BTreeSet<BookieId>,
 }
 
+/// One of the Auditor's periodic checks whose last run time the store keeps, so that a
+/// new Auditor (after a failover or restart) waits out the rest of the interval instead
+/// of starting over (BookKeeper's `checkallledgersctime`, `placementpolicycheckctime` and
+/// `replicascheckctime` znodes; `forceauditchecks` moves them back to make the checks due).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum AuditorCheck {
+    /// checkAllLedgers: every ledger's fragments asked of their bookies.
+    CheckAllLedgers,
+    /// The placement policy check.
+    PlacementPolicy,
+    /// The replicas check.
+    Replicas,
+}
+
+impl AuditorCheck {
+    pub const ALL: [AuditorCheck; 3] = [
+        AuditorCheck::CheckAllLedgers,
+        AuditorCheck::PlacementPolicy,
+        AuditorCheck::Replicas,
+    ];
+
+    /// The record's name under BookKeeper's `underreplication` node.
+    pub fn record_name(self) -> &'static str {
+        match self {
+            AuditorCheck::CheckAllLedgers => "checkallledgersctime",
+            AuditorCheck::PlacementPolicy => "placementpolicycheckctime",
+            AuditorCheck::Replicas => "replicascheckctime",
+        }
+    }
+}
+
 /// A ledger waiting for re-replication, with the bookies it lost.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UnderreplicatedLedger {
@@ -354,6 +385,14 @@ pub trait MetadataStore: Send + Sync + fmt::Debug {
     async fn lost_bookie_recovery_delay_versioned(&self) -> Result<Option<Versioned<u32>>>;
 
     async fn set_lost_bookie_recovery_delay(&self, seconds: u32) -> Result<()>;
+
+    /// When `check` last completed, in milliseconds since the Unix epoch; `None` if never
+    /// (BookKeeper reads a missing record as -1).
+    async fn auditor_check_ctime(&self, check: AuditorCheck) -> Result<Option<i64>>;
+
+    /// Records when `check` last completed (the Auditor, after each run; `forceauditchecks`
+    /// with a time far enough back to make the check due).
+    async fn set_auditor_check_ctime(&self, check: AuditorCheck, ctime_ms: i64) -> Result<()>;
 
     // ---- Auditor election -------------------------------------------------------
 

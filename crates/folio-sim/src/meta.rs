@@ -10,9 +10,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use async_trait::async_trait;
 use folio_metadata::mem::MemMetadataStore;
 use folio_metadata::{
-    BookieMode, BookieRegistration, BookieServiceInfo, BookieSet, ClusterInfo, LeaderCandidacy,
-    LedgerPage, MetadataError, MetadataStore, Result, SessionState, UnderreplicatedLedger,
-    UnderreplicationLock, Version, Versioned,
+    AuditorCheck, BookieMode, BookieRegistration, BookieServiceInfo, BookieSet, ClusterInfo,
+    LeaderCandidacy, LedgerPage, MetadataError, MetadataStore, Result, SessionState,
+    UnderreplicatedLedger, UnderreplicationLock, Version, Versioned,
 };
 use folio_types::metadata::LedgerMetadata;
 use folio_types::{BookieId, LedgerId};
@@ -300,6 +300,16 @@ impl MetadataStore for FlakyStore {
 
     async fn set_lost_bookie_recovery_delay(&self, seconds: u32) -> Result<()> {
         self.changed(self.inner.set_lost_bookie_recovery_delay(seconds))
+            .await
+    }
+
+    async fn auditor_check_ctime(&self, check: AuditorCheck) -> Result<Option<i64>> {
+        self.read()?;
+        self.inner.auditor_check_ctime(check).await
+    }
+
+    async fn set_auditor_check_ctime(&self, check: AuditorCheck, ctime_ms: i64) -> Result<()> {
+        self.changed(self.inner.set_auditor_check_ctime(check, ctime_ms))
             .await
     }
 

@@ -67,6 +67,13 @@ enum ShellCommand {
     /// Ask the Auditor for an audit now.
     #[command(name = "triggeraudit")]
     TriggerAudit,
+    /// Make the Auditor's periodic checks due now: [-calc] [-ppc] [-rc] (checkAllLedgers,
+    /// placement policy, replicas).
+    #[command(name = "forceauditchecks")]
+    ForceAuditChecks {
+        #[arg(allow_hyphen_values = true)]
+        flags: Vec<String>,
+    },
     /// Which under-replicated ledgers are being repaired now: [-v].
     #[command(name = "queryautorecoverystatus")]
     QueryAutoRecoveryStatus {
@@ -264,6 +271,9 @@ async fn execute(command: ShellCommand, store: &dyn MetadataStore) -> anyhow::Re
             shell_autorecovery::listunderreplicated(store, &flags).await
         }
         ShellCommand::TriggerAudit => shell_autorecovery::triggeraudit(store).await,
+        ShellCommand::ForceAuditChecks { flags } => {
+            shell_autorecovery::forceauditchecks(store, &flags).await
+        }
         ShellCommand::QueryAutoRecoveryStatus { flags } => {
             shell_autorecovery::queryautorecoverystatus(store, &flags).await
         }

@@ -1,5 +1,6 @@
 //! The shell's autorecovery commands, with BookKeeper's names and flags:
 //! `listunderreplicated [-mr ID] [-emr ID] [-pmr] [-prw] [-c]`, `triggeraudit`,
+//! `forceauditchecks [-calc] [-ppc] [-rc]`,
 //! `queryautorecoverystatus [-v]`, `recover [-l L] [-sk] [-d] [-rate N] [-concurrency K]
 //! <bookie,...>` (four ledgers at once by default) and
 //! `decommissionbookie [-bookieid ID]`. `recover` and `decommissionbookie` draw a progress
@@ -92,6 +93,37 @@ pub async fn triggeraudit(store: &dyn MetadataStore) -> anyhow::Result<()> {
     let delay = store.lost_bookie_recovery_delay().await?.unwrap_or(0);
     store.set_lost_bookie_recovery_delay(delay).await?;
     println!("Triggered an audit");
+    Ok(())
+}
+
+/// `forceauditchecks [-calc] [-ppc] [-rc]`: moves the chosen checks' last-run times 21 days
+/// back, so that they are due (BookKeeper's `ForceAuditorChecksCmd`). BookKeeper's Auditor
+/// reads them only when it starts, and must be restarted; Folio's reads them on every wake.
+pub async fn forceauditchecks(store: &dyn MetadataStore, flags: &[String]) -> anyhow::Result<()> {
+    use folio_metadata::AuditorCheck;
+    let mut checks = BTreeSet::new();
+    for f in flags {
+        checks.insert(match f.as_str() {
+            "-calc" | "--checkallledgerscheck" => AuditorCheck::CheckAllLedgers,
+            "-ppc" | "--placementpolicycheck" => AuditorCheck::PlacementPolicy,
+            "-rc" | "--replicascheck" => AuditorCheck::Replicas,
+            other => bail!("forceauditchecks: unknown flag {other:?} (use -calc, -ppc, -rc)"),
+        });
+    }
+    if checks.is_empty() {
+        bail!(
+            "forceauditchecks: name at least one check: -calc (checkAllLedgers), -ppc (placement policy), -rc (replicas)"
+        );
+    }
+    const DAYS_21_MS: i64 = 21 * 24 * 3600 * 1000;
+    let when = folio_metadata::driver::now_ms() - DAYS_21_MS;
+    for check in checks {
+        store.set_auditor_check_ctime(check, when).await?;
+        println!(
+            "{} set to {when} (21 days ago): the check is due",
+            check.record_name()
+        );
+    }
     Ok(())
 }
 

@@ -158,6 +158,31 @@ async fn shell_metadata_commands_against_sqlite() {
     let e = failure(&uri, &["shell", "lostbookierecoverydelay", "-set", "soon"]);
     assert!(e.contains("invalid delay"), "{e}");
 
+    // forceauditchecks moves the chosen checks' ctimes 21 days back, and no others.
+    use folio_metadata::AuditorCheck;
+    let e = failure(&uri, &["shell", "forceauditchecks"]);
+    assert!(e.contains("at least one check"), "{e}");
+    let e = failure(&uri, &["shell", "forceauditchecks", "-xyz"]);
+    assert!(e.contains("unknown flag"), "{e}");
+    let before = folio_metadata::driver::now_ms();
+    let out = ok_stdout(&uri, &["shell", "forceauditchecks", "-calc", "-rc"]);
+    assert!(out.contains("checkallledgersctime"), "{out}");
+    for check in [AuditorCheck::CheckAllLedgers, AuditorCheck::Replicas] {
+        let t = store.auditor_check_ctime(check).await.unwrap().unwrap();
+        let back = before - t;
+        assert!(
+            (21 * 86_400_000 - 60_000..=21 * 86_400_000 + 60_000).contains(&back),
+            "{check:?} moved back {back} ms"
+        );
+    }
+    assert_eq!(
+        store
+            .auditor_check_ctime(AuditorCheck::PlacementPolicy)
+            .await
+            .unwrap(),
+        None
+    );
+
     store
         .mark_underreplicated(ids[2], &[bookie("10.0.0.2:3181")])
         .await
