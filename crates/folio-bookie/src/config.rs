@@ -11,6 +11,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Deserializer, Serialize};
 
+mod properties;
+
 /// See the module comment and [`DEFAULT_CONFIG_TOML`] for each key.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -45,7 +47,10 @@ pub struct BookieConfig {
     pub journal_max_size_mb: u64,
     #[serde(alias = "journalPreAllocSizeMB")]
     pub journal_pre_alloc_size_mb: u64,
-    #[serde(alias = "journalRemovePagesFromCache")]
+    #[serde(
+        alias = "journalRemoveFromPageCache",
+        alias = "journalRemovePagesFromCache"
+    )]
     pub journal_remove_pages_from_cache: bool,
     /// Folio's own key: write the journal with direct I/O (O_DIRECT) where the file
     /// system allows it.
@@ -289,6 +294,14 @@ lost_bookie_recovery_delay = 0
 # rack = "/region-a/rack-1"
 "#;
 
+/// A configuration as loaded, with the BookKeeper keys it set that Folio does not
+/// implement (ignored; the caller warns once, naming them).
+#[derive(Debug)]
+pub struct LoadedConfig {
+    pub config: BookieConfig,
+    pub ignored: Vec<String>,
+}
+
 /// Why a configuration could not be used.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -319,6 +332,65 @@ impl BookieConfig {
             error,
         })?;
         Self::from_toml(&text, path)
+    }
+
+    /// Loads the configuration of `folio bookie`: `path` if given, as TOML or as
+    /// BookKeeper's `bk_server.conf` (a Java properties file: by the extension `.conf`,
+    /// `.properties` or `.cfg`, else when the text is not TOML), then the `BK_<key>`
+    /// variables of `env` over it, as BookKeeper's container image applies them.
+    pub fn load_with_env(
+        path: Option<&Path>,
+        env: &[(String, String)],
+    ) -> Result<LoadedConfig, ConfigError> {
+        let origin = path.unwrap_or(Path::new("environment"));
+        let parse_err = |message: String| ConfigError::Parse {
+            path: origin.to_path_buf(),
+            message,
+        };
+        let mut settings = Vec::new();
+        let mut table = toml::Table::new();
+        if let Some(path) = path {
+            let text = std::fs::read_to_string(path).map_err(|error| ConfigError::Read {
+                path: path.to_path_buf(),
+                error,
+            })?;
+            let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
+            let toml_table = match ext {
+                "conf" | "properties" | "cfg" => None,
+                "toml" => Some(
+                    text.parse::<toml::Table>()
+                        .map_err(|e| parse_err(e.to_string().trim().replace('\n', " ")))?,
+                ),
+                _ => text.parse::<toml::Table>().ok(),
+            };
+            match toml_table {
+                // BookKeeper's names are accepted in TOML too; one name per field, so that
+                // an environment override replaces whichever spelling the file used.
+                Some(t) => {
+                    for (k, v) in t {
+                        let field = properties::FIELDS
+                            .iter()
+                            .find(|(bk, _)| *bk == k)
+                            .map_or(k, |(_, f)| f.to_string());
+                        table.insert(field, v);
+                    }
+                }
+                None => {
+                    settings =
+                        properties::parse(&text, &path.display().to_string()).map_err(parse_err)?;
+                }
+            }
+        }
+        settings.extend(properties::env_settings(env));
+        let translated = properties::translate(&settings).map_err(parse_err)?;
+        table.extend(translated.table);
+        let config: BookieConfig = toml::Value::Table(table)
+            .try_into()
+            .map_err(|e: toml::de::Error| parse_err(e.to_string().trim().replace('\n', " ")))?;
+        Ok(LoadedConfig {
+            config,
+            ignored: translated.ignored.into_iter().collect(),
+        })
     }
 
     /// The journal directories in effect (explicit ones, else `data_dir/journal`).

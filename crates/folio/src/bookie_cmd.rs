@@ -28,7 +28,8 @@ pub struct BookieArgs {
     /// /region-a/rack-1 (overrides the config's rack).
     #[arg(long, value_name = "/REGION/RACK")]
     pub rack: Option<String>,
-    /// TOML configuration file; the flags override it.
+    /// Configuration file: TOML (--print-default-config), or BookKeeper's bk_server.conf
+    /// (Java properties); BK_<key> environment variables override it, the flags override both.
     #[arg(long)]
     pub config: Option<PathBuf>,
     /// Print every configuration key with its default value and exit.
@@ -65,10 +66,18 @@ pub fn run(metadata: Option<String>, args: BookieArgs) -> anyhow::Result<()> {
         print!("{DEFAULT_CONFIG_TOML}");
         return Ok(());
     }
-    let mut config = match &args.config {
-        Some(path) => BookieConfig::load(path)?,
-        None => BookieConfig::default(),
-    };
+    // The file (TOML or BookKeeper's bk_server.conf), then BK_<key> variables over it.
+    let bk_env: Vec<(String, String)> = std::env::vars()
+        .filter(|(k, _)| k.starts_with("BK_"))
+        .collect();
+    let loaded = BookieConfig::load_with_env(args.config.as_deref(), &bk_env)?;
+    if !loaded.ignored.is_empty() {
+        tracing::warn!(
+            "BookKeeper settings Folio does not implement, ignored: {}",
+            loaded.ignored.join(", ")
+        );
+    }
+    let mut config = loaded.config;
     if let Some(d) = args.data_dir {
         config.data_dir = Some(d);
     }

@@ -41,6 +41,9 @@ enum ShellCommand {
         /// Writable bookies (the default; BookKeeper: -rw).
         #[arg(long, visible_alias = "rw", hide = true)]
         readwrite: bool,
+        /// BookKeeper's single-dash spellings: -rw, -ro, -a (also -readwrite, -readonly, -all).
+        #[arg(allow_hyphen_values = true, hide = true)]
+        bookkeeper_flags: Vec<String>,
     },
     /// List every ledger id.
     #[command(name = "listledgers")]
@@ -220,7 +223,20 @@ async fn execute(command: ShellCommand, store: &dyn MetadataStore) -> anyhow::Re
             }
             Err(e) => Err(e.into()),
         },
-        ShellCommand::ListBookies { readonly, all, .. } => {
+        ShellCommand::ListBookies {
+            mut readonly,
+            mut all,
+            bookkeeper_flags,
+            ..
+        } => {
+            for f in &bookkeeper_flags {
+                match f.as_str() {
+                    "-rw" | "-readwrite" => {}
+                    "-ro" | "-readonly" => readonly = true,
+                    "-a" | "-all" => all = true,
+                    other => bail!("listbookies: unknown flag {other:?} (use -rw, -ro or -a)"),
+                }
+            }
             let set = store.list_bookies().await?;
             let mut printed = false;
             if !readonly || all {

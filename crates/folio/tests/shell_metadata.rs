@@ -143,6 +143,24 @@ async fn shell_metadata_commands_against_sqlite() {
         out.contains("10.0.0.1:3181") && out.contains("10.0.0.9:3181"),
         "{out}"
     );
+    // BookKeeper's single-dash spellings.
+    let out = ok_stdout(&uri, &["shell", "listbookies", "-ro"]);
+    assert_eq!(
+        out.lines().collect::<Vec<_>>(),
+        ["Readonly Bookies :", "10.0.0.9:3181"]
+    );
+    let out = ok_stdout(&uri, &["shell", "listbookies", "-a"]);
+    assert!(
+        out.contains("10.0.0.1:3181") && out.contains("10.0.0.9:3181"),
+        "{out}"
+    );
+    let out = ok_stdout(&uri, &["shell", "listbookies", "-rw"]);
+    assert_eq!(
+        out.lines().collect::<Vec<_>>(),
+        ["ReadWrite Bookies :", "10.0.0.1:3181"]
+    );
+    let e = failure(&uri, &["shell", "listbookies", "-x"]);
+    assert!(e.contains("unknown flag"), "{e}");
 
     // Autorecovery settings, under-replication and the Auditor.
     let out = ok_stdout(&uri, &["shell", "autorecovery", "-status"]);
