@@ -434,6 +434,19 @@ impl BookieConfig {
                 "no ledger directory: set data_dir (--data-dir) or ledger_dirs".into(),
             ));
         }
+        if self.http_port.is_some_and(|h| h == self.port && h != 0) {
+            return Err(ConfigError::Invalid(format!(
+                "port and http_port are both {}: the bookie port and the admin HTTP port must differ",
+                self.port
+            )));
+        }
+        if self.write_cache_bytes < self.max_frame_size as u64 {
+            return Err(ConfigError::Invalid(format!(
+                "write_cache_bytes ({}) is below max_frame_size ({}): the largest entry the bookie \
+                 accepts must fit in its write cache",
+                self.write_cache_bytes, self.max_frame_size
+            )));
+        }
         if self.max_frame_size < 1024 {
             return Err(ConfigError::Invalid(format!(
                 "max_frame_size {} is below 1024 bytes",
@@ -640,6 +653,34 @@ mod tests {
         };
         let e = bad.validate().unwrap_err().to_string();
         assert!(e.contains("major_compaction_threshold"), "{e}");
+    }
+
+    #[test]
+    fn cross_field_checks_name_both_keys() {
+        let base = BookieConfig {
+            data_dir: Some("/d".into()),
+            ..BookieConfig::default()
+        };
+        let e = BookieConfig {
+            http_port: Some(3181),
+            ..base.clone()
+        }
+        .validate()
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("port and http_port"), "{e}");
+        let e = BookieConfig {
+            write_cache_bytes: 1 << 20,
+            ..base.clone()
+        }
+        .validate()
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("write_cache_bytes") && e.contains("max_frame_size"),
+            "{e}"
+        );
+        base.validate().unwrap();
     }
 
     #[test]
