@@ -40,7 +40,7 @@ use crate::storage::BookieStorage;
 pub fn prometheus() -> Option<&'static PrometheusHandle> {
     static HANDLE: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
     HANDLE
-        .get_or_init(|| match PrometheusBuilder::new().install_recorder() {
+        .get_or_init(|| match recorder().install_recorder() {
             Ok(h) => Some(h),
             Err(e) => {
                 warn!("metrics recorder not installed: {e}");
@@ -48,6 +48,26 @@ pub fn prometheus() -> Option<&'static PrometheusHandle> {
             }
         })
         .as_ref()
+}
+
+/// Folio's own latency histograms get buckets (seconds, 100 µs to 10 s); everything else
+/// is a summary with BookKeeper's quantiles, as its Prometheus provider reports op stats.
+fn recorder() -> PrometheusBuilder {
+    const BUCKETS: &[f64] = &[
+        0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+        5.0, 10.0,
+    ];
+    // Both fail only on an empty list; these are constants.
+    PrometheusBuilder::new()
+        .set_quantiles(crate::bk_metrics::QUANTILES)
+        .expect("quantiles")
+        .set_buckets_for_metric(
+            metrics_exporter_prometheus::Matcher::Full(
+                "folio_bookie_request_latency_seconds".into(),
+            ),
+            BUCKETS,
+        )
+        .expect("buckets")
 }
 
 /// What the admin routes look at.

@@ -9,6 +9,7 @@
 //! metadata is gone, [`registration`] checks the cookie and keeps the bookie registered, [`http`] is the admin endpoint, [`config`] the TOML
 //! file, and [`node`] puts one whole bookie together.
 
+pub mod bk_metrics;
 pub mod config;
 pub mod engine;
 pub mod gc;

@@ -294,8 +294,27 @@ impl BookieNode {
             Some(listener) => {
                 let engine = storage.engine().clone();
                 let p = processor.clone();
+                let status_storage = storage.clone();
+                let status_registration = registration.clone();
+                let journal_dirs = config.effective_journal_dirs().len();
+                let registered = metadata.is_some();
                 let state = AdminState::new(bookie_id.to_string(), storage.clone()).with_refresh(
                     Arc::new(move || {
+                        // BookKeeper's names (bk_metrics), for its users' dashboards.
+                        let status = match status_registration.get().map(|r| r.borrow().clone()) {
+                            _ if !registered => i8::from(!crate::BookieStorage::is_read_only(
+                                status_storage.as_ref(),
+                            )),
+                            Some(RegistrationState::Registered(
+                                folio_metadata::BookieMode::Writable,
+                            )) => 1,
+                            Some(RegistrationState::Registered(
+                                folio_metadata::BookieMode::ReadOnly,
+                            )) => 0,
+                            _ => -1,
+                        };
+                        crate::bk_metrics::server_status(status);
+                        crate::bk_metrics::storage_gauges(engine.write_cache_used(), journal_dirs);
                         metrics::gauge!("folio_bookie_pending_adds").set(p.pending_adds() as f64);
                         metrics::gauge!("folio_bookie_pending_reads").set(p.pending_reads() as f64);
                         metrics::gauge!("folio_bookie_waiting_long_polls")

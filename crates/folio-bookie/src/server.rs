@@ -331,6 +331,11 @@ fn dispatch<S: BookieStorage>(
             .record(started.elapsed().as_secs_f64());
         metrics::counter!("folio_bookie_requests_total", "op" => op, "status" => status_label(status))
             .increment(1);
+        crate::bk_metrics::request_done(
+            op,
+            status == crate::request::Status::Ok,
+            started.elapsed(),
+        );
         let body = wire::encode(&echo, response);
         let _ = tx.send(Outgoing { body, _slot: slot });
     });

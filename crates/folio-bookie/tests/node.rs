@@ -370,6 +370,13 @@ async fn admin_http_endpoint_answers() {
     let add = c.v3_add(1, 0, -1, b"counted");
     c.send_v3(&add).await;
     assert_eq!(c.recv_v3().await.status, StatusCode::Eok as i32);
+    // A read that succeeds and one that does not (success="false").
+    let read = c.v3_read(1, 0);
+    c.send_v3(&read).await;
+    assert_eq!(c.recv_v3().await.status, StatusCode::Eok as i32);
+    let missing = c.v3_read(1, 5);
+    c.send_v3(&missing).await;
+    assert_ne!(c.recv_v3().await.status, StatusCode::Eok as i32);
 
     assert_eq!(
         http_text(http, "GET", "/heartbeat").await,
@@ -386,6 +393,72 @@ async fn admin_http_endpoint_answers() {
     assert!(body.contains("folio_bookie_pending_adds 0"), "{body}");
     assert!(body.contains("folio_journal_mark_offset"), "{body}");
     assert!(body.contains("folio_bookie_read_only 0"), "{body}");
+    // Folio's own latency is a histogram with buckets.
+    assert!(
+        body.contains("folio_bookie_request_latency_seconds_bucket{"),
+        "{body}"
+    );
+    // BookKeeper's panel queries find their series: op stats as summaries in ms with the
+    // success label and BookKeeper's quantiles, the server status, the write cache.
+    let series = |name: &str, labels: &[&str]| {
+        body.lines().any(|l| {
+            l.strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
+                && labels.iter().all(|want| l.contains(want))
+        })
+    };
+    for (name, labels) in [
+        (
+            "bookkeeper_server_ADD_ENTRY_REQUEST",
+            &["success=\"true\"", "quantile=\"0.99\""][..],
+        ),
+        (
+            "bookkeeper_server_ADD_ENTRY_REQUEST",
+            &["quantile=\"0.9999\""],
+        ),
+        (
+            "bookkeeper_server_ADD_ENTRY_REQUEST_count",
+            &["success=\"true\""],
+        ),
+        ("bookkeeper_server_ADD_ENTRY", &["success=\"true\""]),
+        (
+            "bookkeeper_server_READ_ENTRY_REQUEST",
+            &["success=\"false\""],
+        ),
+        ("bookie_SERVER_STATUS", &[" 1"]),
+        ("bookie_write_cache_size", &[]),
+        ("bookie_JOURNAL_DIRS", &[" 1"]),
+    ] {
+        assert!(
+            series(name, labels),
+            "no {name} {labels:?} series in {body}"
+        );
+    }
+    // Every bookie metric the shipped Grafana dashboard charts exists (autorecovery's and
+    // GC's appear once those have run, which this bookie does not).
+    let dashboard: serde_json::Value =
+        serde_json::from_str(include_str!("../../../deploy/grafana-folio-bookies.json")).unwrap();
+    let mut charted = 0;
+    for panel in dashboard["panels"].as_array().unwrap() {
+        for target in panel["targets"].as_array().unwrap() {
+            let expr = target["expr"].as_str().unwrap();
+            for word in expr.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
+                let metric = ["bookkeeper_server_", "bookie_", "folio_"]
+                    .iter()
+                    .any(|p| word.starts_with(p))
+                    && !word.starts_with("folio_autorecovery_")
+                    && !word.starts_with("folio_gc_");
+                if metric {
+                    charted += 1;
+                    assert!(
+                        body.lines().any(|l| l.starts_with(word)),
+                        "the dashboard charts {word}, which /metrics lacks"
+                    );
+                }
+            }
+        }
+    }
+    assert!(charted >= 10, "{charted}");
     let (code, body) = http_text(http, "GET", "/api/v1/bookie/state").await;
     assert_eq!(code, 200);
     let state: serde_json::Value = serde_json::from_str(&body).unwrap();

@@ -435,6 +435,11 @@ impl Storage {
 
     /// What the journal did since open (group commits, records, fdatasyncs, zero
     /// fills), summed over the journal directories.
+    /// Bytes in the ledger store's write cache, not yet flushed to an entry log.
+    pub fn write_cache_used(&self) -> u64 {
+        self.inner.store.write_cache_used()
+    }
+
     pub fn journal_stats(&self) -> JournalStats {
         self.inner.journal.stats()
     }

@@ -1,0 +1,72 @@
+//! The bookie's main metrics under BookKeeper's own Prometheus names, so that a dashboard
+//! built for a BookKeeper bookie charts a Folio bookie unchanged. BookKeeper's
+//! `PrometheusMetricsProvider` joins scope and name with `_` (`bookkeeper_server` for the
+//! request processor, `bookie` for the bookie itself) and reports an op's latency as a
+//! summary in milliseconds with a `success` label (`true` only for EOK) and the quantiles
+//! [`QUANTILES`]. Folio's own `folio_*` metrics say more (a status label, a histogram with
+//! buckets, seconds); these exist only for compatibility.
+
+use std::time::Duration;
+
+/// The quantiles of BookKeeper's op-stats summaries.
+pub const QUANTILES: &[f64] = &[0.5, 0.75, 0.95, 0.99, 0.999, 0.9999, 1.0];
+
+/// BookKeeper's request-level and processing-level op stats for a request (Folio's op
+/// names, `wire::op_name`). Folio times one span per request, from its decoding to its
+/// response, and reports it under both.
+fn op_stats(op: &str) -> Option<(&'static str, &'static str)> {
+    Some(match op {
+        "add" => (
+            "bookkeeper_server_ADD_ENTRY_REQUEST",
+            "bookkeeper_server_ADD_ENTRY",
+        ),
+        "read" => (
+            "bookkeeper_server_READ_ENTRY_REQUEST",
+            "bookkeeper_server_READ_ENTRY",
+        ),
+        "read_lac" => (
+            "bookkeeper_server_READ_LAC_REQUEST",
+            "bookkeeper_server_READ_LAC",
+        ),
+        "write_lac" => (
+            "bookkeeper_server_WRITE_LAC_REQUEST",
+            "bookkeeper_server_WRITE_LAC",
+        ),
+        "force_ledger" => (
+            "bookkeeper_server_FORCE_LEDGER_REQUEST",
+            "bookkeeper_server_FORCE_LEDGER",
+        ),
+        "get_bookie_info" => (
+            "bookkeeper_server_GET_BOOKIE_INFO_REQUEST",
+            "bookkeeper_server_GET_BOOKIE_INFO",
+        ),
+        "get_list_of_entries" => (
+            "bookkeeper_server_GET_LIST_OF_ENTRIES_OF_LEDGER_REQUEST",
+            "bookkeeper_server_GET_LIST_OF_ENTRIES_OF_LEDGER",
+        ),
+        _ => return None,
+    })
+}
+
+/// Records a finished request under BookKeeper's names.
+pub(crate) fn request_done(op: &str, ok: bool, elapsed: Duration) {
+    let Some((request, processing)) = op_stats(op) else {
+        return;
+    };
+    let ms = elapsed.as_secs_f64() * 1000.0;
+    let success = if ok { "true" } else { "false" };
+    metrics::histogram!(request, "success" => success).record(ms);
+    metrics::histogram!(processing, "success" => success).record(ms);
+}
+
+/// BookKeeper's `bookie_SERVER_STATUS`: 1 writable, 0 read-only, -1 not registered.
+pub fn server_status(status: i8) {
+    metrics::gauge!("bookie_SERVER_STATUS").set(f64::from(status));
+}
+
+/// BookKeeper's `bookie_write_cache_size` (bytes in the write cache, not yet in an entry
+/// log) and `bookie_JOURNAL_DIRS`.
+pub fn storage_gauges(write_cache_bytes: u64, journal_dirs: usize) {
+    metrics::gauge!("bookie_write_cache_size").set(write_cache_bytes as f64);
+    metrics::gauge!("bookie_JOURNAL_DIRS").set(journal_dirs as f64);
+}
