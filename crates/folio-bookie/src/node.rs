@@ -301,7 +301,7 @@ impl BookieNode {
                 let state = AdminState::new(bookie_id.to_string(), storage.clone()).with_refresh(
                     Arc::new(move || {
                         // BookKeeper's names (bk_metrics), for its users' dashboards.
-                        let status = match status_registration.get().map(|r| r.borrow().clone()) {
+                        let status = match status_registration.get().map(|r| *r.borrow()) {
                             _ if !registered => i8::from(!crate::BookieStorage::is_read_only(
                                 status_storage.as_ref(),
                             )),
