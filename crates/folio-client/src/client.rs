@@ -252,6 +252,20 @@ impl Client {
         Ok(client)
     }
 
+    /// A client over the metadata service at `uri` (`sqlite:///path.db`, `zk://host:2181/ledgers`,
+    /// `etcd://host:2379/prefix`, `mem://name`), connected through the one URI-to-driver
+    /// registry (`folio_metadata::registry`). The embedded drivers are built in; for `zk://`
+    /// and `etcd://` call `folio_metadata_zk::register()` / `folio_metadata_etcd::register()`
+    /// once first (an unregistered scheme is an error saying so).
+    pub async fn from_uri(uri: &str, config: ClientConfig) -> Result<Client> {
+        let metadata = folio_metadata::registry::connect(
+            uri,
+            folio_metadata::registry::ConnectOptions::default(),
+        )
+        .await?;
+        Client::connect(metadata, config).await
+    }
+
     /// A client with explicit seams (network, randomness, clock), for simulation.
     pub fn with_seams(
         metadata: Arc<dyn MetadataStore>,

@@ -46,7 +46,27 @@ pub use session::EtcdOptions;
 pub use store::EtcdMetadataStore;
 pub use uri::EtcdUri;
 
-/// Connects to the `etcd://` URI with default options; what the `folio` binary calls.
+/// Registers this driver for `etcd://` URIs in [`folio_metadata::registry`], so that every
+/// `connect` of the program reaches etcd.
+pub fn register() {
+    folio_metadata::registry::register(
+        "etcd",
+        Arc::new(|uri, _parsed, options| {
+            let uri = uri.to_string();
+            Box::pin(async move {
+                let mut etcd = EtcdOptions::default();
+                if let Some(t) = options.session_timeout {
+                    // etcd leases are whole seconds, at least 2 (the driver refuses less).
+                    etcd.session_ttl = t.max(std::time::Duration::from_secs(2));
+                }
+                Ok(Arc::new(EtcdMetadataStore::connect_with(&uri, etcd).await?)
+                    as Arc<dyn MetadataStore>)
+            })
+        }),
+    );
+}
+
+/// Connects to the `etcd://` URI with default options.
 pub async fn connect(uri: &str) -> Result<Arc<dyn MetadataStore>> {
     Ok(Arc::new(EtcdMetadataStore::connect(uri).await?))
 }

@@ -34,7 +34,26 @@ pub use session::ZkOptions;
 pub use store::ZkMetadataStore;
 pub use uri::ZkUri;
 
-/// Connects to the `zk://` URI with default options; what the `folio` binary calls.
+/// Registers this driver for `zk://` URIs (BookKeeper's `zk+hierarchical://` too) in
+/// [`folio_metadata::registry`], so that every `connect` of the program reaches ZooKeeper.
+pub fn register() {
+    folio_metadata::registry::register(
+        "zk",
+        std::sync::Arc::new(|uri, _parsed, options| {
+            let uri = uri.to_string();
+            Box::pin(async move {
+                let mut zk = ZkOptions::default();
+                if let Some(t) = options.session_timeout {
+                    zk.session_timeout = t;
+                }
+                Ok(Arc::new(ZkMetadataStore::connect_with(&uri, zk).await?)
+                    as Arc<dyn MetadataStore>)
+            })
+        }),
+    );
+}
+
+/// Connects to the `zk://` URI with default options.
 pub async fn connect(uri: &str) -> Result<Arc<dyn MetadataStore>> {
     Ok(Arc::new(ZkMetadataStore::connect(uri).await?))
 }

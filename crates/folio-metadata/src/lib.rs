@@ -10,6 +10,7 @@ pub mod error;
 pub mod format;
 pub mod layout;
 pub mod mem;
+pub mod registry;
 pub mod sqlite;
 pub mod store;
 pub mod text;

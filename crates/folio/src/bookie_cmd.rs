@@ -40,10 +40,9 @@ pub struct BookieArgs {
 fn connector(uri: String, session_timeout: Duration) -> Connector {
     Arc::new(move || {
         let uri = uri.clone();
-        Box::pin(async move {
-            let parsed = folio_metadata::MetadataUri::parse(&uri)?;
-            crate::metadata_connect::open_store(parsed, &uri, Some(session_timeout)).await
-        })
+        Box::pin(
+            async move { crate::metadata_connect::open_store(&uri, Some(session_timeout)).await },
+        )
     })
 }
 

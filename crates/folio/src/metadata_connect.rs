@@ -53,7 +53,7 @@ pub async fn connect_with(
             path.display()
         );
     }
-    let connecting = open_store(parsed, uri, session_timeout);
+    let connecting = open_store(uri, session_timeout);
     tokio::time::timeout(CONNECT_TIMEOUT, connecting)
         .await
         .map_err(|_| {
@@ -65,39 +65,27 @@ pub async fn connect_with(
         .with_context(|| format!("cannot connect to metadata service {uri}"))
 }
 
-/// The registry itself: `parsed` (the parse of `uri`) to a session of its driver, with the
+/// A session of `uri`'s driver, through the one registry
+/// (`folio_metadata::registry`, where [`register_drivers`] put ZooKeeper and etcd), with the
 /// session timeout when given. Typed errors, no time bound: [`connect_with`] adds both the
 /// bound and the message; the bookie's reconnection after a lost session calls this.
 pub async fn open_store(
-    parsed: MetadataUri,
     uri: &str,
     session_timeout: Option<Duration>,
 ) -> folio_metadata::Result<Arc<dyn MetadataStore>> {
-    Ok(match (parsed, session_timeout) {
-        (MetadataUri::Zk { .. }, Some(session_timeout)) => {
-            let options = folio_metadata_zk::ZkOptions {
-                session_timeout,
-                ..Default::default()
-            };
-            Arc::new(folio_metadata_zk::ZkMetadataStore::connect_with(uri, options).await?)
-        }
-        (MetadataUri::Zk { .. }, None) => folio_metadata_zk::connect(uri).await?,
-        (MetadataUri::Etcd { .. }, Some(session_ttl)) => {
-            // etcd leases are whole seconds, at least 2 (the driver refuses less).
-            let options = folio_metadata_etcd::EtcdOptions {
-                session_ttl: session_ttl.max(Duration::from_secs(2)),
-                ..Default::default()
-            };
-            Arc::new(folio_metadata_etcd::EtcdMetadataStore::connect_with(uri, options).await?)
-        }
-        (MetadataUri::Etcd { .. }, None) => folio_metadata_etcd::connect(uri).await?,
-        (MetadataUri::Sqlite { path }, Some(session_timeout)) => {
-            let options = folio_metadata::sqlite::SqliteOptions {
-                session_timeout,
-                ..Default::default()
-            };
-            Arc::new(folio_metadata::sqlite::SqliteMetadataStore::open(&path, options).await?)
-        }
-        _ => folio_metadata::connect_embedded(uri).await?,
-    })
+    register_drivers();
+    folio_metadata::registry::connect(
+        uri,
+        folio_metadata::registry::ConnectOptions { session_timeout },
+    )
+    .await
+}
+
+/// Puts the ZooKeeper and etcd drivers in the registry (once; the embedded ones are built in).
+pub fn register_drivers() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        folio_metadata_zk::register();
+        folio_metadata_etcd::register();
+    });
 }

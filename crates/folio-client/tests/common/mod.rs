@@ -81,6 +81,11 @@ impl Cluster {
         Cluster::start_on(n, &[], metadata, Some(dir)).await
     }
 
+    /// `n` bookies over the real storage engine, registered in `metadata` (any driver).
+    pub async fn start_on_store(n: usize, metadata: Arc<dyn MetadataStore>) -> Cluster {
+        Cluster::start_on(n, &[], metadata, None).await
+    }
+
     /// `n` bookies; those whose index is in `memory` use the in-memory storage.
     pub async fn start_with_memory(n: usize, memory: &[usize]) -> Cluster {
         let metadata: Arc<dyn MetadataStore> =
