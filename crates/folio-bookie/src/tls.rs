@@ -480,8 +480,7 @@ pub fn roles_of_ou(ou: &str) -> Vec<String> {
     // As BookKeeper's map of codes: a later `0:` part wins over an earlier one.
     ou.split(';')
         .filter_map(|part| part.split_once(':'))
-        .filter(|(code, _)| code.trim() == "0")
-        .last()
+        .rfind(|(code, _)| code.trim() == "0")
         .map(|(_, value)| split_list(value))
         .unwrap_or_default()
 }
