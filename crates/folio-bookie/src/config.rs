@@ -698,6 +698,41 @@ mod tests {
     }
 
     #[test]
+    fn tls_keys_take_bookkeeper_names_and_role_lists() {
+        let text = r#"
+            data_dir = "/d"
+            tlsProviderFactoryClass = "org.apache.bookkeeper.tls.TLSContextFactory"
+            tlsKeyStoreType = "PEM"
+            tlsKeyStore = "/tls/key.pem"
+            tlsCertificatePath = "/tls/chain.pem"
+            tlsTrustStoreType = "PEM"
+            tlsTrustStore = "/tls/ca.pem"
+            tlsClientAuthentication = true
+            tlsEnabledProtocols = "TLSv1.3"
+            tlsCertFilesRefreshDurationSeconds = 60
+            startTLSTimeoutSecs = 3
+            authorizedRoles = "app, ops"
+            authorized_recovery_roles = ["ops"]
+        "#;
+        let c = BookieConfig::from_toml(text, Path::new("bk.toml")).unwrap();
+        c.validate().unwrap();
+        assert_eq!(c.authorized_roles, ["app", "ops"]);
+        assert_eq!(c.authorized_recovery_roles, ["ops"]);
+        let s = crate::tls::TlsSettings::from_config(&c).unwrap().unwrap();
+        assert!(s.client_auth);
+        assert_eq!(s.refresh, Some(std::time::Duration::from_secs(60)));
+        assert_eq!(s.start_tls_timeout, std::time::Duration::from_secs(3));
+        assert_eq!(s.protocols.len(), 1);
+        assert_eq!(s.trust.as_deref(), Some(Path::new("/tls/ca.pem")));
+        let jks = BookieConfig {
+            tls_key_store_type: Some("JKS".into()),
+            ..c
+        };
+        let e = jks.validate().unwrap_err().to_string();
+        assert!(e.contains("tlsKeyStoreType") && e.contains("PEM"), "{e}");
+    }
+
+    #[test]
     fn compaction_keys_take_bookkeeper_names_and_thresholds_are_fractions() {
         let text = r#"
             minorCompactionThreshold = 0.1
