@@ -103,6 +103,55 @@ pub struct BookieConfig {
     /// rack-aware placement by clients. BookKeeper has no such bookie key (its clients
     /// resolve racks with a script or DNS); Folio's clients read this property.
     pub rack: Option<String>,
+    /// TLS on the bookie port (StartTLS) when set, whatever the class named (Folio always
+    /// uses rustls). [tlsProviderFactoryClass]
+    #[serde(alias = "tlsProviderFactoryClass")]
+    pub tls_provider_factory_class: Option<String>,
+    /// "PEM" (the only type Folio reads; JKS and PKCS12 are refused). [tlsKeyStoreType]
+    #[serde(alias = "tlsKeyStoreType")]
+    pub tls_key_store_type: Option<String>,
+    /// PEM private key. [tlsKeyStore]
+    #[serde(alias = "tlsKeyStore")]
+    pub tls_key_store: Option<PathBuf>,
+    /// PEM certificate chain, leaf first. [tlsCertificatePath]
+    #[serde(alias = "tlsCertificatePath")]
+    pub tls_certificate_path: Option<PathBuf>,
+    /// "PEM". [tlsTrustStoreType]
+    #[serde(alias = "tlsTrustStoreType")]
+    pub tls_trust_store_type: Option<String>,
+    /// PEM CA bundle for client certificates. [tlsTrustStore]
+    #[serde(alias = "tlsTrustStore")]
+    pub tls_trust_store: Option<PathBuf>,
+    /// Require client certificates (and refuse plaintext). [tlsClientAuthentication]
+    #[serde(alias = "tlsClientAuthentication")]
+    pub tls_client_authentication: bool,
+    /// Comma-separated, of TLSv1.2 and TLSv1.3. [tlsEnabledProtocols]
+    #[serde(alias = "tlsEnabledProtocols")]
+    pub tls_enabled_protocols: Option<String>,
+    /// Comma-separated cipher suite names. [tlsEnabledCipherSuites]
+    #[serde(alias = "tlsEnabledCipherSuites")]
+    pub tls_enabled_cipher_suites: Option<String>,
+    /// Seconds between checks of the TLS files for changes; 0: never. [tlsCertFilesRefreshDurationSeconds]
+    #[serde(alias = "tlsCertFilesRefreshDurationSeconds")]
+    pub tls_cert_files_refresh_duration_seconds: u64,
+    /// Seconds a connection may take to finish StartTLS. [startTLSTimeoutSecs]
+    #[serde(alias = "startTLSTimeoutSecs")]
+    pub start_tls_timeout_secs: u64,
+    /// Only BookKeeper's BookieAuthZFactory is supported. [bookieAuthProviderFactoryClass]
+    #[serde(alias = "bookieAuthProviderFactoryClass")]
+    pub bookie_auth_provider_factory_class: Option<String>,
+    /// Roles (client certificate OU) admitted at all. [authorizedRoles]
+    #[serde(alias = "authorizedRoles", deserialize_with = "string_list")]
+    pub authorized_roles: Vec<String>,
+    /// Folio's own: roles allowed to read (reads, LAC, long polls, entry lists).
+    #[serde(alias = "authorizedReadRoles", deserialize_with = "string_list")]
+    pub authorized_read_roles: Vec<String>,
+    /// Folio's own: roles allowed to add entries, write the LAC, force.
+    #[serde(alias = "authorizedWriteRoles", deserialize_with = "string_list")]
+    pub authorized_write_roles: Vec<String>,
+    /// Folio's own: roles allowed to fence and to make recovery adds.
+    #[serde(alias = "authorizedRecoveryRoles", deserialize_with = "string_list")]
+    pub authorized_recovery_roles: Vec<String>,
 }
 
 impl Default for BookieConfig {
@@ -146,6 +195,22 @@ impl Default for BookieConfig {
             auto_recovery_daemon_enabled: false,
             lost_bookie_recovery_delay: 0,
             rack: None,
+            tls_provider_factory_class: None,
+            tls_key_store_type: None,
+            tls_key_store: None,
+            tls_certificate_path: None,
+            tls_trust_store_type: None,
+            tls_trust_store: None,
+            tls_client_authentication: false,
+            tls_enabled_protocols: None,
+            tls_enabled_cipher_suites: None,
+            tls_cert_files_refresh_duration_seconds: 0,
+            start_tls_timeout_secs: 10,
+            bookie_auth_provider_factory_class: None,
+            authorized_roles: Vec::new(),
+            authorized_read_roles: Vec::new(),
+            authorized_write_roles: Vec::new(),
+            authorized_recovery_roles: Vec::new(),
         }
     }
 }
@@ -292,6 +357,60 @@ lost_bookie_recovery_delay = 0
 # Folio-only: BookKeeper's bookies have no such key (its clients map addresses to racks with
 # networkTopologyScriptFileName or DNS); a Folio client's rack_mapping_file wins over it.
 # rack = "/region-a/rack-1"
+
+# --- TLS (docs/security.md). The bookie port speaks BookKeeper's StartTLS: a client's v3
+# START_TLS request upgrades the same connection. Files are PEM only (a JKS or PKCS12 store
+# is refused: convert it to PEM).
+
+# Setting this turns TLS on, whatever class it names. [tlsProviderFactoryClass]
+# tls_provider_factory_class = "org.apache.bookkeeper.tls.TLSContextFactory"
+
+# "PEM" (Folio's only type; unset means PEM). [tlsKeyStoreType, tlsTrustStoreType]
+# tls_key_store_type = "PEM"
+# tls_trust_store_type = "PEM"
+
+# The bookie's private key and its certificate chain, leaf first. [tlsKeyStore, tlsCertificatePath]
+# tls_key_store = "/etc/folio/tls/bookie.key.pem"
+# tls_certificate_path = "/etc/folio/tls/bookie.chain.pem"
+
+# CA bundle that client certificates must chain to. [tlsTrustStore]
+# tls_trust_store = "/etc/folio/tls/clients-ca.pem"
+
+# Require a client certificate from the trust store; then every request before a finished
+# TLS handshake gets EUA and its connection closes (plaintext is refused). [tlsClientAuthentication]
+tls_client_authentication = false
+
+# Comma-separated; default both. [tlsEnabledProtocols]
+# tls_enabled_protocols = "TLSv1.3,TLSv1.2"
+
+# Comma-separated IANA (or Java) names; default rustls' set. [tlsEnabledCipherSuites]
+# tls_enabled_cipher_suites = "TLS_AES_128_GCM_SHA256,TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256"
+
+# Every this many seconds (checked when a connection starts TLS) the key, chain and trust
+# store are read again and, if they changed and are usable, used for new connections
+# without a restart; 0 = never. [tlsCertFilesRefreshDurationSeconds]
+tls_cert_files_refresh_duration_seconds = 0
+
+# A connection that asked for StartTLS (or, with tls_client_authentication, any connection)
+# and has not finished the handshake this many seconds later is closed. [startTLSTimeoutSecs]
+start_tls_timeout_secs = 10
+
+# Authorization by client certificate (needs tls_client_authentication). The roles of a
+# certificate are in its subject's OU, BookKeeper's way: "0:role1,role2;1:cluster".
+# Only "org.apache.bookkeeper.tls.BookieAuthZFactory" is supported. [bookieAuthProviderFactoryClass]
+# bookie_auth_provider_factory_class = "org.apache.bookkeeper.tls.BookieAuthZFactory"
+
+# A connection whose certificate has none of these roles is refused (EUA, closed);
+# comma-separated string or list; empty: any certificate from the trust store. [authorizedRoles]
+authorized_roles = []
+
+# Folio's own, per kind of operation (empty: no further check): reads (reads, LAC, long
+# polls, entry lists), writes (adds, explicit LAC, force), recovery (fencing reads and
+# recovery adds; autorecovery needs it). A request whose kind the certificate lacks gets EUA;
+# the connection stays open.
+authorized_read_roles = []
+authorized_write_roles = []
+authorized_recovery_roles = []
 "#;
 
 /// A configuration as loaded, with the BookKeeper keys it set that Folio does not
@@ -499,6 +618,8 @@ impl BookieConfig {
                 )));
             }
         }
+        crate::tls::TlsSettings::from_config(self)
+            .map_err(|e| ConfigError::Invalid(format!("TLS: {e}")))?;
         Ok(())
     }
 }
@@ -521,6 +642,24 @@ fn dir_list<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<PathBuf>, D::Error> {
             .map(PathBuf::from)
             .collect(),
         Dirs::Many(v) => v,
+    })
+}
+
+/// A list of names: a TOML array, or BookKeeper's comma-separated string.
+fn string_list<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Names {
+        One(String),
+        Many(Vec<String>),
+    }
+    Ok(match Names::deserialize(d)? {
+        Names::One(s) => crate::tls::split_list(&s),
+        Names::Many(v) => v
+            .into_iter()
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty())
+            .collect(),
     })
 }
 
@@ -561,6 +700,15 @@ mod tests {
             "data_dir",
             "index_dir",
             "rack",
+            "tls_provider_factory_class",
+            "tls_key_store_type",
+            "tls_key_store",
+            "tls_certificate_path",
+            "tls_trust_store_type",
+            "tls_trust_store",
+            "tls_enabled_protocols",
+            "tls_enabled_cipher_suites",
+            "bookie_auth_provider_factory_class",
         ] {
             assert!(DEFAULT_CONFIG_TOML.contains(&format!("# {key} =")), "{key}");
         }
@@ -632,6 +780,41 @@ mod tests {
         assert_eq!(c.max_frame_size, 1 << 20);
         assert_eq!(c.http_port, Some(8080));
         assert_eq!(c.gc_wait_time_ms, 30_000);
+    }
+
+    #[test]
+    fn tls_keys_take_bookkeeper_names_and_role_lists() {
+        let text = r#"
+            data_dir = "/d"
+            tlsProviderFactoryClass = "org.apache.bookkeeper.tls.TLSContextFactory"
+            tlsKeyStoreType = "PEM"
+            tlsKeyStore = "/tls/key.pem"
+            tlsCertificatePath = "/tls/chain.pem"
+            tlsTrustStoreType = "PEM"
+            tlsTrustStore = "/tls/ca.pem"
+            tlsClientAuthentication = true
+            tlsEnabledProtocols = "TLSv1.3"
+            tlsCertFilesRefreshDurationSeconds = 60
+            startTLSTimeoutSecs = 3
+            authorizedRoles = "app, ops"
+            authorized_recovery_roles = ["ops"]
+        "#;
+        let c = BookieConfig::from_toml(text, Path::new("bk.toml")).unwrap();
+        c.validate().unwrap();
+        assert_eq!(c.authorized_roles, ["app", "ops"]);
+        assert_eq!(c.authorized_recovery_roles, ["ops"]);
+        let s = crate::tls::TlsSettings::from_config(&c).unwrap().unwrap();
+        assert!(s.client_auth);
+        assert_eq!(s.refresh, Some(std::time::Duration::from_secs(60)));
+        assert_eq!(s.start_tls_timeout, std::time::Duration::from_secs(3));
+        assert_eq!(s.protocols.len(), 1);
+        assert_eq!(s.trust.as_deref(), Some(Path::new("/tls/ca.pem")));
+        let jks = BookieConfig {
+            tls_key_store_type: Some("JKS".into()),
+            ..c
+        };
+        let e = jks.validate().unwrap_err().to_string();
+        assert!(e.contains("tlsKeyStoreType") && e.contains("PEM"), "{e}");
     }
 
     #[test]

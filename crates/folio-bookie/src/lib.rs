@@ -7,7 +7,7 @@
 //! ([`server`]) only moves frames between sockets and the processor; [`wire`] converts frames to
 //! and from the model. [`engine`] adapts the real storage engine, [`gc`] deletes ledgers whose
 //! metadata is gone, [`registration`] checks the cookie and keeps the bookie registered, [`http`] is the admin endpoint, [`config`] the TOML
-//! file, and [`node`] puts one whole bookie together.
+//! file, [`tls`] StartTLS and authorization by client certificate, and [`node`] puts one whole bookie together.
 
 pub mod bk_metrics;
 pub mod config;
@@ -22,6 +22,7 @@ pub mod registration;
 pub mod request;
 pub mod server;
 pub mod storage;
+pub mod tls;
 pub mod wire;
 
 pub use processor::{LongPollTimer, Processor, ProcessorConfig, Reply};

@@ -50,6 +50,8 @@ pub enum NodeError {
     StorageShutdown(#[from] folio_storage::StorageError),
     #[error("storage task failed: {0}")]
     Task(String),
+    #[error("TLS: {0}")]
+    Tls(#[from] crate::tls::TlsError),
 }
 
 /// The metadata session the bookie registers through, and how to open another one.
@@ -184,6 +186,11 @@ impl BookieNode {
         reader: Option<Arc<dyn LedgerReader>>,
     ) -> Result<BookieNode, NodeError> {
         config.validate()?;
+        // The TLS files are read before anything starts: a bad key or chain is a start-up error.
+        let tls = match crate::tls::TlsSettings::from_config(&config)? {
+            Some(settings) => Some(Arc::new(crate::tls::ServerTls::load(settings)?)),
+            None => None,
+        };
         let listen = format!("{}:{}", config.listen_address, config.port);
         let listener = TcpListener::bind(&listen)
             .await
@@ -280,6 +287,7 @@ impl BookieNode {
                 max_connections: config.max_connections,
                 max_pending_per_connection: config.max_pending_requests_per_connection,
                 read_threads: config.read_threads,
+                tls: tls.clone(),
                 ..ServerConfig::default()
             },
         )
@@ -377,7 +385,12 @@ impl BookieNode {
                     port,
                     protocol: "bookie-rpc".into(),
                     auth: Vec::new(),
-                    extensions: Vec::new(),
+                    // BookKeeper's registration says "tls" when the bookie port offers it.
+                    extensions: if tls.is_some() {
+                        vec!["tls".into()]
+                    } else {
+                        Vec::new()
+                    },
                 }];
                 if let Some(h) = &http {
                     endpoints.push(Endpoint {

@@ -9,6 +9,12 @@
 //! client); at most `max_connections` connections are served, further ones are closed at accept.
 //! Input that is not a request closes only its own connection and touches nothing stored.
 //!
+//! With TLS ([`ServerConfig::tls`]), a connection's first request may be StartTLS: it is
+//! answered in plaintext, the same socket then runs the TLS handshake (bounded by
+//! `start_tls_timeout`), and the connection is served over TLS with what its client
+//! certificate allows ([`crate::tls::Access`]). When TLS is required (client
+//! authentication), any other first request gets EUA and the connection closes.
+//!
 //! Shutdown ([`ServerHandle::shutdown`]): stop accepting, stop reading, answer waiting long polls,
 //! write every pending response, close. The caller then shuts the storage down.
 
@@ -17,8 +23,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use tokio::io::{AsyncReadExt, AsyncWriteExt, BufWriter};
-use tokio::net::tcp::OwnedWriteHalf;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufWriter};
 use tokio::net::{TcpListener, TcpStream, ToSocketAddrs};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
 use tokio::task::JoinSet;
@@ -26,8 +31,9 @@ use tracing::{debug, info, warn};
 
 use crate::processor::{LongPollTimer, Processor, Reply};
 use crate::read_pool::ReadPool;
-use crate::request::Request;
+use crate::request::{Request, Response, Status};
 use crate::storage::BookieStorage;
+use crate::tls::{Access, ServerTls, Verdict};
 use crate::wire::{self, Decoded};
 
 /// Limits of the bookie port.
@@ -44,6 +50,9 @@ pub struct ServerConfig {
     /// How long shutdown waits for pending responses to be written before it closes the
     /// remaining connections anyway (a client that stops reading must not hang shutdown).
     pub drain_timeout: Duration,
+    /// StartTLS and authorization by client certificate ([`crate::tls`]); `None`: StartTLS is
+    /// answered EBADREQ, as by a BookKeeper bookie without TLS.
+    pub tls: Option<Arc<ServerTls>>,
 }
 
 impl Default for ServerConfig {
@@ -54,6 +63,7 @@ impl Default for ServerConfig {
             max_pending_per_connection: 1000,
             read_threads: 8,
             drain_timeout: Duration::from_secs(30),
+            tls: None,
         }
     }
 }
@@ -248,68 +258,304 @@ async fn serve_connection<S: BookieStorage>(
     let _open = ConnectionGauge;
     debug!(%peer, "connection opened");
     let _ = stream.set_nodelay(true);
-    let (mut rd, wr) = stream.into_split();
-    let (tx, rx) = mpsc::unbounded_channel::<Outgoing>();
-    // Aborted with this task (a shutdown past its drain timeout), closing the socket.
-    let mut writer = AbortOnDrop(tokio::spawn(write_loop(wr, rx, peer)));
-    let pending = Arc::new(Semaphore::new(config.max_pending_per_connection));
-    let mut decoder = folio_proto::FrameDecoder::with_max_frame_size(config.max_frame_size);
-    'conn: loop {
-        loop {
-            let frame = match decoder.next_frame() {
-                Ok(Some(frame)) => frame,
-                Ok(None) => break,
-                Err(e) => {
-                    metrics::counter!("folio_bookie_bad_frames_total").increment(1);
-                    warn!(%peer, "closing connection: {e}");
-                    break 'conn;
-                }
-            };
-            // Backpressure: without a free slot, stop reading until a response is written.
-            let slot = tokio::select! {
-                slot = pending.clone().acquire_owned() => slot.expect("the semaphore is never closed"),
-                _ = shutdown.wait_for(|stop| *stop) => break 'conn,
-            };
-            metrics::counter!("folio_bookie_bytes_in_total").increment(frame.len() as u64 + 4);
-            match wire::decode(frame) {
-                Decoded::Request(request, echo) => {
-                    dispatch(
-                        &processor,
-                        &reads,
-                        &shutdown,
-                        request,
-                        echo,
-                        slot,
-                        tx.clone(),
-                    );
-                }
-                Decoded::Answer(body) => {
-                    let _ = tx.send(Outgoing { body, _slot: slot });
-                }
-                Decoded::Close(why) => {
-                    metrics::counter!("folio_bookie_bad_frames_total").increment(1);
-                    warn!(%peer, "closing connection: {why}");
-                    break 'conn;
-                }
-            }
+    let conn = Conn {
+        peer,
+        processor,
+        reads,
+        config: config.clone(),
+    };
+    match &config.tls {
+        None => {
+            let (rd, wr) = stream.into_split();
+            let decoder = folio_proto::FrameDecoder::with_max_frame_size(config.max_frame_size);
+            conn.serve(rd, wr, decoder, None, Access::Open, shutdown)
+                .await;
         }
-        tokio::select! {
-            // Straight into the decoder's buffer: a frame's bytes are never copied.
-            read = rd.read_buf(decoder.read_buf()) => match read {
-                Ok(0) => break 'conn,
-                Ok(_) => {}
-                Err(e) => {
-                    debug!(%peer, "read failed: {e}");
-                    break 'conn;
-                }
-            },
-            _ = shutdown.wait_for(|stop| *stop) => break 'conn,
+        Some(tls) => match start_tls(stream, peer, tls, &config, &mut shutdown).await {
+            Upgrade::Tls(stream, access) => {
+                let (rd, wr) = tokio::io::split(*stream);
+                let decoder = folio_proto::FrameDecoder::with_max_frame_size(config.max_frame_size);
+                conn.serve(rd, wr, decoder, None, access, shutdown).await;
+            }
+            Upgrade::Plain(stream, decoder, first) => {
+                let (rd, wr) = stream.into_split();
+                conn.serve(rd, wr, decoder, Some(first), Access::Open, shutdown)
+                    .await;
+            }
+            Upgrade::Closed => {}
+        },
+    }
+    debug!(%peer, "connection closed");
+}
+
+/// How a connection of a TLS bookie goes on after its first request.
+enum Upgrade {
+    /// StartTLS done: TLS from here, with what the client certificate allows.
+    Tls(Box<tokio_rustls::server::TlsStream<TcpStream>>, Access),
+    /// A plaintext client (TLS is optional): serve it, starting with the frame already read.
+    Plain(TcpStream, folio_proto::FrameDecoder, Bytes),
+    Closed,
+}
+
+/// Frames before TLS are bounded tighter when TLS is required: only a StartTLS request (a
+/// few bytes) is worth reading then, and a peer must not make the bookie buffer megabytes
+/// before it has shown a certificate.
+const PRE_TLS_MAX_FRAME: usize = 64 * 1024;
+
+/// The first request of a connection to a TLS bookie: StartTLS upgrades the socket (answer
+/// EOK in plaintext, then the handshake on the same socket, within `start_tls_timeout`);
+/// anything else is served in plaintext, or, when TLS is required, answered EUA and closed.
+async fn start_tls(
+    mut stream: TcpStream,
+    peer: SocketAddr,
+    tls: &ServerTls,
+    config: &ServerConfig,
+    shutdown: &mut watch::Receiver<bool>,
+) -> Upgrade {
+    let timeout = tls.settings().start_tls_timeout;
+    let required = tls.required();
+    let max = if required {
+        PRE_TLS_MAX_FRAME.min(config.max_frame_size)
+    } else {
+        config.max_frame_size
+    };
+    let mut decoder = folio_proto::FrameDecoder::with_max_frame_size(max);
+    // With TLS required, the whole way from accept to a finished handshake has one deadline;
+    // a plaintext client of an optional-TLS bookie may idle as on any bookie.
+    let mut deadline = required.then(|| tokio::time::Instant::now() + timeout);
+    let first = tokio::select! {
+        first = until(deadline, read_frame(&mut stream, &mut decoder)) => first,
+        _ = stopped(shutdown) => return Upgrade::Closed,
+    };
+    let frame = match first {
+        None => {
+            metrics::counter!("folio_bookie_tls_failures_total", "why" => "timeout").increment(1);
+            warn!(%peer, "closing connection: no StartTLS within {timeout:?} (TLS is required)");
+            return Upgrade::Closed;
+        }
+        Some(Ok(Some(frame))) => frame,
+        Some(Ok(None)) => return Upgrade::Closed,
+        Some(Err(e)) => {
+            metrics::counter!("folio_bookie_bad_frames_total").increment(1);
+            warn!(%peer, "closing connection: {e}");
+            return Upgrade::Closed;
+        }
+    };
+    let echo = match wire::decode(frame.clone()) {
+        Decoded::Request(Request::StartTls, echo) => echo,
+        Decoded::Request(request, echo) if required => {
+            metrics::counter!("folio_bookie_tls_failures_total", "why" => "plaintext").increment(1);
+            warn!(
+                %peer,
+                "refusing {} before TLS (tlsClientAuthentication: StartTLS first): EUA, closing",
+                wire::op_name(&request)
+            );
+            let body = wire::encode(&echo, Response::error_for(&request, Status::Unauthorized));
+            let _ = write_frame(&mut stream, &body).await;
+            return Upgrade::Closed;
+        }
+        Decoded::Request(..) | Decoded::Answer(_) if !required => {
+            return Upgrade::Plain(stream, decoder, frame);
+        }
+        Decoded::Request(..) | Decoded::Answer(_) => {
+            warn!(%peer, "closing connection: a request other than StartTLS before TLS");
+            return Upgrade::Closed;
+        }
+        Decoded::Close(why) => {
+            metrics::counter!("folio_bookie_bad_frames_total").increment(1);
+            warn!(%peer, "closing connection: {why}");
+            return Upgrade::Closed;
+        }
+    };
+    let ok = wire::encode(&echo, Response::StartTls { status: Status::Ok });
+    if let Err(e) = write_frame(&mut stream, &ok).await {
+        debug!(%peer, "write failed: {e}");
+        return Upgrade::Closed;
+    }
+    // The client must wait for the answer before its ClientHello; bytes already here were
+    // sent before it and would be read as TLS (or, worse, as requests of the TLS session).
+    if decoder.buffered() > 0 {
+        metrics::counter!("folio_bookie_tls_failures_total", "why" => "pipelined").increment(1);
+        warn!(%peer, "closing connection: bytes sent after StartTLS before its answer");
+        return Upgrade::Closed;
+    }
+    if deadline.is_none() {
+        deadline = Some(tokio::time::Instant::now() + timeout);
+    }
+    let handshake = tokio::select! {
+        h = until(deadline, tls.acceptor().accept(stream)) => h,
+        _ = stopped(shutdown) => return Upgrade::Closed,
+    };
+    match handshake {
+        None => {
+            metrics::counter!("folio_bookie_tls_failures_total", "why" => "timeout").increment(1);
+            warn!(%peer, "closing connection: TLS handshake not finished within {timeout:?}");
+            Upgrade::Closed
+        }
+        Some(Err(e)) => {
+            metrics::counter!("folio_bookie_tls_failures_total", "why" => "handshake").increment(1);
+            warn!(%peer, "closing connection: TLS handshake failed: {e}");
+            Upgrade::Closed
+        }
+        Some(Ok(stream)) => {
+            let access = tls.authorize(stream.get_ref().1.peer_certificates());
+            metrics::counter!("folio_bookie_tls_connections_total").increment(1);
+            debug!(%peer, ?access, "TLS established");
+            Upgrade::Tls(Box::new(stream), access)
         }
     }
-    // The writer ends once every pending reply has been sent (each holds a sender).
-    drop(tx);
-    let _ = (&mut writer.0).await;
-    debug!(%peer, "connection closed");
+}
+
+/// `fut`, or `None` once `deadline` (if any) passes.
+async fn until<F: std::future::Future>(
+    deadline: Option<tokio::time::Instant>,
+    fut: F,
+) -> Option<F::Output> {
+    match deadline {
+        Some(d) => tokio::time::timeout_at(d, fut).await.ok(),
+        None => Some(fut.await),
+    }
+}
+
+/// Reads until one whole frame is buffered; `Ok(None)` at end of stream.
+async fn read_frame(
+    stream: &mut TcpStream,
+    decoder: &mut folio_proto::FrameDecoder,
+) -> Result<Option<Bytes>, String> {
+    loop {
+        if let Some(frame) = decoder.next_frame().map_err(|e| e.to_string())? {
+            return Ok(Some(frame));
+        }
+        match stream.read_buf(decoder.read_buf()).await {
+            Ok(0) => return Ok(None),
+            Ok(_) => {}
+            Err(e) => return Err(format!("read failed: {e}")),
+        }
+    }
+}
+
+async fn write_frame(stream: &mut TcpStream, body: &[u8]) -> std::io::Result<()> {
+    let mut out = Vec::with_capacity(body.len() + 4);
+    out.extend_from_slice(&(body.len() as u32).to_be_bytes());
+    out.extend_from_slice(body);
+    stream.write_all(&out).await?;
+    stream.flush().await
+}
+
+/// What serving one connection needs.
+struct Conn<S: BookieStorage> {
+    peer: SocketAddr,
+    processor: Processor<S>,
+    reads: ReadPool,
+    config: Arc<ServerConfig>,
+}
+
+impl<S: BookieStorage> Conn<S> {
+    /// Serves requests over a plaintext or TLS stream until it closes or the server stops.
+    /// `first` is a frame already read (by [`start_tls`]); `access` decides each request.
+    async fn serve<R, W>(
+        self,
+        mut rd: R,
+        wr: W,
+        mut decoder: folio_proto::FrameDecoder,
+        mut first: Option<Bytes>,
+        access: Access,
+        mut shutdown: watch::Receiver<bool>,
+    ) where
+        R: AsyncRead + Unpin,
+        W: AsyncWrite + Unpin + Send + 'static,
+    {
+        let Conn {
+            peer,
+            processor,
+            reads,
+            config,
+        } = self;
+        let (tx, rx) = mpsc::unbounded_channel::<Outgoing>();
+        // Aborted with this task (a shutdown past its drain timeout), closing the socket.
+        let mut writer = AbortOnDrop(tokio::spawn(write_loop(wr, rx, peer)));
+        let pending = Arc::new(Semaphore::new(config.max_pending_per_connection));
+        'conn: loop {
+            loop {
+                let frame = match first.take() {
+                    Some(frame) => frame,
+                    None => match decoder.next_frame() {
+                        Ok(Some(frame)) => frame,
+                        Ok(None) => break,
+                        Err(e) => {
+                            metrics::counter!("folio_bookie_bad_frames_total").increment(1);
+                            warn!(%peer, "closing connection: {e}");
+                            break 'conn;
+                        }
+                    },
+                };
+                // Backpressure: without a free slot, stop reading until a response is written.
+                let slot = tokio::select! {
+                    slot = pending.clone().acquire_owned() => slot.expect("the semaphore is never closed"),
+                    _ = shutdown.wait_for(|stop| *stop) => break 'conn,
+                };
+                metrics::counter!("folio_bookie_bytes_in_total").increment(frame.len() as u64 + 4);
+                match wire::decode(frame) {
+                    Decoded::Request(request, echo) => match access.check(&request) {
+                        Verdict::Allow => dispatch(
+                            &processor,
+                            &reads,
+                            &shutdown,
+                            request,
+                            echo,
+                            slot,
+                            tx.clone(),
+                        ),
+                        Verdict::Deny(why) => {
+                            metrics::counter!("folio_bookie_unauthorized_total").increment(1);
+                            debug!(%peer, "EUA: {why}");
+                            let body = wire::encode(
+                                &echo,
+                                Response::error_for(&request, Status::Unauthorized),
+                            );
+                            let _ = tx.send(Outgoing { body, _slot: slot });
+                        }
+                        Verdict::DenyAndClose(why) => {
+                            metrics::counter!("folio_bookie_unauthorized_total").increment(1);
+                            warn!(%peer, "EUA and closing connection: {why}");
+                            let body = wire::encode(
+                                &echo,
+                                Response::error_for(&request, Status::Unauthorized),
+                            );
+                            let _ = tx.send(Outgoing { body, _slot: slot });
+                            break 'conn;
+                        }
+                    },
+                    Decoded::Answer(body) => {
+                        let _ = tx.send(Outgoing { body, _slot: slot });
+                        if matches!(access, Access::Refused(_)) {
+                            break 'conn;
+                        }
+                    }
+                    Decoded::Close(why) => {
+                        metrics::counter!("folio_bookie_bad_frames_total").increment(1);
+                        warn!(%peer, "closing connection: {why}");
+                        break 'conn;
+                    }
+                }
+            }
+            tokio::select! {
+                // Straight into the decoder's buffer: a frame's bytes are never copied.
+                read = rd.read_buf(decoder.read_buf()) => match read {
+                    Ok(0) => break 'conn,
+                    Ok(_) => {}
+                    Err(e) => {
+                        debug!(%peer, "read failed: {e}");
+                        break 'conn;
+                    }
+                },
+                _ = shutdown.wait_for(|stop| *stop) => break 'conn,
+            }
+        }
+        // The writer ends once every pending reply has been sent (each holds a sender).
+        drop(tx);
+        let _ = (&mut writer.0).await;
+    }
 }
 
 /// Hands one request to the processor. Reads may block on disk, so they run on the read
@@ -408,8 +654,8 @@ fn status_label(status: crate::request::Status) -> &'static str {
     }
 }
 
-async fn write_loop(
-    wr: OwnedWriteHalf,
+async fn write_loop<W: AsyncWrite + Unpin>(
+    wr: W,
     mut rx: mpsc::UnboundedReceiver<Outgoing>,
     peer: SocketAddr,
 ) {

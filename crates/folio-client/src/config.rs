@@ -52,6 +52,9 @@ pub struct ClientConfig {
     /// Attempts at a metadata compare-and-set that keeps losing to unrelated updates.
     /// Default: 10.
     pub metadata_retries: u32,
+    /// TLS to every bookie (StartTLS, hostname verification always on); `None`: plaintext.
+    /// Default: none.
+    pub tls: Option<crate::tls::ClientTls>,
 }
 
 impl Default for ClientConfig {
@@ -72,6 +75,7 @@ impl Default for ClientConfig {
             max_frame_size: folio_proto::DEFAULT_MAX_FRAME_SIZE,
             read_parallelism: 32,
             metadata_retries: 10,
+            tls: None,
         }
     }
 }

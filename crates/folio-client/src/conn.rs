@@ -7,6 +7,8 @@
 //! request waiting on that connection fails at once with the cause, and the next request
 //! reconnects, unless the last attempt failed less than the backoff ago, in which case it
 //! fails immediately: a dead bookie costs one connect timeout, not one per request.
+//! With [`ClientConfig::tls`], every new connection first upgrades with StartTLS
+//! ([`crate::tls`]).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::future::Future;
@@ -227,10 +229,14 @@ impl Bookies {
             }
             backoff = (*b * 2).min(self.config.max_reconnect_backoff);
         }
-        let connected = tokio::time::timeout(
-            self.config.connect_timeout,
-            self.connector.connect(&ch.bookie),
-        )
+        // StartTLS and the handshake count against the connect timeout too.
+        let connected = tokio::time::timeout(self.config.connect_timeout, async {
+            let stream = self.connector.connect(&ch.bookie).await?;
+            match &self.config.tls {
+                Some(tls) => tls.upgrade(stream, &ch.bookie).await,
+                None => Ok(stream),
+            }
+        })
         .await;
         let stream = match connected {
             Ok(Ok(s)) => s,
@@ -427,7 +433,12 @@ fn spawn_conn(stream: Box<dyn Stream>, bookie: BookieId, max_frame: usize) -> Co
                 }
                 Ok(_) => {}
                 Err(e) => {
-                    rs.kill(&format!("read from {bookie}: {e}"));
+                    // With TLS 1.3 a refused client certificate shows here, as an alert
+                    // on the first read after the handshake.
+                    rs.kill(&format!(
+                        "read from {bookie}: {}",
+                        crate::tls::describe(&e, "")
+                    ));
                     return;
                 }
             }

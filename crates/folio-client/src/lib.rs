@@ -47,6 +47,7 @@ mod reader;
 mod recover;
 pub mod recovery;
 mod replica;
+pub mod tls;
 
 pub use client::{Client, ClientStats, CreateOptions, OpenOptions, proto_digest};
 pub use config::ClientConfig;
@@ -55,3 +56,4 @@ pub use folio_types::metadata::DigestType;
 pub use ledger::{AppendFuture, LedgerHandle};
 pub use reader::{LedgerEntry, ReadHandle};
 pub use replica::ReplicaAnswer;
+pub use tls::{ClientTls, TlsConfigError};

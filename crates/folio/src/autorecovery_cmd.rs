@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use folio_autorecovery::{Auditor, AutoRecoveryConfig, Worker};
-use folio_client::{Client, ClientConfig};
+use folio_client::Client;
 use folio_metadata::MetadataStore;
 use folio_types::BookieId;
 
@@ -75,7 +75,7 @@ impl AutoRecovery {
         id: BookieId,
         config: AutoRecoveryConfig,
     ) -> anyhow::Result<AutoRecovery> {
-        let client = Client::connect(store, ClientConfig::default())
+        let client = Client::connect(store, crate::client_tls::client_config()?)
             .await
             .context("cannot start the autorecovery client")?;
         let auditor = Auditor::start(client.clone(), config.clone(), id);

@@ -135,7 +135,7 @@ async fn execute(command: LedgerCommand, store: Arc<dyn MetadataStore>) -> anyho
         // An idle writer tells the bookies its LAC soon, so a `tail` prints an entry as
         // soon as it is confirmed rather than when the next one is written.
         explicit_lac_interval: Some(EXPLICIT_LAC_INTERVAL),
-        ..ClientConfig::default()
+        ..crate::client_tls::client_config()?
     };
     let client = Client::connect(store, config).await?;
     let result = match command {
@@ -410,9 +410,10 @@ impl ClientLedgerReader {
         first: EntryId,
         last: Option<EntryId>,
     ) -> anyhow::Result<Vec<(EntryId, bytes::Bytes)>> {
+        let config = crate::client_tls::client_config()?;
         let client = self
             .client
-            .get_or_try_init(|| Client::connect(self.store.clone(), ClientConfig::default()))
+            .get_or_try_init(|| Client::connect(self.store.clone(), config))
             .await?;
         let m = client.ledger_metadata(ledger).await?;
         let password = m.password.clone().unwrap_or_default();
@@ -462,7 +463,8 @@ impl folio_bookie::http::admin_api::LedgerReader for ClientLedgerReader {
             .join(", ");
         tokio::spawn(async move {
             let result = async {
-                let client = Client::connect(store.clone(), ClientConfig::default()).await?;
+                let client =
+                    Client::connect(store.clone(), crate::client_tls::client_config()?).await?;
                 let copy = folio_autorecovery::CopyOptions::default();
                 let mut quiet = |_: usize, _: Option<&folio_autorecovery::LedgerReport>| {};
                 let summary = if decommission {

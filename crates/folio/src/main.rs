@@ -5,6 +5,7 @@
 mod autorecovery_cmd;
 mod bench;
 mod bookie_cmd;
+mod client_tls;
 mod ledger_cmd;
 mod metadata_connect;
 mod payload;
@@ -28,6 +29,10 @@ struct Cli {
     /// or etcd://host:port[,host:port]/prefix.
     #[arg(long, global = true, env = "FOLIO_METADATA")]
     metadata: Option<String>,
+
+    /// TLS to bookies (DESIGN.md section 4): --tls-ca, --tls-cert, --tls-key.
+    #[command(flatten)]
+    tls: client_tls::TlsArgs,
 
     #[command(subcommand)]
     command: Command,
@@ -67,6 +72,7 @@ fn main() {
         )
         .with_writer(std::io::stderr)
         .init();
+    client_tls::set(cli.tls.clone());
     let result: anyhow::Result<()> = match cli.command {
         Command::Version => {
             println!("folio {}", env!("CARGO_PKG_VERSION"));

@@ -13,7 +13,7 @@ use anyhow::{anyhow, bail};
 use folio_autorecovery::{
     CopyOptions, LedgerOutcome, LedgerReport, RecoverOptions, Throttle, decommission, recover,
 };
-use folio_client::{Client, ClientConfig};
+use folio_client::Client;
 use folio_metadata::MetadataStore;
 use folio_types::BookieId;
 
@@ -242,7 +242,7 @@ pub async fn recover_cmd(store: Arc<dyn MetadataStore>, flags: &[String]) -> any
         bail!("usage: recover [-l LEDGER] [-sk] [-d] [-rate BYTES/S] <bookie[,bookie...]>");
     }
     options.copy = copy_options(rate);
-    let client = Client::connect(store.clone(), ClientConfig::default()).await?;
+    let client = Client::connect(store.clone(), crate::client_tls::client_config()?).await?;
     let summary = recover(&client, &sources, &options, &mut reporter()).await?;
     println!(
         "Recovered {} ledger(s): {} entries, {} bytes copied; {} not recovered",
@@ -276,7 +276,7 @@ pub async fn decommissionbookie(
             "usage: decommissionbookie -bookieid <host:port> (the bookie must be stopped first)"
         ),
     };
-    let client = Client::connect(store, ClientConfig::default()).await?;
+    let client = Client::connect(store, crate::client_tls::client_config()?).await?;
     let summary =
         decommission(&client, &bookie, true, &copy_options(None), &mut reporter()).await?;
     println!(

@@ -11,7 +11,7 @@ use std::time::Duration;
 use anyhow::{Context, anyhow, bail, ensure};
 use bytes::Bytes;
 use folio_client::conn::{Bookies, TcpConnector, req};
-use folio_client::{Client, ClientConfig, CreateOptions, OpenOptions};
+use folio_client::{Client, CreateOptions, OpenOptions};
 use folio_metadata::MetadataStore;
 use folio_proto::digest::{DigestManager, master_key};
 use folio_types::{BookieId, EntryId, LedgerId};
@@ -105,7 +105,7 @@ fn ledger_id(command: &str, flags: &Flags) -> anyhow::Result<LedgerId> {
 }
 
 async fn client(store: Arc<dyn MetadataStore>) -> anyhow::Result<Client> {
-    Ok(Client::connect(store, ClientConfig::default()).await?)
+    Ok(Client::connect(store, crate::client_tls::client_config()?).await?)
 }
 
 /// `readledger -ledgerid <id> [-firstentryid N] [-lastentryid N] [-force-recovery] [-msg]`.
@@ -294,7 +294,7 @@ pub async fn bookiesanity(store: Arc<dyn MetadataStore>, args: &[String]) -> any
     let password = b"bookiesanity";
     let key = master_key(password);
     let digest = DigestManager::new(ledger, folio_proto::DigestType::Crc32c, password);
-    let config = Arc::new(ClientConfig::default());
+    let config = Arc::new(crate::client_tls::client_config()?);
     let bookies = Bookies::new(Arc::new(TcpConnector), config);
     let payload = |i: i64| format!("bookiesanity {ledger} entry {i}").into_bytes();
     let bar = progress::bar(n as u64 * 2, "checking");

@@ -61,6 +61,29 @@ pub(super) const FIELDS: &[(&str, &str)] = &[
     ("majorCompactionInterval", "major_compaction_interval_s"),
     ("autoRecoveryDaemonEnabled", "auto_recovery_daemon_enabled"),
     ("lostBookieRecoveryDelay", "lost_bookie_recovery_delay"),
+    ("tlsProviderFactoryClass", "tls_provider_factory_class"),
+    ("tlsKeyStoreType", "tls_key_store_type"),
+    ("tlsKeyStore", "tls_key_store"),
+    ("tlsCertificatePath", "tls_certificate_path"),
+    ("tlsTrustStoreType", "tls_trust_store_type"),
+    ("tlsTrustStore", "tls_trust_store"),
+    ("tlsClientAuthentication", "tls_client_authentication"),
+    ("tlsEnabledProtocols", "tls_enabled_protocols"),
+    ("tlsEnabledCipherSuites", "tls_enabled_cipher_suites"),
+    (
+        "tlsCertFilesRefreshDurationSeconds",
+        "tls_cert_files_refresh_duration_seconds",
+    ),
+    ("startTLSTimeoutSecs", "start_tls_timeout_secs"),
+    (
+        "bookieAuthProviderFactoryClass",
+        "bookie_auth_provider_factory_class",
+    ),
+    ("authorizedRoles", "authorized_roles"),
+    // Folio's own per-operation roles, in BookKeeper's spelling style.
+    ("authorizedReadRoles", "authorized_read_roles"),
+    ("authorizedWriteRoles", "authorized_write_roles"),
+    ("authorizedRecoveryRoles", "authorized_recovery_roles"),
 ];
 
 /// BookKeeper's default `httpServerPort`, used when `httpServerEnabled=true` names none.

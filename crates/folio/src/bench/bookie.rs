@@ -89,6 +89,18 @@ async fn bench(a: &BookieBenchArgs) -> anyhow::Result<String> {
         .map_err(|_| anyhow::anyhow!("connecting to bookie {} timed out", a.bookie))?
         .with_context(|| format!("cannot connect to bookie {}", a.bookie))?;
     stream.set_nodelay(true).ok();
+    // With the global --tls-* flags, StartTLS first, as every client of a TLS bookie.
+    let stream: Box<dyn folio_client::conn::Stream> = match crate::client_tls::client_tls()? {
+        Some(tls) => {
+            let id = folio_types::BookieId::new(a.bookie.as_str())
+                .map_err(|e| anyhow::anyhow!("--bookie {}: {e}", a.bookie))?;
+            tokio::time::timeout(Duration::from_secs(30), tls.upgrade(Box::new(stream), &id))
+                .await
+                .map_err(|_| anyhow::anyhow!("TLS with bookie {} timed out", a.bookie))?
+                .with_context(|| format!("TLS with bookie {}", a.bookie))?
+        }
+        None => Box::new(stream),
+    };
     let mut conn = Conn {
         stream,
         decoder: FrameDecoder::new(),
@@ -158,7 +170,7 @@ async fn bench(a: &BookieBenchArgs) -> anyhow::Result<String> {
 }
 
 struct Conn {
-    stream: TcpStream,
+    stream: Box<dyn folio_client::conn::Stream>,
     decoder: FrameDecoder,
     buf: Vec<u8>,
     next_txn: u64,

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use clap::Args;
-use folio_client::{Client, ClientConfig, CreateOptions, DigestType, OpenOptions, ReadHandle};
+use folio_client::{Client, CreateOptions, DigestType, OpenOptions, ReadHandle};
 use serde_json::{Map, Value, json};
 use tokio::task::JoinSet;
 
@@ -95,7 +95,7 @@ fn share(total: u64, n: u64, i: u64) -> u64 {
 async fn bench(a: &ReadBenchArgs, uri: &str) -> anyhow::Result<String> {
     let store =
         crate::metadata_connect::connect(uri, crate::metadata_connect::Missing::Refuse).await?;
-    let client = Client::connect(store, ClientConfig::default())
+    let client = Client::connect(store, crate::client_tls::client_config()?)
         .await
         .context("cannot start the client")?;
     let result = phases(a, &client).await;

@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use anyhow::{Context, bail};
 use folio_autorecovery::{RecoverOptions, recover};
-use folio_client::{Client, ClientConfig};
+use folio_client::Client;
 use folio_types::BookieId;
 
 use crate::metadata_connect::{self, Missing};
@@ -36,7 +36,7 @@ pub fn run(args: RereplicateArgs, metadata: Option<String>) -> anyhow::Result<()
         .context("cannot start the async runtime")?;
     runtime.block_on(async move {
         let store = metadata_connect::connect(&uri, Missing::Refuse).await?;
-        let client = Client::connect(store.clone(), ClientConfig::default()).await?;
+        let client = Client::connect(store.clone(), crate::client_tls::client_config()?).await?;
         let options = RecoverOptions {
             concurrency: args.concurrency.max(1),
             ..RecoverOptions::default()

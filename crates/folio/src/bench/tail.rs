@@ -90,7 +90,7 @@ async fn bench(a: &TailBenchArgs, uri: &str) -> anyhow::Result<String> {
         crate::metadata_connect::connect(uri, crate::metadata_connect::Missing::Refuse).await?;
     let config = ClientConfig {
         explicit_lac_interval: a.explicit_lac_ms.map(Duration::from_millis),
-        ..ClientConfig::default()
+        ..crate::client_tls::client_config()?
     };
     let client = Client::connect(store.clone(), config)
         .await
@@ -178,7 +178,7 @@ async fn run_ledger(
     let mut readers = Vec::new();
     let mut clients = Vec::new();
     for _ in 0..a.readers {
-        let c = Client::connect(store.clone(), ClientConfig::default())
+        let c = Client::connect(store.clone(), crate::client_tls::client_config()?)
             .await
             .context("cannot start a reader's client")?;
         let h = c

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use bytes::Bytes;
 use clap::Args;
-use folio_client::{Client, ClientConfig, CreateOptions, DigestType, LedgerHandle};
+use folio_client::{Client, CreateOptions, DigestType, LedgerHandle};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::{Map, json};
 
@@ -169,7 +169,7 @@ fn validate(a: &WriteBenchArgs) -> anyhow::Result<()> {
 async fn bench(a: &WriteBenchArgs, uri: &str) -> anyhow::Result<String> {
     let store =
         crate::metadata_connect::connect(uri, crate::metadata_connect::Missing::Refuse).await?;
-    let client = Client::connect(store, ClientConfig::default())
+    let client = Client::connect(store, crate::client_tls::client_config()?)
         .await
         .context("cannot start the client")?;
     let mut ledgers = Vec::new();

@@ -1,0 +1,102 @@
+//! The global `--tls-ca`, `--tls-cert`, `--tls-key` flags (or `FOLIO_TLS_CA`, `FOLIO_TLS_CERT`,
+//! `FOLIO_TLS_KEY`): TLS to every bookie a command talks to, through BookKeeper's StartTLS,
+//! hostname verification always on. `main` records the flags; every command that builds a
+//! client takes its configuration from [`client_config`], so no command can forget TLS. The
+//! files are read on first use, so a command that talks to no bookie never fails over them.
+
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+use anyhow::bail;
+use folio_client::{ClientConfig, ClientTls};
+
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct TlsArgs {
+    /// CA certificates (PEM) that bookie certificates must chain to; turns TLS to bookies on.
+    #[arg(
+        long = "tls-ca",
+        global = true,
+        env = "FOLIO_TLS_CA",
+        value_name = "FILE"
+    )]
+    pub ca: Option<PathBuf>,
+    /// Client certificate chain (PEM), for bookies that require client authentication.
+    #[arg(
+        long = "tls-cert",
+        global = true,
+        env = "FOLIO_TLS_CERT",
+        value_name = "FILE"
+    )]
+    pub cert: Option<PathBuf>,
+    /// The client certificate's private key (PEM, unencrypted).
+    #[arg(
+        long = "tls-key",
+        global = true,
+        env = "FOLIO_TLS_KEY",
+        value_name = "FILE"
+    )]
+    pub key: Option<PathBuf>,
+}
+
+static ARGS: OnceLock<TlsArgs> = OnceLock::new();
+static LOADED: OnceLock<Result<Option<ClientTls>, String>> = OnceLock::new();
+
+/// Records the flags (once, from `main`).
+pub fn set(args: TlsArgs) {
+    let _ = ARGS.set(args);
+}
+
+fn load(args: &TlsArgs) -> anyhow::Result<Option<ClientTls>> {
+    let client = match (&args.cert, &args.key) {
+        (Some(c), Some(k)) => Some((c.as_path(), k.as_path())),
+        (None, None) => None,
+        (Some(_), None) => bail!("--tls-cert needs --tls-key (the certificate's private key)"),
+        (None, Some(_)) => bail!("--tls-key needs --tls-cert (the client certificate)"),
+    };
+    let Some(ca) = &args.ca else {
+        if client.is_some() {
+            bail!(
+                "--tls-cert and --tls-key need --tls-ca (the CA that bookie certificates chain to)"
+            );
+        }
+        return Ok(None);
+    };
+    Ok(Some(ClientTls::from_pem_files(ca, client)?))
+}
+
+/// The client's TLS from the global flags (`None`: plaintext).
+pub fn client_tls() -> anyhow::Result<Option<ClientTls>> {
+    let loaded = LOADED.get_or_init(|| {
+        load(ARGS.get().unwrap_or(&TlsArgs::default())).map_err(|e| format!("{e:#}"))
+    });
+    loaded.clone().map_err(anyhow::Error::msg)
+}
+
+/// The default client configuration with the global TLS flags applied.
+pub fn client_config() -> anyhow::Result<ClientConfig> {
+    Ok(ClientConfig {
+        tls: client_tls()?,
+        ..ClientConfig::default()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn half_given_flags_are_refused() {
+        let args = |ca: bool, cert: bool, key: bool| TlsArgs {
+            ca: ca.then(|| "/nonexistent/ca.pem".into()),
+            cert: cert.then(|| "/c.pem".into()),
+            key: key.then(|| "/k.pem".into()),
+        };
+        assert!(load(&args(false, false, false)).unwrap().is_none());
+        let e = load(&args(false, true, true)).unwrap_err().to_string();
+        assert!(e.contains("--tls-ca"), "{e}");
+        let e = load(&args(true, true, false)).unwrap_err().to_string();
+        assert!(e.contains("--tls-key"), "{e}");
+        let e = load(&args(true, false, false)).unwrap_err().to_string();
+        assert!(e.contains("/nonexistent/ca.pem"), "{e}");
+    }
+}
