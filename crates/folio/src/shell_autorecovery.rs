@@ -168,10 +168,21 @@ pub async fn queryautorecoverystatus(
 /// otherwise.
 fn reporter() -> impl FnMut(usize, Option<&LedgerReport>) + Send {
     let mut bar = None;
+    let mut copied = 0u64;
     move |total, report| {
         let bar = bar.get_or_insert_with(|| crate::progress::bar(total as u64, "ledgers"));
         let Some(r) = report else { return };
         bar.inc(1);
+        if let LedgerOutcome::Replicated { bytes, .. } = &r.outcome {
+            // Bytes next to ledgers: one huge ledger moves the bar by one step.
+            copied += bytes;
+            let secs = bar.elapsed().as_secs_f64().max(0.001);
+            bar.set_message(format!(
+                "ledgers, {} copied ({}/s)",
+                indicatif::HumanBytes(copied),
+                indicatif::HumanBytes((copied as f64 / secs) as u64)
+            ));
+        }
         let line = match &r.outcome {
             LedgerOutcome::Replicated { entries, bytes } => {
                 format!(
