@@ -67,6 +67,15 @@ enum ShellCommand {
     /// Print the elected Auditor.
     #[command(name = "whoisauditor")]
     WhoIsAuditor,
+    /// The cluster at a glance, as BookKeeper's cluster-info prints it (JSON).
+    #[command(name = "clusterinfo")]
+    ClusterInfo,
+    /// What a bookie published in its registration: -bookieid <id>.
+    #[command(name = "endpointinfo")]
+    EndpointInfo {
+        #[arg(allow_hyphen_values = true)]
+        flags: Vec<String>,
+    },
     /// Ask the Auditor for an audit now.
     #[command(name = "triggeraudit")]
     TriggerAudit,
@@ -292,6 +301,60 @@ async fn execute(command: ShellCommand, store: &dyn MetadataStore) -> anyhow::Re
         }
         ShellCommand::QueryAutoRecoveryStatus { flags } => {
             shell_autorecovery::queryautorecoverystatus(store, &flags).await
+        }
+        ShellCommand::ClusterInfo => {
+            // BookKeeper's ClusterInfo: "total" is every bookie with a cookie (ever joined).
+            let all = store.list_cookies().await?;
+            let set = store.list_bookies().await?;
+            let auditor = store.current_auditor().await?;
+            let info = serde_json::json!({
+                "auditorElected": auditor.is_some(),
+                "auditorId": auditor.map(|a| a.to_string()).unwrap_or_default(),
+                "clusterUnderReplicated": !store.list_underreplicated().await?.is_empty(),
+                "ledgerReplicationEnabled": store.is_autorecovery_enabled().await?,
+                "totalBookiesCount": all.len(),
+                "writableBookiesCount": set.writable.len(),
+                "readonlyBookiesCount": set.readonly.len(),
+                "unavailableBookiesCount": all.len().saturating_sub(set.writable.len() + set.readonly.len()),
+            });
+            println!("{}", serde_json::to_string_pretty(&info)?);
+            Ok(())
+        }
+        ShellCommand::EndpointInfo { flags } => {
+            let id = match flags.as_slice() {
+                [f, id] if f == "-bookieid" || f == "-b" || f == "--bookieid" => id,
+                _ => bail!("endpointinfo: give the bookie: -bookieid <id>"),
+            };
+            let bookie = folio_types::BookieId::new(id.clone())?;
+            let all = store.list_cookies().await?;
+            if !all.contains(&bookie) {
+                let known: Vec<String> = all.iter().map(|b| b.to_string()).collect();
+                bail!(
+                    "bookie {bookie} does not exist (bookies: {})",
+                    known.join(", ")
+                );
+            }
+            let info = store.bookie_service_info(&bookie).await.map_err(|e| {
+                anyhow::anyhow!("bookie {bookie} published no endpoint info (is it down?): {e}")
+            })?;
+            println!("BookieId: {bookie}");
+            if !info.properties.is_empty() {
+                println!("Properties");
+                for (k, v) in &info.properties {
+                    println!("{k} : {v}");
+                }
+            }
+            if info.endpoints.is_empty() {
+                bail!("bookie {bookie} did not publish any endpoint info; maybe it is down");
+            }
+            for e in &info.endpoints {
+                println!("Endpoint: {}", e.id);
+                println!("Protocol: {}", e.protocol);
+                println!("Address: {} : {}", e.host, e.port);
+                println!("Auth: {:?}", e.auth);
+                println!("Extensions: {:?}", e.extensions);
+            }
+            Ok(())
         }
         ShellCommand::WhoIsAuditor => match store.current_auditor().await? {
             Some(auditor) => {

@@ -2,7 +2,7 @@
 //! on `folio standalone`'s sqlite://) on the other two drivers: a whole cluster on a real
 //! ZooKeeper and on a real etcd: `shell initnewcluster`, three `folio bookie` processes,
 //! `ledger write` with its line formats, `ledger read`, a reader's recovery fencing a running
-//! writer, and the shell listing the bookies and the ledgers.
+//! writer, and the shell listing the bookies and the ledgers (`clusterinfo`, `endpointinfo`).
 
 mod common;
 
@@ -103,6 +103,27 @@ fn contract(uri: &str) {
             "{uri}: {ledgers}"
         );
     }
+    let info: serde_json::Value =
+        serde_json::from_str(&folio_at(uri, &["shell", "clusterinfo"], b"").ok().text()).unwrap();
+    assert_eq!(info["totalBookiesCount"], 3, "{uri}: {info}");
+    assert_eq!(info["writableBookiesCount"], 3, "{uri}: {info}");
+    assert_eq!(info["unavailableBookiesCount"], 0, "{uri}: {info}");
+    assert_eq!(info["auditorElected"], false, "{uri}: {info}");
+    assert_eq!(info["ledgerReplicationEnabled"], true, "{uri}: {info}");
+    let first = listed.lines().nth(1).unwrap().trim().to_string();
+    let ep = folio_at(uri, &["shell", "endpointinfo", "-bookieid", &first], b"")
+        .ok()
+        .text();
+    assert!(
+        ep.contains(&format!("BookieId: {first}")) && ep.contains("Protocol: bookie-rpc"),
+        "{uri}: {ep}"
+    );
+    folio_at(
+        uri,
+        &["shell", "endpointinfo", "-bookieid", "nobody:1"],
+        b"",
+    )
+    .fails_with("does not exist");
     let meta = folio_at(uri, &["shell", "ledgermetadata", &open], b"")
         .ok()
         .text();
