@@ -164,10 +164,14 @@ fn check_index_not_lost(
     logs: &EntryLogs,
     index_dir: &Path,
 ) -> Result<(), LedgerStoreError> {
-    // redb opens its own file (outside the `FileSystem` seam), so ask the real file system
-    // about it; a zero-length file is what a crash during its creation leaves.
+    // A zero-length file is what a crash during its creation leaves.
     let file = index_dir.join(crate::index::INDEX_FILE);
-    let fresh = std::fs::metadata(&file).map_or(true, |m| m.len() == 0);
+    let fresh = !env.fs.exists(&file)
+        || env
+            .fs
+            .open(&file, folio_env::OpenOptions::read())
+            .and_then(|f| f.len())
+            .map_or(true, |len| len == 0);
     if !fresh {
         return Ok(());
     }
@@ -312,7 +316,7 @@ impl LedgerStore {
         env.fs
             .create_dir_all(&index_dir)
             .map_err(|e| io_error("create directory", &index_dir, &index_dir, None, e))?;
-        let index = LedgerIndex::open(&index_dir)?;
+        let index = LedgerIndex::open(&*env.fs, &index_dir)?;
         let ledgers = index.ledger_infos()?.into_iter().collect();
         Ok(LedgerStore {
             logs,
