@@ -160,6 +160,17 @@ impl EngineStorage {
         self.storage.shutdown();
     }
 
+    /// Whether [`EngineStorage::halt`] was called.
+    pub fn is_halted(&self) -> bool {
+        self.halted.load(Ordering::Acquire)
+    }
+
+    /// See [`folio_storage::NegativeControls`]: never outside a test.
+    #[doc(hidden)]
+    pub fn set_negative_controls_for_tests(&self, c: folio_storage::NegativeControls) {
+        self.storage.set_negative_controls_for_tests(c);
+    }
+
     fn check_alive(&self) -> Result<(), StorageError> {
         if self.halted.load(Ordering::Acquire) {
             return Err(StorageError::Io("the bookie has stopped".into()));

@@ -87,6 +87,17 @@ pub struct FaultCounts {
     /// Bookies restarted on an empty disk and refused by the cookie check.
     pub wiped_disks: u64,
     pub checkpoints: u64,
+    /// Checkpoints taken after a request left enough unflushed (not faults: the ledger
+    /// store's own rhythm, on the simulator's thread).
+    pub store_checkpoints: u64,
+    /// Compaction and garbage collection rounds at seeded moments.
+    pub compactions: u64,
+    pub gc_rounds: u64,
+    /// Power cuts inside a checkpoint, compaction or garbage collection round (the
+    /// bookie restarts from a disk image taken at a seeded operation within it).
+    pub mid_op_crashes: u64,
+    /// Entries a restarted bookie had acknowledged, read back from it after its replay.
+    pub bookie_entries_checked: u64,
     pub writer_crashes: u64,
     pub zombies: u64,
     pub concurrent_recoveries: u64,
@@ -147,6 +158,11 @@ impl FaultCounts {
         self.metadata_applied_then_failed += o.metadata_applied_then_failed;
         self.wiped_disks += o.wiped_disks;
         self.checkpoints += o.checkpoints;
+        self.store_checkpoints += o.store_checkpoints;
+        self.compactions += o.compactions;
+        self.gc_rounds += o.gc_rounds;
+        self.mid_op_crashes += o.mid_op_crashes;
+        self.bookie_entries_checked += o.bookie_entries_checked;
         self.writer_crashes += o.writer_crashes;
         self.zombies += o.zombies;
         self.concurrent_recoveries += o.concurrent_recoveries;
@@ -171,7 +187,8 @@ impl std::fmt::Display for FaultCounts {
             f,
             "crash {}, power-loss {}, restart {}, partition {}, fsync-eio {}, enospc {}, \
              slow-disk {} ({} slow writes), session-expiry {}, metadata-outage {} ({} calls \
-             failed, {} applied then failed), wiped-disk {}, checkpoint {}, writer-crash {}, \
+             failed, {} applied then failed), wiped-disk {}, checkpoint {} (+{} by the store), \
+             compaction {}, gc {}, mid-op power cut {}, bookie entries checked {}, writer-crash {}, \
              zombie {}, concurrent-recovery {}, dropped-request {}, dropped-response {}, \
              duplicate {}; autorecovery runs {} ({} with two workers, {} healed and checked): \
              auditor-kill {}, worker-kill {}, autorecovery-session-expiry {}, {} ledgers \
@@ -190,6 +207,11 @@ impl std::fmt::Display for FaultCounts {
             self.metadata_applied_then_failed,
             self.wiped_disks,
             self.checkpoints,
+            self.store_checkpoints,
+            self.compactions,
+            self.gc_rounds,
+            self.mid_op_crashes,
+            self.bookie_entries_checked,
             self.writer_crashes,
             self.zombies,
             self.concurrent_recoveries,
@@ -332,14 +354,13 @@ impl World {
             Ok(c) => c.instance_id,
             Err(e) => return Start::Refused(format!("read cluster: {e}")),
         };
-        let (journal, ledgers) = crate::bookie::dirs();
+        let (journal, ledgers, index) = crate::bookie::dirs();
         let expected = folio_bookie::registration::expected_cookie(
             id,
             &instance,
             std::slice::from_ref(&journal),
             std::slice::from_ref(&ledgers),
-            // The simulated bookie's ledger store is in memory: no index directory.
-            &[],
+            std::slice::from_ref(&index),
         );
         let checked = folio_bookie::registration::check_cookies(&env, &store, &expected).await;
         if let Err(e) = checked {
@@ -349,6 +370,20 @@ impl World {
             Ok(inc) => {
                 if !inc.quiesce() {
                     self.net.count_late();
+                }
+                // Every entry this bookie acknowledged (in any earlier incarnation on
+                // this disk) must read back from it, byte for byte, after its replay: a
+                // bookie that acknowledged an add has made it durable. Checked per
+                // bookie, because the client-level checks forgive one bookie's loss as
+                // long as another copy survives.
+                let (checked, lost) = self.net.check_acknowledged(id, &inc);
+                self.faults.lock().bookie_entries_checked += checked;
+                if !lost.is_empty() {
+                    self.history.lock().liveness.push(format!(
+                        "durability: {id} lost {} entries it acknowledged, after a restart: {}",
+                        lost.len(),
+                        lost[..lost.len().min(3)].join("; ")
+                    ));
                 }
                 self.net.bring_up(id, Arc::new(inc));
                 self.register(id, BookieMode::Writable).await;
@@ -408,6 +443,8 @@ impl World {
             Err(e) => self.note(format!("reformat {id}: read cookie: {e}")),
         }
         self.note(format!("reformat: {id} starts empty"));
+        // A new bookie: what the old disk acknowledged is gone with it, by the operator.
+        self.net.forget_acknowledged(id);
         if let Start::Refused(e) = self.start_bookie(id, SimFileSystem::new()).await {
             self.history
                 .lock()
@@ -419,15 +456,25 @@ impl World {
 
     /// Crashes a bookie (power loss, torn writes): returns its surviving disk.
     fn crash_bookie(&self, id: &BookieId) -> Option<SimFileSystem> {
+        self.crash_bookie_to(id, None)
+    }
+
+    /// Crashes a bookie; its surviving disk is `image` when given (a power cut at an
+    /// earlier disk operation), else a torn image of its disk now.
+    fn crash_bookie_to(
+        &self,
+        id: &BookieId,
+        image: Option<SimFileSystem>,
+    ) -> Option<SimFileSystem> {
         // A dead process's session ends with it (at once, here).
         if let Some((store, _)) = self.regs.lock().remove(id) {
             store.expire_session();
         }
         let inc = self.net.take_down(id)?;
-        let image = inc.crash(CrashMode::Torn {
+        let now = inc.crash(CrashMode::Torn {
             seed: self.rng.next_u64(),
         });
-        Some(image)
+        Some(image.unwrap_or(now))
     }
 }
 
@@ -838,6 +885,72 @@ async fn tailer(w: Arc<World>, ledger: LedgerId, who: String, at_ms: u64) {
     }
 }
 
+/// A checkpoint, a compaction round or a garbage collection round on one bookie, at a
+/// seeded moment; in a quarter of them the power is cut inside that work: the bookie
+/// restarts from a crash image taken before a seeded disk operation of it (torn), so
+/// crashes also land between a flush's entry-log fdatasync and its index commit, between
+/// a mark and the deletion of journal files, between compaction's copies and the removal
+/// of the old log.
+fn storage_work(
+    w: &World,
+    id: &BookieId,
+    inc: &Incarnation,
+    down_now: usize,
+    now: tokio::time::Instant,
+) {
+    let cut = down_now < 2 && w.rng.chance(1, 4);
+    if cut {
+        inc.fs.capture_every_op(CrashMode::Torn {
+            seed: w.rng.next_u64(),
+        });
+    }
+    match w.rng.below(4) {
+        0 | 1 => {
+            w.faults.lock().checkpoints += 1;
+            if let Err(e) = inc.checkpoint() {
+                w.note(format!("checkpoint on {id} failed: {e}"));
+            }
+        }
+        2 => {
+            // BookKeeper's minor and major thresholds, and everything not wholly live.
+            let threshold = [0.2, 0.5, 0.8, 0.999][w.rng.below(4) as usize];
+            w.faults.lock().compactions += 1;
+            match inc.compact(threshold) {
+                Ok(s) => w.note(format!("compaction on {id} at {threshold}: {s}")),
+                Err(e) => w.note(format!("compaction on {id} failed: {e}")),
+            }
+        }
+        _ => {
+            w.faults.lock().gc_rounds += 1;
+            match inc.collect_garbage() {
+                Ok(s) => w.note(format!("gc on {id}: {s}")),
+                Err(e) => w.note(format!("gc on {id} failed: {e}")),
+            }
+        }
+    }
+    if !cut {
+        return;
+    }
+    let mut captures = inc.fs.take_captures();
+    if captures.is_empty() {
+        return;
+    }
+    let k = w.rng.below(captures.len() as u64) as usize;
+    let (at, image) = captures.swap_remove(k);
+    w.note(format!(
+        "fault: power cut on {id} before disk op {at}, inside that work"
+    ));
+    {
+        let mut f = w.faults.lock();
+        f.crashes += 1;
+        f.mid_op_crashes += 1;
+    }
+    if let Some(fs) = w.crash_bookie_to(id, Some(image)) {
+        let back = now + Duration::from_millis(w.rng.range(300, 3000));
+        w.down.lock().push((id.clone(), fs, back));
+    }
+}
+
 /// Crashes, restarts, partitions, disk faults, metadata faults and a wiped disk at
 /// seeded moments.
 async fn inject_faults(w: Arc<World>) {
@@ -930,10 +1043,7 @@ async fn inject_faults(w: Arc<World>) {
             }
             5 | 6 if up.is_some() => {
                 if let Some(inc) = up {
-                    w.faults.lock().checkpoints += 1;
-                    if let Err(e) = inc.checkpoint() {
-                        w.note(format!("checkpoint on {id} failed: {e}"));
-                    }
+                    storage_work(&w, &id, &inc, down_now, now);
                 }
             }
             7 if up.is_some() && !w.full.lock().iter().any(|f| f.0 == id) => {

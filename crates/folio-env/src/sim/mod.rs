@@ -1,7 +1,11 @@
 //! The simulated disk: a `FileSystem` that remembers what a power loss would keep.
 //!
 //! Every file (an inode) has a *live* image, what reads see, and a *durable* image,
-//! what survives a crash. `sync_data` copies the live image to the durable one.
+//! what survives a crash. `sync_data` applies the writes issued since the last sync to
+//! the durable image. A failed `sync_data` drops those writes for good, as Linux does
+//! since 4.13: the error is reported once, the dirty pages are marked clean, and a later
+//! successful fsync does not write them (reads still see them, from the page cache,
+//! until a crash).
 //! Directory entries follow the same rule one level up: a create, rename or remove
 //! changes the live namespace at once and the durable namespace only when the
 //! parent directory is synced with `sync_dir`. Directories themselves are treated
@@ -29,8 +33,9 @@ use crate::fs::{DiskSpace, File, FileLock, FileSystem, OpenOptions};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Fault {
     /// The first `sync_data` or `sync_dir` at or after the point fails with EIO and
-    /// makes nothing durable. Later syncs succeed again (as on Linux, where the
-    /// error is reported once and the dirty pages may be dropped).
+    /// makes nothing durable. Later syncs succeed again, but a failed `sync_data`'s
+    /// writes never become durable (as on Linux, where the error is reported once and
+    /// the dirty pages are dropped): only writes issued after it do.
     SyncEio { after_ops: u64 },
     /// Every write or extension at or after the point fails with ENOSPC, until
     /// [`SimFileSystem::clear_faults`].
@@ -57,7 +62,8 @@ enum PendingOp {
 struct Inode {
     live: Vec<u8>,
     durable: Vec<u8>,
-    /// Operations since the last successful sync, in order, for torn crashes.
+    /// Operations since the last sync (successful or failed), in order: what the next
+    /// successful sync makes durable, and what a torn crash keeps a prefix of.
     pending: Vec<PendingOp>,
 }
 
@@ -467,7 +473,9 @@ impl File for SimFile {
             if s.take_sync_fault() {
                 s.failed_syncs += 1;
                 // As with Linux writeback errors: the error is reported once and the
-                // unsynced data may never reach the disk.
+                // writes it covered never reach the disk, not even at a later
+                // successful sync (the pages were marked clean); the live image keeps
+                // them, as the page cache does.
                 let node = s.inodes.get_mut(&ino).expect("checked");
                 node.pending.clear();
                 return Err(io::Error::other(format!(
@@ -476,8 +484,16 @@ impl File for SimFile {
             }
             s.syncs += 1;
             let node = s.inodes.get_mut(&ino).expect("checked");
-            node.durable.clone_from(&node.live);
-            node.pending.clear();
+            // Only the writes since the last sync: after a failed one the durable image
+            // and the live one differ for good where its writes were dropped.
+            for op in std::mem::take(&mut node.pending) {
+                match op {
+                    PendingOp::Write { offset, data } => {
+                        write_into(&mut node.durable, offset, &data)
+                    }
+                    PendingOp::SetLen(len) => node.durable.resize(len as usize, 0),
+                }
+            }
             Ok(())
         });
         // The slow part comes after what the call made durable was fixed: writes issued
@@ -855,6 +871,36 @@ mod tests {
         assert_eq!(
             fs.crash(CrashMode::Clean).read_file(&p("/d/a")).unwrap(),
             b"kept"
+        );
+    }
+
+    /// Linux since 4.13: the writes a failed fsync covered are dropped for good. A later
+    /// successful fsync makes only what was written after the failure durable; reads
+    /// still see the dropped bytes (the page cache) until a crash.
+    #[test]
+    fn a_failed_fsync_drops_its_writes_for_good() {
+        let fs = setup();
+        let f = fs.open(&p("/d/a"), OpenOptions::create_new()).unwrap();
+        fs.sync_dir(&p("/d")).unwrap();
+        f.write_all_at(b"base", 0).unwrap();
+        f.sync_data().unwrap();
+        f.write_all_at(b"LOST", 4).unwrap();
+        fs.inject(Fault::SyncEio { after_ops: 0 });
+        assert!(f.sync_data().is_err());
+        f.write_all_at(b"next", 8).unwrap();
+        f.sync_data().unwrap();
+        assert_eq!(fs.read_file(&p("/d/a")).unwrap(), b"baseLOSTnext");
+        assert_eq!(
+            fs.crash(CrashMode::Clean).read_file(&p("/d/a")).unwrap(),
+            b"base\0\0\0\0next",
+            "the failed fsync's write must not become durable"
+        );
+        // Written again after the failure, it is durable at the next sync.
+        f.write_all_at(b"LOST", 4).unwrap();
+        f.sync_data().unwrap();
+        assert_eq!(
+            fs.crash(CrashMode::Clean).read_file(&p("/d/a")).unwrap(),
+            b"baseLOSTnext"
         );
     }
 
