@@ -22,7 +22,9 @@ use folio_bookie::{Processor, ProcessorConfig};
 use folio_env::sim::{CrashMode, SimFileSystem};
 use folio_env::{Env, FileSystem, SystemClock, SystemRng};
 use folio_storage::NegativeControls;
-use folio_storage::ledger_store::{CompactionLimits, LedgerStoreConfig};
+use folio_storage::ledger_store::{
+    CompactionLimits, CompactionStats, EntryLogGcStats, LedgerStoreConfig,
+};
 use folio_storage::{JournalConfig, StorageConfig};
 use folio_types::{EntryId, LedgerId};
 
@@ -59,6 +61,10 @@ const CHECKPOINT_BYTES: u64 = 2 * 1024;
 /// never waits for room: that wait would ask the engine's checkpoint thread, whose
 /// timing the seed does not fix.
 const WRITE_CACHE_BYTES: u64 = 16 << 20;
+
+/// Ids of scratch ledgers ([`Incarnation::write_scratch_ledger`]): far above any id the
+/// workload's metadata store hands out.
+pub const SCRATCH_LEDGER_BASE: i64 = 1 << 40;
 
 /// The journal, ledger and index directories of every simulated bookie (where its
 /// cookies are).
@@ -184,28 +190,69 @@ impl Incarnation {
     }
 
     /// Entry log compaction at `threshold` (what the bookie's compaction rounds run).
-    pub fn compact(&self, threshold: f64) -> Result<String, String> {
+    pub fn compact(&self, threshold: f64) -> Result<CompactionStats, String> {
         self.storage
             .engine()
             .compact(threshold, CompactionLimits::UNLIMITED)
-            .map(|s| {
-                format!(
-                    "{} compacted, {} removed, {} entries moved, {} failures",
-                    s.logs_compacted,
-                    s.logs_deleted,
-                    s.entries_moved,
-                    s.failures.len()
-                )
-            })
             .map_err(|e| e.to_string())
     }
 
     /// Garbage collection of entry logs holding only deleted ledgers.
-    pub fn collect_garbage(&self) -> Result<String, String> {
+    pub fn collect_garbage(&self) -> Result<EntryLogGcStats, String> {
         self.storage
             .engine()
             .remove_dead_entry_logs()
-            .map(|s| format!("{} logs removed", s.logs_removed.len()))
+            .map_err(|e| e.to_string())
+    }
+
+    /// Writes `entries` entries of `len` bytes of a scratch ledger straight into this
+    /// bookie's storage (no client, nothing recorded as acknowledged) and waits for the
+    /// journal. Deleted later ([`Incarnation::delete_ledger`]), as garbage collection
+    /// deletes a ledger whose metadata is gone, its records become dead bytes in entry
+    /// logs shared with live ledgers: work for compaction (which must then move the live
+    /// entries) and garbage collection, which the workload's ledgers alone never give.
+    pub fn write_scratch_ledger(
+        &self,
+        ledger: i64,
+        entries: i64,
+        len: usize,
+    ) -> Result<(), String> {
+        let key = Bytes::from_static(&[0x5c; 20]);
+        for entry in 0..entries {
+            let mut body = Vec::with_capacity(32 + len);
+            for v in [ledger, entry, entry - 1, len as i64] {
+                body.extend_from_slice(&v.to_be_bytes());
+            }
+            body.resize(32 + len, entry as u8);
+            let (tx, rx) = std::sync::mpsc::channel();
+            self.storage.engine().add_entry(
+                ledger,
+                entry,
+                &key,
+                Bytes::from(body),
+                false,
+                Box::new(move |r| {
+                    let _ = tx.send(r);
+                }),
+            );
+            let done = rx.recv_timeout(Duration::from_secs(10));
+            // The journal's work after the callbacks must not race the next add (see
+            // `quiesce`): the disk operations stay in the seed's order.
+            self.quiesce();
+            match done {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => return Err(format!("scratch add {ledger}:{entry}: {e}")),
+                Err(_) => return Err(format!("scratch add {ledger}:{entry} never completed")),
+            }
+        }
+        Ok(())
+    }
+
+    /// Deletes a ledger from this bookie, as its garbage collector does once the
+    /// ledger's metadata is gone (durable at the next checkpoint).
+    pub fn delete_ledger(&self, ledger: LedgerId) -> Result<(), String> {
+        self.storage
+            .delete_ledger(ledger)
             .map_err(|e| e.to_string())
     }
 

@@ -93,11 +93,16 @@ pub struct FaultCounts {
     /// Compaction and garbage collection rounds at seeded moments.
     pub compactions: u64,
     pub gc_rounds: u64,
+    /// Live entries compaction moved, entry logs garbage collection removed.
+    pub compaction_entries_moved: u64,
+    pub gc_logs_removed: u64,
     /// Power cuts inside a checkpoint, compaction or garbage collection round (the
     /// bookie restarts from a disk image taken at a seeded operation within it).
     pub mid_op_crashes: u64,
     /// Entries a restarted bookie had acknowledged, read back from it after its replay.
     pub bookie_entries_checked: u64,
+    /// Scratch ledgers written straight into a bookie and deleted later (dead bytes).
+    pub scratch_ledgers: u64,
     pub writer_crashes: u64,
     pub zombies: u64,
     pub concurrent_recoveries: u64,
@@ -161,8 +166,11 @@ impl FaultCounts {
         self.store_checkpoints += o.store_checkpoints;
         self.compactions += o.compactions;
         self.gc_rounds += o.gc_rounds;
+        self.compaction_entries_moved += o.compaction_entries_moved;
+        self.gc_logs_removed += o.gc_logs_removed;
         self.mid_op_crashes += o.mid_op_crashes;
         self.bookie_entries_checked += o.bookie_entries_checked;
+        self.scratch_ledgers += o.scratch_ledgers;
         self.writer_crashes += o.writer_crashes;
         self.zombies += o.zombies;
         self.concurrent_recoveries += o.concurrent_recoveries;
@@ -188,7 +196,8 @@ impl std::fmt::Display for FaultCounts {
             "crash {}, power-loss {}, restart {}, partition {}, fsync-eio {}, enospc {}, \
              slow-disk {} ({} slow writes), session-expiry {}, metadata-outage {} ({} calls \
              failed, {} applied then failed), wiped-disk {}, checkpoint {} (+{} by the store), \
-             compaction {}, gc {}, mid-op power cut {}, bookie entries checked {}, writer-crash {}, \
+             compaction {} ({} entries moved), gc {} ({} logs removed), scratch-ledger {}, mid-op power cut {}, bookie entries checked {}, \
+             writer-crash {}, \
              zombie {}, concurrent-recovery {}, dropped-request {}, dropped-response {}, \
              duplicate {}; autorecovery runs {} ({} with two workers, {} healed and checked): \
              auditor-kill {}, worker-kill {}, autorecovery-session-expiry {}, {} ledgers \
@@ -209,7 +218,10 @@ impl std::fmt::Display for FaultCounts {
             self.checkpoints,
             self.store_checkpoints,
             self.compactions,
+            self.compaction_entries_moved,
             self.gc_rounds,
+            self.gc_logs_removed,
+            self.scratch_ledgers,
             self.mid_op_crashes,
             self.bookie_entries_checked,
             self.writer_crashes,
@@ -278,6 +290,8 @@ struct World {
     next_client: Mutex<usize>,
     /// Crashed bookies: their surviving disk and when they restart.
     down: Mutex<Vec<(BookieId, SimFileSystem, tokio::time::Instant)>>,
+    /// Per bookie, how many scratch ledgers it was given (see `storage_work`).
+    scratch: Mutex<BTreeMap<BookieId, i64>>,
     /// The autorecovery processes, in a run with autorecovery.
     ar: Option<Mutex<autorecovery::Processes>>,
     /// Bookies lost for good (wiped, not reformatted yet) and the ledgers that named them.
@@ -454,6 +468,31 @@ impl World {
         *self.wiped.lock() = None;
     }
 
+    /// A new scratch ledger id for `id` (ids per bookie, above the workload's).
+    fn next_scratch_ledger(&self, id: &BookieId) -> i64 {
+        self.faults.lock().scratch_ledgers += 1;
+        let mut s = self.scratch.lock();
+        let n = s.entry(id.clone()).or_insert(0);
+        *n += 1;
+        self.scratch_base(id) + *n - 1
+    }
+
+    /// Every scratch ledger id `id` was given so far.
+    fn scratch_ledgers(&self, id: &BookieId) -> std::ops::Range<i64> {
+        let n = self.scratch.lock().get(id).copied().unwrap_or(0);
+        let base = self.scratch_base(id);
+        base..base + n
+    }
+
+    fn scratch_base(&self, id: &BookieId) -> i64 {
+        let i = self
+            .ids
+            .iter()
+            .position(|b| b == id)
+            .unwrap_or(self.ids.len());
+        crate::bookie::SCRATCH_LEDGER_BASE + (i as i64) * (1 << 20)
+    }
+
     /// Crashes a bookie (power loss, torn writes): returns its surviving disk.
     fn crash_bookie(&self, id: &BookieId) -> Option<SimFileSystem> {
         self.crash_bookie_to(id, None)
@@ -539,6 +578,7 @@ pub fn run(seed: u64, cfg: &SimConfig) -> Outcome {
             history: Mutex::default(),
             next_client: Mutex::new(0),
             down: Mutex::default(),
+            scratch: Mutex::default(),
         });
         simulate(world.clone()).await;
         let virtual_ms = world.clock.elapsed_ms();
@@ -898,32 +938,74 @@ fn storage_work(
     down_now: usize,
     now: tokio::time::Instant,
 ) {
-    let cut = down_now < 2 && w.rng.chance(1, 4);
-    if cut {
-        inc.fs.capture_every_op(CrashMode::Torn {
-            seed: w.rng.next_u64(),
-        });
+    let cut = down_now < 2 && w.rng.chance(1, 3);
+    let kind = w.rng.below(4);
+    // The power cut lands in the last part of the work (its checkpoint, compaction or GC
+    // round), not among the scratch ledger's journal writes, which the request path
+    // already crashes often.
+    let start_cut = || {
+        if cut {
+            inc.fs.capture_every_op(CrashMode::Torn {
+                seed: w.rng.next_u64(),
+            });
+        }
+    };
+    // Dead bytes to come: a scratch ledger, flushed into the entry logs after the
+    // workload's entries by the checkpoint (it rolls the log they are in, so that log is
+    // finished, shared by live and soon dead entries).
+    let ledger = w.next_scratch_ledger(id);
+    let (entries, len) = (w.rng.range(10, 40) as i64, w.rng.range(50, 400) as usize);
+    if let Err(e) = inc.write_scratch_ledger(ledger, entries, len) {
+        w.note(format!("scratch ledger {ledger} on {id}: {e}"));
     }
-    match w.rng.below(4) {
-        0 | 1 => {
-            w.faults.lock().checkpoints += 1;
-            if let Err(e) = inc.checkpoint() {
-                w.note(format!("checkpoint on {id} failed: {e}"));
+    if kind == 0 {
+        start_cut();
+    }
+    w.faults.lock().checkpoints += 1;
+    if let Err(e) = inc.checkpoint() {
+        w.note(format!("checkpoint on {id} failed: {e}"));
+    }
+    if kind > 0 {
+        // The bookie's scratch ledgers are deleted (again: a crash before a deletion
+        // was flushed brings a ledger back, as in BookKeeper, whose GC then deletes it
+        // again), the deletion checkpointed, then a compaction (which must move the live
+        // entries out of logs shared with them) or a GC round.
+        for ledger in w.scratch_ledgers(id) {
+            if let Err(e) = inc.delete_ledger(ledger) {
+                w.note(format!(
+                    "delete scratch ledger {ledger} on {id} failed: {e}"
+                ));
             }
         }
-        2 => {
+        start_cut();
+        if let Err(e) = inc.checkpoint() {
+            w.note(format!("checkpoint on {id} failed: {e}"));
+        }
+        if kind <= 2 {
             // BookKeeper's minor and major thresholds, and everything not wholly live.
             let threshold = [0.2, 0.5, 0.8, 0.999][w.rng.below(4) as usize];
             w.faults.lock().compactions += 1;
             match inc.compact(threshold) {
-                Ok(s) => w.note(format!("compaction on {id} at {threshold}: {s}")),
+                Ok(s) => {
+                    w.faults.lock().compaction_entries_moved += s.entries_moved;
+                    w.note(format!(
+                        "compaction on {id} at {threshold}: {} compacted, {} removed, {} \
+                         entries moved, {} failures",
+                        s.logs_compacted,
+                        s.logs_deleted,
+                        s.entries_moved,
+                        s.failures.len()
+                    ))
+                }
                 Err(e) => w.note(format!("compaction on {id} failed: {e}")),
             }
-        }
-        _ => {
+        } else {
             w.faults.lock().gc_rounds += 1;
             match inc.collect_garbage() {
-                Ok(s) => w.note(format!("gc on {id}: {s}")),
+                Ok(s) => {
+                    w.faults.lock().gc_logs_removed += s.logs_removed.len() as u64;
+                    w.note(format!("gc on {id}: {} logs removed", s.logs_removed.len()))
+                }
                 Err(e) => w.note(format!("gc on {id} failed: {e}")),
             }
         }
@@ -931,11 +1013,17 @@ fn storage_work(
     if !cut {
         return;
     }
-    let mut captures = inc.fs.take_captures();
+    let (mut captures, syncs) = inc.fs.take_captures_and_sync_points();
     if captures.is_empty() {
         return;
     }
-    let k = w.rng.below(captures.len() as u64) as usize;
+    // Half the time at any operation, half the time while an fsync waits.
+    let k = if !syncs.is_empty() && w.rng.chance(1, 2) {
+        let at = syncs[w.rng.below(syncs.len() as u64) as usize];
+        captures.iter().position(|(n, _)| *n == at).unwrap_or(0)
+    } else {
+        w.rng.below(captures.len() as u64) as usize
+    };
     let (at, image) = captures.swap_remove(k);
     w.note(format!(
         "fault: power cut on {id} before disk op {at}, inside that work"
@@ -1041,7 +1129,7 @@ async fn inject_faults(w: Arc<World>) {
                     inc.fs.inject(Fault::SyncEio { after_ops: after });
                 }
             }
-            5 | 6 if up.is_some() => {
+            5 | 6 | 14 | 15 if up.is_some() => {
                 if let Some(inc) = up {
                     storage_work(&w, &id, &inc, down_now, now);
                 }

@@ -83,6 +83,8 @@ struct State {
     /// Take a crash image before every operation (for crash-at-every-step tests).
     capture: Option<CrashMode>,
     captures: Vec<(u64, SimFileSystem)>,
+    /// While capturing: the labels of the captures taken just before a sync.
+    capture_syncs: Vec<u64>,
     /// Paths locked with `lock_exclusive` (in memory only: a crash image has none, as
     /// a dead process holds no locks).
     locks: BTreeSet<PathBuf>,
@@ -288,7 +290,17 @@ impl SimFileSystem {
     pub fn take_captures(&self) -> Vec<(u64, SimFileSystem)> {
         let mut s = self.state.lock();
         s.capture = None;
+        s.capture_syncs.clear();
         std::mem::take(&mut s.captures)
+    }
+
+    /// Like [`SimFileSystem::take_captures`], and also the labels of the images taken
+    /// just before a `sync_data` or `sync_dir`: a power cut while an fsync waits (where
+    /// one most often lands: the fsync is the slow part) with everything before it
+    /// written but not yet durable.
+    pub fn take_captures_and_sync_points(&self) -> (Vec<(u64, SimFileSystem)>, Vec<u64>) {
+        let syncs = std::mem::take(&mut self.state.lock().capture_syncs);
+        (self.take_captures(), syncs)
     }
 
     fn with_inode<T>(
@@ -469,6 +481,10 @@ impl File for SimFile {
         let delay = self.fs.state.lock().sync_delay;
         let hint = self.path.display().to_string();
         let r = self.fs.with_inode(self.ino, |s, ino| {
+            if s.capture.is_some() {
+                let at = s.ops;
+                s.capture_syncs.push(at);
+            }
             s.tick();
             if s.take_sync_fault() {
                 s.failed_syncs += 1;
@@ -664,6 +680,10 @@ impl FileSystem for SimFileSystem {
                     path.display()
                 ),
             ));
+        }
+        if s.capture.is_some() {
+            let at = s.ops;
+            s.capture_syncs.push(at);
         }
         s.tick();
         if s.take_sync_fault() {
