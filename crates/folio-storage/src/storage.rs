@@ -38,7 +38,7 @@ pub struct StoredLedger {
 
 /// The ledger store under the journal (entry logs, index, write cache): its writes are
 /// durable only once `flush` returns Ok. Implemented by `LedgerStore`; a small
-/// file-backed store in `mem_store` serves the crash tests.
+/// file-backed store in `mem_store` serves unit tests of stores without entry logs.
 pub trait LedgerBackend: Send + Sync + 'static {
     /// Stores an entry; readable at once; idempotent (replay puts entries again).
     fn put_entry(&self, ledger: i64, entry: i64, data: Bytes) -> Result<(), BackendError>;

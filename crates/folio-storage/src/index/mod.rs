@@ -68,36 +68,66 @@ pub struct LedgerIndex {
 impl LedgerIndex {
     /// Opens (or creates) the index in `dir` (which must exist) on `fs`.
     ///
-    /// A new index file's directory entry is made durable (sync_dir) before redb writes
-    /// into it, as every file the store creates: otherwise a power loss could keep
-    /// commits redb synced in a file whose name vanished. A crash before redb's first
-    /// commit leaves an empty file, which redb initializes as new (and which
-    /// `LedgerStore::open` counts as no index).
+    /// A new index is made under a temporary name and renamed into place (then the
+    /// directory synced) only once redb has initialized it and its first commit is
+    /// durable: redb's initialization is not atomic (it sizes the file and syncs before
+    /// it writes its header), so a power cut in the middle would otherwise leave a
+    /// non-empty file without redb's header, which no restart could open (the crash
+    /// tests found it). A crash before the rename leaves only the temporary file, and
+    /// the next open starts over. An empty index file (left by an older build's crash
+    /// while creating it) counts as none.
     pub fn open(fs: &dyn FileSystem, dir: &Path) -> Result<LedgerIndex, LedgerStoreError> {
         let path = dir.join(INDEX_FILE);
-        let io_err = |op: &str, e: std::io::Error| LedgerStoreError::Index {
-            path: path.clone(),
-            reason: format!("{op}: {e}"),
+        let named = path.clone();
+        let io_err = |op: &str, e: std::io::Error| match e.kind() {
+            std::io::ErrorKind::StorageFull => LedgerStoreError::NoSpace {
+                dir: dir.to_path_buf(),
+                source: e,
+            },
+            _ => LedgerStoreError::Index {
+                path: named.clone(),
+                reason: format!("{op}: {e}"),
+            },
         };
-        let existed = fs.exists(&path);
-        let file = fs
-            .open(&path, OpenOptions::write_create())
-            .map_err(|e| match e.kind() {
-                std::io::ErrorKind::StorageFull => LedgerStoreError::NoSpace {
-                    dir: dir.to_path_buf(),
-                    source: e,
-                },
-                _ => io_err("open", e),
-            })?;
-        if !existed {
-            fs.sync_dir(dir)
-                .map_err(|e| crate::ledger_store::io_error("sync directory", dir, dir, None, e))?;
+        let exists = fs.exists(&path)
+            && fs
+                .open(&path, OpenOptions::read())
+                .and_then(|f| f.len())
+                .map_err(|e| io_err("open", e))?
+                > 0;
+        if exists {
+            let file = fs
+                .open(&path, OpenOptions::write_create())
+                .map_err(|e| io_err("open", e))?;
+            let db = redb::Builder::new()
+                .create_with_backend(backend::EnvFileBackend::new(file, &path))
+                .map_err(|e| index_error(&path, e.into()))?;
+            let index = LedgerIndex { db, path };
+            index.check_version()?;
+            return Ok(index);
         }
+        let tmp = dir.join(format!("{INDEX_FILE}.new"));
+        let file = fs
+            .open(
+                &tmp,
+                OpenOptions {
+                    write: true,
+                    create: true,
+                    truncate: true,
+                    ..Default::default()
+                },
+            )
+            .map_err(|e| io_err("create", e))?;
+        // redb writes through the handle, whatever the file's name is later.
         let db = redb::Builder::new()
             .create_with_backend(backend::EnvFileBackend::new(file, &path))
             .map_err(|e| index_error(&path, e.into()))?;
         let index = LedgerIndex { db, path };
         index.check_version()?;
+        fs.rename(&tmp, &index.path)
+            .map_err(|e| io_err("rename the new index into place", e))?;
+        fs.sync_dir(dir)
+            .map_err(|e| crate::ledger_store::io_error("sync directory", dir, dir, None, e))?;
         Ok(index)
     }
 
