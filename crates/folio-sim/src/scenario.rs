@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use folio_client::{Client, ClientConfig, CreateOptions, OpenOptions};
-use folio_env::sim::{CrashMode, Fault, SimFileSystem};
+use folio_env::sim::{CrashMode, CutAt, Fault, SimFileSystem};
 use folio_metadata::mem::{MemCluster, MemMetadataStore};
 use folio_metadata::{BookieMode, BookieRegistration, BookieServiceInfo, MetadataStore};
 use folio_types::{BookieId, LedgerId};
@@ -938,16 +938,29 @@ fn storage_work(
     down_now: usize,
     now: tokio::time::Instant,
 ) {
-    let cut = down_now < 2 && w.rng.chance(1, 3);
+    let cut = down_now < 2 && w.rng.chance(1, 2);
     let kind = w.rng.below(4);
+    // With kinds 1-3, half the cuts are aimed at the compaction or GC round alone
+    // (fewer operations to land among: its copies, index commit and removals).
+    let cut_late = w.rng.chance(1, 2);
     // The power cut lands in the last part of the work (its checkpoint, compaction or GC
     // round), not among the scratch ledger's journal writes, which the request path
     // already crashes often.
-    let start_cut = || {
+    let start_cut = |span: u64| {
         if cut {
-            inc.fs.capture_every_op(CrashMode::Torn {
-                seed: w.rng.next_u64(),
-            });
+            // Half the time at any of the next operations, half the time while one of
+            // the next fsyncs waits. Beyond the work's end, no cut.
+            let at = if w.rng.chance(1, 2) {
+                CutAt::Sync(w.rng.below(span))
+            } else {
+                CutAt::Op(w.rng.below(span * 8))
+            };
+            inc.fs.plan_power_cut(
+                at,
+                CrashMode::Torn {
+                    seed: w.rng.next_u64(),
+                },
+            );
         }
     };
     // Dead bytes to come: a scratch ledger, flushed into the entry logs after the
@@ -959,7 +972,7 @@ fn storage_work(
         w.note(format!("scratch ledger {ledger} on {id}: {e}"));
     }
     if kind == 0 {
-        start_cut();
+        start_cut(12);
     }
     w.faults.lock().checkpoints += 1;
     if let Err(e) = inc.checkpoint() {
@@ -977,9 +990,14 @@ fn storage_work(
                 ));
             }
         }
-        start_cut();
+        if !cut_late {
+            start_cut(12);
+        }
         if let Err(e) = inc.checkpoint() {
             w.note(format!("checkpoint on {id} failed: {e}"));
+        }
+        if cut_late {
+            start_cut(6);
         }
         if kind <= 2 {
             // BookKeeper's minor and major thresholds, and everything not wholly live.
@@ -1013,18 +1031,9 @@ fn storage_work(
     if !cut {
         return;
     }
-    let (mut captures, syncs) = inc.fs.take_captures_and_sync_points();
-    if captures.is_empty() {
+    let Some((at, image)) = inc.fs.take_power_cut() else {
         return;
-    }
-    // Half the time at any operation, half the time while an fsync waits.
-    let k = if !syncs.is_empty() && w.rng.chance(1, 2) {
-        let at = syncs[w.rng.below(syncs.len() as u64) as usize];
-        captures.iter().position(|(n, _)| *n == at).unwrap_or(0)
-    } else {
-        w.rng.below(captures.len() as u64) as usize
     };
-    let (at, image) = captures.swap_remove(k);
     w.note(format!(
         "fault: power cut on {id} before disk op {at}, inside that work"
     ));

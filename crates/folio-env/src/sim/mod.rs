@@ -83,8 +83,9 @@ struct State {
     /// Take a crash image before every operation (for crash-at-every-step tests).
     capture: Option<CrashMode>,
     captures: Vec<(u64, SimFileSystem)>,
-    /// While capturing: the labels of the captures taken just before a sync.
-    capture_syncs: Vec<u64>,
+    /// A planned power cut ([`SimFileSystem::plan_power_cut`]) and the image it took.
+    cut: Option<PlannedCut>,
+    cut_image: Option<(u64, SimFileSystem)>,
     /// Paths locked with `lock_exclusive` (in memory only: a crash image has none, as
     /// a dead process holds no locks).
     locks: BTreeSet<PathBuf>,
@@ -108,8 +109,49 @@ pub struct DroppedRange {
     pub durable: bool,
 }
 
+/// Where a planned power cut lands, counted from the plan.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CutAt {
+    /// Just before the n-th mutating operation (0: the next one).
+    Op(u64),
+    /// Just before the n-th `sync_data` or `sync_dir` (0: the next one): a power cut
+    /// while an fsync waits, where one most often lands (the fsync is the slow part).
+    Sync(u64),
+}
+
+#[derive(Debug, Clone, Copy)]
+struct PlannedCut {
+    at: CutAt,
+    mode: CrashMode,
+    start_ops: u64,
+    syncs_seen: u64,
+}
+
 impl State {
     fn tick(&mut self) {
+        self.tick_op(false)
+    }
+
+    /// Counts one mutating operation (`sync`: it is a sync), first taking the images
+    /// asked for just before it.
+    fn tick_op(&mut self, sync: bool) {
+        if let Some(mut plan) = self.cut {
+            let now = match plan.at {
+                CutAt::Op(n) => self.ops - plan.start_ops == n,
+                CutAt::Sync(n) if sync => {
+                    plan.syncs_seen += 1;
+                    plan.syncs_seen == n + 1
+                }
+                CutAt::Sync(_) => false,
+            };
+            if now {
+                let image = crash_image(self, plan.mode);
+                self.cut_image = Some((self.ops, image));
+                self.cut = None;
+            } else {
+                self.cut = Some(plan);
+            }
+        }
         if let Some(mode) = self.capture {
             let mode = match mode {
                 CrashMode::Clean => CrashMode::Clean,
@@ -290,17 +332,30 @@ impl SimFileSystem {
     pub fn take_captures(&self) -> Vec<(u64, SimFileSystem)> {
         let mut s = self.state.lock();
         s.capture = None;
-        s.capture_syncs.clear();
         std::mem::take(&mut s.captures)
     }
 
-    /// Like [`SimFileSystem::take_captures`], and also the labels of the images taken
-    /// just before a `sync_data` or `sync_dir`: a power cut while an fsync waits (where
-    /// one most often lands: the fsync is the slow part) with everything before it
-    /// written but not yet durable.
-    pub fn take_captures_and_sync_points(&self) -> (Vec<(u64, SimFileSystem)>, Vec<u64>) {
-        let syncs = std::mem::take(&mut self.state.lock().capture_syncs);
-        (self.take_captures(), syncs)
+    /// Plans a power cut: the crash image (torn as `mode` says) just before the
+    /// operation `at` names, counted from now; one image, so it costs one copy of the
+    /// disk where [`SimFileSystem::capture_every_op`] costs one per operation.
+    pub fn plan_power_cut(&self, at: CutAt, mode: CrashMode) {
+        let mut s = self.state.lock();
+        let start_ops = s.ops;
+        s.cut = Some(PlannedCut {
+            at,
+            mode,
+            start_ops,
+            syncs_seen: 0,
+        });
+        s.cut_image = None;
+    }
+
+    /// Ends the planned power cut: the image it took, labelled with the operations
+    /// completed then, or None if the operation it named never came.
+    pub fn take_power_cut(&self) -> Option<(u64, SimFileSystem)> {
+        let mut s = self.state.lock();
+        s.cut = None;
+        s.cut_image.take()
     }
 
     fn with_inode<T>(
@@ -481,11 +536,7 @@ impl File for SimFile {
         let delay = self.fs.state.lock().sync_delay;
         let hint = self.path.display().to_string();
         let r = self.fs.with_inode(self.ino, |s, ino| {
-            if s.capture.is_some() {
-                let at = s.ops;
-                s.capture_syncs.push(at);
-            }
-            s.tick();
+            s.tick_op(true);
             if s.take_sync_fault() {
                 s.failed_syncs += 1;
                 // As with Linux writeback errors: the error is reported once and the
@@ -681,11 +732,7 @@ impl FileSystem for SimFileSystem {
                 ),
             ));
         }
-        if s.capture.is_some() {
-            let at = s.ops;
-            s.capture_syncs.push(at);
-        }
-        s.tick();
+        s.tick_op(true);
         if s.take_sync_fault() {
             s.failed_syncs += 1;
             return Err(io::Error::other(format!(
@@ -897,6 +944,36 @@ mod tests {
     /// Linux since 4.13: the writes a failed fsync covered are dropped for good. A later
     /// successful fsync makes only what was written after the failure durable; reads
     /// still see the dropped bytes (the page cache) until a crash.
+    /// A planned power cut takes the image just before the operation it names: the n-th
+    /// from the plan, or the n-th sync.
+    #[test]
+    fn a_planned_power_cut_keeps_what_was_durable_before_that_operation() {
+        let run = |at| {
+            let fs = setup();
+            let f = fs.open(&p("/d/a"), OpenOptions::create_new()).unwrap();
+            fs.sync_dir(&p("/d")).unwrap();
+            fs.plan_power_cut(at, CrashMode::Clean);
+            // Operations 0 (write), 1 (sync), 2 (write), 3 (sync).
+            f.write_all_at(b"one", 0).unwrap();
+            f.sync_data().unwrap();
+            f.write_all_at(b"two", 3).unwrap();
+            f.sync_data().unwrap();
+            fs.take_power_cut()
+                .map(|(ops, img)| (ops, img.read_file(&p("/d/a")).unwrap()))
+        };
+        let base = {
+            let fs = setup();
+            fs.open(&p("/d/a"), OpenOptions::create_new()).unwrap();
+            fs.sync_dir(&p("/d")).unwrap();
+            fs.ops()
+        };
+        assert_eq!(run(CutAt::Op(1)), Some((base + 1, b"".to_vec())));
+        assert_eq!(run(CutAt::Op(2)), Some((base + 2, b"one".to_vec())));
+        assert_eq!(run(CutAt::Sync(0)), Some((base + 1, b"".to_vec())));
+        assert_eq!(run(CutAt::Sync(1)), Some((base + 3, b"one".to_vec())));
+        assert_eq!(run(CutAt::Op(9)), None, "only four operations");
+    }
+
     #[test]
     fn a_failed_fsync_drops_its_writes_for_good() {
         let fs = setup();
