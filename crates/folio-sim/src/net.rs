@@ -254,7 +254,7 @@ impl Net {
         let mut lost = Vec::new();
         for ((ledger, entry), body) in &acked {
             match inc.read_entry(*ledger, *entry) {
-                Ok(b) if &b == body => {}
+                Ok(b) if b == body => {}
                 Ok(_) => lost.push(format!("{ledger}:{entry} reads other bytes")),
                 Err(e) => lost.push(format!("{ledger}:{entry}: {e}")),
             }
