@@ -1,8 +1,8 @@
 //! Whole-cluster simulation of Folio in one process, driven by one seed.
 //!
 //! A run starts a cluster of bookies, each the real request processor
-//! (`folio_bookie::Processor`) over the real journal engine (`folio_storage::Storage`) with
-//! `MemLedgerStore`, on a simulated disk (`folio_env::sim::SimFileSystem`); mem://
+//! (`folio_bookie::Processor`) over the bookie's `EngineStorage` and the production storage
+//! engine (journal, `LedgerStore` with entry logs and the redb index), on a simulated disk (`folio_env::sim::SimFileSystem`); mem://
 //! metadata (`MemCluster::deterministic`); and real clients (`Client::with_seams`) whose
 //! `Connector` is the simulated network of [`net`], and whose metadata store can fail
 //! ([`meta`]). Writers append with pipelining, readers recover ledgers (sometimes two at
