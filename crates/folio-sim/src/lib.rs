@@ -5,8 +5,8 @@
 //! engine (journal, `LedgerStore` with entry logs and the redb index), on a simulated disk
 //! (`folio_env::sim::SimFileSystem`); mem:// metadata (`MemCluster::deterministic`); and
 //! real clients (`Client::with_seams`) whose `Connector` is the simulated network of
-//! [`net`], and whose metadata store can fail ([`meta`]). Writers append with pipelining, readers recover ledgers (sometimes two at
-//! once), a zombie writer resumes after being fenced, and an injector crashes bookies
+//! [`net`], and whose metadata store can fail ([`meta`]). Writers append with pipelining,
+//! readers recover ledgers (sometimes two at once), a zombie writer resumes after being fenced, and an injector crashes bookies
 //! (torn writes, whole-cluster power loss), partitions clients from bookies, fails
 //! fsyncs, fills and slows disks, expires bookies' metadata sessions, cuts the clients
 //! off the metadata store, replaces a bookie's disk by an empty one (its cookie must
