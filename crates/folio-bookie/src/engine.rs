@@ -2,10 +2,10 @@
 //! `folio_storage::ledger_store::LedgerStore` (entry logs, index, write cache), adapted to
 //! [`BookieStorage`].
 //!
-//! Two adapters live here because the storage crate leaves the joining to its users:
-//! [`LedgerStoreBackend`] lets the journal engine drive a `LedgerStore` (its `LedgerBackend`
-//! trait), and [`EngineStorage`] answers the processor's questions with the engine's (absent
-//! ledger vs absent entry, the LAC, disk space).
+//! The storage crate drives its `LedgerStore` itself (its `impl LedgerBackend`);
+//! [`EngineStorage`] answers the processor's questions with the engine's (absent ledger vs
+//! absent entry, the LAC, disk space). It is the one adapter: the bookie and the
+//! simulator (`folio-sim`, through [`EngineStorage::open_with`]) both run it.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -15,99 +15,11 @@ use std::time::Duration;
 use bytes::Bytes;
 use folio_env::Env;
 use folio_storage::ledger_store::{LedgerStore, LedgerStoreConfig, LedgerStoreError};
-use folio_storage::{
-    BackendError, JournalConfig, LedgerBackend, Storage, StorageConfig, StoredLedger,
-};
+use folio_storage::{JournalConfig, Storage, StorageConfig};
 use folio_types::{EntryId, LedgerId};
 
 use crate::config::BookieConfig;
 use crate::storage::{BookieStorage, StorageError, WriteCallback};
-
-/// `LedgerStore` as the journal engine's backend.
-pub struct LedgerStoreBackend(pub LedgerStore);
-
-fn backend_error(e: LedgerStoreError) -> BackendError {
-    match e {
-        LedgerStoreError::NoSpace { dir, source } => BackendError::NoSpace {
-            dir,
-            detail: source.to_string(),
-        },
-        other => BackendError::Other(Box::new(other)),
-    }
-}
-
-impl LedgerBackend for LedgerStoreBackend {
-    fn put_entry(&self, ledger: i64, entry: i64, data: Bytes) -> Result<(), BackendError> {
-        self.0.put_entry(ledger, entry, data).map_err(backend_error)
-    }
-    fn get_entry(&self, ledger: i64, entry: i64) -> Result<Option<Bytes>, BackendError> {
-        self.0.get_entry(ledger, entry).map_err(backend_error)
-    }
-    fn ledger(&self, ledger: i64) -> Result<Option<StoredLedger>, BackendError> {
-        Ok(self
-            .0
-            .ledger_info(ledger)
-            .map_err(backend_error)?
-            .filter(|info| !info.deleted)
-            .map(|info| StoredLedger {
-                fenced: info.fenced,
-                master_key: info.master_key,
-                explicit_lac: info.explicit_lac,
-            }))
-    }
-    fn set_master_key(&self, ledger: i64, key: Bytes) -> Result<(), BackendError> {
-        self.0.set_master_key(ledger, key).map_err(backend_error)
-    }
-    fn set_fenced(&self, ledger: i64) -> Result<(), BackendError> {
-        self.0.set_fenced(ledger).map_err(backend_error)
-    }
-    fn set_explicit_lac(&self, ledger: i64, body: Bytes) -> Result<(), BackendError> {
-        self.0.set_explicit_lac(ledger, body).map_err(backend_error)
-    }
-    fn entry_ids(&self, ledger: i64) -> Result<Vec<i64>, BackendError> {
-        self.0.entry_ids(ledger).map_err(backend_error)
-    }
-    fn flush(&self) -> Result<(), BackendError> {
-        self.0.flush().map_err(backend_error)
-    }
-    fn write_cache_used(&self) -> u64 {
-        self.0.write_cache_used()
-    }
-    fn unflushed_bytes(&self) -> u64 {
-        self.0.unflushed_bytes()
-    }
-    fn put_would_wait(&self, len: u64) -> bool {
-        self.0.put_would_wait(len)
-    }
-    fn set_flush_requester(&self, requester: Arc<dyn Fn() + Send + Sync>) {
-        self.0.set_flush_requester(requester)
-    }
-    fn delete_ledger(&self, ledger: i64) -> Result<(), BackendError> {
-        self.0.delete_ledger(ledger).map_err(backend_error)
-    }
-    fn is_deleted(&self, ledger: i64) -> Result<bool, BackendError> {
-        Ok(self
-            .0
-            .ledger_info(ledger)
-            .map_err(backend_error)?
-            .is_some_and(|info| info.deleted))
-    }
-    fn ledgers(&self) -> Result<Vec<i64>, BackendError> {
-        self.0.ledgers().map_err(backend_error)
-    }
-    fn remove_dead_entry_logs(
-        &self,
-    ) -> Result<folio_storage::ledger_store::EntryLogGcStats, BackendError> {
-        self.0.remove_dead_entry_logs().map_err(backend_error)
-    }
-    fn compact(
-        &self,
-        threshold: f64,
-        limits: folio_storage::ledger_store::CompactionLimits,
-    ) -> Result<folio_storage::ledger_store::CompactionStats, BackendError> {
-        self.0.compact(threshold, limits).map_err(backend_error)
-    }
-}
 
 /// The storage engine's configuration from the bookie's.
 pub fn storage_config(config: &BookieConfig) -> (StorageConfig, LedgerStoreConfig) {
@@ -156,6 +68,13 @@ pub struct EngineStorage {
     /// Set by [`EngineStorage::check_disk_usage`] while a disk is over its threshold.
     disk_full: AtomicBool,
     lacs: Arc<LacCache>,
+    /// Set by [`EngineStorage::halt`]: the process is gone, nothing is answered.
+    halted: AtomicBool,
+    /// NEGATIVE CONTROL FOR TESTS ONLY, off by default and set only through
+    /// [`EngineStorage::set_ignore_fence_for_tests`] (no configuration reaches it): a fence
+    /// is acknowledged without fencing, which breaks the protocol, so that the
+    /// simulator can show its checker catches a zombie writer.
+    ignore_fence: AtomicBool,
 }
 
 /// The LAC known per ledger, so that the LAC piggybacked on every read costs no read of the
@@ -202,10 +121,20 @@ impl EngineStorage {
     /// Opens the ledger store and the journal (replaying it) under `config`'s directories.
     pub fn open(env: &Env, config: &BookieConfig) -> Result<EngineStorage, OpenError> {
         let (storage_config, store_config) = storage_config(config);
+        Self::open_with(env, storage_config, store_config)
+    }
+
+    /// Opens the engine from the storage crate's own configurations, for a caller that
+    /// sizes them itself (the simulator: small entry logs and write cache, no timers).
+    pub fn open_with(
+        env: &Env,
+        storage_config: StorageConfig,
+        store_config: LedgerStoreConfig,
+    ) -> Result<EngineStorage, OpenError> {
         let ledger_dirs = store_config.ledger_dirs.clone();
         let journal_dirs = storage_config.journal.dirs.clone();
         let store = LedgerStore::open(env, store_config)?;
-        let storage = Storage::open(env, storage_config, Arc::new(LedgerStoreBackend(store)))?;
+        let storage = Storage::open(env, storage_config, Arc::new(store))?;
         Ok(EngineStorage {
             storage: Arc::new(storage),
             env: env.clone(),
@@ -213,7 +142,40 @@ impl EngineStorage {
             journal_dirs,
             disk_full: AtomicBool::new(false),
             lacs: Arc::default(),
+            halted: AtomicBool::new(false),
+            ignore_fence: AtomicBool::new(false),
         })
+    }
+
+    /// See the `ignore_fence` field: a negative control, never set outside a test.
+    #[doc(hidden)]
+    pub fn set_ignore_fence_for_tests(&self, on: bool) {
+        self.ignore_fence.store(on, Ordering::Release);
+    }
+
+    /// The process died (the simulator's crash): the journal stops and every later
+    /// question is answered with an error, reads included, as a dead bookie answers none.
+    pub fn halt(&self) {
+        self.halted.store(true, Ordering::Release);
+        self.storage.shutdown();
+    }
+
+    /// Whether [`EngineStorage::halt`] was called.
+    pub fn is_halted(&self) -> bool {
+        self.halted.load(Ordering::Acquire)
+    }
+
+    /// See [`folio_storage::NegativeControls`]: never outside a test.
+    #[doc(hidden)]
+    pub fn set_negative_controls_for_tests(&self, c: folio_storage::NegativeControls) {
+        self.storage.set_negative_controls_for_tests(c);
+    }
+
+    fn check_alive(&self) -> Result<(), StorageError> {
+        if self.halted.load(Ordering::Acquire) {
+            return Err(StorageError::Io("the bookie has stopped".into()));
+        }
+        Ok(())
     }
 
     /// Checks every journal and ledger disk: one used above `threshold` makes the bookie
@@ -334,10 +296,17 @@ impl BookieStorage for EngineStorage {
     }
 
     fn fence(&self, ledger: LedgerId, master_key: Bytes, done: WriteCallback) {
+        if self.ignore_fence.load(Ordering::Acquire) {
+            // Only records the master key, as the first add would.
+            self.storage
+                .set_master_key(ledger, &master_key, completion(done));
+            return;
+        }
         self.storage.fence(ledger, &master_key, completion(done))
     }
 
     fn read_entry(&self, ledger: LedgerId, entry: EntryId) -> Result<Bytes, StorageError> {
+        self.check_alive()?;
         match self
             .storage
             .read_entry(ledger, entry)
@@ -350,6 +319,7 @@ impl BookieStorage for EngineStorage {
     }
 
     fn last_add_confirmed(&self, ledger: LedgerId) -> Result<EntryId, StorageError> {
+        self.check_alive()?;
         if let Some(lac) = self.lacs.get(ledger) {
             return Ok(lac);
         }
@@ -361,6 +331,7 @@ impl BookieStorage for EngineStorage {
     }
 
     fn explicit_lac(&self, ledger: LedgerId) -> Result<Option<Bytes>, StorageError> {
+        self.check_alive()?;
         if !self.exists(ledger)? {
             return Err(StorageError::NoLedger(ledger));
         }
@@ -393,6 +364,7 @@ impl BookieStorage for EngineStorage {
     }
 
     fn entry_ids(&self, ledger: LedgerId) -> Result<Vec<EntryId>, StorageError> {
+        self.check_alive()?;
         if !self.exists(ledger)? {
             return Err(StorageError::NoLedger(ledger));
         }

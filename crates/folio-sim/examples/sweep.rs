@@ -2,8 +2,9 @@
 //! through the same loop as the test suite (`folio_sim::sweep`):
 //! `cargo run -p folio-sim --release --example sweep -- <first seed> <count>`.
 //! `FOLIO_SIM_NO_FSYNC_FAULTS=1`: the same runs without fsync failures;
-//! `FOLIO_SIM_BREAK_{NO_SYNC,IGNORE_FENCE,UNFENCED_READS,LOST_READ_AS_NO_ENTRY}=1`: the
-//! negative controls.
+//! `FOLIO_SIM_BREAK_{NO_SYNC,IGNORE_FENCE,UNFENCED_READS,LOST_READ_AS_NO_ENTRY}=1` and, on
+//! the ledger store's path, `FOLIO_SIM_BREAK_{ENTRY_LOG_NO_SYNC,INDEX_FIRST,JOURNAL_DELETED_EARLY}=1`:
+//! the negative controls.
 
 fn main() {
     // `RUST_LOG=folio_autorecovery=info` (for example) logs what the processes do.
@@ -28,6 +29,16 @@ fn main() {
         knobs: folio_sim::BookieKnobs {
             no_sync: std::env::var_os("FOLIO_SIM_BREAK_NO_SYNC").is_some(),
             ignore_fence: std::env::var_os("FOLIO_SIM_BREAK_IGNORE_FENCE").is_some(),
+            storage: folio_storage::NegativeControls {
+                skip_entry_log_sync: std::env::var_os("FOLIO_SIM_BREAK_ENTRY_LOG_NO_SYNC")
+                    .is_some(),
+                index_before_entry_log_sync: std::env::var_os("FOLIO_SIM_BREAK_INDEX_FIRST")
+                    .is_some(),
+                delete_journal_before_flush: std::env::var_os(
+                    "FOLIO_SIM_BREAK_JOURNAL_DELETED_EARLY",
+                )
+                .is_some(),
+            },
         },
         breaks: folio_sim::ProtocolBreaks {
             unfenced_recovery_reads: std::env::var_os("FOLIO_SIM_BREAK_UNFENCED_READS").is_some(),

@@ -1,166 +1,79 @@
-//! One simulated bookie: the real request [`Processor`] over the real journal engine
-//! ([`Storage`]) with [`MemLedgerStore`] as its ledger store, all on a [`SimFileSystem`].
+//! One simulated bookie: the real request [`Processor`] over the bookie's own storage
+//! adapter ([`EngineStorage`]) and the production storage engine: the journal engine
+//! (`folio_storage::Storage`) over the production `LedgerStore` (entry logs, the redb
+//! index, the write cache), all on one [`SimFileSystem`]. A crash image of that disk
+//! therefore covers the journal, the entry logs and the index alike.
 //!
-//! The bookie crate's own adapter (`EngineStorage`) opens the redb-indexed `LedgerStore`,
-//! whose index bypasses the `FileSystem` seam, so a crash image of the simulated disk would
-//! not capture it. [`JournalStorage`] is the same adaptation over any `LedgerBackend`; it
-//! also carries the simulator's one protocol-breaking switch (`ignore_fence`, off by
-//! default), used only by the negative-control tests.
+//! The store is sized so that its machinery runs often in a short run: small entry logs
+//! (rolled every few KiB) and a checkpoint whenever a few KiB are unflushed, taken by the
+//! simulator on the runtime thread ([`Incarnation::after_request`]), never by the engine's
+//! checkpoint thread, so the durable image does not depend on OS thread timing. Garbage
+//! collection and compaction are simulator events too ([`Incarnation::compact`],
+//! [`Incarnation::collect_garbage`]).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
-use folio_bookie::storage::{BookieStorage, StorageError, WriteCallback};
+use folio_bookie::engine::EngineStorage;
+use folio_bookie::storage::BookieStorage;
 use folio_bookie::{Processor, ProcessorConfig};
 use folio_env::sim::{CrashMode, SimFileSystem};
 use folio_env::{Env, FileSystem, SystemClock, SystemRng};
-use folio_storage::mem_store::MemLedgerStore;
-use folio_storage::{JournalConfig, Storage, StorageConfig};
+use folio_storage::NegativeControls;
+use folio_storage::ledger_store::{
+    CompactionLimits, CompactionStats, EntryLogGcStats, LedgerStoreConfig,
+};
+use folio_storage::{JournalConfig, StorageConfig};
 use folio_types::{EntryId, LedgerId};
-
-/// The processor's storage: the journal engine, adapted as `folio_bookie::engine` does.
-pub struct JournalStorage {
-    storage: Arc<Storage>,
-    /// Negative control: acknowledge a fence without fencing (breaks the protocol).
-    ignore_fence: bool,
-    /// Set when the bookie has been crashed: its storage must not answer any more.
-    dead: AtomicBool,
-}
-
-fn engine_error(e: folio_storage::StorageError) -> StorageError {
-    use folio_storage::StorageError as E;
-    match e {
-        E::Unauthorized { ledger } => StorageError::Unauthorized(ledger),
-        E::Fenced { ledger } => StorageError::Fenced(ledger),
-        E::ReadOnly { .. } | E::NoSpace { .. } => StorageError::ReadOnly,
-        other => StorageError::Io(other.to_string()),
-    }
-}
-
-fn completion(done: WriteCallback) -> folio_storage::WriteCallback {
-    Box::new(move |result| done(result.map_err(engine_error)))
-}
-
-impl JournalStorage {
-    fn exists(&self, ledger: LedgerId) -> Result<bool, StorageError> {
-        self.storage.ledger_exists(ledger).map_err(engine_error)
-    }
-}
-
-impl BookieStorage for JournalStorage {
-    fn add_entry(
-        &self,
-        ledger: LedgerId,
-        entry: EntryId,
-        master_key: Bytes,
-        body: Bytes,
-        recovery: bool,
-        done: WriteCallback,
-    ) {
-        self.storage
-            .add_entry(ledger, entry, &master_key, body, recovery, completion(done))
-    }
-
-    fn fence(&self, ledger: LedgerId, master_key: Bytes, done: WriteCallback) {
-        if self.ignore_fence {
-            // Only records the master key, as the first add would.
-            self.storage
-                .set_master_key(ledger, &master_key, completion(done));
-            return;
-        }
-        self.storage.fence(ledger, &master_key, completion(done))
-    }
-
-    fn read_entry(&self, ledger: LedgerId, entry: EntryId) -> Result<Bytes, StorageError> {
-        if self.dead.load(Ordering::Acquire) {
-            return Err(StorageError::Io("bookie crashed".into()));
-        }
-        match self
-            .storage
-            .read_entry(ledger, entry)
-            .map_err(engine_error)?
-        {
-            Some(body) => Ok(body),
-            None if self.exists(ledger)? => Err(StorageError::NoEntry { ledger, entry }),
-            None => Err(StorageError::NoLedger(ledger)),
-        }
-    }
-
-    fn last_add_confirmed(&self, ledger: LedgerId) -> Result<EntryId, StorageError> {
-        if !self.exists(ledger)? {
-            return Err(StorageError::NoLedger(ledger));
-        }
-        let lac = self.storage.read_lac(ledger).map_err(engine_error)?;
-        Ok(lac.lac.unwrap_or(-1))
-    }
-
-    fn explicit_lac(&self, ledger: LedgerId) -> Result<Option<Bytes>, StorageError> {
-        if !self.exists(ledger)? {
-            return Err(StorageError::NoLedger(ledger));
-        }
-        self.storage.explicit_lac(ledger).map_err(engine_error)
-    }
-
-    fn write_lac(
-        &self,
-        ledger: LedgerId,
-        _lac: EntryId,
-        master_key: Bytes,
-        body: Bytes,
-        done: WriteCallback,
-    ) {
-        self.storage
-            .write_lac(ledger, &master_key, body, completion(done))
-    }
-
-    fn force_ledger(&self, ledger: LedgerId, done: WriteCallback) {
-        self.storage.force_ledger(ledger, completion(done))
-    }
-
-    fn entry_ids(&self, ledger: LedgerId) -> Result<Vec<EntryId>, StorageError> {
-        if !self.exists(ledger)? {
-            return Err(StorageError::NoLedger(ledger));
-        }
-        self.storage.entry_ids(ledger).map_err(engine_error)
-    }
-
-    fn is_read_only(&self) -> bool {
-        self.storage.is_read_only()
-    }
-
-    fn space(&self) -> Result<folio_env::DiskSpace, StorageError> {
-        Ok(folio_env::DiskSpace {
-            free: 1 << 40,
-            total: 1 << 40,
-        })
-    }
-}
 
 /// How a simulated bookie's storage is configured.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct BookieKnobs {
     /// Negative control: the journal acknowledges without fsync (`sync_data = false`).
     pub no_sync: bool,
-    /// Negative control: fences are acknowledged but not applied.
+    /// Negative control: fences are acknowledged but not applied
+    /// (`EngineStorage::set_ignore_fence_for_tests`).
     pub ignore_fence: bool,
+    /// Negative controls of the ledger store and the checkpoint (entry logs unsynced,
+    /// index before entry logs, journal files deleted before the flush).
+    pub storage: NegativeControls,
 }
 
 /// A running incarnation of a bookie: its disk and its processor.
 pub struct Incarnation {
     pub fs: SimFileSystem,
-    pub storage: Arc<JournalStorage>,
-    pub processor: Processor<Arc<JournalStorage>>,
+    pub storage: Arc<EngineStorage>,
+    pub processor: Processor<Arc<EngineStorage>>,
 }
 
 const JOURNAL_DIR: &str = "/journal";
 const STORE_DIR: &str = "/ledgers";
+const INDEX_DIR: &str = "/index";
 
-/// The journal and ledger directories of every simulated bookie (where its cookies are).
-pub fn dirs() -> (PathBuf, PathBuf) {
-    (PathBuf::from(JOURNAL_DIR), PathBuf::from(STORE_DIR))
+/// Entry logs roll past this size: a run of a few hundred small entries per bookie rolls
+/// several, so rotation, ledgers maps and compaction of finished logs all happen.
+const ENTRY_LOG_SIZE_LIMIT: u64 = 4 * 1024;
+/// A checkpoint is taken after a request that leaves this much unflushed.
+const CHECKPOINT_BYTES: u64 = 2 * 1024;
+/// Far above what a run puts between two checkpoints (replay included), so that a put
+/// never waits for room: that wait would ask the engine's checkpoint thread, whose
+/// timing the seed does not fix.
+const WRITE_CACHE_BYTES: u64 = 16 << 20;
+
+/// Ids of scratch ledgers ([`Incarnation::write_scratch_ledger`]): far above any id the
+/// workload's metadata store hands out.
+pub const SCRATCH_LEDGER_BASE: i64 = 1 << 40;
+
+/// The journal, ledger and index directories of every simulated bookie (where its
+/// cookies are).
+pub fn dirs() -> (PathBuf, PathBuf, PathBuf) {
+    (
+        PathBuf::from(JOURNAL_DIR),
+        PathBuf::from(STORE_DIR),
+        PathBuf::from(INDEX_DIR),
+    )
 }
 
 fn storage_config(knobs: BookieKnobs) -> StorageConfig {
@@ -185,11 +98,19 @@ fn storage_config(knobs: BookieKnobs) -> StorageConfig {
             ..JournalConfig::default()
         },
         // No checkpoint thread activity: checkpoints are simulator events, taken on the
-        // runtime thread at seeded moments, so the durable image does not depend on
-        // OS thread timing.
+        // runtime thread (after requests, and at seeded moments), so the durable image
+        // does not depend on OS thread timing.
         flush_interval: Duration::ZERO,
         checkpoint_write_cache_bytes: u64::MAX,
     }
+}
+
+fn store_config() -> LedgerStoreConfig {
+    let mut c = LedgerStoreConfig::new(vec![PathBuf::from(STORE_DIR)], PathBuf::from(INDEX_DIR));
+    c.journal_dirs = vec![PathBuf::from(JOURNAL_DIR)];
+    c.entry_log_size_limit = ENTRY_LOG_SIZE_LIMIT;
+    c.write_cache_bytes = WRITE_CACHE_BYTES;
+    c
 }
 
 impl Incarnation {
@@ -200,17 +121,15 @@ impl Incarnation {
             fs: Arc::new(fs.clone()),
             rng: Arc::new(SystemRng::with_seed(seed)),
         };
-        fs.create_dir_all(Path::new(STORE_DIR))
-            .map_err(|e| format!("create {STORE_DIR}: {e}"))?;
-        let store = MemLedgerStore::open(env.fs.clone(), &Path::new(STORE_DIR).join("store"))
-            .map_err(|e| format!("open ledger store: {e}"))?;
-        let storage = Storage::open(&env, storage_config(knobs), Arc::new(store))
-            .map_err(|e| format!("open journal engine: {e}"))?;
-        let storage = Arc::new(JournalStorage {
-            storage: Arc::new(storage),
-            ignore_fence: knobs.ignore_fence,
-            dead: AtomicBool::new(false),
-        });
+        for d in [STORE_DIR, INDEX_DIR] {
+            fs.create_dir_all(Path::new(d))
+                .map_err(|e| format!("create {d}: {e}"))?;
+        }
+        let storage = EngineStorage::open_with(&env, storage_config(knobs), store_config())
+            .map_err(|e| format!("open the storage engine: {e}"))?;
+        storage.set_ignore_fence_for_tests(knobs.ignore_fence);
+        storage.set_negative_controls_for_tests(knobs.storage);
+        let storage = Arc::new(storage);
         let processor = Processor::new(storage.clone(), ProcessorConfig::default());
         Ok(Incarnation {
             fs,
@@ -223,8 +142,7 @@ impl Incarnation {
     /// answers nothing more; its journal threads are stopped.
     pub fn crash(&self, mode: CrashMode) -> SimFileSystem {
         let image = self.fs.crash(mode);
-        self.storage.dead.store(true, Ordering::Release);
-        self.storage.storage.shutdown();
+        self.storage.halt();
         image
     }
 
@@ -240,7 +158,7 @@ impl Incarnation {
             return true;
         }
         let (tx, rx) = std::sync::mpsc::channel();
-        self.storage.storage.force_ledger(
+        self.storage.engine().force_ledger(
             0,
             Box::new(move |_| {
                 let _ = tx.send(());
@@ -249,9 +167,100 @@ impl Incarnation {
         rx.recv_timeout(Duration::from_secs(10)).is_ok()
     }
 
-    /// A checkpoint (ledger store flush, journal mark), on the caller's thread.
+    /// A checkpoint (ledger store flush: entry logs, then the index; then the journal
+    /// marks and the deletion of journal files before them), on the caller's thread.
     pub fn checkpoint(&self) -> Result<(), String> {
-        self.storage.storage.checkpoint().map_err(|e| e.to_string())
+        self.storage
+            .engine()
+            .checkpoint()
+            .map_err(|e| e.to_string())
+    }
+
+    /// After each request (its journal work done): a checkpoint when enough is
+    /// unflushed, as the engine's own threshold would ask for one. Returns whether one
+    /// was taken and how it went.
+    pub fn after_request(&self) -> Option<Result<(), String>> {
+        if self.is_dead()
+            || self.is_read_only()
+            || self.storage.engine().unflushed_bytes() < CHECKPOINT_BYTES
+        {
+            return None;
+        }
+        Some(self.checkpoint())
+    }
+
+    /// Entry log compaction at `threshold` (what the bookie's compaction rounds run).
+    pub fn compact(&self, threshold: f64) -> Result<CompactionStats, String> {
+        self.storage
+            .engine()
+            .compact(threshold, CompactionLimits::UNLIMITED)
+            .map_err(|e| e.to_string())
+    }
+
+    /// Garbage collection of entry logs holding only deleted ledgers.
+    pub fn collect_garbage(&self) -> Result<EntryLogGcStats, String> {
+        self.storage
+            .engine()
+            .remove_dead_entry_logs()
+            .map_err(|e| e.to_string())
+    }
+
+    /// Writes `entries` entries of `len` bytes of a scratch ledger straight into this
+    /// bookie's storage (no client, nothing recorded as acknowledged) and waits for the
+    /// journal. Deleted later ([`Incarnation::delete_ledger`]), as garbage collection
+    /// deletes a ledger whose metadata is gone, its records become dead bytes in entry
+    /// logs shared with live ledgers: work for compaction (which must then move the live
+    /// entries) and garbage collection, which the workload's ledgers alone never give.
+    pub fn write_scratch_ledger(
+        &self,
+        ledger: i64,
+        entries: i64,
+        len: usize,
+    ) -> Result<(), String> {
+        let key = Bytes::from_static(&[0x5c; 20]);
+        for entry in 0..entries {
+            let mut body = Vec::with_capacity(32 + len);
+            for v in [ledger, entry, entry - 1, len as i64] {
+                body.extend_from_slice(&v.to_be_bytes());
+            }
+            body.resize(32 + len, entry as u8);
+            let (tx, rx) = std::sync::mpsc::channel();
+            self.storage.engine().add_entry(
+                ledger,
+                entry,
+                &key,
+                Bytes::from(body),
+                false,
+                Box::new(move |r| {
+                    let _ = tx.send(r);
+                }),
+            );
+            let done = rx.recv_timeout(Duration::from_secs(10));
+            // The journal's work after the callbacks must not race the next add (see
+            // `quiesce`): the disk operations stay in the seed's order.
+            self.quiesce();
+            match done {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => return Err(format!("scratch add {ledger}:{entry}: {e}")),
+                Err(_) => return Err(format!("scratch add {ledger}:{entry} never completed")),
+            }
+        }
+        Ok(())
+    }
+
+    /// Deletes a ledger from this bookie, as its garbage collector does once the
+    /// ledger's metadata is gone (durable at the next checkpoint).
+    pub fn delete_ledger(&self, ledger: LedgerId) -> Result<(), String> {
+        self.storage
+            .delete_ledger(ledger)
+            .map_err(|e| e.to_string())
+    }
+
+    /// What this bookie holds for an entry, as its storage reads it after a restart.
+    pub fn read_entry(&self, ledger: LedgerId, entry: EntryId) -> Result<Bytes, String> {
+        self.storage
+            .read_entry(ledger, entry)
+            .map_err(|e| e.to_string())
     }
 
     pub fn is_read_only(&self) -> bool {
@@ -259,6 +268,6 @@ impl Incarnation {
     }
 
     pub fn is_dead(&self) -> bool {
-        self.storage.dead.load(Ordering::Acquire)
+        self.storage.is_halted()
     }
 }

@@ -1,23 +1,23 @@
 //! Whole-cluster simulation of Folio in one process, driven by one seed.
 //!
 //! A run starts a cluster of bookies, each the real request processor
-//! (`folio_bookie::Processor`) over the real journal engine (`folio_storage::Storage`) with
-//! `MemLedgerStore`, on a simulated disk (`folio_env::sim::SimFileSystem`); mem://
-//! metadata (`MemCluster::deterministic`); and real clients (`Client::with_seams`) whose
-//! `Connector` is the simulated network of [`net`], and whose metadata store can fail
-//! ([`meta`]). Writers append with pipelining, readers recover ledgers (sometimes two at
-//! once), a zombie writer resumes after being fenced, and an injector crashes bookies
-//! (torn writes, whole-cluster power loss), partitions clients from bookies, fails
-//! fsyncs, fills and slows disks, expires bookies' metadata sessions, cuts the clients
-//! off the metadata store, replaces a bookie's disk by an empty one (its cookie must
-//! refuse it), and drops, delays and duplicates messages. Then every fault heals, every
-//! ledger must recover and read in full, the wiped bookie is reformatted and every
-//! ledger must still read in full. In half the seeds (`SimConfig::autorecovery`) an
-//! Auditor and one or two ReplicationWorkers run as processes of their own, killed and
-//! session-expired by the injector; the wiped bookie stays lost until they heal, and
-//! invariant 10 is checked by asking every bookie. The [`history`] checkers judge
-//! persistence, agreement, fencing, dirty reads and closed ledgers' ends; [`sweep`] runs
-//! many seeds and counts faults.
+//! (`folio_bookie::Processor`) over the bookie's `EngineStorage` and the production storage
+//! engine (journal, `LedgerStore` with entry logs and the redb index), on a simulated disk
+//! (`folio_env::sim::SimFileSystem`); mem:// metadata (`MemCluster::deterministic`); and
+//! real clients (`Client::with_seams`) whose `Connector` is the simulated network of
+//! [`net`], and whose metadata store can fail ([`meta`]). Writers append with pipelining,
+//! readers recover ledgers (sometimes two at once), a zombie writer resumes after being
+//! fenced, and an injector crashes bookies (torn writes, whole-cluster power loss),
+//! partitions clients from bookies, fails fsyncs, fills and slows disks, expires bookies'
+//! metadata sessions, cuts the clients off the metadata store, replaces a bookie's disk by
+//! an empty one (its cookie must refuse it), and drops, delays and duplicates messages.
+//! Then every fault heals, every ledger must recover and read in full, the wiped bookie is
+//! reformatted and every ledger must still read in full. In half the seeds
+//! (`SimConfig::autorecovery`) an Auditor and one or two ReplicationWorkers run as
+//! processes of their own, killed and session-expired by the injector; the wiped bookie
+//! stays lost until they heal, and invariant 10 is checked by asking every bookie. The
+//! [`history`] checkers judge persistence, agreement, fencing, dirty reads and closed
+//! ledgers' ends; [`sweep`] runs many seeds and counts faults.
 //!
 //! Determinism: all choices come from the seed (one generator per consumer, forked from
 //! the seed's), time is tokio's paused clock (auto-advancing when every task waits), and

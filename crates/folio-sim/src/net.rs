@@ -82,6 +82,11 @@ struct State {
     dropped_responses: u64,
     duplicates: u64,
     slow_writes: u64,
+    /// Checkpoints taken after a request (see `Incarnation::after_request`).
+    store_checkpoints: u64,
+    /// Per bookie, every add it acknowledged (its last body per entry), for the check
+    /// that a restarted bookie still holds them ([`Net::check_acknowledged`]).
+    acknowledged: BTreeMap<BookieId, BTreeMap<(i64, i64), Bytes>>,
 }
 
 /// FNV-1a over `bytes`, continuing from `h`.
@@ -233,6 +238,33 @@ impl Net {
         into.dropped_responses += s.dropped_responses;
         into.duplicates += s.duplicates;
         into.slow_writes += s.slow_writes;
+        into.store_checkpoints += s.store_checkpoints;
+    }
+
+    /// Reads back from `inc` every entry `bookie` acknowledged: returns how many were
+    /// checked and a line for each that is missing, unreadable or different.
+    pub fn check_acknowledged(&self, bookie: &BookieId, inc: &Incarnation) -> (u64, Vec<String>) {
+        let acked = self
+            .state
+            .lock()
+            .acknowledged
+            .get(bookie)
+            .cloned()
+            .unwrap_or_default();
+        let mut lost = Vec::new();
+        for ((ledger, entry), body) in &acked {
+            match inc.read_entry(*ledger, *entry) {
+                Ok(b) if b == body => {}
+                Ok(_) => lost.push(format!("{ledger}:{entry} reads other bytes")),
+                Err(e) => lost.push(format!("{ledger}:{entry}: {e}")),
+            }
+        }
+        (acked.len() as u64, lost)
+    }
+
+    /// The bookie starts over on an empty disk (reformatted): it owes nothing.
+    pub fn forget_acknowledged(&self, bookie: &BookieId) {
+        self.state.lock().acknowledged.remove(bookie);
     }
 
     /// The wait a slow disk adds before `request`, if it writes.
@@ -461,8 +493,27 @@ async fn handle(
         }
         None => inc,
     };
+    let add = match &request {
+        Request::Add(a) => Some((a.ledger, a.entry, a.body.clone())),
+        _ => None,
+    };
     let response = process(&net, &inc, request).await;
     let Some(response) = response else { return };
+    if let (
+        Some((ledger, entry, body)),
+        Response::Add {
+            status: folio_proto::Status::Ok,
+            ..
+        },
+    ) = (add, &response)
+    {
+        net.state
+            .lock()
+            .acknowledged
+            .entry(bookie.clone())
+            .or_default()
+            .insert((ledger, entry), body);
+    }
     // With the bookie's disk operation count: the digest then also covers the disk.
     net.record(format_args!(
         "c{client} <- {bookie} (disk op {}): {response:?}",
@@ -516,6 +567,11 @@ async fn process(net: &Net, inc: &Incarnation, request: Request) -> Option<Respo
                 Ok(r) => {
                     if !inc.quiesce() {
                         net.state.lock().late_completions += 1;
+                    }
+                    // The ledger store's own rhythm: a checkpoint once enough is
+                    // unflushed (its failure already made the bookie read-only).
+                    if inc.after_request().is_some() {
+                        net.state.lock().store_checkpoints += 1;
                     }
                     return Some(r);
                 }

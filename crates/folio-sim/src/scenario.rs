@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use folio_client::{Client, ClientConfig, CreateOptions, OpenOptions};
-use folio_env::sim::{CrashMode, Fault, SimFileSystem};
+use folio_env::sim::{CrashMode, CutAt, Fault, SimFileSystem};
 use folio_metadata::mem::{MemCluster, MemMetadataStore};
 use folio_metadata::{BookieMode, BookieRegistration, BookieServiceInfo, MetadataStore};
 use folio_types::{BookieId, LedgerId};
@@ -87,6 +87,22 @@ pub struct FaultCounts {
     /// Bookies restarted on an empty disk and refused by the cookie check.
     pub wiped_disks: u64,
     pub checkpoints: u64,
+    /// Checkpoints taken after a request left enough unflushed (not faults: the ledger
+    /// store's own rhythm, on the simulator's thread).
+    pub store_checkpoints: u64,
+    /// Compaction and garbage collection rounds at seeded moments.
+    pub compactions: u64,
+    pub gc_rounds: u64,
+    /// Live entries compaction moved, entry logs garbage collection removed.
+    pub compaction_entries_moved: u64,
+    pub gc_logs_removed: u64,
+    /// Power cuts inside a checkpoint, compaction or garbage collection round (the
+    /// bookie restarts from a disk image taken at a seeded operation within it).
+    pub mid_op_crashes: u64,
+    /// Entries a restarted bookie had acknowledged, read back from it after its replay.
+    pub bookie_entries_checked: u64,
+    /// Scratch ledgers written straight into a bookie and deleted later (dead bytes).
+    pub scratch_ledgers: u64,
     pub writer_crashes: u64,
     pub zombies: u64,
     pub concurrent_recoveries: u64,
@@ -147,6 +163,14 @@ impl FaultCounts {
         self.metadata_applied_then_failed += o.metadata_applied_then_failed;
         self.wiped_disks += o.wiped_disks;
         self.checkpoints += o.checkpoints;
+        self.store_checkpoints += o.store_checkpoints;
+        self.compactions += o.compactions;
+        self.gc_rounds += o.gc_rounds;
+        self.compaction_entries_moved += o.compaction_entries_moved;
+        self.gc_logs_removed += o.gc_logs_removed;
+        self.mid_op_crashes += o.mid_op_crashes;
+        self.bookie_entries_checked += o.bookie_entries_checked;
+        self.scratch_ledgers += o.scratch_ledgers;
         self.writer_crashes += o.writer_crashes;
         self.zombies += o.zombies;
         self.concurrent_recoveries += o.concurrent_recoveries;
@@ -171,7 +195,9 @@ impl std::fmt::Display for FaultCounts {
             f,
             "crash {}, power-loss {}, restart {}, partition {}, fsync-eio {}, enospc {}, \
              slow-disk {} ({} slow writes), session-expiry {}, metadata-outage {} ({} calls \
-             failed, {} applied then failed), wiped-disk {}, checkpoint {}, writer-crash {}, \
+             failed, {} applied then failed), wiped-disk {}, checkpoint {} (+{} by the store), \
+             compaction {} ({} entries moved), gc {} ({} logs removed), scratch-ledger {}, mid-op power cut {}, bookie entries checked {}, \
+             writer-crash {}, \
              zombie {}, concurrent-recovery {}, dropped-request {}, dropped-response {}, \
              duplicate {}; autorecovery runs {} ({} with two workers, {} healed and checked): \
              auditor-kill {}, worker-kill {}, autorecovery-session-expiry {}, {} ledgers \
@@ -190,6 +216,14 @@ impl std::fmt::Display for FaultCounts {
             self.metadata_applied_then_failed,
             self.wiped_disks,
             self.checkpoints,
+            self.store_checkpoints,
+            self.compactions,
+            self.compaction_entries_moved,
+            self.gc_rounds,
+            self.gc_logs_removed,
+            self.scratch_ledgers,
+            self.mid_op_crashes,
+            self.bookie_entries_checked,
             self.writer_crashes,
             self.zombies,
             self.concurrent_recoveries,
@@ -256,6 +290,8 @@ struct World {
     next_client: Mutex<usize>,
     /// Crashed bookies: their surviving disk and when they restart.
     down: Mutex<Vec<(BookieId, SimFileSystem, tokio::time::Instant)>>,
+    /// Per bookie, how many scratch ledgers it was given (see `storage_work`).
+    scratch: Mutex<BTreeMap<BookieId, i64>>,
     /// The autorecovery processes, in a run with autorecovery.
     ar: Option<Mutex<autorecovery::Processes>>,
     /// Bookies lost for good (wiped, not reformatted yet) and the ledgers that named them.
@@ -332,14 +368,13 @@ impl World {
             Ok(c) => c.instance_id,
             Err(e) => return Start::Refused(format!("read cluster: {e}")),
         };
-        let (journal, ledgers) = crate::bookie::dirs();
+        let (journal, ledgers, index) = crate::bookie::dirs();
         let expected = folio_bookie::registration::expected_cookie(
             id,
             &instance,
             std::slice::from_ref(&journal),
             std::slice::from_ref(&ledgers),
-            // The simulated bookie's ledger store is in memory: no index directory.
-            &[],
+            std::slice::from_ref(&index),
         );
         let checked = folio_bookie::registration::check_cookies(&env, &store, &expected).await;
         if let Err(e) = checked {
@@ -349,6 +384,20 @@ impl World {
             Ok(inc) => {
                 if !inc.quiesce() {
                     self.net.count_late();
+                }
+                // Every entry this bookie acknowledged (in any earlier incarnation on
+                // this disk) must read back from it, byte for byte, after its replay: a
+                // bookie that acknowledged an add has made it durable. Checked per
+                // bookie, because the client-level checks forgive one bookie's loss as
+                // long as another copy survives.
+                let (checked, lost) = self.net.check_acknowledged(id, &inc);
+                self.faults.lock().bookie_entries_checked += checked;
+                if !lost.is_empty() {
+                    self.history.lock().liveness.push(format!(
+                        "durability: {id} lost {} entries it acknowledged, after a restart: {}",
+                        lost.len(),
+                        lost[..lost.len().min(3)].join("; ")
+                    ));
                 }
                 self.net.bring_up(id, Arc::new(inc));
                 self.register(id, BookieMode::Writable).await;
@@ -408,6 +457,8 @@ impl World {
             Err(e) => self.note(format!("reformat {id}: read cookie: {e}")),
         }
         self.note(format!("reformat: {id} starts empty"));
+        // A new bookie: what the old disk acknowledged is gone with it, by the operator.
+        self.net.forget_acknowledged(id);
         if let Start::Refused(e) = self.start_bookie(id, SimFileSystem::new()).await {
             self.history
                 .lock()
@@ -417,17 +468,52 @@ impl World {
         *self.wiped.lock() = None;
     }
 
+    /// A new scratch ledger id for `id` (ids per bookie, above the workload's).
+    fn next_scratch_ledger(&self, id: &BookieId) -> i64 {
+        self.faults.lock().scratch_ledgers += 1;
+        let mut s = self.scratch.lock();
+        let n = s.entry(id.clone()).or_insert(0);
+        *n += 1;
+        self.scratch_base(id) + *n - 1
+    }
+
+    /// Every scratch ledger id `id` was given so far.
+    fn scratch_ledgers(&self, id: &BookieId) -> std::ops::Range<i64> {
+        let n = self.scratch.lock().get(id).copied().unwrap_or(0);
+        let base = self.scratch_base(id);
+        base..base + n
+    }
+
+    fn scratch_base(&self, id: &BookieId) -> i64 {
+        let i = self
+            .ids
+            .iter()
+            .position(|b| b == id)
+            .unwrap_or(self.ids.len());
+        crate::bookie::SCRATCH_LEDGER_BASE + (i as i64) * (1 << 20)
+    }
+
     /// Crashes a bookie (power loss, torn writes): returns its surviving disk.
     fn crash_bookie(&self, id: &BookieId) -> Option<SimFileSystem> {
+        self.crash_bookie_to(id, None)
+    }
+
+    /// Crashes a bookie; its surviving disk is `image` when given (a power cut at an
+    /// earlier disk operation), else a torn image of its disk now.
+    fn crash_bookie_to(
+        &self,
+        id: &BookieId,
+        image: Option<SimFileSystem>,
+    ) -> Option<SimFileSystem> {
         // A dead process's session ends with it (at once, here).
         if let Some((store, _)) = self.regs.lock().remove(id) {
             store.expire_session();
         }
         let inc = self.net.take_down(id)?;
-        let image = inc.crash(CrashMode::Torn {
+        let now = inc.crash(CrashMode::Torn {
             seed: self.rng.next_u64(),
         });
-        Some(image)
+        Some(image.unwrap_or(now))
     }
 }
 
@@ -492,6 +578,7 @@ pub fn run(seed: u64, cfg: &SimConfig) -> Outcome {
             history: Mutex::default(),
             next_client: Mutex::new(0),
             down: Mutex::default(),
+            scratch: Mutex::default(),
         });
         simulate(world.clone()).await;
         let virtual_ms = world.clock.elapsed_ms();
@@ -838,6 +925,129 @@ async fn tailer(w: Arc<World>, ledger: LedgerId, who: String, at_ms: u64) {
     }
 }
 
+/// A checkpoint, a compaction round or a garbage collection round on one bookie, at a
+/// seeded moment; in a quarter of them the power is cut inside that work: the bookie
+/// restarts from a crash image taken before a seeded disk operation of it (torn), so
+/// crashes also land between a flush's entry-log fdatasync and its index commit, between
+/// a mark and the deletion of journal files, between compaction's copies and the removal
+/// of the old log.
+fn storage_work(
+    w: &World,
+    id: &BookieId,
+    inc: &Incarnation,
+    down_now: usize,
+    now: tokio::time::Instant,
+) {
+    let cut = down_now < 2 && w.rng.chance(1, 2);
+    let kind = w.rng.below(4);
+    // With kinds 1-3, half the cuts are aimed at the compaction or GC round alone
+    // (fewer operations to land among: its copies, index commit and removals).
+    let cut_late = w.rng.chance(1, 2);
+    // The power cut lands in the last part of the work (its checkpoint, compaction or GC
+    // round), not among the scratch ledger's journal writes, which the request path
+    // already crashes often.
+    let start_cut = |span: u64| {
+        if cut {
+            // Half the time at any of the next operations, half the time while one of
+            // the next fsyncs waits. Beyond the work's end, no cut.
+            let at = if w.rng.chance(1, 2) {
+                CutAt::Sync(w.rng.below(span))
+            } else {
+                CutAt::Op(w.rng.below(span * 8))
+            };
+            inc.fs.plan_power_cut(
+                at,
+                CrashMode::Torn {
+                    seed: w.rng.next_u64(),
+                },
+            );
+        }
+    };
+    // Dead bytes to come: a scratch ledger, flushed into the entry logs after the
+    // workload's entries by the checkpoint (it rolls the log they are in, so that log is
+    // finished, shared by live and soon dead entries).
+    let ledger = w.next_scratch_ledger(id);
+    let (entries, len) = (w.rng.range(10, 40) as i64, w.rng.range(50, 400) as usize);
+    if let Err(e) = inc.write_scratch_ledger(ledger, entries, len) {
+        w.note(format!("scratch ledger {ledger} on {id}: {e}"));
+    }
+    if kind == 0 {
+        start_cut(12);
+    }
+    w.faults.lock().checkpoints += 1;
+    if let Err(e) = inc.checkpoint() {
+        w.note(format!("checkpoint on {id} failed: {e}"));
+    }
+    if kind > 0 {
+        // The bookie's scratch ledgers are deleted (again: a crash before a deletion
+        // was flushed brings a ledger back, as in BookKeeper, whose GC then deletes it
+        // again), the deletion checkpointed, then a compaction (which must move the live
+        // entries out of logs shared with them) or a GC round.
+        for ledger in w.scratch_ledgers(id) {
+            if let Err(e) = inc.delete_ledger(ledger) {
+                w.note(format!(
+                    "delete scratch ledger {ledger} on {id} failed: {e}"
+                ));
+            }
+        }
+        if !cut_late {
+            start_cut(12);
+        }
+        if let Err(e) = inc.checkpoint() {
+            w.note(format!("checkpoint on {id} failed: {e}"));
+        }
+        if cut_late {
+            start_cut(6);
+        }
+        if kind <= 2 {
+            // BookKeeper's minor and major thresholds, and everything not wholly live.
+            let threshold = [0.2, 0.5, 0.8, 0.999][w.rng.below(4) as usize];
+            w.faults.lock().compactions += 1;
+            match inc.compact(threshold) {
+                Ok(s) => {
+                    w.faults.lock().compaction_entries_moved += s.entries_moved;
+                    w.note(format!(
+                        "compaction on {id} at {threshold}: {} compacted, {} removed, {} \
+                         entries moved, {} failures",
+                        s.logs_compacted,
+                        s.logs_deleted,
+                        s.entries_moved,
+                        s.failures.len()
+                    ))
+                }
+                Err(e) => w.note(format!("compaction on {id} failed: {e}")),
+            }
+        } else {
+            w.faults.lock().gc_rounds += 1;
+            match inc.collect_garbage() {
+                Ok(s) => {
+                    w.faults.lock().gc_logs_removed += s.logs_removed.len() as u64;
+                    w.note(format!("gc on {id}: {} logs removed", s.logs_removed.len()))
+                }
+                Err(e) => w.note(format!("gc on {id} failed: {e}")),
+            }
+        }
+    }
+    if !cut {
+        return;
+    }
+    let Some((at, image)) = inc.fs.take_power_cut() else {
+        return;
+    };
+    w.note(format!(
+        "fault: power cut on {id} before disk op {at}, inside that work"
+    ));
+    {
+        let mut f = w.faults.lock();
+        f.crashes += 1;
+        f.mid_op_crashes += 1;
+    }
+    if let Some(fs) = w.crash_bookie_to(id, Some(image)) {
+        let back = now + Duration::from_millis(w.rng.range(300, 3000));
+        w.down.lock().push((id.clone(), fs, back));
+    }
+}
+
 /// Crashes, restarts, partitions, disk faults, metadata faults and a wiped disk at
 /// seeded moments.
 async fn inject_faults(w: Arc<World>) {
@@ -928,12 +1138,9 @@ async fn inject_faults(w: Arc<World>) {
                     inc.fs.inject(Fault::SyncEio { after_ops: after });
                 }
             }
-            5 | 6 if up.is_some() => {
+            5 | 6 | 14 | 15 if up.is_some() => {
                 if let Some(inc) = up {
-                    w.faults.lock().checkpoints += 1;
-                    if let Err(e) = inc.checkpoint() {
-                        w.note(format!("checkpoint on {id} failed: {e}"));
-                    }
+                    storage_work(&w, &id, &inc, down_now, now);
                 }
             }
             7 if up.is_some() && !w.full.lock().iter().any(|f| f.0 == id) => {

@@ -4,6 +4,7 @@
 
 use folio_sim::sweep::{line, sweep};
 use folio_sim::{AutoRecoveryRuns, BookieKnobs, Outcome, ProtocolBreaks, SimConfig, run};
+use folio_storage::NegativeControls;
 use std::io::Write;
 
 fn env_u64(name: &str) -> Option<u64> {
@@ -88,6 +89,15 @@ fn seeds_hold(shard: u64) {
         );
         assert!(f.autorecovery_ledgers_repaired > 0 && f.autorecovery_entries_copied > 0);
         assert!(f.two_worker_runs > 0 && f.auditor_kills + f.worker_kills > 0);
+        // The production ledger store's machinery ran, and crashed inside: checkpoints,
+        // compaction that moved live entries, garbage collection that removed logs,
+        // power cuts inside them, and restarted bookies checked entry by entry.
+        assert!(f.store_checkpoints > 0 && f.checkpoints > 0, "{f}");
+        assert!(
+            f.compaction_entries_moved > 0 && f.gc_logs_removed > 0,
+            "{f}"
+        );
+        assert!(f.mid_op_crashes > 0 && f.bookie_entries_checked > 0, "{f}");
     }
 }
 
@@ -346,8 +356,9 @@ fn negative_control_a_lost_read_counted_as_no_entry_truncates() {
 }
 
 /// Issue 2614 needs a rare interleaving (a bookie the fence phase missed, a late add of
-/// the writer landing on it before a recovery read): in seeds 1-460 it shows at 309 and
-/// 426. The window holds both; a change that moves the seeds may need a wider one.
+/// the writer landing on it before a recovery read): in seeds 1-460 it shows at 35, 55,
+/// 76 and 305 (309 and 426 before the bookies ran the production store). The window
+/// holds 305; a change that moves the seeds may need a wider one.
 #[test]
 fn negative_control_unfenced_recovery_reads_truncate() {
     checker_catches_in(
@@ -377,5 +388,66 @@ fn negative_control_autorecovery_without_copies_loses_copies() {
             ..SimConfig::default()
         },
         10,
+    );
+}
+
+fn storage_break(c: NegativeControls) -> SimConfig {
+    SimConfig {
+        knobs: BookieKnobs {
+            storage: c,
+            ..BookieKnobs::default()
+        },
+        ..SimConfig::default()
+    }
+}
+
+/// The entry logs' fdatasync skipped: checkpoints move the journal mark and delete
+/// journal files whose entries are durable nowhere; a crash loses them (issue 16's
+/// mutation). Seeds 1-200: 115 caught by the per-bookie check, 22 of them also lose
+/// entries for the clients (persistence); the first at seed 1.
+#[test]
+fn negative_control_entry_logs_without_fsync_lose_acknowledged_entries() {
+    checker_catches(
+        "entry logs without fdatasync",
+        "durability",
+        storage_break(NegativeControls {
+            skip_entry_log_sync: true,
+            ..NegativeControls::default()
+        }),
+        30,
+    );
+}
+
+/// The index committed before the entry logs are fdatasync'd: harmless in a flush (the
+/// journal mark has not moved, replay puts the entries back), fatal in compaction, whose
+/// old copies go: a power cut between the index commit and the copies' fdatasync loses
+/// entries no journal holds any more. Seeds 1-500: 20 caught, at 7, 51, 112, 152, ... (a
+/// power cut must land in that window of a compaction that moves entries).
+#[test]
+fn negative_control_index_before_entry_log_sync_loses_compacted_entries() {
+    checker_catches(
+        "index committed before the entry logs' fdatasync",
+        "durability",
+        storage_break(NegativeControls {
+            index_before_entry_log_sync: true,
+            ..NegativeControls::default()
+        }),
+        60,
+    );
+}
+
+/// Journal files deleted (mark moved) before the flush that makes their entries durable
+/// elsewhere: a power cut inside the checkpoint loses them. Seeds 1-200: 14 caught (1
+/// also persistence for the clients), the first at 8.
+#[test]
+fn negative_control_journal_deleted_before_its_checkpoint_loses_entries() {
+    checker_catches(
+        "journal files deleted before the checkpoint covering them",
+        "durability",
+        storage_break(NegativeControls {
+            delete_journal_before_flush: true,
+            ..NegativeControls::default()
+        }),
+        40,
     );
 }

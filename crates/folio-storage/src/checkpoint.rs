@@ -30,6 +30,19 @@ pub(crate) fn checkpoint(inner: &Inner) -> Result<(), StorageError> {
         return Err(StorageError::ReadOnly { reason });
     }
     let marks = inner.journal.synced_positions();
+    if inner
+        .delete_journal_before_flush_for_tests
+        .load(Ordering::Relaxed)
+    {
+        // The broken order of the negative control: marks (and the deletion of the
+        // journal files before them) first.
+        for (i, mark) in marks.iter().enumerate() {
+            if let Err(e) = inner.journal.persist_mark(i, *mark) {
+                poison(inner, &e);
+                return Err(e);
+            }
+        }
+    }
     if let Err(e) = inner.store.flush() {
         let e = StorageError::from(e);
         if matches!(e, StorageError::NoSpace { .. }) {

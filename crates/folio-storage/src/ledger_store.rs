@@ -164,10 +164,14 @@ fn check_index_not_lost(
     logs: &EntryLogs,
     index_dir: &Path,
 ) -> Result<(), LedgerStoreError> {
-    // redb opens its own file (outside the `FileSystem` seam), so ask the real file system
-    // about it; a zero-length file is what a crash during its creation leaves.
+    // A zero-length file is what a crash during its creation leaves.
     let file = index_dir.join(crate::index::INDEX_FILE);
-    let fresh = std::fs::metadata(&file).map_or(true, |m| m.len() == 0);
+    let fresh = !env.fs.exists(&file)
+        || env
+            .fs
+            .open(&file, folio_env::OpenOptions::read())
+            .and_then(|f| f.len())
+            .map_or(true, |len| len == 0);
     if !fresh {
         return Ok(());
     }
@@ -256,6 +260,8 @@ pub struct LedgerStore {
     cache_limit: u64,
     /// What garbage collection remembers of finished entry logs.
     gc: gc::GcCache,
+    /// Negative control (`NegativeControls::index_before_entry_log_sync`).
+    index_first_for_tests: std::sync::atomic::AtomicBool,
     /// Each ledger directory's and the index directory's `LOCK` (dropped last).
     _locks: Vec<folio_env::FileLock>,
 }
@@ -312,7 +318,7 @@ impl LedgerStore {
         env.fs
             .create_dir_all(&index_dir)
             .map_err(|e| io_error("create directory", &index_dir, &index_dir, None, e))?;
-        let index = LedgerIndex::open(&index_dir)?;
+        let index = LedgerIndex::open(&*env.fs, &index_dir)?;
         let ledgers = index.ledger_infos()?.into_iter().collect();
         Ok(LedgerStore {
             logs,
@@ -338,8 +344,27 @@ impl LedgerStore {
             used: std::sync::atomic::AtomicU64::new(0),
             cache_limit: config.write_cache_bytes,
             gc: gc::GcCache::default(),
+            index_first_for_tests: std::sync::atomic::AtomicBool::new(false),
             _locks: locks,
         })
+    }
+
+    /// Sets the store's negative controls (see [`crate::negative`]); never outside a test.
+    #[doc(hidden)]
+    pub fn set_negative_controls_for_tests(&self, c: crate::NegativeControls) {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.logs
+            .skip_sync_for_tests
+            .store(c.skip_entry_log_sync, Relaxed);
+        self.index_first_for_tests
+            .store(c.index_before_entry_log_sync, Relaxed);
+    }
+
+    /// Whether the index is committed before the entry logs are synced (a negative
+    /// control; false in every real run).
+    pub(crate) fn index_first_for_tests(&self) -> bool {
+        self.index_first_for_tests
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Sets the callback a put runs when it must wait for room (see [`FlushRequester`]).
@@ -603,16 +628,22 @@ impl LedgerStore {
             }
             locations.push((ledger, entry, self.logs.append(ledger, entry, data)?));
         }
+        let batch = IndexBatch {
+            locations,
+            ledgers,
+            deleted: deleted.iter().copied().collect(),
+        };
+        if self.index_first_for_tests() {
+            // The broken order of the negative control.
+            self.index.commit(&batch)?;
+            return self.logs.sync();
+        }
         self.logs.sync()?;
         #[cfg(test)]
         if let Some(f) = &*self.before_index_commit.lock() {
             f();
         }
-        self.index.commit(&IndexBatch {
-            locations,
-            ledgers,
-            deleted: deleted.iter().copied().collect(),
-        })
+        self.index.commit(&batch)
     }
 
     /// Bytes currently held in the write cache (for metrics and flush triggering).

@@ -13,6 +13,8 @@ pub mod dir_lock;
 pub mod error;
 pub mod journal;
 pub mod mem_store;
+#[doc(hidden)]
+pub mod negative;
 pub mod storage;
 
 pub mod cookie;
@@ -24,4 +26,6 @@ pub mod write_cache;
 pub use config::{JournalConfig, StorageConfig};
 pub use error::{BackendError, StorageError};
 pub use journal::JournalStats;
+#[doc(hidden)]
+pub use negative::NegativeControls;
 pub use storage::{LacRead, LedgerBackend, Storage, StoredLedger, WriteCallback};

@@ -4,7 +4,9 @@
 //! It honours the `LedgerBackend` contract exactly (nothing durable before `flush`),
 //! and because its file lives on the same (simulated) disk as the journal, one crash
 //! image of that disk captures both consistently. It is not meant for production:
-//! every flush rewrites everything.
+//! every flush rewrites everything. The crash tests and the simulator run the
+//! production `LedgerStore` (its index too is on the simulated disk now); this store is
+//! left for unit tests that need a store without entry logs.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -38,7 +38,7 @@ pub struct StoredLedger {
 
 /// The ledger store under the journal (entry logs, index, write cache): its writes are
 /// durable only once `flush` returns Ok. Implemented by `LedgerStore`; a small
-/// file-backed store in `mem_store` serves the crash tests.
+/// file-backed store in `mem_store` serves unit tests of stores without entry logs.
 pub trait LedgerBackend: Send + Sync + 'static {
     /// Stores an entry; readable at once; idempotent (replay puts entries again).
     fn put_entry(&self, ledger: i64, entry: i64, data: Bytes) -> Result<(), BackendError>;
@@ -102,6 +102,10 @@ pub trait LedgerBackend: Send + Sync + 'static {
     ) -> Result<crate::ledger_store::CompactionStats, BackendError> {
         Ok(crate::ledger_store::CompactionStats::default())
     }
+    /// Sets the store's negative controls (see [`crate::negative`]); never outside a
+    /// test. The default has none.
+    #[doc(hidden)]
+    fn set_negative_controls_for_tests(&self, _c: crate::NegativeControls) {}
 }
 
 /// What ReadLac answers: the explicit LAC body and the last entry, each if present,
@@ -137,6 +141,8 @@ pub(crate) struct Inner {
     pub(crate) checkpoint_wakeups: std::sync::atomic::AtomicU64,
     /// Checkpoints completed since open.
     pub(crate) checkpoints: std::sync::atomic::AtomicU64,
+    /// Negative control (`NegativeControls::delete_journal_before_flush`).
+    pub(crate) delete_journal_before_flush_for_tests: std::sync::atomic::AtomicBool,
     pub(crate) stop_cv: Condvar,
     pub(crate) config: StorageConfig,
     pub(crate) env: Env,
@@ -189,6 +195,7 @@ impl Storage {
             checkpoint_requested: std::sync::atomic::AtomicBool::new(false),
             checkpoints: std::sync::atomic::AtomicU64::new(0),
             checkpoint_wakeups: std::sync::atomic::AtomicU64::new(0),
+            delete_journal_before_flush_for_tests: std::sync::atomic::AtomicBool::new(false),
             stop_cv: Condvar::new(),
             config,
             env: env.clone(),
@@ -211,6 +218,23 @@ impl Storage {
             checkpointer: Mutex::new(checkpointer),
             replay,
         })
+    }
+
+    /// Sets the engine's and its ledger store's negative controls (see
+    /// [`crate::negative`]); never outside a test.
+    #[doc(hidden)]
+    pub fn set_negative_controls_for_tests(&self, c: crate::NegativeControls) {
+        self.inner.delete_journal_before_flush_for_tests.store(
+            c.delete_journal_before_flush,
+            std::sync::atomic::Ordering::Relaxed,
+        );
+        self.inner.store.set_negative_controls_for_tests(c);
+    }
+
+    /// Bytes put into the ledger store since its last flush started (what the next
+    /// checkpoint writes), for callers that decide when to checkpoint themselves.
+    pub fn unflushed_bytes(&self) -> u64 {
+        self.inner.store.unflushed_bytes()
     }
 
     /// What start-up replay found.
@@ -702,6 +726,10 @@ impl LedgerBackend for crate::ledger_store::LedgerStore {
         Ok(crate::ledger_store::LedgerStore::compact(
             self, threshold, limits,
         )?)
+    }
+
+    fn set_negative_controls_for_tests(&self, c: crate::NegativeControls) {
+        crate::ledger_store::LedgerStore::set_negative_controls_for_tests(self, c)
     }
 }
 

@@ -5,8 +5,9 @@
 //! takes a crash image before every disk operation. Each image is restarted and
 //! checked: every write whose callback said Ok before the image was taken must be
 //! back (adds byte for byte, fences, master keys, explicit LACs). The ledger store
-//! under the journal is `MemLedgerStore`, whose file lives on the same simulated disk,
-//! so one image captures journal, marks and store consistently.
+//! under the journal is the production `LedgerStore` (entry logs of 2 KiB, so they roll
+//! often, and the redb index), all on the same simulated disk, so one image captures
+//! journal, marks, entry logs and index consistently.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -16,7 +17,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use folio_env::sim::{CrashMode, Fault, SimFileSystem};
 use folio_env::{Env, FileSystem, Rng, SystemClock, SystemRng};
-use folio_storage::mem_store::MemLedgerStore;
+use folio_storage::ledger_store::{LedgerStore, LedgerStoreConfig};
 use folio_storage::{JournalConfig, Storage, StorageConfig, StorageError};
 use parking_lot::Mutex;
 
@@ -59,8 +60,12 @@ fn config_io(unsafe_ack: bool, flush_interval: Duration, direct_io: bool) -> Sto
 fn open(fs: &SimFileSystem, cfg: StorageConfig) -> Result<Storage, String> {
     fs.create_dir_all(Path::new("/data"))
         .map_err(|e| e.to_string())?;
-    let store = MemLedgerStore::open(Arc::new(fs.clone()), Path::new("/data/store"))
-        .map_err(|e| format!("store: {e}"))?;
+    let mut store_cfg =
+        LedgerStoreConfig::new(vec![PathBuf::from("/data")], PathBuf::from("/data/index"));
+    store_cfg.journal_dirs = cfg.journal.dirs.clone();
+    store_cfg.entry_log_size_limit = 2048;
+    store_cfg.write_cache_bytes = 1 << 20;
+    let store = LedgerStore::open(&env(fs), store_cfg).map_err(|e| format!("store: {e}"))?;
     Storage::open(&env(fs), cfg, Arc::new(store)).map_err(|e| format!("storage: {e}"))
 }
 
@@ -408,7 +413,14 @@ fn periodic_checkpoints_during_the_workload_keep_everything() {
 #[test]
 fn after_a_failed_fsync_nothing_more_is_acknowledged() {
     let total = workload_ops(3, 150);
-    for after in [total / 10, total / 3, total * 2 / 3] {
+    // Aimed inside the workload, past the open (creating the index takes syncs too).
+    let opened = {
+        let fs = SimFileSystem::new();
+        open(&fs, config(false, Duration::ZERO)).unwrap().shutdown();
+        fs.ops()
+    };
+    let work = total - opened;
+    for after in [opened + work / 10, opened + work / 3, opened + work * 2 / 3] {
         let fs = SimFileSystem::new();
         fs.capture_every_op(CrashMode::Torn { seed: after });
         fs.inject(Fault::SyncEio { after_ops: after });

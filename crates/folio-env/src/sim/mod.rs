@@ -1,7 +1,11 @@
 //! The simulated disk: a `FileSystem` that remembers what a power loss would keep.
 //!
 //! Every file (an inode) has a *live* image, what reads see, and a *durable* image,
-//! what survives a crash. `sync_data` copies the live image to the durable one.
+//! what survives a crash. `sync_data` applies the writes issued since the last sync to
+//! the durable image. A failed `sync_data` drops those writes for good, as Linux does
+//! since 4.13: the error is reported once, the dirty pages are marked clean, and a later
+//! successful fsync does not write them (reads still see them, from the page cache,
+//! until a crash).
 //! Directory entries follow the same rule one level up: a create, rename or remove
 //! changes the live namespace at once and the durable namespace only when the
 //! parent directory is synced with `sync_dir`. Directories themselves are treated
@@ -29,8 +33,9 @@ use crate::fs::{DiskSpace, File, FileLock, FileSystem, OpenOptions};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Fault {
     /// The first `sync_data` or `sync_dir` at or after the point fails with EIO and
-    /// makes nothing durable. Later syncs succeed again (as on Linux, where the
-    /// error is reported once and the dirty pages may be dropped).
+    /// makes nothing durable. Later syncs succeed again, but a failed `sync_data`'s
+    /// writes never become durable (as on Linux, where the error is reported once and
+    /// the dirty pages are dropped): only writes issued after it do.
     SyncEio { after_ops: u64 },
     /// Every write or extension at or after the point fails with ENOSPC, until
     /// [`SimFileSystem::clear_faults`].
@@ -57,7 +62,8 @@ enum PendingOp {
 struct Inode {
     live: Vec<u8>,
     durable: Vec<u8>,
-    /// Operations since the last successful sync, in order, for torn crashes.
+    /// Operations since the last sync (successful or failed), in order: what the next
+    /// successful sync makes durable, and what a torn crash keeps a prefix of.
     pending: Vec<PendingOp>,
 }
 
@@ -77,6 +83,9 @@ struct State {
     /// Take a crash image before every operation (for crash-at-every-step tests).
     capture: Option<CrashMode>,
     captures: Vec<(u64, SimFileSystem)>,
+    /// A planned power cut ([`SimFileSystem::plan_power_cut`]) and the image it took.
+    cut: Option<PlannedCut>,
+    cut_image: Option<(u64, SimFileSystem)>,
     /// Paths locked with `lock_exclusive` (in memory only: a crash image has none, as
     /// a dead process holds no locks).
     locks: BTreeSet<PathBuf>,
@@ -100,8 +109,49 @@ pub struct DroppedRange {
     pub durable: bool,
 }
 
+/// Where a planned power cut lands, counted from the plan.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CutAt {
+    /// Just before the n-th mutating operation (0: the next one).
+    Op(u64),
+    /// Just before the n-th `sync_data` or `sync_dir` (0: the next one): a power cut
+    /// while an fsync waits, where one most often lands (the fsync is the slow part).
+    Sync(u64),
+}
+
+#[derive(Debug, Clone, Copy)]
+struct PlannedCut {
+    at: CutAt,
+    mode: CrashMode,
+    start_ops: u64,
+    syncs_seen: u64,
+}
+
 impl State {
     fn tick(&mut self) {
+        self.tick_op(false)
+    }
+
+    /// Counts one mutating operation (`sync`: it is a sync), first taking the images
+    /// asked for just before it.
+    fn tick_op(&mut self, sync: bool) {
+        if let Some(mut plan) = self.cut {
+            let now = match plan.at {
+                CutAt::Op(n) => self.ops - plan.start_ops == n,
+                CutAt::Sync(n) if sync => {
+                    plan.syncs_seen += 1;
+                    plan.syncs_seen == n + 1
+                }
+                CutAt::Sync(_) => false,
+            };
+            if now {
+                let image = crash_image(self, plan.mode);
+                self.cut_image = Some((self.ops, image));
+                self.cut = None;
+            } else {
+                self.cut = Some(plan);
+            }
+        }
         if let Some(mode) = self.capture {
             let mode = match mode {
                 CrashMode::Clean => CrashMode::Clean,
@@ -285,6 +335,29 @@ impl SimFileSystem {
         std::mem::take(&mut s.captures)
     }
 
+    /// Plans a power cut: the crash image (torn as `mode` says) just before the
+    /// operation `at` names, counted from now; one image, so it costs one copy of the
+    /// disk where [`SimFileSystem::capture_every_op`] costs one per operation.
+    pub fn plan_power_cut(&self, at: CutAt, mode: CrashMode) {
+        let mut s = self.state.lock();
+        let start_ops = s.ops;
+        s.cut = Some(PlannedCut {
+            at,
+            mode,
+            start_ops,
+            syncs_seen: 0,
+        });
+        s.cut_image = None;
+    }
+
+    /// Ends the planned power cut: the image it took, labelled with the operations
+    /// completed then, or None if the operation it named never came.
+    pub fn take_power_cut(&self) -> Option<(u64, SimFileSystem)> {
+        let mut s = self.state.lock();
+        s.cut = None;
+        s.cut_image.take()
+    }
+
     fn with_inode<T>(
         &self,
         ino: u64,
@@ -463,11 +536,13 @@ impl File for SimFile {
         let delay = self.fs.state.lock().sync_delay;
         let hint = self.path.display().to_string();
         let r = self.fs.with_inode(self.ino, |s, ino| {
-            s.tick();
+            s.tick_op(true);
             if s.take_sync_fault() {
                 s.failed_syncs += 1;
                 // As with Linux writeback errors: the error is reported once and the
-                // unsynced data may never reach the disk.
+                // writes it covered never reach the disk, not even at a later
+                // successful sync (the pages were marked clean); the live image keeps
+                // them, as the page cache does.
                 let node = s.inodes.get_mut(&ino).expect("checked");
                 node.pending.clear();
                 return Err(io::Error::other(format!(
@@ -476,8 +551,16 @@ impl File for SimFile {
             }
             s.syncs += 1;
             let node = s.inodes.get_mut(&ino).expect("checked");
-            node.durable.clone_from(&node.live);
-            node.pending.clear();
+            // Only the writes since the last sync: after a failed one the durable image
+            // and the live one differ for good where its writes were dropped.
+            for op in std::mem::take(&mut node.pending) {
+                match op {
+                    PendingOp::Write { offset, data } => {
+                        write_into(&mut node.durable, offset, &data)
+                    }
+                    PendingOp::SetLen(len) => node.durable.resize(len as usize, 0),
+                }
+            }
             Ok(())
         });
         // The slow part comes after what the call made durable was fixed: writes issued
@@ -649,7 +732,7 @@ impl FileSystem for SimFileSystem {
                 ),
             ));
         }
-        s.tick();
+        s.tick_op(true);
         if s.take_sync_fault() {
             s.failed_syncs += 1;
             return Err(io::Error::other(format!(
@@ -855,6 +938,66 @@ mod tests {
         assert_eq!(
             fs.crash(CrashMode::Clean).read_file(&p("/d/a")).unwrap(),
             b"kept"
+        );
+    }
+
+    /// Linux since 4.13: the writes a failed fsync covered are dropped for good. A later
+    /// successful fsync makes only what was written after the failure durable; reads
+    /// still see the dropped bytes (the page cache) until a crash.
+    /// A planned power cut takes the image just before the operation it names: the n-th
+    /// from the plan, or the n-th sync.
+    #[test]
+    fn a_planned_power_cut_keeps_what_was_durable_before_that_operation() {
+        let run = |at| {
+            let fs = setup();
+            let f = fs.open(&p("/d/a"), OpenOptions::create_new()).unwrap();
+            fs.sync_dir(&p("/d")).unwrap();
+            fs.plan_power_cut(at, CrashMode::Clean);
+            // Operations 0 (write), 1 (sync), 2 (write), 3 (sync).
+            f.write_all_at(b"one", 0).unwrap();
+            f.sync_data().unwrap();
+            f.write_all_at(b"two", 3).unwrap();
+            f.sync_data().unwrap();
+            fs.take_power_cut()
+                .map(|(ops, img)| (ops, img.read_file(&p("/d/a")).unwrap()))
+        };
+        let base = {
+            let fs = setup();
+            fs.open(&p("/d/a"), OpenOptions::create_new()).unwrap();
+            fs.sync_dir(&p("/d")).unwrap();
+            fs.ops()
+        };
+        assert_eq!(run(CutAt::Op(1)), Some((base + 1, b"".to_vec())));
+        assert_eq!(run(CutAt::Op(2)), Some((base + 2, b"one".to_vec())));
+        assert_eq!(run(CutAt::Sync(0)), Some((base + 1, b"".to_vec())));
+        assert_eq!(run(CutAt::Sync(1)), Some((base + 3, b"one".to_vec())));
+        assert_eq!(run(CutAt::Op(9)), None, "only four operations");
+    }
+
+    #[test]
+    fn a_failed_fsync_drops_its_writes_for_good() {
+        let fs = setup();
+        let f = fs.open(&p("/d/a"), OpenOptions::create_new()).unwrap();
+        fs.sync_dir(&p("/d")).unwrap();
+        f.write_all_at(b"base", 0).unwrap();
+        f.sync_data().unwrap();
+        f.write_all_at(b"LOST", 4).unwrap();
+        fs.inject(Fault::SyncEio { after_ops: 0 });
+        assert!(f.sync_data().is_err());
+        f.write_all_at(b"next", 8).unwrap();
+        f.sync_data().unwrap();
+        assert_eq!(fs.read_file(&p("/d/a")).unwrap(), b"baseLOSTnext");
+        assert_eq!(
+            fs.crash(CrashMode::Clean).read_file(&p("/d/a")).unwrap(),
+            b"base\0\0\0\0next",
+            "the failed fsync's write must not become durable"
+        );
+        // Written again after the failure, it is durable at the next sync.
+        f.write_all_at(b"LOST", 4).unwrap();
+        f.sync_data().unwrap();
+        assert_eq!(
+            fs.crash(CrashMode::Clean).read_file(&p("/d/a")).unwrap(),
+            b"baseLOSTnext"
         );
     }
 

@@ -57,6 +57,9 @@ pub struct EntryLogs {
     writers: Mutex<Writers>,
     /// Every known log file (open lazily), by log id.
     files: RwLock<HashMap<u64, LogFile>>,
+    /// Negative control (`NegativeControls::skip_entry_log_sync`): `sync` writes the
+    /// buffers but skips the fdatasync.
+    pub(crate) skip_sync_for_tests: std::sync::atomic::AtomicBool,
 }
 
 struct Writers {
@@ -127,6 +130,7 @@ impl EntryLogs {
                 next_log_id: max_id.map_or(0, |m| m + 1),
             }),
             files: RwLock::new(files),
+            skip_sync_for_tests: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -176,9 +180,16 @@ impl EntryLogs {
 
     /// Makes every record appended so far durable (rotated files were synced at close).
     pub fn sync(&self) -> Result<(), LedgerStoreError> {
+        let skip = self
+            .skip_sync_for_tests
+            .load(std::sync::atomic::Ordering::Relaxed);
         let mut w = self.writers.lock();
         for writer in w.current.values_mut() {
-            writer.sync()?;
+            if skip {
+                writer.write_buffer()?;
+            } else {
+                writer.sync()?;
+            }
         }
         Ok(())
     }

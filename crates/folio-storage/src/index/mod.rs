@@ -2,16 +2,18 @@
 //! per-ledger state (fenced, master key, explicit LAC, last entry, deleted).
 //!
 //! It is a redb database (a copy-on-write B-tree; see docs/formats/index.md for why redb
-//! and not fjall, with benchmark figures). redb opens its own file, so the index does
-//! not go through `folio_env::FileSystem` and the simulated disk cannot fault it; only
-//! its directory is created through the seam. Every change is made by [`LedgerIndex::commit`],
+//! and not fjall, with benchmark figures), opened through [`backend::EnvFileBackend`] on
+//! the `Env`'s `FileSystem`, so the simulated disk's crashes and faults reach the index as
+//! they reach the journal and the entry logs. Every change is made by [`LedgerIndex::commit`],
 //! one durable write transaction, which `LedgerStore::flush` calls after the entry logs
 //! are synced, so the index never points at bytes that could vanish in a crash.
 
+pub mod backend;
 pub mod codec;
 
 use std::path::{Path, PathBuf};
 
+use folio_env::{FileSystem, OpenOptions};
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 
 pub use codec::LedgerInfo;
@@ -64,12 +66,68 @@ pub struct LedgerIndex {
 }
 
 impl LedgerIndex {
-    /// Opens (or creates) the index in `dir` (which must exist).
-    pub fn open(dir: &Path) -> Result<LedgerIndex, LedgerStoreError> {
+    /// Opens (or creates) the index in `dir` (which must exist) on `fs`.
+    ///
+    /// A new index is made under a temporary name and renamed into place (then the
+    /// directory synced) only once redb has initialized it and its first commit is
+    /// durable: redb's initialization is not atomic (it sizes the file and syncs before
+    /// it writes its header), so a power cut in the middle would otherwise leave a
+    /// non-empty file without redb's header, which no restart could open (the crash
+    /// tests found it). A crash before the rename leaves only the temporary file, and
+    /// the next open starts over. An empty index file (left by an older build's crash
+    /// while creating it) counts as none.
+    pub fn open(fs: &dyn FileSystem, dir: &Path) -> Result<LedgerIndex, LedgerStoreError> {
         let path = dir.join(INDEX_FILE);
-        let db = Database::create(&path).map_err(|e| index_error(&path, e.into()))?;
+        let named = path.clone();
+        let io_err = |op: &str, e: std::io::Error| match e.kind() {
+            std::io::ErrorKind::StorageFull => LedgerStoreError::NoSpace {
+                dir: dir.to_path_buf(),
+                source: e,
+            },
+            _ => LedgerStoreError::Index {
+                path: named.clone(),
+                reason: format!("{op}: {e}"),
+            },
+        };
+        let exists = fs.exists(&path)
+            && fs
+                .open(&path, OpenOptions::read())
+                .and_then(|f| f.len())
+                .map_err(|e| io_err("open", e))?
+                > 0;
+        if exists {
+            let file = fs
+                .open(&path, OpenOptions::write_create())
+                .map_err(|e| io_err("open", e))?;
+            let db = redb::Builder::new()
+                .create_with_backend(backend::EnvFileBackend::new(file, &path))
+                .map_err(|e| index_error(&path, e.into()))?;
+            let index = LedgerIndex { db, path };
+            index.check_version()?;
+            return Ok(index);
+        }
+        let tmp = dir.join(format!("{INDEX_FILE}.new"));
+        let file = fs
+            .open(
+                &tmp,
+                OpenOptions {
+                    write: true,
+                    create: true,
+                    truncate: true,
+                    ..Default::default()
+                },
+            )
+            .map_err(|e| io_err("create", e))?;
+        // redb writes through the handle, whatever the file's name is later.
+        let db = redb::Builder::new()
+            .create_with_backend(backend::EnvFileBackend::new(file, &path))
+            .map_err(|e| index_error(&path, e.into()))?;
         let index = LedgerIndex { db, path };
         index.check_version()?;
+        fs.rename(&tmp, &index.path)
+            .map_err(|e| io_err("rename the new index into place", e))?;
+        fs.sync_dir(dir)
+            .map_err(|e| crate::ledger_store::io_error("sync directory", dir, dir, None, e))?;
         Ok(index)
     }
 
@@ -333,7 +391,7 @@ mod tests {
     fn commit_get_scan_and_reopen() {
         let d = tempfile::tempdir().unwrap();
         {
-            let idx = LedgerIndex::open(d.path()).unwrap();
+            let idx = LedgerIndex::open(&folio_env::RealFileSystem, d.path()).unwrap();
             assert_eq!(idx.get(1, 0).unwrap(), None);
             let info = LedgerInfo {
                 fenced: true,
@@ -356,7 +414,7 @@ mod tests {
             assert_eq!(idx.entry_ids(1).unwrap(), vec![0, 2]);
             assert_eq!(idx.ledger_infos().unwrap(), vec![(1, info)]);
         }
-        let idx = LedgerIndex::open(d.path()).unwrap();
+        let idx = LedgerIndex::open(&folio_env::RealFileSystem, d.path()).unwrap();
         assert_eq!(idx.get(2, 0).unwrap(), Some(loc(5)));
         assert_eq!(idx.entry_ids(0).unwrap(), vec![9]);
         assert_eq!(idx.ledger_infos().unwrap()[0].1.last_entry_id, Some(2));
@@ -365,7 +423,7 @@ mod tests {
     #[test]
     fn delete_removes_only_that_ledgers_entries() {
         let d = tempfile::tempdir().unwrap();
-        let idx = LedgerIndex::open(d.path()).unwrap();
+        let idx = LedgerIndex::open(&folio_env::RealFileSystem, d.path()).unwrap();
         idx.commit(&IndexBatch {
             locations: vec![(1, 0, loc(0)), (1, 1, loc(1)), (2, 0, loc(2))],
             ..Default::default()
@@ -391,7 +449,7 @@ mod tests {
     #[test]
     fn relocate_moves_only_entries_still_at_their_old_location() {
         let d = tempfile::tempdir().unwrap();
-        let idx = LedgerIndex::open(d.path()).unwrap();
+        let idx = LedgerIndex::open(&folio_env::RealFileSystem, d.path()).unwrap();
         idx.commit(&IndexBatch {
             locations: vec![
                 (1, 0, loc(1)),
@@ -453,7 +511,7 @@ mod tests {
     fn a_log_is_recorded_as_compacted_only_when_an_entry_moves_out_of_it() {
         let d = tempfile::tempdir().unwrap();
         {
-            let idx = LedgerIndex::open(d.path()).unwrap();
+            let idx = LedgerIndex::open(&folio_env::RealFileSystem, d.path()).unwrap();
             idx.commit(&IndexBatch {
                 locations: vec![(1, 0, loc(3)), (1, 1, loc(4))],
                 ..Default::default()
@@ -474,11 +532,120 @@ mod tests {
             idx.relocate(&[mv(1, loc(4), loc(9))]).unwrap();
             assert_eq!(idx.compacted_logs().unwrap(), vec![3, 4]);
         }
-        let idx = LedgerIndex::open(d.path()).unwrap();
+        let idx = LedgerIndex::open(&folio_env::RealFileSystem, d.path()).unwrap();
         assert_eq!(idx.compacted_logs().unwrap(), vec![3, 4], "durable");
         idx.forget_compacted_log(3).unwrap();
         idx.forget_compacted_log(77).unwrap();
         assert_eq!(idx.compacted_logs().unwrap(), vec![4]);
+    }
+
+    /// Index files written before the index went through the `FileSystem` seam were
+    /// opened by redb's own `FileBackend` (`Database::create(path)`): the bytes are the
+    /// same, so such a file opens through `EnvFileBackend` with everything in it.
+    #[test]
+    fn an_index_written_by_redbs_own_file_backend_opens_through_the_seam() {
+        let d = tempfile::tempdir().unwrap();
+        let path = d.path().join(INDEX_FILE);
+        let info = LedgerInfo {
+            fenced: true,
+            master_key: Some(Bytes::from_static(b"key")),
+            last_entry_id: Some(1),
+            ..Default::default()
+        };
+        {
+            // What `LedgerIndex::open` did before: redb opens the real file itself.
+            let db = Database::create(&path).unwrap();
+            let old = LedgerIndex {
+                db,
+                path: path.clone(),
+            };
+            old.check_version().unwrap();
+            old.commit(&IndexBatch {
+                locations: vec![(7, 0, loc(3)), (7, 1, loc(4))],
+                ledgers: vec![(7, info.clone())],
+                deleted: vec![],
+            })
+            .unwrap();
+            old.relocate(&[Relocation {
+                ledger: 7,
+                entry: 1,
+                from: loc(4),
+                to: loc(9),
+            }])
+            .unwrap();
+        }
+        let idx = LedgerIndex::open(&folio_env::RealFileSystem, d.path()).unwrap();
+        assert_eq!(idx.get(7, 0).unwrap(), Some(loc(3)));
+        assert_eq!(idx.get(7, 1).unwrap(), Some(loc(9)));
+        assert_eq!(idx.entry_ids(7).unwrap(), vec![0, 1]);
+        assert_eq!(idx.ledger_infos().unwrap(), vec![(7, info)]);
+        assert_eq!(idx.compacted_logs().unwrap(), vec![4]);
+        // And it stays writable.
+        idx.commit(&IndexBatch {
+            locations: vec![(7, 2, loc(5))],
+            ..Default::default()
+        })
+        .unwrap();
+        assert_eq!(idx.entry_ids(7).unwrap(), vec![0, 1, 2]);
+    }
+
+    /// On the simulated disk a commit is durable exactly when redb's syncs say: a crash
+    /// image after `commit` returned has it, one taken before the commit does not, and a
+    /// torn image of a commit in progress opens to one of the two states (redb's
+    /// recovery), never to an error.
+    #[test]
+    fn commits_on_the_simulated_disk_survive_crashes_and_torn_ones_roll_back() {
+        use folio_env::sim::{CrashMode, SimFileSystem};
+        let fs = SimFileSystem::new();
+        let dir = Path::new("/index");
+        fs.create_dir_all(dir).unwrap();
+        let idx = LedgerIndex::open(&fs, dir).unwrap();
+        idx.commit(&IndexBatch {
+            locations: vec![(1, 0, loc(1))],
+            ..Default::default()
+        })
+        .unwrap();
+        let before = fs.crash(CrashMode::Clean);
+        fs.capture_every_op(CrashMode::Torn { seed: 7 });
+        idx.commit(&IndexBatch {
+            locations: vec![(1, 1, loc(2))],
+            ..Default::default()
+        })
+        .unwrap();
+        let during = fs.take_captures();
+        let after = fs.crash(CrashMode::Clean);
+        assert!(!during.is_empty());
+        let reopen =
+            |img: &SimFileSystem| LedgerIndex::open(img, dir).unwrap().entry_ids(1).unwrap();
+        assert_eq!(reopen(&before), vec![0]);
+        assert_eq!(reopen(&after), vec![0, 1]);
+        for (ops, img) in &during {
+            let ids = reopen(img);
+            assert!(ids == vec![0] || ids == vec![0, 1], "at op {ops}: {ids:?}");
+        }
+    }
+
+    /// A power cut anywhere inside the creation of a new index leaves a disk on which
+    /// the index opens (empty), never a file redb cannot read. (redb sizes and syncs its
+    /// file before it writes its header: created in place, an image after that sync
+    /// failed with "Not a redb database".)
+    #[test]
+    fn a_crash_while_the_index_is_created_leaves_one_that_opens() {
+        use folio_env::sim::{CrashMode, SimFileSystem};
+        for mode in [CrashMode::Clean, CrashMode::Torn { seed: 3 }] {
+            let fs = SimFileSystem::new();
+            let dir = Path::new("/index");
+            fs.create_dir_all(dir).unwrap();
+            fs.capture_every_op(mode);
+            drop(LedgerIndex::open(&fs, dir).unwrap());
+            let images = fs.take_captures();
+            assert!(images.len() > 3, "{} operations", images.len());
+            for (ops, img) in images {
+                let idx = LedgerIndex::open(&img, dir)
+                    .unwrap_or_else(|e| panic!("{mode:?}, crash before op {ops}: {e}"));
+                assert_eq!(idx.ledger_infos().unwrap(), vec![]);
+            }
+        }
     }
 
     #[test]
@@ -487,7 +654,9 @@ mod tests {
         folio_env::RealFileSystem
             .write_file_atomic(&d.path().join(INDEX_FILE), &[0x5a; 8192])
             .unwrap();
-        let e = LedgerIndex::open(d.path()).err().unwrap();
+        let e = LedgerIndex::open(&folio_env::RealFileSystem, d.path())
+            .err()
+            .unwrap();
         assert!(e.to_string().contains(INDEX_FILE), "{e}");
     }
 }

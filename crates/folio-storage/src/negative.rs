@@ -1,0 +1,23 @@
+//! Negative controls: switches that break one durability rule of the storage engine on
+//! purpose, so that a test (the simulator, the crash tests) can show its checker sees the
+//! break. Each is off by default and set only through a `set_negative_controls_for_tests`
+//! call (on `Storage`, `LedgerStore` or the bookie's `EngineStorage`); no configuration
+//! file or flag reaches them. Never set one outside a test.
+
+/// Which rules to break.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NegativeControls {
+    /// The entry logs' fdatasync is skipped (their buffers are still written): a
+    /// checkpoint then moves the journal mark and deletes journal files whose entries are
+    /// durable nowhere. (Rotation's sync of a finished log stays.)
+    pub skip_entry_log_sync: bool,
+    /// A flush commits the index before it fdatasyncs the entry logs, and compaction
+    /// points the index at its copies before it fdatasyncs them: a crash in between
+    /// leaves an index pointing at bytes that never reached the disk.
+    pub index_before_entry_log_sync: bool,
+    /// A checkpoint persists the journal marks, deleting the journal files wholly before
+    /// them, before it flushes the ledger store: the deleted files' entries are then
+    /// durable nowhere until the flush's fdatasync.
+    pub delete_journal_before_flush: bool,
+}
