@@ -34,6 +34,15 @@ struct Cli {
     #[command(flatten)]
     tls: client_tls::TlsArgs,
 
+    /// Log level on stderr (error, warn, info, debug, trace); FOLIO_LOG, a full filter such as
+    /// "folio_bookie=debug,info", wins. Default: warn for servers, error for client commands.
+    #[arg(long, global = true, value_name = "LEVEL", env = "FOLIO_LOG_LEVEL")]
+    log_level: Option<tracing::Level>,
+
+    /// Log format on stderr: text, or json (one object per line, for log shippers).
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text, env = "FOLIO_LOG_FORMAT")]
+    log_format: LogFormat,
+
     #[command(subcommand)]
     command: Command,
 }
@@ -55,6 +64,42 @@ enum Command {
     Shell(shell::ShellArgs),
     /// Benchmarks: throughput and latency percentiles (DESIGN.md section 7).
     Bench(bench::BenchArgs),
+    /// Print a shell completion script: folio completions bash|zsh|fish|elvish|powershell.
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff) of folio, or of one subcommand: folio man [SUBCOMMAND].
+    Man { subcommand: Option<String> },
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+/// Generated from the same definition the parser uses, so they never drift.
+fn completions(shell: clap_complete::Shell) -> anyhow::Result<()> {
+    use clap::CommandFactory;
+    clap_complete::generate(shell, &mut Cli::command(), "folio", &mut std::io::stdout());
+    Ok(())
+}
+
+fn man(subcommand: Option<&str>) -> anyhow::Result<()> {
+    use clap::CommandFactory;
+    let root = Cli::command();
+    let page = match subcommand {
+        None => root,
+        Some(name) => root
+            .find_subcommand(name)
+            .cloned()
+            // The page's title; a one-shot command, so the leak is one short string.
+            .map(|c| c.name(&*Box::leak(format!("folio-{name}").into_boxed_str())))
+            .ok_or_else(|| anyhow::anyhow!("no subcommand {name:?} (try `folio --help`)"))?,
+    };
+    clap_mangen::Man::new(page).render(&mut std::io::stdout())?;
+    Ok(())
 }
 
 fn main() {
@@ -65,13 +110,18 @@ fn main() {
         Command::Bookie(_) | Command::Standalone(_) | Command::AutoRecovery(_) => "warn",
         _ => "error",
     };
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("FOLIO_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level)),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    let level = cli
+        .log_level
+        .map_or(default_level.to_string(), |l| l.to_string().to_lowercase());
+    let filter = tracing_subscriber::EnvFilter::try_from_env("FOLIO_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match cli.log_format {
+        LogFormat::Text => logs.init(),
+        LogFormat::Json => logs.json().init(),
+    }
     client_tls::set(cli.tls.clone());
     let result: anyhow::Result<()> = match cli.command {
         Command::Version => {
@@ -84,6 +134,8 @@ fn main() {
         Command::Ledger(args) => ledger_cmd::run(args, cli.metadata.as_deref()),
         Command::Shell(args) => shell::run(args, cli.metadata.as_deref()),
         Command::Bench(args) => bench::run(args, cli.metadata),
+        Command::Completions { shell } => completions(shell),
+        Command::Man { subcommand } => man(subcommand.as_deref()),
     };
     if let Err(e) = result {
         // One line on stderr that names the cause, and a non-zero status (DESIGN.md section 4).
