@@ -53,6 +53,9 @@ fn config(dir: &std::path::Path, id: &str) -> BookieConfig {
         bookie_id: Some(id.to_string()),
         listen_address: "127.0.0.1".into(),
         port: 0,
+        // A nearly full host disk must not make these bookies read-only.
+        disk_usage_threshold: 0.999,
+        disk_usage_lwm_threshold: 0.998,
         ..BookieConfig::default()
     }
 }
@@ -425,6 +428,15 @@ async fn admin_http_endpoint_answers() {
             "bookkeeper_server_READ_ENTRY_REQUEST",
             &["success=\"false\""],
         ),
+        (
+            "bookie_journal_JOURNAL_SYNC",
+            &["success=\"true\"", "quantile=\"0.99\""],
+        ),
+        (
+            "bookie_journal_JOURNAL_ADD_ENTRY_count",
+            &["success=\"true\""],
+        ),
+        ("bookie_journal_JOURNAL_QUEUE_SIZE", &[]),
         ("bookie_SERVER_STATUS", &[" 1"]),
         ("bookie_write_cache_size", &[]),
         ("bookie_JOURNAL_DIRS", &[" 1"]),

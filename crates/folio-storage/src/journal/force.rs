@@ -102,6 +102,11 @@ impl Syncer {
                 }
                 Err(e) => Some(Poison::new("fdatasync", path.clone(), &e)),
             });
+            // BookKeeper's journal op stats (ms, `success`), for its users' dashboards.
+            let took_ms = (self.clock.now() - started).as_secs_f64() * 1e3;
+            let success = if failed.is_none() { "true" } else { "false" };
+            metrics::histogram!("bookie_journal_JOURNAL_SYNC", "success" => success)
+                .record(took_ms);
             if let Some(p) = failed {
                 self.shared.poison_all(&p);
                 fail_jobs(jobs, || p.group_error());
@@ -120,8 +125,13 @@ impl Syncer {
         // Durable now; set before the callbacks, so that whoever a callback wakes sees
         // the position cover its record.
         *self.shared.synced.lock() = end;
+        let now = self.clock.now();
+        let add_entry =
+            metrics::histogram!("bookie_journal_JOURNAL_ADD_ENTRY", "success" => "true");
         for job in &mut jobs {
             for r in job.batch.drain(..) {
+                // From the submit to durable: what an add waits for the journal.
+                add_entry.record(now.saturating_duration_since(r.enqueued).as_secs_f64() * 1e3);
                 if let Some(done) = r.done {
                     done(Ok(()));
                 }

@@ -419,11 +419,14 @@ impl Writer {
                 bytes += r.encoded_len() as u64;
                 self.batch.push(r);
             }
-            if full(bytes, self.batch.len()) || q.shutdown || cfg.flush_when_queue_empty {
-                return true;
-            }
             let now = self.clock.now();
-            if now >= deadline {
+            if full(bytes, self.batch.len())
+                || q.shutdown
+                || cfg.flush_when_queue_empty
+                || now >= deadline
+            {
+                // BookKeeper's gauge: records waiting for the journal thread.
+                metrics::gauge!("bookie_journal_JOURNAL_QUEUE_SIZE").set(q.reqs.len() as f64);
                 return true;
             }
             shared.cv.wait_for(&mut q, deadline - now);
