@@ -170,6 +170,15 @@ enum ShellCommand {
         /// The bookie id (host:port).
         bookie: String,
     },
+    /// Delete a bookie's cookie from the metadata store: cookie_delete <bookie> [-f]. Refused
+    /// while the bookie is registered unless -f (a running bookie would not restart).
+    #[command(name = "cookie_delete")]
+    CookieDelete {
+        /// The bookie id (host:port).
+        bookie: String,
+        #[arg(allow_hyphen_values = true)]
+        flags: Vec<String>,
+    },
 }
 
 /// Runs one shell command against the metadata service `metadata`.
@@ -404,6 +413,28 @@ async fn execute(command: ShellCommand, store: &dyn MetadataStore) -> anyhow::Re
                 Err(e) => return Err(e.into()),
             };
             print!("{}", String::from_utf8_lossy(&cookie.value));
+            Ok(())
+        }
+        ShellCommand::CookieDelete { bookie, flags } => {
+            let force = match flags.as_slice() {
+                [] => false,
+                [f] if f == "-f" || f == "-force" || f == "--force" => true,
+                other => bail!("cookie_delete: unknown flags {other:?} (only -f)"),
+            };
+            let id = folio_types::BookieId::new(bookie.as_str())?;
+            let set = store.list_bookies().await?;
+            if !force && (set.writable.contains(&id) || set.readonly.contains(&id)) {
+                bail!(
+                    "bookie {id} is registered (running): stop it first, or pass -f (it will then refuse to restart until re-formatted)"
+                );
+            }
+            let cookie = match store.read_cookie(&id).await {
+                Ok(c) => c,
+                Err(MetadataError::NotFound { .. }) => bail!("no cookie for bookie {id}"),
+                Err(e) => return Err(e.into()),
+            };
+            store.delete_cookie(&id, cookie.version).await?;
+            println!("Deleted cookie of bookie {id}");
             Ok(())
         }
         // The ledger data commands need a client; `run` sends them to `shell_ledger`.

@@ -124,13 +124,37 @@ fn contract(uri: &str) {
         b"",
     )
     .fails_with("does not exist");
+    // cookie_delete refuses a running bookie's cookie without -f, and deletes a stopped one's.
+    folio_at(uri, &["shell", "cookie_delete", &first], b"").fails_with("is registered");
+    folio_at(uri, &["shell", "cookie_get", &first], b"").ok();
+    folio_at(uri, &["shell", "cookie_delete", "nobody:1"], b"").fails_with("no cookie");
     let meta = folio_at(uri, &["shell", "ledgermetadata", &open], b"")
         .ok()
         .text();
     assert!(meta.contains(&format!("ledgerID: {open}")), "{uri}: {meta}");
+    let mut bookies = bookies;
+    let mut last = bookies.pop().unwrap();
     for b in &bookies {
         b.terminate();
     }
+    last.terminate();
+    last.wait();
+    // Once its registration is gone (the bookie unregisters on SIGTERM), the cookie goes.
+    let last_id = listed.lines().nth(3).unwrap().trim().to_string();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let out = folio_at(uri, &["shell", "cookie_delete", &last_id], b"");
+        if out.status.success() {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{uri}: {}",
+            out.stderr
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    folio_at(uri, &["shell", "cookie_get", &last_id], b"").fails_with("no cookie");
 }
 
 #[test]
