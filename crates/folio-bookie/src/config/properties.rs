@@ -25,6 +25,7 @@ pub(super) const FIELDS: &[(&str, &str)] = &[
     ("advertisedAddress", "advertised_address"),
     ("bookiePort", "port"),
     ("httpServerPort", "http_port"),
+    ("httpServerHost", "http_listen_address"),
     ("journalDirectories", "journal_dirs"),
     ("journalDirectory", "journal_dirs"),
     ("ledgerDirectories", "ledger_dirs"),
