@@ -922,6 +922,26 @@ mod tests {
             e.contains("write_cache_bytes") && e.contains("max_frame_size"),
             "{e}"
         );
+        let e = BookieConfig {
+            max_long_polls_per_connection: 1000,
+            ..base.clone()
+        }
+        .validate()
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("max_long_polls_per_connection")
+                && e.contains("max_pending_requests_per_connection"),
+            "{e}"
+        );
+        let e = BookieConfig {
+            max_long_poll_timeout_ms: 0,
+            ..base.clone()
+        }
+        .validate()
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("max_long_poll_timeout_ms"), "{e}");
         base.validate().unwrap();
     }
 

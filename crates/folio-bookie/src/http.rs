@@ -411,3 +411,16 @@ async fn bookie_info(State(s): State<AdminState>) -> Response {
             .into_response(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::same_token;
+
+    #[test]
+    fn tokens_match_only_exactly() {
+        assert!(same_token(b"abc123", b"abc123"));
+        for other in [&b""[..], b"abc12", b"abc1234", b"abc124", b"Abc123"] {
+            assert!(!same_token(other, b"abc123"), "{other:?}");
+        }
+    }
+}
