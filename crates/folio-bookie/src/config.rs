@@ -37,6 +37,10 @@ pub struct BookieConfig {
     /// Folio's own: serve `/api/v1/ledger/read` (any ledger's payloads, opened with the
     /// password kept in the metadata). Off unless set.
     pub http_ledger_read_enabled: bool,
+    /// Folio's own: PEM private key of the admin endpoint; with the certificate, HTTPS.
+    pub http_tls_key_file: Option<PathBuf>,
+    /// Folio's own: PEM certificate chain (leaf first) of the admin endpoint.
+    pub http_tls_certificate_file: Option<PathBuf>,
     pub data_dir: Option<PathBuf>,
     #[serde(
         alias = "journalDirectory",
@@ -179,6 +183,8 @@ impl Default for BookieConfig {
             http_listen_address: "127.0.0.1".to_string(),
             http_auth_token_file: None,
             http_ledger_read_enabled: false,
+            http_tls_key_file: None,
+            http_tls_certificate_file: None,
             data_dir: None,
             journal_dirs: Vec::new(),
             ledger_dirs: Vec::new(),
@@ -270,6 +276,11 @@ http_listen_address = "127.0.0.1"
 # Serve /api/v1/ledger/read, which returns any ledger's payloads (opened with the password
 # kept in the metadata store). Off: 403.
 http_ledger_read_enabled = false
+
+# HTTPS on the admin endpoint: its PEM private key and certificate chain (leaf first), both or
+# neither; reloaded like the bookie port's files (tls_cert_files_refresh_duration_seconds).
+# http_tls_key_file = "/etc/folio/tls/admin.key.pem"
+# http_tls_certificate_file = "/etc/folio/tls/admin.chain.pem"
 
 # One directory for everything: journal in DIR/journal, entry logs in DIR/ledgers, index in
 # DIR/index. The --data-dir flag overrides it. Explicit directories below win over it.
@@ -614,6 +625,13 @@ impl BookieConfig {
                 self.max_frame_size
             )));
         }
+        if self.http_tls_key_file.is_some() != self.http_tls_certificate_file.is_some() {
+            return Err(ConfigError::Invalid(
+                "http_tls_key_file and http_tls_certificate_file go together: set both for \
+                 HTTPS on the admin endpoint, or neither"
+                    .into(),
+            ));
+        }
         if self.max_long_polls_per_connection >= self.max_pending_requests_per_connection {
             return Err(ConfigError::Invalid(format!(
                 "max_long_polls_per_connection ({}) must be below \
@@ -756,6 +774,8 @@ mod tests {
             "advertised_address",
             "http_port",
             "http_auth_token_file",
+            "http_tls_key_file",
+            "http_tls_certificate_file",
             "data_dir",
             "index_dir",
             "rack",

@@ -219,6 +219,13 @@ impl BookieNode {
             ),
             _ => None,
         };
+        let http_tls = match (
+            &config.http_port,
+            crate::tls::ServerTls::for_admin_http(&config)?,
+        ) {
+            (Some(_), Some(tls)) => Some(Arc::new(tls)),
+            _ => None,
+        };
         let http_listener = match config.http_port {
             Some(http_port) => {
                 let addr = http_bind_address(&config.http_listen_address, http_port);
@@ -383,7 +390,7 @@ impl BookieNode {
                     .local_addr()
                     .map(|a| a.to_string())
                     .unwrap_or_default();
-                match crate::http::serve_on(listener, state) {
+                match crate::http::serve_tls_on(listener, state, http_tls.clone()) {
                     Ok(h) => Some(h),
                     Err(source) => {
                         disk_checker.abort();
@@ -418,7 +425,7 @@ impl BookieNode {
                         id: "http".into(),
                         host: host.clone(),
                         port: h.local_addr().port(),
-                        protocol: "http".into(),
+                        protocol: if http_tls.is_some() { "https" } else { "http" }.into(),
                         auth: Vec::new(),
                         extensions: Vec::new(),
                     });

@@ -595,7 +595,11 @@ async fn a_client_holding_thousands_of_long_polls_leaves_reads_to_others_and_fre
         processor.waiting_long_polls() == BOUND
     })
     .await;
-    assert_eq!(processor.pending_reads(), 0, "waiting long polls hold no read slot");
+    assert_eq!(
+        processor.pending_reads(),
+        0,
+        "waiting long polls hold no read slot"
+    );
     // Another client reads, many times more than the read budget, one after the other.
     let mut other = Client::connect(server.local_addr()).await;
     for _ in 0..100 {
