@@ -373,3 +373,105 @@ async fn an_empty_or_missing_token_file_is_a_start_up_error() {
         );
     }
 }
+
+#[path = "../../folio-client/tests/common/tls_certs.rs"]
+mod tls_certs;
+
+/// HTTPS on the admin endpoint: a client trusting the CA gets its answers (the token check
+/// works the same over it); a plaintext request gets no HTTP answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_endpoint_serves_https_with_pem_files() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let dir = tempfile::tempdir().unwrap();
+    let ca = tls_certs::Ca::new("admin-ca");
+    let leaf = ca.issue(tls_certs::LeafSpec {
+        names: &["127.0.0.1"],
+        ..Default::default()
+    });
+    let (chain, key) = leaf.write(dir.path(), "admin");
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, "tok").unwrap();
+    let c = BookieConfig {
+        http_tls_key_file: Some(key),
+        http_tls_certificate_file: Some(chain),
+        http_auth_token_file: Some(token_file),
+        ..config(&dir.path().join("data"), "b:1")
+    };
+    let node = BookieNode::start(&folio_env::Env::real(), c, None)
+        .await
+        .unwrap();
+    let addr = node.http_addr().unwrap();
+
+    let mut roots = rustls::RootCertStore::empty();
+    use rustls_pki_types::pem::PemObject;
+    for cert in rustls_pki_types::CertificateDer::pem_slice_iter(ca.pem.as_bytes()) {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    let client = Arc::new(
+        rustls::ClientConfig::builder()
+            .with_root_certificates(roots)
+            .with_no_client_auth(),
+    );
+    let https = |request: String| {
+        let client = client.clone();
+        async move {
+            let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+            let name = rustls_pki_types::ServerName::try_from("127.0.0.1").unwrap();
+            let mut tls = tokio_rustls::TlsConnector::from(client)
+                .connect(name, tcp)
+                .await
+                .expect("TLS handshake with the admin endpoint");
+            tls.write_all(request.as_bytes()).await.unwrap();
+            let mut text = String::new();
+            tokio::time::timeout(common::PATIENCE, tls.read_to_string(&mut text))
+                .await
+                .expect("an answer")
+                .ok();
+            text
+        }
+    };
+    let get = |path: &str, auth: &str| {
+        format!(
+            "GET {path} HTTP/1.1\r\nHost: b\r\n{auth}Connection: close\r\n\r\n"
+        )
+    };
+    let put = |path: &str, auth: &str| {
+        format!(
+            "PUT {path} HTTP/1.1\r\nHost: b\r\n{auth}Content-Length: 0\r\nConnection: close\r\n\r\n"
+        )
+    };
+    let text = https(get("/heartbeat", "")).await;
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    let text = https(put("/api/v1/bookie/gc", "")).await;
+    assert!(text.starts_with("HTTP/1.1 401"), "{text}");
+    let text = https(put("/api/v1/bookie/gc", "Authorization: Bearer tok\r\n")).await;
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    // Plaintext HTTP to the HTTPS port gets no HTTP answer.
+    let mut plain = tokio::net::TcpStream::connect(addr).await.unwrap();
+    plain
+        .write_all(get("/heartbeat", "").as_bytes())
+        .await
+        .unwrap();
+    let mut text = String::new();
+    let _ = tokio::time::timeout(common::PATIENCE, plain.read_to_string(&mut text)).await;
+    assert!(!text.starts_with("HTTP/1.1 200"), "{text}");
+    // The endpoint still serves TLS clients after that.
+    let text = https(get("/api/v1/bookie/state", "")).await;
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    node.shutdown().await.unwrap();
+}
+
+#[test]
+fn https_needs_both_files() {
+    let c = BookieConfig {
+        data_dir: Some("/d".into()),
+        http_tls_key_file: Some("/k.pem".into()),
+        ..BookieConfig::default()
+    };
+    let e = c.validate().unwrap_err().to_string();
+    assert!(
+        e.contains("http_tls_key_file") && e.contains("http_tls_certificate_file"),
+        "{e}"
+    );
+}
