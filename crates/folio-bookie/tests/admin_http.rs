@@ -432,9 +432,7 @@ async fn the_admin_endpoint_serves_https_with_pem_files() {
         }
     };
     let get = |path: &str, auth: &str| {
-        format!(
-            "GET {path} HTTP/1.1\r\nHost: b\r\n{auth}Connection: close\r\n\r\n"
-        )
+        format!("GET {path} HTTP/1.1\r\nHost: b\r\n{auth}Connection: close\r\n\r\n")
     };
     let put = |path: &str, auth: &str| {
         format!(
