@@ -28,6 +28,19 @@ pub struct BookieConfig {
     pub port: u16,
     #[serde(alias = "httpServerPort")]
     pub http_port: Option<u16>,
+    /// Address the admin HTTP endpoint listens on (loopback unless set). [httpServerHost]
+    #[serde(alias = "httpServerHost")]
+    pub http_listen_address: String,
+    /// Folio's own: a file holding the bearer token that mutating admin requests and ledger
+    /// reads must carry; unset: no token asked.
+    pub http_auth_token_file: Option<PathBuf>,
+    /// Folio's own: serve `/api/v1/ledger/read` (any ledger's payloads, opened with the
+    /// password kept in the metadata). Off unless set.
+    pub http_ledger_read_enabled: bool,
+    /// Folio's own: PEM private key of the admin endpoint; with the certificate, HTTPS.
+    pub http_tls_key_file: Option<PathBuf>,
+    /// Folio's own: PEM certificate chain (leaf first) of the admin endpoint.
+    pub http_tls_certificate_file: Option<PathBuf>,
     pub data_dir: Option<PathBuf>,
     #[serde(
         alias = "journalDirectory",
@@ -70,6 +83,10 @@ pub struct BookieConfig {
     #[serde(alias = "maxPendingReadRequestsPerThread")]
     pub max_pending_reads: usize,
     pub max_pending_requests_per_connection: usize,
+    /// Folio's own: longest a long poll waits, whatever its request asks (ms).
+    pub max_long_poll_timeout_ms: u64,
+    /// Folio's own: long polls one connection may have waiting; beyond, ETOOMANYREQUESTS.
+    pub max_long_polls_per_connection: usize,
     pub max_connections: usize,
     #[serde(alias = "numReadWorkerThreads")]
     pub read_threads: usize,
@@ -163,6 +180,11 @@ impl Default for BookieConfig {
             listen_address: "0.0.0.0".to_string(),
             port: 3181,
             http_port: None,
+            http_listen_address: "127.0.0.1".to_string(),
+            http_auth_token_file: None,
+            http_ledger_read_enabled: false,
+            http_tls_key_file: None,
+            http_tls_certificate_file: None,
             data_dir: None,
             journal_dirs: Vec::new(),
             ledger_dirs: Vec::new(),
@@ -181,6 +203,8 @@ impl Default for BookieConfig {
             max_pending_adds: 10_000,
             max_pending_reads: 10_000,
             max_pending_requests_per_connection: 1_000,
+            max_long_poll_timeout_ms: 60_000,
+            max_long_polls_per_connection: 500,
             max_connections: 4_096,
             read_threads: 8,
             disk_usage_threshold: 0.95,
@@ -238,6 +262,25 @@ port = 3181
 
 # Admin HTTP port (/heartbeat, /metrics, /api/v1/bookie/...); unset = no HTTP server. [httpServerPort]
 # http_port = 8000
+
+# Address the admin HTTP endpoint listens on: loopback unless set ("0.0.0.0" for every
+# interface; then set http_auth_token_file, docs/security.md). [httpServerHost]
+http_listen_address = "127.0.0.1"
+
+# A file holding a bearer token (read at start; surrounding whitespace ignored; an empty or
+# missing file is a start-up error). When set, every PUT/POST/DELETE and /api/v1/ledger/read
+# need "Authorization: Bearer <token>", else 401; /heartbeat, /metrics and the status routes
+# stay open.
+# http_auth_token_file = "/etc/folio/admin-token"
+
+# Serve /api/v1/ledger/read, which returns any ledger's payloads (opened with the password
+# kept in the metadata store). Off: 403.
+http_ledger_read_enabled = false
+
+# HTTPS on the admin endpoint: its PEM private key and certificate chain (leaf first), both or
+# neither; reloaded like the bookie port's files (tls_cert_files_refresh_duration_seconds).
+# http_tls_key_file = "/etc/folio/tls/admin.key.pem"
+# http_tls_certificate_file = "/etc/folio/tls/admin.chain.pem"
 
 # One directory for everything: journal in DIR/journal, entry logs in DIR/ledgers, index in
 # DIR/index. The --data-dir flag overrides it. Explicit directories below win over it.
@@ -305,6 +348,16 @@ max_pending_reads = 10000
 # Requests one connection may have unanswered; beyond it the bookie stops reading that socket
 # until responses drain (backpressure, not an error).
 max_pending_requests_per_connection = 1000
+
+# Longest a long poll (a read with a previous LAC and a timeout, as tailing readers send) waits,
+# in ms, whatever timeout it asks for; then it is answered with the current LAC, as at its own
+# timeout, and the client polls again. A waiting long poll holds no read slot.
+max_long_poll_timeout_ms = 60000
+
+# Long polls one connection may have waiting; more get ETOOMANYREQUESTS. Must be below
+# max_pending_requests_per_connection (each waiting long poll is an unanswered request too).
+# A closed connection's waiting long polls are dropped at once.
+max_long_polls_per_connection = 500
 
 # Connections served at once; further connections are closed at accept.
 max_connections = 4096
@@ -572,6 +625,21 @@ impl BookieConfig {
                 self.max_frame_size
             )));
         }
+        if self.http_tls_key_file.is_some() != self.http_tls_certificate_file.is_some() {
+            return Err(ConfigError::Invalid(
+                "http_tls_key_file and http_tls_certificate_file go together: set both for \
+                 HTTPS on the admin endpoint, or neither"
+                    .into(),
+            ));
+        }
+        if self.max_long_polls_per_connection >= self.max_pending_requests_per_connection {
+            return Err(ConfigError::Invalid(format!(
+                "max_long_polls_per_connection ({}) must be below \
+                 max_pending_requests_per_connection ({}): a connection whose unanswered \
+                 requests are all waiting long polls would stop being read before any is refused",
+                self.max_long_polls_per_connection, self.max_pending_requests_per_connection
+            )));
+        }
         let (t, lwm) = (self.disk_usage_threshold, self.disk_usage_lwm_threshold);
         if !(t > 0.0 && t <= 1.0 && lwm > 0.0 && lwm <= t) {
             return Err(ConfigError::Invalid(format!(
@@ -595,6 +663,14 @@ impl BookieConfig {
                 self.max_pending_requests_per_connection,
             ),
             ("max_connections", self.max_connections),
+            (
+                "max_long_polls_per_connection",
+                self.max_long_polls_per_connection,
+            ),
+            (
+                "max_long_poll_timeout_ms",
+                self.max_long_poll_timeout_ms.min(usize::MAX as u64) as usize,
+            ),
             ("read_threads", self.read_threads),
             ("gc_wait_time_ms", self.gc_wait_time_ms as usize),
         ] {
@@ -697,6 +773,9 @@ mod tests {
             "bookie_id",
             "advertised_address",
             "http_port",
+            "http_auth_token_file",
+            "http_tls_key_file",
+            "http_tls_certificate_file",
             "data_dir",
             "index_dir",
             "rack",
@@ -863,6 +942,26 @@ mod tests {
             e.contains("write_cache_bytes") && e.contains("max_frame_size"),
             "{e}"
         );
+        let e = BookieConfig {
+            max_long_polls_per_connection: 1000,
+            ..base.clone()
+        }
+        .validate()
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("max_long_polls_per_connection")
+                && e.contains("max_pending_requests_per_connection"),
+            "{e}"
+        );
+        let e = BookieConfig {
+            max_long_poll_timeout_ms: 0,
+            ..base.clone()
+        }
+        .validate()
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("max_long_poll_timeout_ms"), "{e}");
         base.validate().unwrap();
     }
 

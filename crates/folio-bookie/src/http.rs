@@ -10,6 +10,13 @@
 //! Errors are JSON `{"error": "..."}` with a status that fits: 400 for a bad parameter, 404
 //! for a missing ledger, 503 when the metadata store cannot be reached.
 //!
+//! Protection (docs/security.md): the endpoint listens on loopback unless
+//! `http_listen_address` says otherwise. With a bearer token ([`AdminState::with_token`],
+//! `http_auth_token_file`), every PUT, POST and DELETE and every `/api/v1/ledger/read` need
+//! `Authorization: Bearer <token>` (compared in constant time), else 401 naming what is
+//! missing; the GET status routes stay open. `/api/v1/ledger/read` answers 403 unless
+//! `http_ledger_read_enabled`.
+//!
 //! `/heartbeat` and `is_ready` tell the truth, as BookKeeper's do: a bookie that cannot take
 //! writes for good (its journal is poisoned by a failed fsync, invariant 9) or that is not
 //! registered (its metadata session was lost, or it has not registered yet) answers 503 with
@@ -25,8 +32,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use axum::Router;
-use axum::extract::State;
-use axum::http::{StatusCode, header};
+use axum::extract::{Request, State};
+use axum::http::{Method, StatusCode, header};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
@@ -87,7 +95,14 @@ pub struct AdminState {
     gc: Option<crate::gc::GcHandle>,
     /// Why the bookie is unhealthy, if it is (`/heartbeat`, `is_ready`).
     health: Option<HealthProbe>,
+    /// The bearer token mutating requests and ledger reads must carry, if one is configured.
+    token: Option<Arc<str>>,
+    /// Whether `/api/v1/ledger/read` is served (`http_ledger_read_enabled`).
+    pub(crate) ledger_read_enabled: bool,
 }
+
+/// The path whose reads need the token like a mutation (it serves ledger payloads).
+pub const LEDGER_READ_PATH: &str = "/api/v1/ledger/read";
 
 /// Says why the bookie is not healthy (poisoned journal, not registered), or `None`.
 pub type HealthProbe = Arc<dyn Fn() -> Option<String> + Send + Sync>;
@@ -106,7 +121,22 @@ impl AdminState {
             session: admin_api::Session::default(),
             gc: None,
             health: None,
+            token: None,
+            ledger_read_enabled: false,
         }
+    }
+
+    /// Requires `Authorization: Bearer <token>` on every PUT, POST and DELETE and on
+    /// `/api/v1/ledger/read`.
+    pub fn with_token(mut self, token: Option<String>) -> Self {
+        self.token = token.map(Arc::from);
+        self
+    }
+
+    /// Serves `/api/v1/ledger/read` (off by default: 403).
+    pub fn with_ledger_read(mut self, enabled: bool) -> Self {
+        self.ledger_read_enabled = enabled;
+        self
     }
 
     /// Answers `/heartbeat` and `is_ready` with 503 and the probe's cause while it has one.
@@ -187,7 +217,86 @@ pub fn router(state: AdminState) -> Router {
         .route("/api/v1/bookie/is_ready", get(is_ready))
         .route("/api/v1/bookie/info", get(bookie_info))
         .merge(admin_api::routes())
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            require_token,
+        ))
         .with_state(state)
+}
+
+/// Reads the admin token from `path`: its content without surrounding whitespace. A missing,
+/// unreadable or empty file is an error naming the file.
+pub fn read_token_file(path: &std::path::Path) -> Result<String, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read http_auth_token_file {}: {e}", path.display()))?;
+    let token = text.trim();
+    if token.is_empty() {
+        return Err(format!(
+            "http_auth_token_file {} is empty: put the admin bearer token in it",
+            path.display()
+        ));
+    }
+    if token.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(format!(
+            "http_auth_token_file {}: the token must be one line without spaces",
+            path.display()
+        ));
+    }
+    Ok(token.to_string())
+}
+
+/// Equal in time independent of where the bytes differ (only the expected length shows).
+fn same_token(given: &[u8], expected: &[u8]) -> bool {
+    let mut diff = u8::from(given.len() != expected.len());
+    for (i, e) in expected.iter().enumerate() {
+        diff |= e ^ given.get(i).copied().unwrap_or(0);
+    }
+    std::hint::black_box(diff) == 0
+}
+
+/// With a token configured, mutating requests and ledger reads must carry it.
+async fn require_token(State(s): State<AdminState>, request: Request, next: Next) -> Response {
+    let Some(expected) = &s.token else {
+        return next.run(request).await;
+    };
+    let guarded = !matches!(
+        *request.method(),
+        Method::GET | Method::HEAD | Method::OPTIONS
+    ) || request.uri().path() == LEDGER_READ_PATH;
+    if !guarded {
+        return next.run(request).await;
+    }
+    let what = format!("{} {}", request.method(), request.uri().path());
+    let given = match request.headers().get(header::AUTHORIZATION) {
+        None => {
+            return unauthorized(format!(
+                "{what} needs an Authorization: Bearer <token> header (http_auth_token_file is set)"
+            ));
+        }
+        Some(v) => v.as_bytes(),
+    };
+    let Some(token) = given
+        .strip_prefix(b"Bearer ")
+        .or_else(|| given.strip_prefix(b"bearer "))
+    else {
+        return unauthorized(format!(
+            "{what}: the Authorization header is not a bearer token (expected \"Bearer <token>\")"
+        ));
+    };
+    if !same_token(token, expected.as_bytes()) {
+        return unauthorized(format!("{what}: wrong bearer token"));
+    }
+    next.run(request).await
+}
+
+/// 401 with `{"error": why}` and the scheme the client must use.
+fn unauthorized(why: String) -> Response {
+    let mut r = admin_api::error(StatusCode::UNAUTHORIZED, why);
+    r.headers_mut().insert(
+        header::WWW_AUTHENTICATE,
+        header::HeaderValue::from_static("Bearer realm=\"folio-admin\""),
+    );
+    r
 }
 
 /// Binds `addr` and serves the admin routes.
@@ -201,26 +310,131 @@ pub fn serve_on(
     listener: tokio::net::TcpListener,
     state: AdminState,
 ) -> std::io::Result<HttpHandle> {
+    serve_tls_on(listener, state, None)
+}
+
+/// Serves the admin routes on a bound listener, over HTTPS when `tls` is given.
+pub fn serve_tls_on(
+    listener: tokio::net::TcpListener,
+    state: AdminState,
+    tls: Option<Arc<crate::tls::ServerTls>>,
+) -> std::io::Result<HttpHandle> {
     let local_addr = listener.local_addr()?;
     let (stop, stopped) = oneshot::channel::<()>();
     let shutting_down = state.shutting_down.clone();
     let app = router(state);
-    let task = tokio::spawn(async move {
-        let served = axum::serve(listener, app)
-            .with_graceful_shutdown(async {
-                let _ = stopped.await;
+    let stopped = async {
+        let _ = stopped.await;
+    };
+    let task = match tls {
+        None => tokio::spawn(async move {
+            let served = axum::serve(listener, app)
+                .with_graceful_shutdown(stopped)
+                .await;
+            if let Err(e) = served {
+                warn!("admin HTTP endpoint failed: {e}");
+            }
+        }),
+        Some(tls) => {
+            let listener = TlsListener::start(listener, tls, local_addr);
+            tokio::spawn(async move {
+                let served = axum::serve(listener, app)
+                    .with_graceful_shutdown(stopped)
+                    .await;
+                if let Err(e) = served {
+                    warn!("admin HTTPS endpoint failed: {e}");
+                }
             })
-            .await;
-        if let Err(e) = served {
-            warn!("admin HTTP endpoint failed: {e}");
         }
-    });
+    };
     Ok(HttpHandle {
         local_addr,
         stop,
         shutting_down,
         task,
     })
+}
+
+/// At most this many TLS handshakes of the admin endpoint run at once; further connections
+/// are closed at accept (a peer cannot hold unbounded handshakes).
+const MAX_HANDSHAKES: usize = 256;
+
+/// Hands finished TLS connections to axum. Handshakes run on their own tasks, bounded in
+/// number and in time, so a slow or silent peer delays nobody's accept.
+struct TlsListener {
+    ready: tokio::sync::mpsc::Receiver<(TlsStream, SocketAddr)>,
+    local: SocketAddr,
+    accepting: tokio::task::JoinHandle<()>,
+}
+
+type TlsStream = tokio_rustls::server::TlsStream<tokio::net::TcpStream>;
+
+impl TlsListener {
+    fn start(
+        listener: tokio::net::TcpListener,
+        tls: Arc<crate::tls::ServerTls>,
+        local: SocketAddr,
+    ) -> TlsListener {
+        let (tx, ready) = tokio::sync::mpsc::channel(64);
+        let accepting = tokio::spawn(async move {
+            let slots = Arc::new(tokio::sync::Semaphore::new(MAX_HANDSHAKES));
+            let timeout = tls.settings().start_tls_timeout;
+            loop {
+                let (stream, peer) = match listener.accept().await {
+                    Ok(a) => a,
+                    Err(e) => {
+                        warn!("admin HTTPS accept failed: {e}");
+                        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                        continue;
+                    }
+                };
+                let Ok(slot) = slots.clone().try_acquire_owned() else {
+                    warn!(%peer, "admin HTTPS: {MAX_HANDSHAKES} handshakes running, closing");
+                    continue;
+                };
+                let acceptor = tls.acceptor();
+                let tx = tx.clone();
+                tokio::spawn(async move {
+                    let _slot = slot;
+                    match tokio::time::timeout(timeout, acceptor.accept(stream)).await {
+                        Ok(Ok(stream)) => {
+                            let _ = tx.send((stream, peer)).await;
+                        }
+                        Ok(Err(e)) => tracing::debug!(%peer, "admin HTTPS handshake failed: {e}"),
+                        Err(_) => tracing::debug!(%peer, "admin HTTPS handshake timed out"),
+                    }
+                });
+            }
+        });
+        TlsListener {
+            ready,
+            local,
+            accepting,
+        }
+    }
+}
+
+impl Drop for TlsListener {
+    fn drop(&mut self) {
+        self.accepting.abort();
+    }
+}
+
+impl axum::serve::Listener for TlsListener {
+    type Io = TlsStream;
+    type Addr = SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        match self.ready.recv().await {
+            Some(ready) => ready,
+            // The accepting task ended (aborted): nothing more will come.
+            None => std::future::pending().await,
+        }
+    }
+
+    fn local_addr(&self) -> std::io::Result<Self::Addr> {
+        Ok(self.local)
+    }
 }
 
 async fn heartbeat(State(s): State<AdminState>) -> Response {
@@ -300,5 +514,18 @@ async fn bookie_info(State(s): State<AdminState>) -> Response {
             format!("cannot read disk space: {e}\n"),
         )
             .into_response(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::same_token;
+
+    #[test]
+    fn tokens_match_only_exactly() {
+        assert!(same_token(b"abc123", b"abc123"));
+        for other in [&b""[..], b"abc12", b"abc1234", b"abc124", b"Abc123"] {
+            assert!(!same_token(other, b"abc123"), "{other:?}");
+        }
     }
 }

@@ -166,6 +166,14 @@ fn advertised_host(config: &BookieConfig) -> String {
     "127.0.0.1".to_string()
 }
 
+/// `host:port`, with an IPv6 address in brackets.
+fn http_bind_address(host: &str, port: u16) -> String {
+    match host.parse::<IpAddr>() {
+        Ok(IpAddr::V6(ip)) => format!("[{ip}]:{port}"),
+        _ => format!("{host}:{port}"),
+    }
+}
+
 impl BookieNode {
     /// Starts a bookie (see the module comment). Without metadata, it serves unregistered (tests,
     /// benchmarks).
@@ -202,9 +210,25 @@ impl BookieNode {
             .local_addr()
             .map(|a| a.port())
             .unwrap_or(config.port);
+        // The admin token is read before anything starts: a missing or empty file is a
+        // start-up error, never an endpoint left open.
+        let http_token = match (&config.http_port, &config.http_auth_token_file) {
+            (Some(_), Some(path)) => Some(
+                crate::http::read_token_file(path)
+                    .map_err(|e| NodeError::Config(ConfigError::Invalid(e)))?,
+            ),
+            _ => None,
+        };
+        let http_tls = match (
+            &config.http_port,
+            crate::tls::ServerTls::for_admin_http(&config)?,
+        ) {
+            (Some(_), Some(tls)) => Some(Arc::new(tls)),
+            _ => None,
+        };
         let http_listener = match config.http_port {
             Some(http_port) => {
-                let addr = format!("{}:{}", config.listen_address, http_port);
+                let addr = http_bind_address(&config.http_listen_address, http_port);
                 Some(
                     TcpListener::bind(&addr)
                         .await
@@ -277,6 +301,8 @@ impl BookieNode {
                 max_pending_adds: config.max_pending_adds,
                 max_pending_reads: config.max_pending_reads,
                 max_batch_read_size: config.max_frame_size.saturating_sub(1024),
+                max_long_poll_timeout: Duration::from_millis(config.max_long_poll_timeout_ms),
+                max_long_polls_per_connection: config.max_long_polls_per_connection,
             },
         );
         let server = BookieServer::from_listener(
@@ -354,6 +380,8 @@ impl BookieNode {
                         reader,
                     })
                     .with_gc(gc.clone())
+                    .with_token(http_token)
+                    .with_ledger_read(config.http_ledger_read_enabled)
                     .with_health(health_probe(
                         storage.engine().clone(),
                         metadata.is_some().then(|| registration.clone()),
@@ -362,7 +390,7 @@ impl BookieNode {
                     .local_addr()
                     .map(|a| a.to_string())
                     .unwrap_or_default();
-                match crate::http::serve_on(listener, state) {
+                match crate::http::serve_tls_on(listener, state, http_tls.clone()) {
                     Ok(h) => Some(h),
                     Err(source) => {
                         disk_checker.abort();
@@ -397,7 +425,7 @@ impl BookieNode {
                         id: "http".into(),
                         host: host.clone(),
                         port: h.local_addr().port(),
-                        protocol: "http".into(),
+                        protocol: if http_tls.is_some() { "https" } else { "http" }.into(),
                         auth: Vec::new(),
                         extensions: Vec::new(),
                     });

@@ -8,9 +8,14 @@
 //! poll returns a [`LongPollTimer`] and the shell calls [`Processor::expire_long_poll`] when it
 //! fires, which answers with the current LAC if nothing woke the read before.
 //!
-//! Bounds: at most `max_pending_adds` adds and `max_pending_reads` reads (long polls included) are
-//! in flight at once across the bookie; beyond that requests get ETOOMANYREQUESTS, as BookKeeper's
-//! request queues do.
+//! Bounds: at most `max_pending_adds` adds and `max_pending_reads` reads are in flight at once
+//! across the bookie; beyond that requests get ETOOMANYREQUESTS, as BookKeeper's request queues
+//! do. A long poll holds a read slot only while it is read, not while it waits (as in
+//! BookKeeper, whose read queue holds no waiting watcher), so that long polls cannot use up
+//! the reads of everyone else. Waiting long polls are bounded per connection instead
+//! (`max_long_polls_per_connection`, ETOOMANYREQUESTS beyond), their wait by
+//! `max_long_poll_timeout` whatever the client asked, and a closed connection's waiting long
+//! polls are dropped ([`Connection`]).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -42,6 +47,11 @@ pub struct ProcessorConfig {
     /// Cap on the response size of a v2 batch read (BookKeeper's `maxBatchReadSize`); keep it
     /// under the frame size clients accept.
     pub max_batch_read_size: usize,
+    /// Longest a long poll waits, whatever timeout its request asks for; then it is answered
+    /// with the current LAC (as at its own timeout), and the client polls again.
+    pub max_long_poll_timeout: Duration,
+    /// Long polls one [`Connection`] may have waiting; beyond, ETOOMANYREQUESTS.
+    pub max_long_polls_per_connection: usize,
 }
 
 impl Default for ProcessorConfig {
@@ -51,6 +61,8 @@ impl Default for ProcessorConfig {
             max_pending_adds: 10_000,
             max_pending_reads: 10_000,
             max_batch_read_size: 5 * 1024 * 1024 - 1024,
+            max_long_poll_timeout: Duration::from_secs(60),
+            max_long_polls_per_connection: 500,
         }
     }
 }
@@ -65,6 +77,45 @@ pub type Offload = Arc<dyn Fn(Box<dyn FnOnce() + Send + 'static>) + Send + Sync>
 pub struct LongPollTimer {
     pub id: u64,
     pub timeout: Duration,
+}
+
+/// Names the connection a request came on ([`Connection::id`]); [`ConnectionId::NONE`] for
+/// callers without connections (no per-connection bound).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ConnectionId(u64);
+
+impl ConnectionId {
+    pub const NONE: ConnectionId = ConnectionId(0);
+}
+
+/// One client connection's share of the processor: its waiting long polls are counted against
+/// `max_long_polls_per_connection`, and dropping it (the connection closed) drops them
+/// unanswered, releasing what they hold. A request processed after the drop that would wait
+/// is dropped too.
+pub struct Connection<S: BookieStorage> {
+    id: ConnectionId,
+    processor: Processor<S>,
+}
+
+impl<S: BookieStorage> Connection<S> {
+    pub fn id(&self) -> ConnectionId {
+        self.id
+    }
+
+    /// Answers this connection's waiting long polls with the current LAC now (shutdown: the
+    /// client is still there to read the answers).
+    pub fn answer_waiting(&self) {
+        for waiter in self.processor.take_connection_polls(self.id, false) {
+            self.processor.answer_waiter(waiter);
+        }
+    }
+}
+
+impl<S: BookieStorage> Drop for Connection<S> {
+    fn drop(&mut self) {
+        // Dropped outside the lock: a reply's drop releases its slots.
+        drop(self.processor.take_connection_polls(self.id, true));
+    }
 }
 
 /// Cheap to clone; clones share state.
@@ -86,6 +137,7 @@ struct Shared<S> {
     pending_adds: AtomicUsize,
     pending_reads: AtomicUsize,
     next_poll_id: AtomicU64,
+    next_connection_id: AtomicU64,
     long_polls: Mutex<LongPolls>,
     offload: std::sync::OnceLock<Offload>,
 }
@@ -94,11 +146,16 @@ struct Shared<S> {
 struct LongPolls {
     by_id: HashMap<u64, Waiter>,
     by_ledger: HashMap<LedgerId, Vec<u64>>,
+    /// The waiting long polls of each open connection (not of [`ConnectionId::NONE`]).
+    by_conn: HashMap<ConnectionId, Vec<u64>>,
 }
 
 impl LongPolls {
     fn remove(&mut self, id: u64) -> Option<Waiter> {
         let waiter = self.by_id.remove(&id)?;
+        if let Some(ids) = self.by_conn.get_mut(&waiter.conn) {
+            ids.retain(|i| *i != id);
+        }
         if let Some(ids) = self.by_ledger.get_mut(&waiter.request.ledger) {
             ids.retain(|i| *i != id);
             if ids.is_empty() {
@@ -110,6 +167,7 @@ impl LongPolls {
 }
 
 struct Waiter {
+    conn: ConnectionId,
     request: ReadRequest,
     previous_lac: EntryId,
     reply: Reply,
@@ -154,6 +212,7 @@ impl<S: BookieStorage> Processor<S> {
                 pending_adds: AtomicUsize::new(0),
                 pending_reads: AtomicUsize::new(0),
                 next_poll_id: AtomicU64::new(1),
+                next_connection_id: AtomicU64::new(1),
                 long_polls: Mutex::new(LongPolls::default()),
                 offload: std::sync::OnceLock::new(),
             }),
@@ -164,6 +223,36 @@ impl<S: BookieStorage> Processor<S> {
     /// return false). Without it, that work runs on the completing thread.
     pub fn set_offload(&self, offload: Offload) -> bool {
         self.shared.offload.set(offload).is_ok()
+    }
+
+    /// A new connection's handle (see [`Connection`]).
+    pub fn connection(&self) -> Connection<S> {
+        let id = ConnectionId(
+            self.shared
+                .next_connection_id
+                .fetch_add(1, Ordering::Relaxed),
+        );
+        self.shared.long_polls.lock().by_conn.insert(id, Vec::new());
+        Connection {
+            id,
+            processor: self.clone(),
+        }
+    }
+
+    /// Takes the waiting long polls of `conn` out; with `close`, the connection is gone and
+    /// later long polls of it are not registered.
+    fn take_connection_polls(&self, conn: ConnectionId, close: bool) -> Vec<Waiter> {
+        let mut polls = self.shared.long_polls.lock();
+        let ids = if close {
+            polls.by_conn.remove(&conn).unwrap_or_default()
+        } else {
+            polls
+                .by_conn
+                .get_mut(&conn)
+                .map(std::mem::take)
+                .unwrap_or_default()
+        };
+        ids.into_iter().filter_map(|id| polls.remove(id)).collect()
     }
 
     fn offloaded(&self, job: impl FnOnce() + Send + 'static) {
@@ -198,7 +287,7 @@ impl<S: BookieStorage> Processor<S> {
         self.shared.pending_adds.load(Ordering::Acquire)
     }
 
-    /// Reads not yet answered (long polls included).
+    /// Reads being served (a waiting long poll is not one: see [`Processor::waiting_long_polls`]).
     pub fn pending_reads(&self) -> usize {
         self.shared.pending_reads.load(Ordering::Acquire)
     }
@@ -211,12 +300,22 @@ impl<S: BookieStorage> Processor<S> {
     /// Handles one request; `reply` runs exactly once with its response (see the module comment).
     /// Returns a timer when the request is a long poll that now waits.
     pub fn process(&self, request: Request, reply: Reply) -> Option<LongPollTimer> {
+        self.process_on(ConnectionId::NONE, request, reply)
+    }
+
+    /// [`Processor::process`] for a request that came on connection `conn`.
+    pub fn process_on(
+        &self,
+        conn: ConnectionId,
+        request: Request,
+        reply: Reply,
+    ) -> Option<LongPollTimer> {
         match request {
             Request::Add(add) => {
                 self.add(add, reply);
                 None
             }
-            Request::Read(read) => self.read(read, reply),
+            Request::Read(read) => self.read(conn, read, reply),
             Request::ReadLac { ledger } => {
                 self.counted_read(&Request::ReadLac { ledger }, reply, |reply| {
                     reply(self.read_lac(ledger))
@@ -400,7 +499,7 @@ impl<S: BookieStorage> Processor<S> {
         );
     }
 
-    fn read(&self, read: ReadRequest, reply: Reply) -> Option<LongPollTimer> {
+    fn read(&self, conn: ConnectionId, read: ReadRequest, reply: Reply) -> Option<LongPollTimer> {
         let max = self.shared.config.max_pending_reads;
         let Some(slot) = self.admit(|s| &s.pending_reads, max) else {
             reply(Response::error_for(
@@ -409,11 +508,11 @@ impl<S: BookieStorage> Processor<S> {
             ));
             return None;
         };
-        let reply: Reply = Box::new(move |response| {
-            drop(slot);
-            reply(response)
-        });
         if read.fence {
+            let reply: Reply = Box::new(move |response| {
+                drop(slot);
+                reply(response)
+            });
             self.fence_then_read(read, reply);
             return None;
         }
@@ -433,14 +532,36 @@ impl<S: BookieStorage> Processor<S> {
         // Long poll. Register first, then read the LAC: an add that completes after the read
         // finds the waiter registered (`notify_lac` reads the LAC after storage applied the add),
         // and one that completed before is seen by the read. No storage call under the lock.
-        let timeout_ms = read.timeout_ms.filter(|t| *t > 0).map(|t| t as u64);
+        // The read slot is held until this returns: a waiting long poll holds none.
+        let cap = self.shared.config.max_long_poll_timeout.as_millis() as u64;
+        let timeout_ms = read
+            .timeout_ms
+            .filter(|t| *t > 0)
+            .map(|t| (t as u64).min(cap));
         let id = self.shared.next_poll_id.fetch_add(1, Ordering::Relaxed);
         {
             let mut polls = self.shared.long_polls.lock();
+            if conn != ConnectionId::NONE {
+                let bound = self.shared.config.max_long_polls_per_connection;
+                match polls.by_conn.get_mut(&conn) {
+                    // The connection closed meanwhile: nobody is there to answer.
+                    None => return None,
+                    Some(ids) if ids.len() >= bound => {
+                        drop(polls);
+                        reply(Response::error_for(
+                            &Request::Read(read),
+                            Status::TooManyRequests,
+                        ));
+                        return None;
+                    }
+                    Some(ids) => ids.push(id),
+                }
+            }
             polls.by_ledger.entry(read.ledger).or_default().push(id);
             polls.by_id.insert(
                 id,
                 Waiter {
+                    conn,
                     request: read.clone(),
                     previous_lac,
                     reply,
@@ -461,6 +582,7 @@ impl<S: BookieStorage> Processor<S> {
             }
             return None;
         }
+        drop(slot);
         // Without a timeout there is always an answer now, so this is Some.
         timeout_ms.map(|t| LongPollTimer {
             id,
@@ -676,6 +798,9 @@ impl<S: BookieStorage> Processor<S> {
         let waiters: Vec<Waiter> = {
             let mut polls = self.shared.long_polls.lock();
             polls.by_ledger.clear();
+            for ids in polls.by_conn.values_mut() {
+                ids.clear();
+            }
             polls.by_id.drain().map(|(_, w)| w).collect()
         };
         for waiter in waiters {

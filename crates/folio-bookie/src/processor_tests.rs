@@ -304,16 +304,27 @@ fn too_many_pending_adds_is_etoomanyrequests() {
 }
 
 #[test]
-fn too_many_pending_reads_is_etoomanyrequests() {
-    let (p, _) = processor_with(ProcessorConfig {
+fn too_many_pending_reads_is_etoomanyrequests_and_waiting_long_polls_hold_no_slot() {
+    let (p, storage) = processor_with(ProcessorConfig {
         max_pending_adds: 10,
         max_pending_reads: 1,
         ..ProcessorConfig::default()
     });
     call(&p, add(1, 0, -1, KEY));
     let replies = Replies::default();
-    // A waiting long poll holds the only read slot.
+    // A waiting long poll does not hold the only read slot: reads still go through.
     let timer = replies.send(&p, long_poll(1, 5, 60_000)).expect("waits");
+    assert_eq!(p.pending_reads(), 0);
+    assert_eq!(p.waiting_long_polls(), 1);
+    assert_eq!(
+        call(&p, Request::Read(ReadRequest::entry(1, 0))).status(),
+        Status::Ok
+    );
+    // A read in progress does: a fence read held at its durability callback.
+    storage.hold_completions(true);
+    let fenced = Replies::default();
+    fenced.send(&p, fence_read(1, 0, Some(KEY)));
+    assert_eq!(p.pending_reads(), 1);
     assert_eq!(
         call(&p, Request::Read(ReadRequest::entry(1, 0))).status(),
         Status::TooManyRequests
@@ -322,12 +333,70 @@ fn too_many_pending_reads_is_etoomanyrequests() {
         call(&p, Request::ReadLac { ledger: 1 }).status(),
         Status::TooManyRequests
     );
+    storage.release_completions();
+    storage.hold_completions(false);
+    assert_eq!(fenced.take().len(), 1);
     p.expire_long_poll(timer.id);
     assert_eq!(replies.take().len(), 1);
     assert_eq!(
         call(&p, Request::Read(ReadRequest::entry(1, 0))).status(),
         Status::Ok
     );
+}
+
+#[test]
+fn long_polls_are_bounded_per_connection_capped_in_time_and_dropped_with_it() {
+    let (p, _) = processor_with(ProcessorConfig {
+        max_long_poll_timeout: std::time::Duration::from_millis(1500),
+        max_long_polls_per_connection: 3,
+        ..ProcessorConfig::default()
+    });
+    call(&p, add(1, 0, -1, KEY));
+    let conn = p.connection();
+    let other = p.connection();
+    let replies = Replies::default();
+    let send = |c: crate::processor::ConnectionId, r: &Replies| {
+        let sink = r.0.clone();
+        p.process_on(
+            c,
+            long_poll(1, 0, i64::MAX),
+            Box::new(move |x| sink.lock().push(x)),
+        )
+    };
+    for _ in 0..3 {
+        let timer = send(conn.id(), &replies).expect("waits");
+        assert_eq!(
+            timer.timeout,
+            std::time::Duration::from_millis(1500),
+            "capped"
+        );
+    }
+    // The fourth of the same connection is refused; another connection still waits.
+    assert_eq!(send(conn.id(), &replies), None);
+    let refused = replies.take();
+    assert_eq!(refused.len(), 1);
+    assert_eq!(refused[0].status(), Status::TooManyRequests);
+    let theirs = Replies::default();
+    assert!(send(other.id(), &theirs).is_some());
+    assert_eq!(p.waiting_long_polls(), 4);
+    // Closing the connection drops its long polls unanswered; the other's stays.
+    drop(conn);
+    assert_eq!(p.waiting_long_polls(), 1);
+    assert!(replies.take().is_empty());
+    // A closed connection's late long poll is not registered (nobody would read it).
+    let closed = {
+        let c = p.connection();
+        c.id()
+    };
+    assert_eq!(send(closed, &replies), None);
+    assert_eq!(p.waiting_long_polls(), 1);
+    // At shutdown a connection's long polls are answered instead.
+    other.answer_waiting();
+    assert_eq!(p.waiting_long_polls(), 0);
+    let answered = theirs.take();
+    assert_eq!(answered.len(), 1);
+    assert_eq!(answered[0].status(), Status::Ok);
+    assert_eq!(p.pending_reads(), 0);
 }
 
 #[test]

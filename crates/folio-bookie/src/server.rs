@@ -15,6 +15,9 @@
 //! certificate allows ([`crate::tls::Access`]). When TLS is required (client
 //! authentication), any other first request gets EUA and the connection closes.
 //!
+//! A connection's long polls are bounded and released when it closes
+//! ([`crate::processor::Connection`]).
+//!
 //! Shutdown ([`ServerHandle::shutdown`]): stop accepting, stop reading, answer waiting long polls,
 //! write every pending response, close. The caller then shuts the storage down.
 
@@ -29,7 +32,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
 use tokio::task::JoinSet;
 use tracing::{debug, info, warn};
 
-use crate::processor::{LongPollTimer, Processor, Reply};
+use crate::processor::{ConnectionId, LongPollTimer, Processor, Reply};
 use crate::read_pool::ReadPool;
 use crate::request::{Request, Response, Status};
 use crate::storage::BookieStorage;
@@ -475,6 +478,9 @@ impl<S: BookieStorage> Conn<S> {
         // Aborted with this task (a shutdown past its drain timeout), closing the socket.
         let mut writer = AbortOnDrop(tokio::spawn(write_loop(wr, rx, peer)));
         let pending = Arc::new(Semaphore::new(config.max_pending_per_connection));
+        // This connection's long polls: bounded, dropped when it closes.
+        let polls = processor.connection();
+        let conn_id = polls.id();
         'conn: loop {
             loop {
                 let frame = match first.take() {
@@ -499,6 +505,7 @@ impl<S: BookieStorage> Conn<S> {
                     Decoded::Request(request, echo) => match access.check(&request) {
                         Verdict::Allow => dispatch(
                             &processor,
+                            conn_id,
                             &reads,
                             &shutdown,
                             request,
@@ -552,6 +559,13 @@ impl<S: BookieStorage> Conn<S> {
                 _ = shutdown.wait_for(|stop| *stop) => break 'conn,
             }
         }
+        // At shutdown the client is still there: its long polls get the current LAC. Otherwise
+        // the client closed (or broke) the connection: its waiting long polls are dropped,
+        // holding nothing (no timer answers into a dead socket).
+        if *shutdown.borrow() {
+            polls.answer_waiting();
+        }
+        drop(polls);
         // The writer ends once every pending reply has been sent (each holds a sender).
         drop(tx);
         let _ = (&mut writer.0).await;
@@ -560,8 +574,10 @@ impl<S: BookieStorage> Conn<S> {
 
 /// Hands one request to the processor. Reads may block on disk, so they run on the read
 /// threads; writes only queue work for the journal and run inline.
+#[allow(clippy::too_many_arguments)]
 fn dispatch<S: BookieStorage>(
     processor: &Processor<S>,
+    conn: ConnectionId,
     reads: &ReadPool,
     shutdown: &watch::Receiver<bool>,
     request: Request,
@@ -598,11 +614,11 @@ fn dispatch<S: BookieStorage>(
         let runtime = tokio::runtime::Handle::current();
         let shutdown = shutdown.clone();
         reads.execute(move || {
-            if let Some(timer) = p.process(request, reply) {
+            if let Some(timer) = p.process_on(conn, request, reply) {
                 schedule_expiry(&runtime, p, pool, shutdown, timer);
             }
         });
-    } else if let Some(timer) = processor.process(request, reply) {
+    } else if let Some(timer) = processor.process_on(conn, request, reply) {
         schedule_expiry(
             &tokio::runtime::Handle::current(),
             processor.clone(),

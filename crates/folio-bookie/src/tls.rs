@@ -376,6 +376,33 @@ impl std::fmt::Debug for ServerTls {
 }
 
 impl ServerTls {
+    /// The admin endpoint's HTTPS (`http_tls_key_file`, `http_tls_certificate_file`): no client
+    /// certificates, both protocol versions, reloaded as the bookie port's files are.
+    pub fn for_admin_http(config: &BookieConfig) -> Result<Option<ServerTls>, TlsError> {
+        let (Some(key), Some(chain)) =
+            (&config.http_tls_key_file, &config.http_tls_certificate_file)
+        else {
+            return Ok(None);
+        };
+        let settings = TlsSettings {
+            key: key.clone(),
+            chain: chain.clone(),
+            trust: None,
+            client_auth: false,
+            protocols: parse_protocols(&None)?,
+            cipher_suites: None,
+            refresh: (config.tls_cert_files_refresh_duration_seconds > 0)
+                .then(|| Duration::from_secs(config.tls_cert_files_refresh_duration_seconds)),
+            start_tls_timeout: Duration::from_secs(config.start_tls_timeout_secs.max(1)),
+            authz: None,
+        };
+        ServerTls::load(settings).map(Some).map_err(|e| {
+            err(format!(
+                "admin HTTP (http_tls_key_file, http_tls_certificate_file): {e}"
+            ))
+        })
+    }
+
     /// Reads the files; every problem is an error naming the key or file.
     pub fn load(settings: TlsSettings) -> Result<ServerTls, TlsError> {
         let tried = fingerprint(&settings);

@@ -209,3 +209,267 @@ async fn an_unregistered_bookie_makes_heartbeat_and_is_ready_503() {
     assert_unhealthy(&health(addr).await, "not registered");
     node.shutdown().await.ok();
 }
+
+/// A request with an Authorization header (`None`: without one), JSON body.
+async fn http_auth(
+    addr: std::net::SocketAddr,
+    method: &str,
+    path: &str,
+    authorization: Option<&str>,
+) -> (u16, serde_json::Value) {
+    let headers = authorization.map_or(String::new(), |a| format!("Authorization: {a}\r\n"));
+    let (code, body) = common::http_text_with(addr, method, path, &headers).await;
+    let v = serde_json::from_str(&body).unwrap_or_else(|_| serde_json::json!(body));
+    (code, v)
+}
+
+fn error_of(v: &serde_json::Value) -> &str {
+    v["error"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no error: {v}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_endpoint_listens_on_loopback_unless_configured() {
+    let dir = tempfile::tempdir().unwrap();
+    // The bookie port on every interface does not take the admin endpoint with it.
+    let c = BookieConfig {
+        listen_address: "0.0.0.0".into(),
+        ..config(dir.path(), "b:1")
+    };
+    assert_eq!(c.http_listen_address, "127.0.0.1");
+    let node = BookieNode::start(&folio_env::Env::real(), c, None)
+        .await
+        .unwrap();
+    let addr = node.http_addr().unwrap();
+    assert!(addr.ip().is_loopback(), "{addr}");
+    assert_eq!(http_text(addr, "GET", "/heartbeat").await.0, 200);
+    node.shutdown().await.unwrap();
+
+    // BookKeeper's httpServerHost sets it.
+    let dir = tempfile::tempdir().unwrap();
+    let c = BookieConfig::from_toml(
+        "httpServerHost = \"0.0.0.0\"",
+        std::path::Path::new("h.toml"),
+    )
+    .unwrap();
+    assert_eq!(c.http_listen_address, "0.0.0.0");
+    let c = BookieConfig {
+        http_listen_address: c.http_listen_address,
+        ..config(dir.path(), "b:2")
+    };
+    let node = BookieNode::start(&folio_env::Env::real(), c, None)
+        .await
+        .unwrap();
+    let addr = node.http_addr().unwrap();
+    assert!(addr.ip().is_unspecified(), "{addr}");
+    let local = std::net::SocketAddr::from(([127, 0, 0, 1], addr.port()));
+    assert_eq!(http_text(local, "GET", "/heartbeat").await.0, 200);
+    node.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_token_mutations_and_ledger_reads_need_it_and_status_routes_stay_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let token_file = dir.path().join("admin-token");
+    std::fs::write(&token_file, "s3cret-token\n").unwrap();
+    let c = BookieConfig {
+        http_auth_token_file: Some(token_file),
+        http_ledger_read_enabled: true,
+        ..config(&dir.path().join("data"), "b:1")
+    };
+    let node = BookieNode::start(&folio_env::Env::real(), c, None)
+        .await
+        .unwrap();
+    let addr = node.http_addr().unwrap();
+    for (method, path) in [
+        ("PUT", "/api/v1/bookie/gc"),
+        ("PUT", "/api/v1/autorecovery/trigger_audit"),
+        ("POST", "/api/v1/bookie/gc"),
+        ("DELETE", "/api/v1/ledger/list"),
+        ("GET", "/api/v1/ledger/read?ledger_id=1"),
+    ] {
+        let (code, v) = http_auth(addr, method, path, None).await;
+        assert_eq!(code, 401, "{method} {path}: {v}");
+        let e = error_of(&v);
+        assert!(
+            e.contains("Authorization: Bearer") && e.contains(path.split('?').next().unwrap()),
+            "{e}"
+        );
+        let (code, v) = http_auth(addr, method, path, Some("Bearer s3cret-tokeX")).await;
+        assert_eq!(code, 401, "{v}");
+        assert!(error_of(&v).contains("wrong bearer token"), "{v}");
+        assert!(!v.to_string().contains("s3cret"), "never echoed: {v}");
+        let (code, v) = http_auth(addr, method, path, Some("Bearer s3cret")).await;
+        assert_eq!(code, 401, "a prefix is not the token: {v}");
+        let (code, v) = http_auth(addr, method, path, Some("Basic czNjcmV0")).await;
+        assert_eq!(code, 401, "{v}");
+        assert!(error_of(&v).contains("not a bearer token"), "{v}");
+    }
+    // The right token passes the guard.
+    let good = Some("Bearer s3cret-token");
+    let (code, v) = http_auth(addr, "PUT", "/api/v1/bookie/gc", good).await;
+    assert_eq!(code, 200, "{v}");
+    let (code, v) = http_auth(addr, "GET", "/api/v1/ledger/read?ledger_id=1", good).await;
+    assert_eq!(
+        code, 503,
+        "no metadata store here, but past the token check: {v}"
+    );
+    assert!(error_of(&v).contains("without a metadata store"), "{v}");
+    // Read-only status routes need no token.
+    for path in [
+        "/heartbeat",
+        "/metrics",
+        "/api/v1/bookie/state",
+        "/api/v1/bookie/is_ready",
+        "/api/v1/bookie/info",
+        "/api/v1/bookie/gc",
+        "/api/v1/bookie/last_log_mark",
+    ] {
+        let (code, body) = http_text(addr, "GET", path).await;
+        assert_eq!(code, 200, "{path}: {body}");
+    }
+    node.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ledger_reads_are_off_unless_enabled() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = BookieNode::start(&folio_env::Env::real(), config(dir.path(), "b:1"), None)
+        .await
+        .unwrap();
+    let addr = node.http_addr().unwrap();
+    let (code, v) = http(addr, "GET", "/api/v1/ledger/read?ledger_id=1").await;
+    assert_eq!(code, 403, "{v}");
+    assert!(error_of(&v).contains("http_ledger_read_enabled"), "{v}");
+    // Without a token configured, mutations need none.
+    let (code, v) = http(addr, "PUT", "/api/v1/bookie/gc").await;
+    assert_eq!(code, 200, "{v}");
+    node.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_empty_or_missing_token_file_is_a_start_up_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let empty = dir.path().join("empty-token");
+    std::fs::write(&empty, " \n").unwrap();
+    for (file, says) in [
+        (empty, "is empty"),
+        (dir.path().join("no-such-file"), "cannot read"),
+    ] {
+        let c = BookieConfig {
+            http_auth_token_file: Some(file.clone()),
+            ..config(&dir.path().join("data"), "b:1")
+        };
+        let e = match BookieNode::start(&folio_env::Env::real(), c, None).await {
+            Ok(_) => panic!("started with token file {}", file.display()),
+            Err(e) => e.to_string(),
+        };
+        assert!(
+            e.contains("http_auth_token_file")
+                && e.contains(says)
+                && e.contains(&*file.to_string_lossy()),
+            "{e}"
+        );
+    }
+}
+
+#[path = "../../folio-client/tests/common/tls_certs.rs"]
+mod tls_certs;
+
+/// HTTPS on the admin endpoint: a client trusting the CA gets its answers (the token check
+/// works the same over it); a plaintext request gets no HTTP answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_endpoint_serves_https_with_pem_files() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let dir = tempfile::tempdir().unwrap();
+    let ca = tls_certs::Ca::new("admin-ca");
+    let leaf = ca.issue(tls_certs::LeafSpec {
+        names: &["127.0.0.1"],
+        ..Default::default()
+    });
+    let (chain, key) = leaf.write(dir.path(), "admin");
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, "tok").unwrap();
+    let c = BookieConfig {
+        http_tls_key_file: Some(key),
+        http_tls_certificate_file: Some(chain),
+        http_auth_token_file: Some(token_file),
+        ..config(&dir.path().join("data"), "b:1")
+    };
+    let node = BookieNode::start(&folio_env::Env::real(), c, None)
+        .await
+        .unwrap();
+    let addr = node.http_addr().unwrap();
+
+    let mut roots = rustls::RootCertStore::empty();
+    use rustls_pki_types::pem::PemObject;
+    for cert in rustls_pki_types::CertificateDer::pem_slice_iter(ca.pem.as_bytes()) {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    let client = Arc::new(
+        rustls::ClientConfig::builder()
+            .with_root_certificates(roots)
+            .with_no_client_auth(),
+    );
+    let https = |request: String| {
+        let client = client.clone();
+        async move {
+            let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+            let name = rustls_pki_types::ServerName::try_from("127.0.0.1").unwrap();
+            let mut tls = tokio_rustls::TlsConnector::from(client)
+                .connect(name, tcp)
+                .await
+                .expect("TLS handshake with the admin endpoint");
+            tls.write_all(request.as_bytes()).await.unwrap();
+            let mut text = String::new();
+            tokio::time::timeout(common::PATIENCE, tls.read_to_string(&mut text))
+                .await
+                .expect("an answer")
+                .ok();
+            text
+        }
+    };
+    let get = |path: &str, auth: &str| {
+        format!("GET {path} HTTP/1.1\r\nHost: b\r\n{auth}Connection: close\r\n\r\n")
+    };
+    let put = |path: &str, auth: &str| {
+        format!(
+            "PUT {path} HTTP/1.1\r\nHost: b\r\n{auth}Content-Length: 0\r\nConnection: close\r\n\r\n"
+        )
+    };
+    let text = https(get("/heartbeat", "")).await;
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    let text = https(put("/api/v1/bookie/gc", "")).await;
+    assert!(text.starts_with("HTTP/1.1 401"), "{text}");
+    let text = https(put("/api/v1/bookie/gc", "Authorization: Bearer tok\r\n")).await;
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    // Plaintext HTTP to the HTTPS port gets no HTTP answer.
+    let mut plain = tokio::net::TcpStream::connect(addr).await.unwrap();
+    plain
+        .write_all(get("/heartbeat", "").as_bytes())
+        .await
+        .unwrap();
+    let mut text = String::new();
+    let _ = tokio::time::timeout(common::PATIENCE, plain.read_to_string(&mut text)).await;
+    assert!(!text.starts_with("HTTP/1.1 200"), "{text}");
+    // The endpoint still serves TLS clients after that.
+    let text = https(get("/api/v1/bookie/state", "")).await;
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    node.shutdown().await.unwrap();
+}
+
+#[test]
+fn https_needs_both_files() {
+    let c = BookieConfig {
+        data_dir: Some("/d".into()),
+        http_tls_key_file: Some("/k.pem".into()),
+        ..BookieConfig::default()
+    };
+    let e = c.validate().unwrap_err().to_string();
+    assert!(
+        e.contains("http_tls_key_file") && e.contains("http_tls_certificate_file"),
+        "{e}"
+    );
+}

@@ -539,3 +539,128 @@ async fn shutdown_does_not_wait_forever_for_a_stuck_add() {
     assert!(c.closed_by_server().await);
     storage.release_completions();
 }
+
+async fn start_with(
+    processor: ProcessorConfig,
+    config: ServerConfig,
+) -> (ServerHandle, P, Arc<MemoryStorage>) {
+    let storage = Arc::new(MemoryStorage::new());
+    let processor = Processor::new(storage.clone(), processor);
+    let server = BookieServer::bind("127.0.0.1:0", processor.clone(), config)
+        .await
+        .expect("bind");
+    (server.start(), processor, storage)
+}
+
+/// One client holds thousands of long polls, as many as its connection may, and has the rest
+/// refused; another client's reads are still served (with a read budget far below the number
+/// of long polls). Closing the first connection frees every long poll it held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_holding_thousands_of_long_polls_leaves_reads_to_others_and_frees_them_on_close() {
+    const BOUND: usize = 2000;
+    const SENT: usize = 2600;
+    let (server, processor, _) = start_with(
+        ProcessorConfig {
+            max_pending_reads: 16,
+            max_long_polls_per_connection: BOUND,
+            max_long_poll_timeout: Duration::from_secs(600),
+            ..ProcessorConfig::default()
+        },
+        ServerConfig {
+            max_pending_per_connection: 4000,
+            ..ServerConfig::default()
+        },
+    )
+    .await;
+    let mut writer = Client::connect(server.local_addr()).await;
+    for e in 0..2 {
+        let add = writer.v3_add(70, e, e - 1, &payload(e));
+        writer.send_v3(&add).await;
+        assert_eq!(writer.recv_v3().await.status, StatusCode::Eok as i32);
+    }
+    // LAC 0: every poll for "past 0" waits (ten minutes asked for).
+    let mut hog = Client::connect(server.local_addr()).await;
+    let mut bytes = Vec::new();
+    for _ in 0..SENT {
+        let poll = hog.v3_long_poll(70, 0, 600_000);
+        bytes.extend(frame_of(&poll));
+    }
+    hog.send_raw(&bytes).await;
+    // Exactly the ones past the bound are refused.
+    for _ in 0..SENT - BOUND {
+        let resp = hog.recv_v3().await;
+        assert_eq!(resp.status, StatusCode::Etoomanyrequests as i32, "{resp:?}");
+    }
+    eventually("the bound's worth of long polls waits", || {
+        processor.waiting_long_polls() == BOUND
+    })
+    .await;
+    assert_eq!(
+        processor.pending_reads(),
+        0,
+        "waiting long polls hold no read slot"
+    );
+    // Another client reads, many times more than the read budget, one after the other.
+    let mut other = Client::connect(server.local_addr()).await;
+    for _ in 0..100 {
+        let read = other.v3_read(70, 1);
+        other.send_v3(&read).await;
+        let resp = other.recv_v3().await;
+        let r = resp.read_response.expect("a read response");
+        assert_eq!(r.status, StatusCode::Eok as i32);
+        assert_eq!(r.body.unwrap(), entry(70, 1, 0, &payload(1)));
+    }
+    // A long poll of the other client still waits and is woken.
+    let poll = other.v3_long_poll(70, 0, 600_000);
+    other.send_v3(&poll).await;
+    eventually("the other client's long poll waits", || {
+        processor.waiting_long_polls() == BOUND + 1
+    })
+    .await;
+    // The hog goes away: its long polls are freed at once, not at their timeout.
+    drop(hog);
+    eventually("the closed connection's long polls are freed", || {
+        processor.waiting_long_polls() == 1
+    })
+    .await;
+    let add = writer.v3_add(70, 2, 1, &payload(2));
+    writer.send_v3(&add).await;
+    assert_eq!(writer.recv_v3().await.status, StatusCode::Eok as i32);
+    let resp = other.recv_v3().await;
+    assert_eq!(resp.header.txn_id, poll.header.txn_id);
+    let r = resp.read_response.unwrap();
+    assert_eq!((r.status, r.entry_id), (StatusCode::Eok as i32, 1));
+    assert_eq!(processor.waiting_long_polls(), 0);
+    assert_eq!(processor.pending_reads(), 0);
+    server.shutdown().await;
+}
+
+/// A long poll asking to wait an hour is answered at the bookie's cap with the current LAC.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_poll_waits_no_longer_than_the_cap() {
+    let (server, processor, _) = start_with(
+        ProcessorConfig {
+            max_long_poll_timeout: Duration::from_millis(200),
+            ..ProcessorConfig::default()
+        },
+        ServerConfig::default(),
+    )
+    .await;
+    let mut c = Client::connect(server.local_addr()).await;
+    for e in 0..2 {
+        let add = c.v3_add(71, e, e - 1, &payload(e));
+        c.send_v3(&add).await;
+        assert_eq!(c.recv_v3().await.status, StatusCode::Eok as i32);
+    }
+    let poll = c.v3_long_poll(71, 0, 3_600_000);
+    c.send_v3(&poll).await;
+    // recv_v3 gives up after common::PATIENCE (60 s), far below the hour asked for.
+    let resp = c.recv_v3().await;
+    assert_eq!(resp.header.txn_id, poll.header.txn_id);
+    let r = resp.read_response.unwrap();
+    assert_eq!(r.status, StatusCode::Eok as i32);
+    assert_eq!(r.max_lac, Some(0));
+    assert_eq!(r.body, None);
+    assert_eq!(processor.waiting_long_polls(), 0);
+    server.shutdown().await;
+}

@@ -41,6 +41,13 @@ pub struct StandaloneArgs {
     /// Admin HTTP port (of the first bookie); BookKeeper's default is 8080.
     #[arg(long, default_value_t = 8080)]
     pub http_port: u16,
+    /// Serve /api/v1/ledger/read on the admin endpoint (http_ledger_read_enabled; off: 403).
+    #[arg(long)]
+    pub http_ledger_read: bool,
+    /// Bearer token file the admin endpoint's mutating requests and ledger reads must match
+    /// (http_auth_token_file).
+    #[arg(long, value_name = "FILE")]
+    pub http_auth_token_file: Option<PathBuf>,
 }
 
 /// A bookie's metadata session on the embedded store: it lives `session_timeout` past its
@@ -205,6 +212,8 @@ async fn start_bookies(
             listen_address: "127.0.0.1".into(),
             port: if args.port == 0 { 0 } else { args.port + i },
             http_port: (i == 0).then_some(args.http_port),
+            http_ledger_read_enabled: args.http_ledger_read,
+            http_auth_token_file: args.http_auth_token_file.clone(),
             data_dir: Some(dir.join(format!("bookie-{i}"))),
             ..BookieConfig::default()
         };

@@ -25,6 +25,7 @@ pub(super) const FIELDS: &[(&str, &str)] = &[
     ("advertisedAddress", "advertised_address"),
     ("bookiePort", "port"),
     ("httpServerPort", "http_port"),
+    ("httpServerHost", "http_listen_address"),
     ("journalDirectories", "journal_dirs"),
     ("journalDirectory", "journal_dirs"),
     ("ledgerDirectories", "ledger_dirs"),
@@ -400,6 +401,9 @@ mod tests {
         assert_eq!(c.http_port, Some(9000));
         let (c, _) = config("httpServerEnabled=true");
         assert_eq!(c.http_port, Some(8080));
+        assert_eq!(c.http_listen_address, "127.0.0.1", "loopback unless set");
+        let (c, _) = config("httpServerEnabled=true\nhttpServerHost=0.0.0.0");
+        assert_eq!(c.http_listen_address, "0.0.0.0");
         let (c, _) = config("zkServers=a:2181,b:2181\nzkLedgersRootPath=/bk");
         assert_eq!(
             c.metadata_service_uri.as_deref(),

@@ -309,6 +309,13 @@ async fn ledger_metadata(State(s): State<AdminState>, Query(p): Params) -> Respo
 }
 
 async fn ledger_read(State(s): State<AdminState>, Query(p): Params) -> Response {
+    if !s.ledger_read_enabled {
+        return error(
+            StatusCode::FORBIDDEN,
+            "ledger reads over HTTP are off: set http_ledger_read_enabled = true in the bookie's \
+             config to serve /api/v1/ledger/read",
+        );
+    }
     let (id, first, last) = match (|| {
         Ok::<_, Response>((
             required_ledger(&p)?,

@@ -219,10 +219,20 @@ pub async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
 
 /// One request to an admin HTTP endpoint: the status code and the body as text.
 pub async fn http_text(addr: std::net::SocketAddr, method: &str, path: &str) -> (u16, String) {
+    http_text_with(addr, method, path, "").await
+}
+
+/// One request with `headers` (each line ending in CRLF) added.
+pub async fn http_text_with(
+    addr: std::net::SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &str,
+) -> (u16, String) {
     let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
     s.write_all(
         format!(
-            "{method} {path} HTTP/1.1\r\nHost: bookie\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+            "{method} {path} HTTP/1.1\r\nHost: bookie\r\n{headers}Content-Length: 0\r\nConnection: close\r\n\r\n"
         )
         .as_bytes(),
     )

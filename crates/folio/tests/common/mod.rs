@@ -235,7 +235,9 @@ impl Standalone {
             .arg("--port")
             .arg(port.to_string())
             .arg("--http-port")
-            .arg(free_port().to_string());
+            .arg(free_port().to_string())
+            // standalone_http reads ledgers over HTTP (off by default: 403).
+            .arg("--http-ledger-read");
         let mut proc = Proc::spawn(cmd);
         proc.wait_line(|l| l == "ready");
         let uri = proc
