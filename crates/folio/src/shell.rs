@@ -312,20 +312,7 @@ async fn execute(command: ShellCommand, store: &dyn MetadataStore) -> anyhow::Re
             shell_autorecovery::queryautorecoverystatus(store, &flags).await
         }
         ShellCommand::ClusterInfo => {
-            // BookKeeper's ClusterInfo: "total" is every bookie with a cookie (ever joined).
-            let all = store.list_cookies().await?;
-            let set = store.list_bookies().await?;
-            let auditor = store.current_auditor().await?;
-            let info = serde_json::json!({
-                "auditorElected": auditor.is_some(),
-                "auditorId": auditor.map(|a| a.to_string()).unwrap_or_default(),
-                "clusterUnderReplicated": !store.list_underreplicated().await?.is_empty(),
-                "ledgerReplicationEnabled": store.is_autorecovery_enabled().await?,
-                "totalBookiesCount": all.len(),
-                "writableBookiesCount": set.writable.len(),
-                "readonlyBookiesCount": set.readonly.len(),
-                "unavailableBookiesCount": all.len().saturating_sub(set.writable.len() + set.readonly.len()),
-            });
+            let info = folio_bookie::http::admin_api::cluster_info_json(store).await?;
             println!("{}", serde_json::to_string_pretty(&info)?);
             Ok(())
         }

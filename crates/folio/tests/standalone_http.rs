@@ -161,6 +161,12 @@ fn admin_http_serves_bookkeepers_ledger_and_bookie_paths() {
         get_json(&addr, "/api/v1/bookie/list_bookies?type=ro"),
         serde_json::json!({})
     );
+    // BookKeeper's cluster_info: the standalone's bookies all writable, none lost.
+    let info = get_json(&addr, "/api/v1/bookie/cluster_info");
+    assert_eq!(info["totalBookiesCount"], sa.bookies.len(), "{info}");
+    assert_eq!(info["writableBookiesCount"], sa.bookies.len(), "{info}");
+    assert_eq!(info["unavailableBookiesCount"], 0, "{info}");
+    assert_eq!(info["ledgerReplicationEnabled"], true, "{info}");
     fails(
         &addr,
         "GET",

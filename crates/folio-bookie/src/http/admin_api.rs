@@ -106,6 +106,7 @@ pub(super) fn routes() -> Router<AdminState> {
         .route("/api/v1/ledger/metadata", get(ledger_metadata))
         .route("/api/v1/ledger/read", get(ledger_read))
         .route("/api/v1/bookie/list_bookies", get(list_bookies))
+        .route("/api/v1/bookie/cluster_info", get(cluster_info))
         .route("/api/v1/bookie/list_bookie_info", get(list_bookie_info))
         .route("/api/v1/bookie/last_log_mark", get(last_log_mark))
         .route("/api/v1/bookie/list_disk_file", get(list_disk_file))
@@ -380,6 +381,36 @@ async fn ledger_read(State(s): State<AdminState>, Query(p): Params) -> Response 
             StatusCode::INTERNAL_SERVER_ERROR,
             format!("cannot read ledger {id}: {e}"),
         ),
+    }
+}
+
+/// BookKeeper's `ClusterInfo` (its `cluster-info` command and `/api/v1/bookie/cluster_info`):
+/// "total" counts every bookie with a cookie (every bookie that ever joined), so
+/// "unavailable" are those neither writable nor read-only now. One definition for the shell
+/// and the admin endpoint.
+pub async fn cluster_info_json(
+    store: &dyn folio_metadata::MetadataStore,
+) -> folio_metadata::Result<serde_json::Value> {
+    let all = store.list_cookies().await?;
+    let set = store.list_bookies().await?;
+    let auditor = store.current_auditor().await?;
+    let available = set.writable.len() + set.readonly.len();
+    Ok(serde_json::json!({
+        "auditorElected": auditor.is_some(),
+        "auditorId": auditor.map(|a| a.to_string()).unwrap_or_default(),
+        "clusterUnderReplicated": !store.list_underreplicated().await?.is_empty(),
+        "ledgerReplicationEnabled": store.is_autorecovery_enabled().await?,
+        "totalBookiesCount": all.len(),
+        "writableBookiesCount": set.writable.len(),
+        "readonlyBookiesCount": set.readonly.len(),
+        "unavailableBookiesCount": all.len().saturating_sub(available),
+    }))
+}
+
+async fn cluster_info(State(s): State<AdminState>) -> Response {
+    match with_store(&s, |st| async move { cluster_info_json(st.as_ref()).await }).await {
+        Ok(v) => json(v),
+        Err(r) => r,
     }
 }
 
