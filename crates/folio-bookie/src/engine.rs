@@ -67,6 +67,8 @@ pub struct EngineStorage {
     journal_dirs: Vec<PathBuf>,
     /// Set by [`EngineStorage::check_disk_usage`] while a disk is over its threshold.
     disk_full: AtomicBool,
+    /// The operator's read-only switch (admin HTTP), independent of the disk checker's.
+    manual_read_only: AtomicBool,
     lacs: Arc<LacCache>,
     /// Set by [`EngineStorage::halt`]: the process is gone, nothing is answered.
     halted: AtomicBool,
@@ -141,6 +143,7 @@ impl EngineStorage {
             ledger_dirs,
             journal_dirs,
             disk_full: AtomicBool::new(false),
+            manual_read_only: AtomicBool::new(false),
             lacs: Arc::default(),
             halted: AtomicBool::new(false),
             ignore_fence: AtomicBool::new(false),
@@ -372,7 +375,14 @@ impl BookieStorage for EngineStorage {
     }
 
     fn is_read_only(&self) -> bool {
-        self.disk_full.load(Ordering::Acquire) || self.storage.is_read_only()
+        self.disk_full.load(Ordering::Acquire)
+            || self.manual_read_only.load(Ordering::Acquire)
+            || self.storage.is_read_only()
+    }
+
+    fn set_manual_read_only(&self, read_only: bool) -> Result<(), StorageError> {
+        self.manual_read_only.store(read_only, Ordering::Release);
+        Ok(())
     }
 
     fn space(&self) -> Result<folio_env::DiskSpace, StorageError> {

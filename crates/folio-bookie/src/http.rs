@@ -214,6 +214,10 @@ pub fn router(state: AdminState) -> Router {
         .route("/heartbeat", get(heartbeat))
         .route("/metrics", get(metrics_text))
         .route("/api/v1/bookie/state", get(bookie_state))
+        .route(
+            "/api/v1/bookie/state/readonly",
+            get(read_only_state).put(set_read_only_state),
+        )
         .route("/api/v1/bookie/is_ready", get(is_ready))
         .route("/api/v1/bookie/info", get(bookie_info))
         .merge(admin_api::routes())
@@ -490,6 +494,40 @@ async fn bookie_state(State(s): State<AdminState>) -> Response {
         "shuttingDown": shutting_down,
         "availableForHighPriorityWrites": !shutting_down,
     }))
+}
+
+async fn read_only_state(State(s): State<AdminState>) -> Response {
+    json(serde_json::json!({ "readOnly": s.storage.is_read_only() }))
+}
+
+/// BookKeeper's `PUT /api/v1/bookie/state/readonly` with `{"readOnly": true|false}`: the
+/// operator's switch. The registration follows within a second (its probe reads the same
+/// state); turning it off leaves any other cause (a full disk, a failed fsync) in force, and
+/// the answer says what is in effect.
+async fn set_read_only_state(State(s): State<AdminState>, body: axum::body::Bytes) -> Response {
+    let wanted = match serde_json::from_slice::<serde_json::Value>(&body)
+        .ok()
+        .and_then(|v| v.get("readOnly").and_then(|b| b.as_bool()))
+    {
+        Some(b) => b,
+        None => {
+            return (
+                StatusCode::BAD_REQUEST,
+                axum::Json(serde_json::json!({
+                    "error": "expected a JSON body {\"readOnly\": true|false}"
+                })),
+            )
+                .into_response();
+        }
+    };
+    if let Err(e) = s.storage.set_manual_read_only(wanted) {
+        return (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            axum::Json(serde_json::json!({ "error": e.to_string() })),
+        )
+            .into_response();
+    }
+    json(serde_json::json!({ "readOnly": s.storage.is_read_only() }))
 }
 
 async fn is_ready(State(s): State<AdminState>) -> Response {

@@ -86,6 +86,15 @@ pub trait BookieStorage: Send + Sync + 'static {
 
     /// Free and total bytes of the ledger disks.
     fn space(&self) -> Result<folio_env::DiskSpace, StorageError>;
+
+    /// An operator's manual read-only mode (BookKeeper's `PUT /api/v1/bookie/state/readonly`),
+    /// on top of any read-only cause of the storage's own; `false` lifts only the manual one.
+    /// Storages without the switch refuse it.
+    fn set_manual_read_only(&self, _read_only: bool) -> Result<(), StorageError> {
+        Err(StorageError::Io(
+            "this bookie's storage has no manual read-only mode".into(),
+        ))
+    }
 }
 
 impl<S: BookieStorage + ?Sized> BookieStorage for std::sync::Arc<S> {
@@ -133,5 +142,8 @@ impl<S: BookieStorage + ?Sized> BookieStorage for std::sync::Arc<S> {
     }
     fn space(&self) -> Result<folio_env::DiskSpace, StorageError> {
         (**self).space()
+    }
+    fn set_manual_read_only(&self, read_only: bool) -> Result<(), StorageError> {
+        (**self).set_manual_read_only(read_only)
     }
 }

@@ -610,3 +610,102 @@ async fn a_bookie_read_only_for_a_full_disk_is_writable_again_once_space_is_free
     drop(c);
     node.shutdown().await.unwrap();
 }
+
+/// One admin HTTP request with a JSON body: the status code and the response body.
+async fn http_put_json(addr: std::net::SocketAddr, path: &str, body: &str) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let request = format!(
+        "PUT {path} HTTP/1.1\r\nHost: bookie\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(request.as_bytes()).await.unwrap();
+    let mut text = String::new();
+    tokio::time::timeout(PATIENCE, s.read_to_string(&mut text))
+        .await
+        .expect("http response")
+        .unwrap();
+    let code = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    (
+        code,
+        text.split_once("\r\n\r\n")
+            .map_or("", |(_, b)| b)
+            .to_string(),
+    )
+}
+
+fn read_only_of(body: &str) -> Option<bool> {
+    serde_json::from_str::<serde_json::Value>(body).ok()?["readOnly"].as_bool()
+}
+
+/// BookKeeper's manual read-only switch: ordinary adds are refused, recovery adds are not,
+/// the registration moves to read-only and back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_turns_a_bookie_read_only_and_back() {
+    let cluster = unique_name("node");
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path(), "bookie-ro:3181");
+    cfg.http_port = Some(0);
+    let node = start_on_mem(&cluster, cfg).await.unwrap();
+    let http = node.http_addr().expect("http runs");
+    let mut c = Client::connect(node.local_addr()).await;
+    let add = c.v3_add(3, 0, -1, b"before");
+    c.send_v3(&add).await;
+    assert_eq!(c.recv_v3().await.status, StatusCode::Eok as i32);
+
+    let (code, body) = http_put_json(
+        http,
+        "/api/v1/bookie/state/readonly",
+        "{\"readOnly\": true}",
+    )
+    .await;
+    assert_eq!(
+        (code, read_only_of(&body) == Some(true)),
+        (200, true),
+        "{body}"
+    );
+    let add = c.v3_add(3, 1, 0, b"refused");
+    c.send_v3(&add).await;
+    assert_eq!(c.recv_v3().await.status, StatusCode::Ereadonly as i32);
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while registered(&cluster).await != (vec![], vec!["bookie-ro:3181".into()]) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never registered read-only"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (code, body) = http_text(http, "GET", "/api/v1/bookie/state/readonly").await;
+    assert_eq!((code, read_only_of(&body)), (200, Some(true)), "{body}");
+    let (code, body) =
+        http_put_json(http, "/api/v1/bookie/state/readonly", "{\"readonly\": 1}").await;
+    assert_eq!(code, 400, "{body}");
+
+    let (code, body) = http_put_json(
+        http,
+        "/api/v1/bookie/state/readonly",
+        "{\"readOnly\": false}",
+    )
+    .await;
+    assert_eq!(
+        (code, read_only_of(&body) == Some(false)),
+        (200, true),
+        "{body}"
+    );
+    let add = c.v3_add(3, 1, 0, b"after");
+    c.send_v3(&add).await;
+    assert_eq!(c.recv_v3().await.status, StatusCode::Eok as i32);
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while registered(&cluster).await != (vec!["bookie-ro:3181".into()], vec![]) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never writable again"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    node.shutdown().await;
+}
