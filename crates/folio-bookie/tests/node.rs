@@ -707,5 +707,5 @@ async fn an_operator_turns_a_bookie_read_only_and_back() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    node.shutdown().await;
+    node.shutdown().await.unwrap();
 }
