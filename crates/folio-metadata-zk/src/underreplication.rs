@@ -257,26 +257,29 @@ pub(crate) async fn lost_bookie_recovery_delay(zk: &Zk) -> Result<Option<Version
 }
 
 pub(crate) async fn set_lost_bookie_recovery_delay(zk: &Zk, seconds: u32) -> Result<()> {
-    let what = "lostBookieRecoveryDelay";
     let rel = format!("{UNDERREPLICATION}/{DELAY}");
-    let data = seconds.to_string();
+    put_persistent(
+        zk,
+        &rel,
+        seconds.to_string().as_bytes(),
+        "lostBookieRecoveryDelay",
+    )
+    .await
+}
+
+/// Writes `data` into the persistent znode `rel` whatever its version, creating it (and its
+/// parents) if missing: the unversioned settings BookKeeper keeps under `underreplication`.
+async fn put_persistent(zk: &Zk, rel: &str, data: &[u8], what: &str) -> Result<()> {
     let client = zk.client()?;
     for _ in 0..10 {
-        match zk
-            .run(client.set_data(&zk.abs(&rel), data.as_bytes(), None))
-            .await?
-        {
+        match zk.run(client.set_data(&zk.abs(rel), data, None)).await? {
             Ok(_) => return Ok(()),
-            Err(zk::Error::NoNode) => {
-                match zk
-                    .create_with_parents(&rel, data.as_bytes(), &persistent())
-                    .await?
-                {
-                    Ok(_) => return Ok(()),
-                    Err(zk::Error::NodeExists) => continue,
-                    Err(e) => return Err(zk.err(e, what, None)),
-                }
-            }
+            Err(zk::Error::NoNode) => match zk.create_with_parents(rel, data, &persistent()).await?
+            {
+                Ok(_) => return Ok(()),
+                Err(zk::Error::NodeExists) => continue,
+                Err(e) => return Err(zk.err(e, what, None)),
+            },
             Err(e) => return Err(zk.err(e, what, None)),
         }
     }
@@ -296,25 +299,8 @@ pub(crate) async fn check_ctime(zk: &Zk, check: AuditorCheck) -> Result<Option<i
 
 pub(crate) async fn set_check_ctime(zk: &Zk, check: AuditorCheck, ctime_ms: i64) -> Result<()> {
     let what = check.record_name();
-    let rel = format!("{UNDERREPLICATION}/{what}");
     let data = format::encode_check_ctime(ctime_ms);
-    let client = zk.client()?;
-    for _ in 0..10 {
-        match zk.run(client.set_data(&zk.abs(&rel), &data, None)).await? {
-            Ok(_) => return Ok(()),
-            Err(zk::Error::NoNode) => {
-                match zk.create_with_parents(&rel, &data, &persistent()).await? {
-                    Ok(_) => return Ok(()),
-                    Err(zk::Error::NodeExists) => continue,
-                    Err(e) => return Err(zk.err(e, what, None)),
-                }
-            }
-            Err(e) => return Err(zk.err(e, what, None)),
-        }
-    }
-    Err(MetadataError::Internal(format!(
-        "{what}: kept racing with another writer"
-    )))
+    put_persistent(zk, &format!("{UNDERREPLICATION}/{what}"), &data, what).await
 }
 
 /// Locks, votes and registrations are ephemeral znodes this session owns: deleting one
