@@ -611,31 +611,16 @@ async fn a_bookie_read_only_for_a_full_disk_is_writable_again_once_space_is_free
     node.shutdown().await.unwrap();
 }
 
-/// One admin HTTP request with a JSON body: the status code and the response body.
+/// A PUT with a JSON body to the admin endpoint.
 async fn http_put_json(addr: std::net::SocketAddr, path: &str, body: &str) -> (u16, String) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let request = format!(
-        "PUT {path} HTTP/1.1\r\nHost: bookie\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    s.write_all(request.as_bytes()).await.unwrap();
-    let mut text = String::new();
-    tokio::time::timeout(PATIENCE, s.read_to_string(&mut text))
-        .await
-        .expect("http response")
-        .unwrap();
-    let code = text
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    (
-        code,
-        text.split_once("\r\n\r\n")
-            .map_or("", |(_, b)| b)
-            .to_string(),
+    common::http_request(
+        addr,
+        "PUT",
+        path,
+        "Content-Type: application/json\r\n",
+        body,
     )
+    .await
 }
 
 fn read_only_of(body: &str) -> Option<bool> {

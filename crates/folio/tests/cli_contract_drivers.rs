@@ -9,25 +9,12 @@ mod common;
 use common::{Proc, folio, run};
 
 fn start_bookie(root: &std::path::Path, i: usize, uri: &str) -> Proc {
-    let dir = root.join(format!("bookie{i}"));
-    std::fs::create_dir_all(&dir).unwrap();
-    let config = dir.join("bookie.toml");
-    std::fs::write(
-        &config,
+    common::bookie_process(
+        &root.join(format!("bookie{i}")),
+        uri,
         "listen_address = \"127.0.0.1\"\nadvertisedAddress = \"127.0.0.1\"\n\
          disk_usage_threshold = 0.999\ndisk_usage_lwm_threshold = 0.998\n",
     )
-    .unwrap();
-    let mut cmd = folio();
-    cmd.arg("--metadata")
-        .arg(uri)
-        .args(["bookie", "--port", "0", "--config"])
-        .arg(&config)
-        .arg("--data-dir")
-        .arg(dir.join("data"));
-    let mut p = Proc::spawn(cmd);
-    p.wait_line(|l| l == "ready");
-    p
 }
 
 fn folio_at(uri: &str, args: &[&str], stdin: &[u8]) -> common::Outcome {

@@ -3,55 +3,26 @@
 
 mod common;
 
-use common::{folio, run};
+use common::{Outcome, folio, run};
+
+fn folio_with(args: &[&str]) -> Outcome {
+    let mut c = folio();
+    c.args(args);
+    run(c, b"")
+}
 
 #[test]
 fn completions_and_man_pages_come_from_the_parser() {
-    let bash = run(
-        {
-            let mut c = folio();
-            c.args(["completions", "bash"]);
-            c
-        },
-        b"",
-    )
-    .ok()
-    .text();
+    let bash = folio_with(&["completions", "bash"]).ok().text();
     assert!(
         bash.contains("_folio()") && bash.contains("listunderreplicated"),
         "{bash}"
     );
-    let man = run(
-        {
-            let mut c = folio();
-            c.arg("man");
-            c
-        },
-        b"",
-    )
-    .ok()
-    .text();
+    let man = folio_with(&["man"]).ok().text();
     assert!(man.starts_with(".ie") || man.contains(".TH folio"), "{man}");
-    let ledger = run(
-        {
-            let mut c = folio();
-            c.args(["man", "ledger"]);
-            c
-        },
-        b"",
-    )
-    .ok()
-    .text();
+    let ledger = folio_with(&["man", "ledger"]).ok().text();
     assert!(ledger.contains(".TH folio-ledger"), "{ledger}");
-    run(
-        {
-            let mut c = folio();
-            c.args(["man", "nosuch"]);
-            c
-        },
-        b"",
-    )
-    .fails_with("no subcommand \"nosuch\"");
+    folio_with(&["man", "nosuch"]).fails_with("no subcommand \"nosuch\"");
 }
 
 #[test]

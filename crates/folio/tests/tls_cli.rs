@@ -16,11 +16,8 @@ fn start_bookie(root: &Path, i: usize, uri: &str, bookies: &Ca, clients_ca: &Pat
     let dir = root.join(format!("bookie{i}"));
     std::fs::create_dir_all(&dir).unwrap();
     let (chain, key) = bookies.bookie().write(&dir, "bookie");
-    let config = dir.join("bookie.toml");
-    std::fs::write(
-        &config,
-        format!(
-            r#"listen_address = "127.0.0.1"
+    let config = format!(
+        r#"listen_address = "127.0.0.1"
 advertisedAddress = "127.0.0.1"
 disk_usage_threshold = 0.999
 disk_usage_lwm_threshold = 0.998
@@ -34,22 +31,11 @@ tlsClientAuthentication = true
 bookieAuthProviderFactoryClass = "org.apache.bookkeeper.tls.BookieAuthZFactory"
 authorizedRoles = "app,ops"
 "#,
-            key.display(),
-            chain.display(),
-            clients_ca.display()
-        ),
-    )
-    .unwrap();
-    let mut cmd = folio();
-    cmd.arg("--metadata")
-        .arg(uri)
-        .args(["bookie", "--port", "0", "--config"])
-        .arg(&config)
-        .arg("--data-dir")
-        .arg(dir.join("data"));
-    let mut p = Proc::spawn(cmd);
-    p.wait_line(|l| l == "ready");
-    p
+        key.display(),
+        chain.display(),
+        clients_ca.display()
+    );
+    common::bookie_process(&dir, uri, &config)
 }
 
 #[test]

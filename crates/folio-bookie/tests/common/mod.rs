@@ -229,10 +229,22 @@ pub async fn http_text_with(
     path: &str,
     headers: &str,
 ) -> (u16, String) {
+    http_request(addr, method, path, headers, "").await
+}
+
+/// One request with `headers` and `body`: the status code and the response body.
+pub async fn http_request(
+    addr: std::net::SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &str,
+    body: &str,
+) -> (u16, String) {
     let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
     s.write_all(
         format!(
-            "{method} {path} HTTP/1.1\r\nHost: bookie\r\n{headers}Content-Length: 0\r\nConnection: close\r\n\r\n"
+            "{method} {path} HTTP/1.1\r\nHost: bookie\r\n{headers}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
         )
         .as_bytes(),
     )

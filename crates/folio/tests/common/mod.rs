@@ -286,6 +286,24 @@ impl Standalone {
     }
 }
 
+/// A `folio bookie` process on `uri` with its data under `dir` and `config` (TOML) as its
+/// config file, on a free port; returns once it printed `ready`.
+pub fn bookie_process(dir: &Path, uri: &str, config: &str) -> Proc {
+    std::fs::create_dir_all(dir).unwrap();
+    let file = dir.join("bookie.toml");
+    std::fs::write(&file, config).unwrap();
+    let mut cmd = folio();
+    cmd.arg("--metadata")
+        .arg(uri)
+        .args(["bookie", "--port", "0", "--config"])
+        .arg(&file)
+        .arg("--data-dir")
+        .arg(dir.join("data"));
+    let mut p = Proc::spawn(cmd);
+    p.wait_line(|l| l == "ready");
+    p
+}
+
 /// A finished command.
 pub struct Outcome {
     pub status: ExitStatus,
