@@ -60,23 +60,29 @@ fn stop_signals() -> anyhow::Result<impl std::future::Future<Output = ()>> {
     })
 }
 
-pub fn run(metadata: Option<String>, args: BookieArgs) -> anyhow::Result<()> {
-    if args.print_default_config {
-        print!("{DEFAULT_CONFIG_TOML}");
-        return Ok(());
-    }
-    // The file (TOML or BookKeeper's bk_server.conf), then BK_<key> variables over it.
+/// A bookie's configuration: the file (TOML or BookKeeper's bk_server.conf) if given, then
+/// the process's `BK_<key>` variables over it, as BookKeeper's container image applies them;
+/// one warning lists the BookKeeper settings Folio does not implement.
+pub fn load_config(path: Option<&std::path::Path>) -> anyhow::Result<BookieConfig> {
     let bk_env: Vec<(String, String)> = std::env::vars()
         .filter(|(k, _)| k.starts_with("BK_"))
         .collect();
-    let loaded = BookieConfig::load_with_env(args.config.as_deref(), &bk_env)?;
+    let loaded = BookieConfig::load_with_env(path, &bk_env)?;
     if !loaded.ignored.is_empty() {
         tracing::warn!(
             "BookKeeper settings Folio does not implement, ignored: {}",
             loaded.ignored.join(", ")
         );
     }
-    let mut config = loaded.config;
+    Ok(loaded.config)
+}
+
+pub fn run(metadata: Option<String>, args: BookieArgs) -> anyhow::Result<()> {
+    if args.print_default_config {
+        print!("{DEFAULT_CONFIG_TOML}");
+        return Ok(());
+    }
+    let mut config = load_config(args.config.as_deref())?;
     if let Some(d) = args.data_dir {
         config.data_dir = Some(d);
     }

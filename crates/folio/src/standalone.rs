@@ -207,6 +207,9 @@ async fn start_bookies(
     nodes: &mut Vec<BookieNode>,
     out: &mut Stdout,
 ) -> anyhow::Result<()> {
+    // BK_<key> variables reach every bookie (BK_diskUsageThreshold=0.99 on a full laptop
+    // disk, say); the standalone's own settings below win over them.
+    let base = crate::bookie_cmd::load_config(None)?;
     for i in 0..args.bookies {
         let config = BookieConfig {
             listen_address: "127.0.0.1".into(),
@@ -215,7 +218,7 @@ async fn start_bookies(
             http_ledger_read_enabled: args.http_ledger_read,
             http_auth_token_file: args.http_auth_token_file.clone(),
             data_dir: Some(dir.join(format!("bookie-{i}"))),
-            ..BookieConfig::default()
+            ..base.clone()
         };
         let session_timeout = Duration::from_millis(config.metadata_session_timeout_ms);
         let session = bookie_session(db, session_timeout)

@@ -237,7 +237,11 @@ impl Standalone {
             .arg("--http-port")
             .arg(free_port().to_string())
             // standalone_http reads ledgers over HTTP (off by default: 403).
-            .arg("--http-ledger-read");
+            .arg("--http-ledger-read")
+            // The machine's disk is shared with build artefacts; a bookie past the default
+            // 95% threshold turns read-only and the tests' writes find no bookies.
+            .env("BK_diskUsageThreshold", "0.999")
+            .env("BK_diskUsageLwmThreshold", "0.998");
         let mut proc = Proc::spawn(cmd);
         proc.wait_line(|l| l == "ready");
         let uri = proc
