@@ -2,8 +2,9 @@
 //! [`AuditorCore`] with bookie changes, the lost-bookie delay and the clock, and runs the
 //! audits it asks for. An audit reads every ledger's metadata and marks each ledger naming
 //! an unavailable bookie under-replicated with those bookies (no entry reads). The
-//! periodic check of all ledgers asks the bookies themselves (the ledger checker) and marks
-//! what it finds too.
+//! periodic checks that ask the bookies themselves (checkAllLedgers, the replicas check)
+//! and judge placement are in `auditor_checks`; each runs on its interval from the last
+//! run recorded in the store.
 //!
 //! A new Auditor audits at once (BookKeeper's bookie check runs at start), so one that
 //! takes over from an Auditor killed mid-audit finishes its work.
@@ -13,15 +14,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use folio_client::{Client, proto_digest};
+use folio_client::Client;
 use folio_metadata::{AuditorCheck, BookieSet, MetadataStore};
-use folio_proto::DigestManager;
 use folio_types::{BookieId, LedgerId};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use crate::auditor_checks::{Sweep, check_placement, sweep_replicas};
 use crate::auditor_core::{AuditorCore, Decision};
-use crate::checker::check_ledger;
 use crate::config::AutoRecoveryConfig;
 use crate::stats::Stats;
 
@@ -38,6 +38,19 @@ pub struct AuditorStatus {
     pub ledgers_checked: AtomicU64,
     /// Checks of all ledgers completed (`CHECK_ALL_LEDGERS_TIME` count).
     pub checks_of_all_ledgers: AtomicU64,
+    /// Replicas checks completed (`REPLICAS_CHECK_TIME` count).
+    pub replicas_checks: AtomicU64,
+    /// At the last replicas check, the closed ledgers whose worst entry had fewer than Qw
+    /// copies, fewer than Qa, and none (BookKeeper's three replicas gauges).
+    pub ledgers_below_write_quorum: AtomicU64,
+    pub ledgers_below_ack_quorum: AtomicU64,
+    pub ledgers_with_no_replica: AtomicU64,
+    /// Placement policy checks completed (`PLACEMENT_POLICY_CHECK_TIME` count).
+    pub placement_checks: AtomicU64,
+    /// At the last placement policy check, the closed ledgers with an ensemble that fails
+    /// the policy, and those that meet it only softly.
+    pub ledgers_not_adhering: AtomicU64,
+    pub ledgers_softly_adhering: AtomicU64,
     /// Audits delayed for a lost bookie (`NUM_BOOKIE_AUDITS_DELAYED`).
     pub audits_delayed: AtomicU64,
     /// Seconds until the delayed audit, or `u64::MAX` when none is pending.
@@ -156,7 +169,25 @@ async fn lead(
         decision = core.on_periodic_check();
     }
     let mut next_bookie_check = after(config.bookie_check_interval);
-    let mut next_check_all = check_all_due(&metadata, client, config, Instant::now()).await?;
+    let mut periodic = [
+        (
+            AuditorCheck::CheckAllLedgers,
+            config.check_all_ledgers_interval,
+        ),
+        (AuditorCheck::Replicas, config.replicas_check_interval),
+        (
+            AuditorCheck::PlacementPolicy,
+            config.placement_policy_check_interval,
+        ),
+    ]
+    .map(|(check, interval)| Periodic {
+        check,
+        interval,
+        next: None,
+    });
+    for p in &mut periodic {
+        p.next = check_due(&metadata, client, p, Instant::now()).await?;
+    }
     let mut last_gauge: Option<Instant> = None;
     loop {
         if decision == Decision::Audit {
@@ -177,10 +208,14 @@ async fn lead(
             Ordering::Relaxed,
         );
         let tick = now + config.poll_interval;
-        // A due checkAllLedgers waits while a delayed audit is pending (BookKeeper skips
+        // A due periodic check waits while a delayed audit is pending (BookKeeper skips
         // periodic checks then, PR #3818); it runs at the first wake after that audit.
-        let check_all_wake = next_check_all.filter(|_| core.due().is_none());
-        let wake = [Some(tick), core.due(), next_bookie_check, check_all_wake]
+        let checks_wake = periodic
+            .iter()
+            .filter_map(|p| p.next)
+            .filter(|_| core.due().is_none())
+            .min();
+        let wake = [Some(tick), core.due(), next_bookie_check, checks_wake]
             .into_iter()
             .flatten()
             .min()
@@ -221,16 +256,17 @@ async fn lead(
                         decision = core.on_periodic_check();
                     }
                 }
-                // Re-read, so that `forceauditchecks` (or another Auditor's run) counts now.
-                next_check_all = check_all_due(&metadata, client, config, now).await?;
-                if next_check_all.is_some_and(|t| t <= now) && core.due().is_none() {
-                    let started = Instant::now();
-                    check_all_ledgers(client, status, stats).await?;
-                    stats.auditor_time("CHECK_ALL_LEDGERS_TIME", started.elapsed());
-                    metadata
-                        .set_auditor_check_ctime(AuditorCheck::CheckAllLedgers, wall_clock_ms(client))
-                        .await?;
-                    next_check_all = check_all_due(&metadata, client, config, Instant::now()).await?;
+                for p in &mut periodic {
+                    // Re-read, so that `forceauditchecks` (or another Auditor's run) counts
+                    // now.
+                    p.next = check_due(&metadata, client, p, now).await?;
+                    if p.next.is_some_and(|t| t <= now) && core.due().is_none() {
+                        run_check(client, p.check, status, stats).await?;
+                        metadata
+                            .set_auditor_check_ctime(p.check, wall_clock_ms(client))
+                            .await?;
+                        p.next = check_due(&metadata, client, p, Instant::now()).await?;
+                    }
                 }
             }
         }
@@ -244,29 +280,97 @@ fn after(interval: Duration) -> Option<Instant> {
     (!interval.is_zero()).then(|| Instant::now() + interval)
 }
 
-/// When checkAllLedgers is next due: its interval after the last run recorded in the store
-/// (by this Auditor or an earlier one), at once if it never ran, never if the interval is
-/// 0. BookKeeper computes the same initial delay from `checkallledgersctime`; reading it on
+/// One of the Auditor's periodic checks that record their last run in the store.
+struct Periodic {
+    check: AuditorCheck,
+    /// Zero: off.
+    interval: Duration,
+    next: Option<Instant>,
+}
+
+/// When `p` is next due: its interval after the last run recorded in the store (by this
+/// Auditor or an earlier one), at once if it never ran, never if its interval is 0.
+/// BookKeeper computes the same initial delay from the check's ctime znode; reading it on
 /// every wake also lets `forceauditchecks` take effect without restarting the Auditor.
-async fn check_all_due(
+async fn check_due(
     metadata: &Arc<dyn MetadataStore>,
     client: &Client,
-    config: &AutoRecoveryConfig,
+    p: &Periodic,
     now: Instant,
 ) -> folio_metadata::Result<Option<Instant>> {
-    let interval = config.check_all_ledgers_interval;
-    if interval.is_zero() {
+    if p.interval.is_zero() {
         return Ok(None);
     }
-    let Some(last) = metadata
-        .auditor_check_ctime(AuditorCheck::CheckAllLedgers)
-        .await?
-    else {
+    let Some(last) = metadata.auditor_check_ctime(p.check).await? else {
         return Ok(Some(now));
     };
     // A ctime in the future (another host's clock) counts as now.
     let since = Duration::from_millis(wall_clock_ms(client).saturating_sub(last).max(0) as u64);
-    Ok(Some(now + interval.saturating_sub(since)))
+    Ok(Some(now + p.interval.saturating_sub(since)))
+}
+
+/// Runs one periodic check and publishes what it found under BookKeeper's names.
+async fn run_check(
+    client: &Client,
+    check: AuditorCheck,
+    status: &AuditorStatus,
+    stats: &Stats,
+) -> folio_metadata::Result<()> {
+    let started = Instant::now();
+    match check {
+        AuditorCheck::CheckAllLedgers => {
+            sweep_replicas(client, Sweep::AllLedgers, status, stats).await?;
+            status.checks_of_all_ledgers.fetch_add(1, Ordering::Relaxed);
+            stats.auditor_time("CHECK_ALL_LEDGERS_TIME", started.elapsed());
+        }
+        AuditorCheck::Replicas => {
+            let c = sweep_replicas(client, Sweep::ClosedLedgers, status, stats).await?;
+            for (field, name, v) in [
+                (
+                    &status.ledgers_below_write_quorum,
+                    "NUM_LEDGERS_HAVING_LESS_THAN_WQ_REPLICAS_OF_AN_ENTRY",
+                    c.below_write_quorum,
+                ),
+                (
+                    &status.ledgers_below_ack_quorum,
+                    "NUM_LEDGERS_HAVING_LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY",
+                    c.below_ack_quorum,
+                ),
+                (
+                    &status.ledgers_with_no_replica,
+                    "NUM_LEDGERS_HAVING_NO_REPLICA_OF_AN_ENTRY",
+                    c.no_replica,
+                ),
+            ] {
+                field.store(v, Ordering::Relaxed);
+                stats.auditor_gauge(name, v);
+            }
+            status.replicas_checks.fetch_add(1, Ordering::Relaxed);
+            stats.auditor_time("REPLICAS_CHECK_TIME", started.elapsed());
+            tracing::info!(?c, "replicas check done");
+        }
+        AuditorCheck::PlacementPolicy => {
+            let c = check_placement(client).await?;
+            status
+                .ledgers_not_adhering
+                .store(c.not_adhering, Ordering::Relaxed);
+            status
+                .ledgers_softly_adhering
+                .store(c.softly_adhering, Ordering::Relaxed);
+            stats.auditor_gauge(
+                "NUM_LEDGERS_NOT_ADHERING_TO_PLACEMENT_POLICY",
+                c.not_adhering,
+            );
+            stats.auditor_gauge(
+                "NUM_LEDGERS_SOFTLY_ADHERING_TO_PLACEMENT_POLICY",
+                c.softly_adhering,
+            );
+            status.placement_checks.fetch_add(1, Ordering::Relaxed);
+            stats.auditor_time("PLACEMENT_POLICY_CHECK_TIME", started.elapsed());
+            tracing::info!(?c, "placement policy check done");
+        }
+    }
+    Ok(())
 }
 
 /// Milliseconds since the Unix epoch, for the ctime records (wall-clock times shared with
@@ -333,51 +437,5 @@ async fn audit(
     stats.auditor_time("AUDIT_BOOKIES_TIME", started.elapsed());
     stats.auditor_time("URL_PUBLISH_TIME_FOR_LOST_BOOKIE", started.elapsed());
     tracing::info!(marked, "audit done");
-    Ok(())
-}
-
-/// Asks the bookies for every ledger's replicas and marks the bad ones, including copies
-/// lost on bookies that are still up (BookKeeper's checkAllLedgers and replicas check only
-/// count those).
-async fn check_all_ledgers(
-    client: &Client,
-    status: &AuditorStatus,
-    stats: &Stats,
-) -> folio_metadata::Result<()> {
-    let metadata = client.metadata();
-    let available = available(&metadata.list_bookies().await?);
-    let ledgers = client
-        .list_ledgers()
-        .await
-        .map_err(|e| folio_metadata::MetadataError::Internal(e.to_string()))?;
-    for ledger in ledgers {
-        let meta = match metadata.read_ledger(ledger).await {
-            Ok(m) => m.value,
-            Err(e) if e.is_not_found() => continue,
-            Err(e) => return Err(e),
-        };
-        let password = meta.password.clone().unwrap_or_default();
-        let digest = DigestManager::new(ledger, proto_digest(meta.digest_type), &password);
-        status.ledgers_checked.fetch_add(1, Ordering::Relaxed);
-        stats.auditor_count("NUM_LEDGERS_CHECKED", 1);
-        let Ok(report) = check_ledger(client, ledger, &meta, &digest, &available).await else {
-            continue;
-        };
-        let bad: Vec<BookieId> = report
-            .bad
-            .iter()
-            .map(|b| b.bookie.clone())
-            .chain(report.unavailable_in_open_fragment.iter().cloned())
-            .collect::<BTreeSet<_>>()
-            .into_iter()
-            .collect();
-        if !bad.is_empty() {
-            tracing::info!(ledger, ?bad, "check of all ledgers found bad replicas");
-            metadata.mark_underreplicated(ledger, &bad).await?;
-            status.ledgers_marked.fetch_add(1, Ordering::Relaxed);
-            stats.auditor_count("NUM_UNDER_REPLICATED_LEDGERS", 1);
-        }
-    }
-    status.checks_of_all_ledgers.fetch_add(1, Ordering::Relaxed);
     Ok(())
 }

@@ -16,6 +16,13 @@ pub struct AutoRecoveryConfig {
     /// (`auditorPeriodicCheckInterval`, 604800 s); zero turns it off. Unlike BookKeeper's,
     /// what it finds is marked, so a copy lost on a bookie that is still up is repaired.
     pub check_all_ledgers_interval: Duration,
+    /// The periodic replicas check of closed ledgers (`auditorReplicasCheckInterval`,
+    /// 0: off). Its gauges count ledgers with an entry short of Qw, of Qa, or of any copy;
+    /// unlike BookKeeper's, it also marks what it finds.
+    pub replicas_check_interval: Duration,
+    /// The periodic placement policy check of closed ledgers
+    /// (`auditorPeriodicPlacementPolicyCheckInterval`, 0: off); counts only.
+    pub placement_policy_check_interval: Duration,
     /// How long an open ledger whose last fragment lost a bookie is left to its writer
     /// before the worker fences and closes it (`openLedgerRereplicationGracePeriod`, 30 s).
     pub open_ledger_grace_period: Duration,
@@ -53,6 +60,8 @@ impl Default for AutoRecoveryConfig {
             lost_bookie_recovery_delay: 0,
             bookie_check_interval: Duration::from_secs(86_400),
             check_all_ledgers_interval: Duration::from_secs(604_800),
+            replicas_check_interval: Duration::ZERO,
+            placement_policy_check_interval: Duration::ZERO,
             open_ledger_grace_period: Duration::from_secs(30),
             failed_ledger_max_backoff: Duration::from_secs(300),
             rereplicate_backoff: Duration::from_secs(5),

@@ -15,6 +15,7 @@
 
 mod admin;
 mod auditor;
+mod auditor_checks;
 mod auditor_core;
 mod checker;
 mod config;
@@ -30,6 +31,7 @@ pub use admin::{
     recover,
 };
 pub use auditor::{Auditor, AuditorStatus};
+pub use auditor_checks::{Adherence, Shortfall, adherence, shortfall};
 pub use auditor_core::{AuditorCore, Decision};
 pub use checker::{BadReplica, CheckReport, Damage, check_ledger};
 pub use config::AutoRecoveryConfig;

@@ -36,6 +36,10 @@ impl Stats {
         metrics::histogram!(self.name("auditor", name)).record(d.as_secs_f64() * 1000.0);
     }
 
+    pub fn auditor_gauge(&self, name: &str, v: u64) {
+        metrics::gauge!(self.name("auditor", name)).set(v as f64);
+    }
+
     pub fn worker_count(&self, name: &str, n: u64) {
         metrics::counter!(self.name("replication_worker", name)).increment(n);
     }

@@ -221,6 +221,72 @@ async fn a_lost_bookie_is_healed_and_a_second_loss_still_reads_back() {
     worker.stop().await;
 }
 
+/// Copies lost on bookies that stay up (their disks lost an entry) are found by the
+/// replicas check, counted in BookKeeper's gauge for entries below Qa, marked (BookKeeper's
+/// check only counts), and repaired in place by the worker.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_replicas_check_marks_copies_lost_on_live_bookies_and_they_are_healed() {
+    use std::sync::atomic::Ordering::Relaxed;
+    let cluster = Cluster::start_with_memory(3, &[0, 1, 2]).await;
+    let client = cluster.client().await;
+    let (w, _) = write(&client, (3, 3, 2), 10, true).await;
+    let (intact, _) = write(&client, (3, 3, 2), 10, true).await;
+    let ensemble = client.ledger_metadata(w.id).await.unwrap().ensembles[&0].clone();
+    // Entry 4 loses two of its three copies: one left, below Qa = 2.
+    for b in &ensemble[..2] {
+        assert!(cluster.bookie(b).memory().lose_entry(w.id, 4));
+    }
+    let config = AutoRecoveryConfig {
+        check_all_ledgers_interval: Duration::ZERO,
+        replicas_check_interval: Duration::from_secs(3600),
+        placement_policy_check_interval: Duration::from_secs(3600),
+        ..fast_config()
+    };
+    let auditor = Auditor::start(
+        cluster.client().await,
+        config.clone(),
+        BookieId::new("auditor-1:0".to_string()).unwrap(),
+    );
+    let status = auditor.status().clone();
+    patient(async {
+        while status.replicas_checks.load(Relaxed) < 1 || status.placement_checks.load(Relaxed) < 1
+        {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    assert_eq!(status.ledgers_below_ack_quorum.load(Relaxed), 1);
+    assert_eq!(status.ledgers_below_write_quorum.load(Relaxed), 0);
+    assert_eq!(status.ledgers_with_no_replica.load(Relaxed), 0);
+    // Three distinct bookies and no racks: every ensemble follows the policy.
+    assert_eq!(status.ledgers_not_adhering.load(Relaxed), 0);
+    let mark = client.metadata().get_underreplicated(w.id).await.unwrap();
+    assert_eq!(
+        mark.missing_replicas,
+        ensemble[..2].iter().cloned().collect::<BTreeSet<_>>()
+    );
+    assert!(
+        client
+            .metadata()
+            .get_underreplicated(intact.id)
+            .await
+            .is_err(),
+        "an intact ledger was marked"
+    );
+
+    let worker = Worker::start(
+        cluster.client().await,
+        config,
+        "worker-1".into(),
+        &folio_env::SystemRng::new(),
+    );
+    healed(&client, &BTreeSet::new()).await;
+    assert_qw_copies(&client, w.id).await;
+    read_all(&client, &w).await;
+    auditor.stop().await;
+    worker.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn recover_and_decommission_move_every_replica_off_a_bookie() {
     let mut cluster = Cluster::start(4).await;

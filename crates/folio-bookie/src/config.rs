@@ -116,6 +116,18 @@ pub struct BookieConfig {
     /// store has no value yet. [lostBookieRecoveryDelay]
     #[serde(alias = "lostBookieRecoveryDelay")]
     pub lost_bookie_recovery_delay: u32,
+    /// The embedded Auditor's periodic checks, in seconds (0 turns one off):
+    /// checkAllLedgers [auditorPeriodicCheckInterval], the bookie check
+    /// [auditorPeriodicBookieCheckInterval], the replicas check [auditorReplicasCheckInterval]
+    /// and the placement policy check [auditorPeriodicPlacementPolicyCheckInterval].
+    #[serde(alias = "auditorPeriodicCheckInterval")]
+    pub auditor_periodic_check_interval_s: u64,
+    #[serde(alias = "auditorPeriodicBookieCheckInterval")]
+    pub auditor_periodic_bookie_check_interval_s: u64,
+    #[serde(alias = "auditorReplicasCheckInterval")]
+    pub auditor_replicas_check_interval_s: u64,
+    #[serde(alias = "auditorPeriodicPlacementPolicyCheckInterval")]
+    pub auditor_periodic_placement_policy_check_interval_s: u64,
     /// The network location published in the registration (property `rack`) for
     /// rack-aware placement by clients. BookKeeper has no such bookie key (its clients
     /// resolve racks with a script or DNS); Folio's clients read this property.
@@ -218,6 +230,10 @@ impl Default for BookieConfig {
             major_compaction_interval_s: 86_400,
             auto_recovery_daemon_enabled: false,
             lost_bookie_recovery_delay: 0,
+            auditor_periodic_check_interval_s: 604_800,
+            auditor_periodic_bookie_check_interval_s: 86_400,
+            auditor_replicas_check_interval_s: 0,
+            auditor_periodic_placement_policy_check_interval_s: 0,
             rack: None,
             tls_provider_factory_class: None,
             tls_key_store_type: None,
@@ -404,6 +420,18 @@ auto_recovery_daemon_enabled = false
 # the metadata store holds no value yet (`folio shell lostbookierecoverydelay -set` changes
 # the cluster's). [lostBookieRecoveryDelay]
 lost_bookie_recovery_delay = 0
+
+# The embedded Auditor's periodic checks, in seconds (0 turns one off): checkAllLedgers asks
+# the bookies for every ledger's copies and marks the missing ones; the bookie check audits
+# the registered bookies; the replicas check does checkAllLedgers' work for closed ledgers
+# and publishes BookKeeper's gauges of ledgers short of copies (Folio marks what it finds
+# too); the placement policy check counts closed ledgers whose ensembles break rack-aware
+# placement. [auditorPeriodicCheckInterval, auditorPeriodicBookieCheckInterval,
+# auditorReplicasCheckInterval, auditorPeriodicPlacementPolicyCheckInterval]
+auditor_periodic_check_interval_s = 604800
+auditor_periodic_bookie_check_interval_s = 86400
+auditor_replicas_check_interval_s = 0
+auditor_periodic_placement_policy_check_interval_s = 0
 
 # The bookie's network location, "/region/rack" (or "/rack"), published in its registration
 # (property "rack") for clients doing rack-aware placement. The --rack flag overrides it.

@@ -88,6 +88,17 @@ impl MemoryStorage {
         self.inner.lock().space = space;
     }
 
+    /// Forgets `entry` of `ledger`, as a disk that lost it while the bookie stays up (a
+    /// wiped or corrupt log), for the tests of the checks that must find such holes;
+    /// whether it was there.
+    pub fn lose_entry(&self, ledger: LedgerId, entry: EntryId) -> bool {
+        self.inner
+            .lock()
+            .ledgers
+            .get_mut(&ledger)
+            .is_some_and(|l| l.entries.remove(&entry).is_some())
+    }
+
     pub fn is_fenced(&self, ledger: LedgerId) -> bool {
         self.inner
             .lock()

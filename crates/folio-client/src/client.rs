@@ -312,6 +312,15 @@ impl Client {
         &self.inner.clock
     }
 
+    /// The racks this client places `bookies` by (empty unless rack-aware placement is
+    /// on): for the Auditor's placement policy check.
+    pub async fn racks_of(
+        &self,
+        bookies: &std::collections::BTreeSet<folio_types::BookieId>,
+    ) -> Result<crate::ensemble::Racks> {
+        self.inner.racks(bookies).await
+    }
+
     /// Creates a ledger on a random ensemble of writable bookies and returns its writer.
     /// Fails with [`ClientError::NotEnoughBookies`] if fewer than E bookies are writable.
     pub async fn create_ledger(&self, opts: CreateOptions) -> Result<LedgerHandle> {

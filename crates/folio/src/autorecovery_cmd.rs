@@ -37,6 +37,14 @@ pub struct AutoRecoveryArgs {
     /// (auditorPeriodicCheckInterval, default 604800; 0 turns it off).
     #[arg(long, default_value_t = 604_800)]
     pub check_all_ledgers_interval: u64,
+    /// Interval of the replicas check of closed ledgers, in seconds
+    /// (auditorReplicasCheckInterval, default 0: off); marks what it finds.
+    #[arg(long, default_value_t = 0)]
+    pub replicas_check_interval: u64,
+    /// Interval of the placement policy check of closed ledgers, in seconds
+    /// (auditorPeriodicPlacementPolicyCheckInterval, default 0: off).
+    #[arg(long, default_value_t = 0)]
+    pub placement_policy_check_interval: u64,
 }
 
 impl AutoRecoveryArgs {
@@ -47,6 +55,10 @@ impl AutoRecoveryArgs {
             worker_concurrency: self.concurrency.max(1),
             replication_rate_bytes: self.replication_rate_bytes,
             check_all_ledgers_interval: Duration::from_secs(self.check_all_ledgers_interval),
+            replicas_check_interval: Duration::from_secs(self.replicas_check_interval),
+            placement_policy_check_interval: Duration::from_secs(
+                self.placement_policy_check_interval,
+            ),
             ..AutoRecoveryConfig::default()
         }
     }

@@ -113,6 +113,18 @@ pub fn run(metadata: Option<String>, args: BookieArgs) -> anyhow::Result<()> {
                 .auto_recovery_daemon_enabled
                 .then(|| folio_autorecovery::AutoRecoveryConfig {
                     lost_bookie_recovery_delay: config.lost_bookie_recovery_delay,
+                    check_all_ledgers_interval: Duration::from_secs(
+                        config.auditor_periodic_check_interval_s,
+                    ),
+                    bookie_check_interval: Duration::from_secs(
+                        config.auditor_periodic_bookie_check_interval_s,
+                    ),
+                    replicas_check_interval: Duration::from_secs(
+                        config.auditor_replicas_check_interval_s,
+                    ),
+                    placement_policy_check_interval: Duration::from_secs(
+                        config.auditor_periodic_placement_policy_check_interval_s,
+                    ),
                     metrics_prefix: "replication_".into(),
                     ..Default::default()
                 });
