@@ -12,6 +12,7 @@ mod payload;
 mod progress;
 mod shell;
 mod shell_autorecovery;
+mod shell_cookie;
 mod shell_ledger;
 mod shell_local;
 mod standalone;

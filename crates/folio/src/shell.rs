@@ -16,7 +16,7 @@ use folio_types::LedgerId;
 use folio_types::metadata::LedgerMetadata;
 
 use crate::metadata_connect::{self, Missing};
-use crate::{shell_autorecovery, shell_ledger, shell_local};
+use crate::{shell_autorecovery, shell_cookie, shell_ledger, shell_local};
 
 #[derive(Args, Debug)]
 pub struct ShellArgs {
@@ -178,6 +178,25 @@ enum ShellCommand {
         bookie: String,
         #[arg(allow_hyphen_values = true)]
         flags: Vec<String>,
+    },
+    /// Write the cookie a bookie with these directories would have to a file:
+    /// cookie_generate <bookie> -j DIRS -l DIRS [-ix DIRS] [-i INSTANCE_ID] -o FILE.
+    #[command(name = "cookie_generate")]
+    CookieGenerate {
+        #[arg(allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// Store a cookie file as a bookie's cookie (it must have none): cookie_create <bookie> -cf FILE.
+    #[command(name = "cookie_create")]
+    CookieCreate {
+        #[arg(allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// Replace a bookie's cookie with a cookie file: cookie_update <bookie> -cf FILE.
+    #[command(name = "cookie_update")]
+    CookieUpdate {
+        #[arg(allow_hyphen_values = true)]
+        args: Vec<String>,
     },
 }
 
@@ -392,38 +411,15 @@ async fn execute(command: ShellCommand, store: &dyn MetadataStore) -> anyhow::Re
             );
             Ok(())
         }
-        ShellCommand::CookieGet { bookie } => {
-            let id = folio_types::BookieId::new(bookie.as_str())?;
-            let cookie = match store.read_cookie(&id).await {
-                Ok(c) => c,
-                Err(MetadataError::NotFound { .. }) => bail!("no cookie for bookie {id}"),
-                Err(e) => return Err(e.into()),
-            };
-            print!("{}", String::from_utf8_lossy(&cookie.value));
-            Ok(())
-        }
+        ShellCommand::CookieGet { bookie } => shell_cookie::cookie_get(store, &bookie).await,
         ShellCommand::CookieDelete { bookie, flags } => {
-            let force = match flags.as_slice() {
-                [] => false,
-                [f] if f == "-f" || f == "-force" || f == "--force" => true,
-                other => bail!("cookie_delete: unknown flags {other:?} (only -f)"),
-            };
-            let id = folio_types::BookieId::new(bookie.as_str())?;
-            let set = store.list_bookies().await?;
-            if !force && (set.writable.contains(&id) || set.readonly.contains(&id)) {
-                bail!(
-                    "bookie {id} is registered (running): stop it first, or pass -f (it will then refuse to restart until re-formatted)"
-                );
-            }
-            let cookie = match store.read_cookie(&id).await {
-                Ok(c) => c,
-                Err(MetadataError::NotFound { .. }) => bail!("no cookie for bookie {id}"),
-                Err(e) => return Err(e.into()),
-            };
-            store.delete_cookie(&id, cookie.version).await?;
-            println!("Deleted cookie of bookie {id}");
-            Ok(())
+            shell_cookie::cookie_delete(store, &bookie, &flags).await
         }
+        ShellCommand::CookieGenerate { args } => shell_cookie::cookie_generate(store, &args).await,
+        ShellCommand::CookieCreate { args } => {
+            shell_cookie::cookie_store(store, &args, false).await
+        }
+        ShellCommand::CookieUpdate { args } => shell_cookie::cookie_store(store, &args, true).await,
         // The ledger data commands need a client; `run` sends them to `shell_ledger`.
         ShellCommand::ReadLedger { .. }
         | ShellCommand::SimpleTest { .. }

@@ -238,6 +238,66 @@ async fn shell_metadata_commands_against_sqlite() {
     store.close().await.unwrap();
 }
 
+/// cookie_generate writes the cookie a bookie with given directories would have (the
+/// cluster's instance id by default); cookie_create stores it only where there is none,
+/// cookie_update only over an existing one, and neither takes another bookie's cookie or
+/// a file that is not a cookie.
+#[test]
+fn cookie_files_are_generated_created_and_updated() {
+    let dir = tempfile::tempdir().unwrap();
+    let uri = format!("sqlite://{}", dir.path().join("metadata.db").display());
+    let out = ok_stdout(&uri, &["shell", "initnewcluster"]);
+    let instance = out.trim().rsplit(' ').next().unwrap().to_owned();
+    let file = |name: &str| dir.path().join(name).display().to_string();
+    let (first, second, junk) = (file("first"), file("second"), file("junk"));
+    let b = "10.0.0.2:3181";
+    // `folio shell <line>`, split at spaces (no argument here has one).
+    let ok = |line: String| ok_stdout(&uri, &line.split(' ').collect::<Vec<_>>());
+    let fails = |line: String| failure(&uri, &line.split(' ').collect::<Vec<_>>());
+
+    let e = fails(format!("shell cookie_generate {b} -j /j1 -o {first}"));
+    assert!(e.contains("-l LEDGER_DIRS"), "{e}");
+    ok(format!(
+        "shell cookie_generate {b} -j /j1 -l /l1,/l2 -o {first}"
+    ));
+    let text = std::fs::read_to_string(&first).unwrap();
+    assert!(text.starts_with("5\n"), "{text}");
+    for want in [
+        format!("bookieHost: \"{b}\""),
+        "journalDir: \"/j1\"".to_string(),
+        "ledgerDirs: \"2\\t/l1\\t/l2\"".to_string(),
+        format!("instanceId: \"{instance}\""),
+    ] {
+        assert!(text.contains(&want), "{want} not in {text}");
+    }
+
+    let e = fails(format!("shell cookie_update {b} -cf {first}"));
+    assert!(e.contains("no cookie for bookie"), "{e}");
+    ok(format!("shell cookie_create {b} -cf {first}"));
+    assert_eq!(ok(format!("shell cookie_get {b}")), text);
+    let e = fails(format!("shell cookie_create {b} -cf {first}"));
+    assert!(e.contains("already has a cookie"), "{e}");
+
+    // New ledger directories, an explicit instance id: the update replaces the cookie.
+    ok(format!(
+        "shell cookie_generate {b} -j /j1 -l /l3 -i other -o {second}"
+    ));
+    ok(format!("shell cookie_update {b} --cookie-file {second}"));
+    let now = ok(format!("shell cookie_get {b}"));
+    assert!(
+        now.contains("/l3") && now.contains("instanceId: \"other\""),
+        "{now}"
+    );
+
+    let e = fails(format!("shell cookie_create 10.0.0.3:3181 -cf {second}"));
+    assert!(e.contains("is the cookie of bookie 10.0.0.2:3181"), "{e}");
+    std::fs::write(&junk, "not a cookie").unwrap();
+    let e = fails(format!("shell cookie_create 10.0.0.3:3181 -cf {junk}"));
+    assert!(e.contains("bad cookie"), "{e}");
+    let e = fails("shell cookie_create 10.0.0.3:3181".to_string());
+    assert!(e.contains("-cf COOKIE_FILE is required"), "{e}");
+}
+
 #[test]
 fn shell_refuses_bad_uris_and_unreachable_stores() {
     let e = failure("sqlite://relative/metadata.db", &["shell", "listledgers"]);
