@@ -55,5 +55,5 @@ pub use error::{ClientError, Result};
 pub use folio_types::metadata::DigestType;
 pub use ledger::{AppendFuture, LedgerHandle};
 pub use reader::{LedgerEntry, ReadHandle};
-pub use replica::ReplicaAnswer;
+pub use replica::{BookieInfo, ReplicaAnswer};
 pub use tls::{ClientTls, TlsConfigError};

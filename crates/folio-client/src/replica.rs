@@ -1,5 +1,5 @@
 //! Bookie-level operations on one replica of a ledger, for autorecovery and the admin tools:
-//! which entries a bookie holds (BookKeeper's GetListOfEntriesOfLedger), whether it can
+//! a bookie's disk space (GetBookieInfo), which entries a bookie holds (BookKeeper's GetListOfEntriesOfLedger), whether it can
 //! serve one, and copying an entry as stored from one bookie to another with the
 //! recovery-add flag (BookKeeper's `LedgerFragmentReplicator`).
 //!
@@ -34,7 +34,46 @@ pub enum ReplicaAnswer {
     Failed(String),
 }
 
+/// A bookie's disk space, as its GetBookieInfo answer gives it (over all its ledger
+/// directories), in bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BookieInfo {
+    pub free_disk_space: u64,
+    pub total_disk_capacity: u64,
+}
+
 impl Client {
+    /// Asks `bookie` for its free and total disk space (BookKeeper's `getBookieInfo`, as
+    /// `bookieinfo` and disk-weighted placement use it).
+    pub async fn bookie_info(&self, bookie: &BookieId) -> Result<BookieInfo> {
+        use pb::get_bookie_info_request::Flags;
+        let mut r = pb::Request {
+            header: request_header(OperationType::GetBookieInfo, 0, None),
+            ..Default::default()
+        };
+        r.get_bookie_info_request = Some(pb::GetBookieInfoRequest {
+            requested: Some(Flags::TotalDiskCapacity as i64 | Flags::FreeDiskSpace as i64),
+        });
+        let inner = self.inner();
+        let resp = inner
+            .bookies
+            .call(bookie, r, inner.config.read_timeout)
+            .await
+            .map_err(|e| rpc_error(-1, -1, bookie, e))?;
+        let info = resp.get_bookie_info_response.unwrap_or_default();
+        let size = |v: Option<i64>| v.and_then(|v| u64::try_from(v).ok());
+        match (size(info.free_disk_space), size(info.total_disk_capacity)) {
+            (Some(free_disk_space), Some(total_disk_capacity)) => Ok(BookieInfo {
+                free_disk_space,
+                total_disk_capacity,
+            }),
+            _ => Err(ClientError::BookieUnreachable {
+                bookie: bookie.clone(),
+                reason: "its bookie info lacks the disk space".into(),
+            }),
+        }
+    }
+
     /// The entries of `ledger` that `bookie` holds, as its GetListOfEntriesOfLedger answer
     /// says. A bookie that does not know the ledger at all answers with an empty list.
     pub async fn entries_on_bookie(

@@ -134,6 +134,12 @@ enum ShellCommand {
         #[arg(allow_hyphen_values = true)]
         flags: Vec<String>,
     },
+    /// Every bookie's free and total disk space and the cluster's totals.
+    #[command(name = "bookieinfo")]
+    BookieInfo {
+        #[arg(allow_hyphen_values = true)]
+        flags: Vec<String>,
+    },
     /// Write and read entries on one bookie: [-bookie host:port] [-entries N] [-timeout S].
     #[command(name = "bookiesanity")]
     BookieSanity {
@@ -233,6 +239,9 @@ pub fn run(args: ShellArgs, metadata: Option<&str>) -> anyhow::Result<()> {
             }
             ShellCommand::BookieSanity { flags } => {
                 shell_ledger::bookiesanity(store.clone(), &flags).await
+            }
+            ShellCommand::BookieInfo { flags } => {
+                shell_ledger::bookieinfo(store.clone(), &flags).await
             }
             ShellCommand::Recover { flags } => {
                 shell_autorecovery::recover_cmd(store.clone(), &flags).await
@@ -425,6 +434,7 @@ async fn execute(command: ShellCommand, store: &dyn MetadataStore) -> anyhow::Re
         | ShellCommand::SimpleTest { .. }
         | ShellCommand::DeleteLedger { .. }
         | ShellCommand::BookieSanity { .. }
+        | ShellCommand::BookieInfo { .. }
         | ShellCommand::Recover { .. }
         | ShellCommand::DecommissionBookie { .. }
         | ShellCommand::ReadJournal { .. }

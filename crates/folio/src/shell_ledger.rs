@@ -1,5 +1,5 @@
 //! `folio shell` commands that touch ledger data, under BookKeeper's names and flags:
-//! `readledger`, `simpletest`, `deleteledger` (through the client library) and
+//! `readledger`, `simpletest`, `deleteledger`, `bookieinfo` (through the client library) and
 //! `bookiesanity` (adds and reads straight to one bookie over the v3 protocol, like
 //! BookKeeper's, which checks the local bookie without going through placement).
 //! Flags are BookKeeper's single-dash ones (`-ledgerid 7`); `--ledgerid` works too.
@@ -169,6 +169,90 @@ pub async fn readledger(store: Arc<dyn MetadataStore>, args: &[String]) -> anyho
 
 /// `simpletest [-ensemble E] [-writeQuorum Qw] [-ackQuorum Qa] [-numEntries N]`: writes N
 /// entries to a new ledger across the ensemble, reads them back, compares, deletes it.
+/// `bookieinfo`: every registered bookie's free and total disk space, then the cluster's
+/// totals, in BookKeeper's format (bytes, then SI units in parentheses). A bookie that does
+/// not answer is named on stderr and left out of the totals; the command fails only if no
+/// bookie answers. Totals count each host once, as BookKeeper 4.15+ does, since bookies on
+/// one host share its disks.
+pub async fn bookieinfo(store: Arc<dyn MetadataStore>, args: &[String]) -> anyhow::Result<()> {
+    Flags::parse("bookieinfo", args, &[])?;
+    let set = store.list_bookies().await?;
+    let client = client(store).await?;
+    let mut answers = Vec::new();
+    for bookie in set.writable.union(&set.readonly) {
+        match client.bookie_info(bookie).await {
+            Ok(info) => answers.push((bookie.clone(), info)),
+            Err(e) => eprintln!("bookieinfo: {bookie}: {e}"),
+        }
+    }
+    ensure!(
+        !answers.is_empty(),
+        "Failed to retrieve bookie information from any of the bookies"
+    );
+    let mut out = Stdout::new();
+    out.line(b"Free disk space info:")?;
+    let mut by_host = std::collections::BTreeMap::new();
+    for (bookie, info) in &answers {
+        out.line(
+            format!(
+                "{bookie}:\tFree: {}{}\tTotal: {}{}",
+                info.free_disk_space,
+                readable(info.free_disk_space),
+                info.total_disk_capacity,
+                readable(info.total_disk_capacity)
+            )
+            .as_bytes(),
+        )?;
+        let host = bookie
+            .as_str()
+            .rsplit_once(':')
+            .map_or(bookie.as_str(), |(h, _)| h);
+        by_host.insert(host.to_string(), *info);
+    }
+    let free: u64 = by_host.values().map(|i| i.free_disk_space).sum();
+    let total: u64 = by_host.values().map(|i| i.total_disk_capacity).sum();
+    out.line(
+        format!(
+            "Total free disk space in the cluster:\t{free}{}",
+            readable(free)
+        )
+        .as_bytes(),
+    )?;
+    out.line(
+        format!(
+            "Total disk capacity in the cluster:\t{total}{}",
+            readable(total)
+        )
+        .as_bytes(),
+    )?;
+    Ok(())
+}
+
+/// BookKeeper's `getReadable`: SI units of 1000, at most three decimals rounded down and
+/// no trailing zeros, in parentheses; nothing below 1000.
+fn readable(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["", "KB", "MB", "GB", "TB"];
+    let mut unit = 0;
+    let mut scale = 1u64;
+    while bytes / scale >= 1000 && unit < UNITS.len() - 1 {
+        scale *= 1000;
+        unit += 1;
+    }
+    if unit == 0 {
+        return String::new();
+    }
+    let whole = bytes / scale;
+    // Three decimals, rounded down.
+    let frac = (bytes % scale) / (scale / 1000);
+    let frac = format!("{frac:03}");
+    let frac = frac.trim_end_matches('0');
+    if frac.is_empty() {
+        format!("({whole}{})", UNITS[unit])
+    } else {
+        format!("({whole}.{frac}{})", UNITS[unit])
+    }
+}
+
 pub async fn simpletest(store: Arc<dyn MetadataStore>, args: &[String]) -> anyhow::Result<()> {
     const C: &str = "simpletest";
     let flags = Flags::parse(
@@ -333,4 +417,18 @@ pub async fn bookiesanity(store: Arc<dyn MetadataStore>, args: &[String]) -> any
     bookies.close_all();
     Stdout::new()
         .line(format!("Bookie sanity test succeeded ({n} entries, bookie {bookie})").as_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn sizes_read_as_bookkeeper_prints_them() {
+        assert_eq!(super::readable(999), "");
+        assert_eq!(super::readable(1000), "(1KB)");
+        assert_eq!(super::readable(35_576_426_496), "(35.576GB)");
+        assert_eq!(super::readable(40_193_699_840), "(40.193GB)");
+        assert_eq!(super::readable(1_500_000), "(1.5MB)");
+        assert_eq!(super::readable(1_999_999), "(1.999MB)");
+        assert_eq!(super::readable(5_000_000_000_000_000), "(5000TB)");
+    }
 }

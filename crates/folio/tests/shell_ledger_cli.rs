@@ -1,4 +1,4 @@
-//! `folio shell readledger | simpletest | deleteledger | bookiesanity` against a real
+//! `folio shell readledger | simpletest | deleteledger | bookiesanity | bookieinfo` against a real
 //! `folio standalone` cluster, with BookKeeper's single-dash flags.
 
 mod common;
@@ -93,5 +93,43 @@ fn shell_ledger_commands_against_a_standalone_cluster() {
         b"",
     )
     .fails_with(&format!("bookie {gone} failed to add entry 0"));
+
+    // bookieinfo: each bookie's space as it answers GetBookieInfo, BookKeeper's format;
+    // the three share one host (and disk), which the totals count once.
+    let out = sa.run(&["shell", "bookieinfo"], b"").ok().text();
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 6, "{out}");
+    assert_eq!(lines[0], "Free disk space info:");
+    let number = |field: &str| -> u64 {
+        field
+            .split(|c: char| !c.is_ascii_digit())
+            .find(|d| !d.is_empty())
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    let mut totals = Vec::new();
+    for bookie in &sa.bookies {
+        let prefix = format!("{bookie}:\tFree: ");
+        let line = lines[1..4]
+            .iter()
+            .find(|l| l.starts_with(&prefix))
+            .unwrap_or_else(|| panic!("no line for {bookie}: {out}"));
+        let rest = &line[prefix.len()..];
+        let (free, total) = rest.split_once("\tTotal: ").unwrap();
+        let (free, total) = (number(free), number(total));
+        assert!(total > 0 && free <= total, "{line}");
+        totals.push(total);
+    }
+    let cluster_total = number(
+        lines[5]
+            .strip_prefix("Total disk capacity in the cluster:\t")
+            .unwrap(),
+    );
+    assert!(totals.contains(&cluster_total), "{out}");
+    assert!(
+        lines[4].starts_with("Total free disk space in the cluster:\t"),
+        "{out}"
+    );
     sa.stop();
 }
