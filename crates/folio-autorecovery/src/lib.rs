@@ -8,7 +8,8 @@
 //!   first, and repairs them: the ledger checker finds the bad replicas, the fragment
 //!   replicator copies them from the survivors to a bookie the placement policy picks, and
 //!   the metadata is changed by compare-and-set only after the copy is durable.
-//! * [`recover`] and [`decommission`]: the operator's commands, client side.
+//! * [`recover`] and [`decommission`]: the operator's commands, client side;
+//!   [`update_bookie_in_ledgers`]: ledgers' metadata moved from one bookie id to another.
 //!
 //! Everything runs over a [`folio_client::Client`] and its metadata store, in BookKeeper's
 //! layout, so Folio's autorecovery and BookKeeper's share one queue and one election.
@@ -20,6 +21,7 @@ mod auditor_core;
 mod checker;
 mod config;
 mod fragments;
+mod rename;
 mod repair;
 mod replicator;
 mod stats;
@@ -36,6 +38,7 @@ pub use auditor_core::{AuditorCore, Decision};
 pub use checker::{BadReplica, CheckReport, Damage, check_ledger};
 pub use config::AutoRecoveryConfig;
 pub use fragments::{Fragment, fragments};
+pub use rename::{RenameOptions, RenameSummary, update_bookie_in_ledgers};
 pub use repair::{LedgerOutcome, Scope, repair_ledger};
 pub use replicator::{CopyOptions, RepairError};
 pub use throttle::Throttle;

@@ -287,6 +287,57 @@ async fn the_replicas_check_marks_copies_lost_on_live_bookies_and_they_are_heale
     worker.stop().await;
 }
 
+/// A bookie re-addressed with its data: updateBookieInLedger is refused while the old id
+/// is registered, then makes every ledger name the new id, and every entry has its Qw
+/// copies at the ids the metadata names.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn update_bookie_in_ledgers_moves_the_metadata_to_a_new_id() {
+    use folio_autorecovery::{RenameOptions, update_bookie_in_ledgers};
+    let mut cluster = Cluster::start_with_memory(4, &[0, 1, 2, 3]).await;
+    let client = cluster.client().await;
+    let mut written = Vec::new();
+    for q in [(3, 3, 2), (3, 2, 2), (2, 2, 2), (4, 2, 2)] {
+        written.push(write(&client, q, 12, true).await.0);
+    }
+    let ids: Vec<LedgerId> = written.iter().map(|w| w.id).collect();
+    let old = busiest(&client, &ids).await;
+    let naming_old = folio_autorecovery::ledgers_naming(&client, &BTreeSet::from([old.clone()]))
+        .await
+        .unwrap();
+    assert!(!naming_old.is_empty());
+    let options = RenameOptions {
+        updates_per_sec: 0,
+        limit: None,
+    };
+    let other = BookieId::new("10.9.9.9:3181".to_string()).unwrap();
+    let e = update_bookie_in_ledgers(&client, &old, &other, &options, |_| {})
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("is registered"), "{e}");
+
+    let new = cluster.move_memory_bookie(&old).await;
+    let mut told = Vec::new();
+    let summary = update_bookie_in_ledgers(&client, &old, &new, &options, |l| told.push(l))
+        .await
+        .unwrap();
+    assert_eq!(summary.updated, naming_old);
+    assert_eq!(told, naming_old);
+    assert!(summary.skipped.is_empty());
+    let still = folio_autorecovery::ledgers_naming(&client, &BTreeSet::from([old.clone()]))
+        .await
+        .unwrap();
+    assert!(still.is_empty(), "ledgers {still:?} still name {old}");
+    for w in &written {
+        assert_qw_copies(&client, w.id).await;
+        read_all(&client, w).await;
+    }
+    // Nothing left to move: a second run updates nothing.
+    let again = update_bookie_in_ledgers(&client, &old, &new, &options, |_| {})
+        .await
+        .unwrap();
+    assert!(again.updated.is_empty());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn recover_and_decommission_move_every_replica_off_a_bookie() {
     let mut cluster = Cluster::start(4).await;

@@ -386,7 +386,7 @@ async fn start_tls(
         deadline = Some(tokio::time::Instant::now() + timeout);
     }
     let handshake = tokio::select! {
-        h = until(deadline, tls.acceptor().accept(stream)) => h,
+        h = until(deadline, tls.acceptor().accept(stream).into_fallible()) => h,
         _ = stopped(shutdown) => return Upgrade::Closed,
     };
     match handshake {
@@ -395,9 +395,10 @@ async fn start_tls(
             warn!(%peer, "closing connection: TLS handshake not finished within {timeout:?}");
             Upgrade::Closed
         }
-        Some(Err(e)) => {
+        Some(Err((e, stream))) => {
             metrics::counter!("folio_bookie_tls_failures_total", "why" => "handshake").increment(1);
             warn!(%peer, "closing connection: TLS handshake failed: {e}");
+            linger_close(stream).await;
             Upgrade::Closed
         }
         Some(Ok(stream)) => {
@@ -407,6 +408,21 @@ async fn start_tls(
             Upgrade::Tls(Box::new(stream), access)
         }
     }
+}
+
+/// Closes a connection whose handshake failed so that the client reads the alert rustls
+/// sent (unknown CA, certificate required): our side is shut first, then what the client
+/// sent meanwhile is read and dropped until it closes too, for at most a second. Closing
+/// with its bytes unread would answer them with a reset, and a reset discards the alert
+/// from the client's buffer: it would see only "connection reset" (with TLS 1.3 a client
+/// without a certificate has sent its first request before it learns it was refused).
+async fn linger_close(mut stream: TcpStream) {
+    let _ = stream.shutdown().await;
+    let mut sink = [0u8; 4096];
+    let _ = tokio::time::timeout(Duration::from_secs(1), async {
+        while matches!(stream.read(&mut sink).await, Ok(n) if n > 0) {}
+    })
+    .await;
 }
 
 /// `fut`, or `None` once `deadline` (if any) passes.

@@ -85,26 +85,33 @@ type Waiter = oneshot::Sender<Result<pb::Response, RpcError>>;
 
 /// State shared by a connection's tasks and its requesters.
 struct Shared {
-    /// `None` once the connection is dead: nobody may wait on it any more. Ordered, so
-    /// that a dead connection fails its waiters in request order (the same order in
-    /// every run: a simulator replays a seed exactly).
-    waiting: Mutex<Option<BTreeMap<u64, Waiter>>>,
+    /// `Err(why)` once the connection is dead: nobody may wait on it any more, and a
+    /// request that comes too late learns why (say, a TLS alert that arrived before its
+    /// first request was sent). Ordered, so that a dead connection fails its waiters in
+    /// request order (the same order in every run: a simulator replays a seed exactly).
+    waiting: Mutex<Result<BTreeMap<u64, Waiter>, String>>,
 }
 
 impl Shared {
     fn kill(&self, reason: &str) {
-        let waiting = self.waiting.lock().take();
+        let waiting = {
+            let mut guard = self.waiting.lock();
+            if guard.is_err() {
+                return;
+            }
+            std::mem::replace(&mut *guard, Err(reason.to_string()))
+        };
         for (_, w) in waiting.into_iter().flatten() {
             let _ = w.send(Err(RpcError::Unreachable(reason.to_string())));
         }
     }
 
     fn is_alive(&self) -> bool {
-        self.waiting.lock().is_some()
+        self.waiting.lock().is_ok()
     }
 
     fn forget(&self, txn: u64) {
-        if let Some(map) = self.waiting.lock().as_mut() {
+        if let Ok(map) = self.waiting.lock().as_mut() {
             map.remove(&txn);
         }
     }
@@ -185,7 +192,7 @@ impl Bookies {
     #[cfg(test)]
     fn waiting_on(&self, bookie: &BookieId) -> usize {
         let conn = self.channel(bookie).live.lock().clone();
-        conn.and_then(|c| c.shared.waiting.lock().as_ref().map(|m| m.len()))
+        conn.and_then(|c| c.shared.waiting.lock().as_ref().ok().map(|m| m.len()))
             .unwrap_or(0)
     }
 
@@ -319,10 +326,9 @@ impl Bookies {
         let (tx, rx) = oneshot::channel();
         {
             let mut waiting = conn.shared.waiting.lock();
-            let Some(map) = waiting.as_mut() else {
-                return Err(RpcError::Unreachable(format!(
-                    "connection to {bookie} lost"
-                )));
+            let map = match waiting.as_mut() {
+                Ok(map) => map,
+                Err(why) => return Err(RpcError::Unreachable(why.clone())),
             };
             map.insert(txn, tx);
         }
@@ -370,7 +376,7 @@ fn response_status(resp: &pb::Response) -> Result<Status, folio_proto::ProtoErro
 fn spawn_conn(stream: Box<dyn Stream>, bookie: BookieId, max_frame: usize) -> Conn {
     let (mut rd, mut wr) = tokio::io::split(stream);
     let shared = Arc::new(Shared {
-        waiting: Mutex::new(Some(BTreeMap::new())),
+        waiting: Mutex::new(Ok(BTreeMap::new())),
     });
     let (frames, mut frames_rx) = mpsc::unbounded_channel::<FramePieces>();
     let ws = shared.clone();
@@ -407,6 +413,7 @@ fn spawn_conn(stream: Box<dyn Stream>, bookie: BookieId, max_frame: usize) -> Co
                                 .waiting
                                 .lock()
                                 .as_mut()
+                                .ok()
                                 .and_then(|m| m.remove(&resp.header.txn_id));
                             // A response nobody waits for (timed out) is dropped.
                             if let Some(w) = w {

@@ -104,6 +104,13 @@ enum ShellCommand {
         #[arg(allow_hyphen_values = true)]
         flags: Vec<String>,
     },
+    /// Make every ledger naming a stopped bookie name another id instead (metadata only):
+    /// -srcBookie B -destBookie B [-updatespersec N] [-limit N] [-verbose].
+    #[command(name = "updateBookieInLedger", alias = "updatebookieinledger")]
+    UpdateBookieInLedger {
+        #[arg(allow_hyphen_values = true)]
+        flags: Vec<String>,
+    },
     /// Get (-get) or set (-set <seconds>) the delay before lost bookies' ledgers are re-replicated.
     #[command(name = "lostbookierecoverydelay")]
     LostBookieRecoveryDelay {
@@ -248,6 +255,9 @@ pub fn run(args: ShellArgs, metadata: Option<&str>) -> anyhow::Result<()> {
             }
             ShellCommand::DecommissionBookie { flags } => {
                 shell_autorecovery::decommissionbookie(store.clone(), &flags).await
+            }
+            ShellCommand::UpdateBookieInLedger { flags } => {
+                shell_autorecovery::update_bookie_in_ledger(store.clone(), &flags).await
             }
             command => execute(command, store.as_ref()).await,
         };
@@ -437,6 +447,7 @@ async fn execute(command: ShellCommand, store: &dyn MetadataStore) -> anyhow::Re
         | ShellCommand::BookieInfo { .. }
         | ShellCommand::Recover { .. }
         | ShellCommand::DecommissionBookie { .. }
+        | ShellCommand::UpdateBookieInLedger { .. }
         | ShellCommand::ReadJournal { .. }
         | ShellCommand::ReadLog { .. }
         | ShellCommand::LastMark { .. }

@@ -3,7 +3,8 @@
 //! `forceauditchecks [-calc] [-ppc] [-rc]`,
 //! `queryautorecoverystatus [-v]`, `recover [-l L] [-sk] [-d] [-rate N] [-concurrency K]
 //! <bookie,...>` (four ledgers at once by default) and
-//! `decommissionbookie [-bookieid ID]`. `recover` and `decommissionbookie` draw a progress
+//! `decommissionbookie [-bookieid ID]`, `updateBookieInLedger -srcBookie B -destBookie B`.
+//! `recover` and `decommissionbookie` draw a progress
 //! bar on a terminal and print a line per ledger otherwise.
 
 use std::collections::BTreeSet;
@@ -294,5 +295,62 @@ pub async fn decommissionbookie(
         "Decommissioned bookie {bookie}: {} ledger(s), {} entries, {} bytes moved; cookie deleted",
         summary.ledgers, summary.entries, summary.bytes
     );
+    Ok(())
+}
+
+/// `updateBookieInLedger -srcBookie B -destBookie B [-updatespersec N] [-limit N] [-verbose]`:
+/// every ledger naming the source bookie names the destination instead (metadata only; the
+/// data must already answer at the destination). `-maxOutstandingReads` and
+/// `-printprogress` are accepted for BookKeeper's scripts.
+pub async fn update_bookie_in_ledger(
+    store: Arc<dyn MetadataStore>,
+    args: &[String],
+) -> anyhow::Result<()> {
+    const C: &str = "updateBookieInLedger";
+    let flags = crate::shell_ledger::Flags::parse(
+        C,
+        args,
+        &[
+            ("srcBookie", &["sb", "srcbookie"], true),
+            ("destBookie", &["db", "destbookie"], true),
+            ("updatespersec", &["s"], true),
+            ("limit", &["l"], true),
+            ("verbose", &["v"], false),
+            ("printprogress", &["p"], true),
+            ("maxOutstandingReads", &["r"], true),
+        ],
+    )?;
+    let (Some(src), Some(dst)) = (
+        flags.get::<String>(C, "srcBookie")?,
+        flags.get::<String>(C, "destBookie")?,
+    ) else {
+        bail!(
+            "usage: {C} -srcBookie <bookie id> -destBookie <bookie id> [-updatespersec N] [-limit N] [-verbose]"
+        );
+    };
+    let (src, dst) = (BookieId::new(src)?, BookieId::new(dst)?);
+    let options = folio_autorecovery::RenameOptions {
+        updates_per_sec: flags.get(C, "updatespersec")?.unwrap_or(5),
+        limit: flags.get(C, "limit")?,
+    };
+    let client = Client::connect(store, crate::client_tls::client_config()?).await?;
+    let verbose = flags.has("verbose");
+    let summary =
+        folio_autorecovery::update_bookie_in_ledgers(&client, &src, &dst, &options, |l| {
+            if verbose {
+                println!("Updated ledger {l}");
+            }
+        })
+        .await?;
+    for l in &summary.skipped {
+        eprintln!("{C}: ledger {l} left naming {src}: an ensemble of it already holds {dst}");
+    }
+    println!("Number of ledgers updated: {}", summary.updated.len());
+    let set = client.metadata().list_bookies().await?;
+    if !set.writable.contains(&dst) && !set.readonly.contains(&dst) {
+        eprintln!(
+            "{C}: warning: bookie {dst} is not registered now: nothing serves those ledgers' copies until it is"
+        );
+    }
     Ok(())
 }

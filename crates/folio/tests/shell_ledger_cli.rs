@@ -131,5 +131,40 @@ fn shell_ledger_commands_against_a_standalone_cluster() {
         lines[4].starts_with("Total free disk space in the cluster:\t"),
         "{out}"
     );
+
+    // updateBookieInLedger refuses a running source bookie; a stopped id no ledger names
+    // moves nothing.
+    let src = &sa.bookies[0];
+    sa.run(
+        &[
+            "shell",
+            "updateBookieInLedger",
+            "-srcBookie",
+            src,
+            "-destBookie",
+            "10.0.0.9:3181",
+        ],
+        b"",
+    )
+    .fails_with(&format!("bookie {src} is registered"));
+    let out = sa
+        .run(
+            &[
+                "shell",
+                "updateBookieInLedger",
+                "-sb",
+                "10.0.0.8:3181",
+                "-db",
+                src,
+                "-s",
+                "0",
+            ],
+            b"",
+        )
+        .ok()
+        .text();
+    assert_eq!(out, "Number of ledgers updated: 0\n");
+    sa.run(&["shell", "updateBookieInLedger", "-srcBookie", src], b"")
+        .fails_with("usage: updateBookieInLedger");
     sa.stop();
 }

@@ -188,6 +188,18 @@ impl Cluster {
     /// Stops an in-memory bookie's port and starts it again on the same address with the
     /// same storage (a process restart that kept its data), registered again.
     pub async fn restart_memory_bookie(&mut self, id: &BookieId) {
+        self.serve_memory_again(id, id.as_str()).await;
+    }
+
+    /// Stops an in-memory bookie and serves its storage again on a new port, registered
+    /// under the new address (a host re-addressed with its disks); returns the new id.
+    pub async fn move_memory_bookie(&mut self, id: &BookieId) -> BookieId {
+        self.serve_memory_again(id, "127.0.0.1:0").await
+    }
+
+    /// Stops in-memory bookie `id` and serves its storage on `addr`, registered under the
+    /// address it got.
+    async fn serve_memory_again(&mut self, id: &BookieId, addr: &str) -> BookieId {
         self.kill(id).await;
         let b = self
             .bookies
@@ -198,17 +210,20 @@ impl Cluster {
             panic!("bookie {id} is not in memory");
         };
         let processor = Processor::new(m.clone(), ProcessorConfig::default());
-        let server = BookieServer::bind(id.as_str(), processor, ServerConfig::default())
+        let server = BookieServer::bind(addr, processor, ServerConfig::default())
             .await
-            .expect("bind the same port again")
+            .unwrap_or_else(|e| panic!("bind {addr}: {e}"))
             .start();
+        let new_id = BookieId::new(server.local_addr().to_string()).unwrap();
+        b.id = new_id.clone();
         b.server = Some(server);
         b.registration = Some(
             self.metadata
-                .register_bookie(id, BookieMode::Writable, &BookieServiceInfo::default())
+                .register_bookie(&new_id, BookieMode::Writable, &BookieServiceInfo::default())
                 .await
                 .expect("register again"),
         );
+        new_id
     }
 
     /// A client with test-friendly timeouts.
