@@ -1,18 +1,32 @@
 //! TLS through the command line: three `folio bookie` processes configured with BookKeeper's
 //! TLS keys (PEM files, client authentication, authorizedRoles), and `folio ledger` with the
-//! global `--tls-ca`/`--tls-cert`/`--tls-key` flags (and their FOLIO_TLS_* variables).
+//! global `--tls-ca`/`--tls-cert`/`--tls-key` flags (and their FOLIO_TLS_* variables); and
+//! `folio autorecovery` healing a lost bookie over the same mutual TLS.
 
 #[path = "../../folio-client/tests/common/tls_certs.rs"]
 mod certs;
 mod common;
 
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 use certs::Ca;
 use common::{Proc, folio, run};
 
 /// A `folio bookie` on loopback with TLS required, its certificate for 127.0.0.1.
 fn start_bookie(root: &Path, i: usize, uri: &str, bookies: &Ca, clients_ca: &Path) -> Proc {
+    start_bookie_with(root, i, uri, bookies, clients_ca, "")
+}
+
+/// Like [`start_bookie`], with more configuration lines.
+fn start_bookie_with(
+    root: &Path,
+    i: usize,
+    uri: &str,
+    bookies: &Ca,
+    clients_ca: &Path,
+    extra: &str,
+) -> Proc {
     let dir = root.join(format!("bookie{i}"));
     std::fs::create_dir_all(&dir).unwrap();
     let (chain, key) = bookies.bookie().write(&dir, "bookie");
@@ -29,7 +43,8 @@ tlsTrustStoreType = "PEM"
 tlsTrustStore = "{}"
 tlsClientAuthentication = true
 bookieAuthProviderFactoryClass = "org.apache.bookkeeper.tls.BookieAuthZFactory"
-authorizedRoles = "app,ops"
+authorizedRoles = "app,ops,autorecovery"
+{extra}
 "#,
         key.display(),
         chain.display(),
@@ -127,4 +142,94 @@ fn ledgers_are_written_and_read_over_mutual_tls_from_the_command_line() {
         .arg(root.path().join("nope.pem"))
         .args(["ledger", "read", &id]);
     run(missing, b"").fails_with("nope.pem");
+}
+
+/// `--tls-*` flags for a client certificate of `ca` with role `role`.
+fn tls_flags(root: &Path, bookies_ca: &Path, ca: &Ca, role: &str) -> Vec<String> {
+    let (cert, key) = ca.client(Some(&format!("0:{role}"))).write(root, role);
+    ["--tls-ca", &bookies_ca.display().to_string()]
+        .into_iter()
+        .map(str::to_string)
+        .chain(["--tls-cert".into(), cert.display().to_string()])
+        .chain(["--tls-key".into(), key.display().to_string()])
+        .collect()
+}
+
+/// Autorecovery over mutual TLS: a lost bookie's replicas are copied (recovery adds and
+/// reads, all over TLS with the autorecovery certificate's role) and every entry reads back.
+#[test]
+fn autorecovery_heals_a_lost_bookie_over_mutual_tls() {
+    let root = tempfile::tempdir().unwrap();
+    let uri = format!("sqlite://{}/meta.db", root.path().display());
+    let bookies_ca = Ca::new("bookies CA");
+    let clients = Ca::new("clients CA");
+    let bookies_ca_file = bookies_ca.write(root.path(), "bookies");
+    let clients_ca_file = clients.write(root.path(), "clients");
+    // A short session, so that the loss is noticed soon.
+    let extra = "metadata_session_timeout_ms = 3000";
+    let mut bookies: Vec<Proc> = (0..4)
+        .map(|i| start_bookie_with(root.path(), i, &uri, &bookies_ca, &clients_ca_file, extra))
+        .collect();
+    let id_of = |p: &Proc| {
+        p.seen
+            .iter()
+            .find_map(|l| l.strip_prefix("bookie ")?.split(' ').next())
+            .expect("a listening line")
+            .to_string()
+    };
+    let app = tls_flags(root.path(), &bookies_ca_file, &clients, "app");
+    let with = |flags: &[String], args: &[&str]| {
+        let mut c = folio();
+        c.arg("--metadata").arg(&uri).args(flags).args(args);
+        c
+    };
+    let input: String = (0..50).map(|i| format!("entry {i}\n")).collect();
+    let out = run(
+        with(&app, &["ledger", "write", "-e", "3", "-w", "3", "-a", "2"]),
+        input.as_bytes(),
+    )
+    .ok()
+    .text();
+    assert!(out.contains("closed 49"), "{out}");
+    let id = out
+        .lines()
+        .find_map(|l| l.strip_prefix("ledger "))
+        .expect("a ledger line")
+        .to_string();
+    let ensemble = || {
+        run(with(&[], &["shell", "ledgermetadata", &id]), b"")
+            .ok()
+            .text()
+    };
+
+    let ar_flags = tls_flags(root.path(), &bookies_ca_file, &clients, "autorecovery");
+    let _autorecovery =
+        common::Proc::spawn(with(&ar_flags, &["autorecovery", "--id", "127.0.0.1:1"]));
+    let victim = bookies
+        .iter()
+        .position(|p| ensemble().contains(&id_of(p)))
+        .expect("a bookie of the ensemble");
+    let lost = id_of(&bookies[victim]);
+    let mut p = bookies.remove(victim);
+    let _ = p.child.kill();
+    let _ = p.child.wait();
+
+    let deadline = Instant::now() + common::TIMEOUT;
+    loop {
+        let queued = run(with(&[], &["shell", "listunderreplicated", "-c"]), b"")
+            .ok()
+            .text();
+        if !ensemble().contains(&lost) && queued.trim() == "0" {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not healed: {} still named or queued {queued:?}",
+            lost
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let text = run(with(&app, &["ledger", "read", &id]), b"").ok().text();
+    let want: String = (0..50).map(|i| format!("{i}\tentry {i}\n")).collect();
+    assert_eq!(text, want);
 }
