@@ -13,13 +13,64 @@ use std::time::{Duration, Instant};
 use certs::Ca;
 use common::{Proc, folio, run};
 
-/// A `folio bookie` on loopback with TLS required, its certificate for 127.0.0.1.
-fn start_bookie(root: &Path, i: usize, uri: &str, bookies: &Ca, clients_ca: &Path) -> Proc {
-    start_bookie_with(root, i, uri, bookies, clients_ca, "")
+/// A cluster's directory and metadata URI, with a CA for the bookies' certificates and one
+/// for the clients'.
+struct Pki {
+    root: tempfile::TempDir,
+    uri: String,
+    bookies_ca: Ca,
+    clients: Ca,
+    bookies_ca_file: std::path::PathBuf,
+    clients_ca_file: std::path::PathBuf,
 }
 
-/// Like [`start_bookie`], with more configuration lines.
-fn start_bookie_with(
+impl Pki {
+    fn new() -> Pki {
+        let root = tempfile::tempdir().unwrap();
+        let uri = format!("sqlite://{}/meta.db", root.path().display());
+        let bookies_ca = Ca::new("bookies CA");
+        let clients = Ca::new("clients CA");
+        let bookies_ca_file = bookies_ca.write(root.path(), "bookies");
+        let clients_ca_file = clients.write(root.path(), "clients");
+        Pki {
+            root,
+            uri,
+            bookies_ca,
+            clients,
+            bookies_ca_file,
+            clients_ca_file,
+        }
+    }
+
+    /// The directory, the metadata URI, the clients' CA and the bookies' CA file.
+    fn parts(&self) -> (&Path, &str, &Ca, &Path) {
+        (
+            self.root.path(),
+            &self.uri,
+            &self.clients,
+            &self.bookies_ca_file,
+        )
+    }
+
+    /// `n` bookies requiring client certificates, with `extra` configuration lines.
+    fn start_bookies(&self, n: usize, extra: &str) -> Vec<Proc> {
+        (0..n)
+            .map(|i| {
+                start_bookie(
+                    self.root.path(),
+                    i,
+                    &self.uri,
+                    &self.bookies_ca,
+                    &self.clients_ca_file,
+                    extra,
+                )
+            })
+            .collect()
+    }
+}
+
+/// A `folio bookie` on loopback with TLS required, its certificate for 127.0.0.1.
+fn start_bookie(
     root: &Path,
     i: usize,
     uri: &str,
@@ -55,24 +106,18 @@ authorizedRoles = "app,ops,autorecovery"
 
 #[test]
 fn ledgers_are_written_and_read_over_mutual_tls_from_the_command_line() {
-    let root = tempfile::tempdir().unwrap();
-    let uri = format!("sqlite://{}/meta.db", root.path().display());
-    let bookies_ca = Ca::new("bookies CA");
-    let clients = Ca::new("clients CA");
-    let bookies_ca_file = bookies_ca.write(root.path(), "bookies");
-    let clients_ca_file = clients.write(root.path(), "clients");
-    let _bookies: Vec<Proc> = (0..3)
-        .map(|i| start_bookie(root.path(), i, &uri, &bookies_ca, &clients_ca_file))
-        .collect();
-    let (cert, key) = clients.client(Some("0:app")).write(root.path(), "app");
+    let pki = Pki::new();
+    let _bookies = pki.start_bookies(3, "");
+    let (root, uri, clients, bookies_ca_file) = pki.parts();
+    let (cert, key) = clients.client(Some("0:app")).write(root, "app");
 
     // Flags on the command line.
     let mut write = folio();
     write
         .arg("--metadata")
-        .arg(&uri)
+        .arg(uri)
         .arg("--tls-ca")
-        .arg(&bookies_ca_file)
+        .arg(bookies_ca_file)
         .arg("--tls-cert")
         .arg(&cert)
         .arg("--tls-key")
@@ -89,9 +134,9 @@ fn ledgers_are_written_and_read_over_mutual_tls_from_the_command_line() {
     // The same through the environment, after the subcommand.
     let mut read = folio();
     read.arg("--metadata")
-        .arg(&uri)
+        .arg(uri)
         .args(["ledger", "read", &id])
-        .env("FOLIO_TLS_CA", &bookies_ca_file)
+        .env("FOLIO_TLS_CA", bookies_ca_file)
         .env("FOLIO_TLS_CERT", &cert)
         .env("FOLIO_TLS_KEY", &key);
     let text = run(read, b"").ok().text();
@@ -102,7 +147,7 @@ fn ledgers_are_written_and_read_over_mutual_tls_from_the_command_line() {
     let mut plain = folio();
     plain
         .arg("--metadata")
-        .arg(&uri)
+        .arg(uri)
         .args(["ledger", "read", &id, "--no-recovery"]);
     let o = run(plain, b"");
     assert!(
@@ -113,13 +158,13 @@ fn ledgers_are_written_and_read_over_mutual_tls_from_the_command_line() {
     assert!(!o.stderr.contains("panicked"), "{}", o.stderr);
     assert!(o.stderr.contains("unauthorized access"), "{}", o.stderr);
 
-    let (bad_cert, bad_key) = clients.client(Some("0:guest")).write(root.path(), "guest");
+    let (bad_cert, bad_key) = clients.client(Some("0:guest")).write(root, "guest");
     let mut guest = folio();
     guest
         .arg("--metadata")
-        .arg(&uri)
+        .arg(uri)
         .arg("--tls-ca")
-        .arg(&bookies_ca_file)
+        .arg(bookies_ca_file)
         .arg("--tls-cert")
         .arg(&bad_cert)
         .arg("--tls-key")
@@ -137,9 +182,9 @@ fn ledgers_are_written_and_read_over_mutual_tls_from_the_command_line() {
     let mut missing = folio();
     missing
         .arg("--metadata")
-        .arg(&uri)
+        .arg(uri)
         .arg("--tls-ca")
-        .arg(root.path().join("nope.pem"))
+        .arg(root.join("nope.pem"))
         .args(["ledger", "read", &id]);
     run(missing, b"").fails_with("nope.pem");
 }
@@ -159,17 +204,10 @@ fn tls_flags(root: &Path, bookies_ca: &Path, ca: &Ca, role: &str) -> Vec<String>
 /// reads, all over TLS with the autorecovery certificate's role) and every entry reads back.
 #[test]
 fn autorecovery_heals_a_lost_bookie_over_mutual_tls() {
-    let root = tempfile::tempdir().unwrap();
-    let uri = format!("sqlite://{}/meta.db", root.path().display());
-    let bookies_ca = Ca::new("bookies CA");
-    let clients = Ca::new("clients CA");
-    let bookies_ca_file = bookies_ca.write(root.path(), "bookies");
-    let clients_ca_file = clients.write(root.path(), "clients");
+    let pki = Pki::new();
     // A short session, so that the loss is noticed soon.
-    let extra = "metadata_session_timeout_ms = 3000";
-    let mut bookies: Vec<Proc> = (0..4)
-        .map(|i| start_bookie_with(root.path(), i, &uri, &bookies_ca, &clients_ca_file, extra))
-        .collect();
+    let mut bookies = pki.start_bookies(4, "metadata_session_timeout_ms = 3000");
+    let (root, uri, clients, bookies_ca_file) = pki.parts();
     let id_of = |p: &Proc| {
         p.seen
             .iter()
@@ -177,10 +215,10 @@ fn autorecovery_heals_a_lost_bookie_over_mutual_tls() {
             .expect("a listening line")
             .to_string()
     };
-    let app = tls_flags(root.path(), &bookies_ca_file, &clients, "app");
+    let app = tls_flags(root, bookies_ca_file, clients, "app");
     let with = |flags: &[String], args: &[&str]| {
         let mut c = folio();
-        c.arg("--metadata").arg(&uri).args(flags).args(args);
+        c.arg("--metadata").arg(uri).args(flags).args(args);
         c
     };
     let input: String = (0..50).map(|i| format!("entry {i}\n")).collect();
@@ -202,7 +240,7 @@ fn autorecovery_heals_a_lost_bookie_over_mutual_tls() {
             .text()
     };
 
-    let ar_flags = tls_flags(root.path(), &bookies_ca_file, &clients, "autorecovery");
+    let ar_flags = tls_flags(root, bookies_ca_file, clients, "autorecovery");
     let _autorecovery =
         common::Proc::spawn(with(&ar_flags, &["autorecovery", "--id", "127.0.0.1:1"]));
     let victim = bookies
