@@ -165,6 +165,12 @@ enum ShellCommand {
         #[arg(allow_hyphen_values = true)]
         flags: Vec<String>,
     },
+    /// List the bookie's journal, entry log and index files: [-datadir DIR | -conf FILE] [-txn] [-log] [-idx].
+    #[command(name = "listfilesondisc")]
+    ListFilesOnDisc {
+        #[arg(allow_hyphen_values = true)]
+        flags: Vec<String>,
+    },
     /// Print each journal directory's last log mark: [-datadir DIR | -conf FILE].
     #[command(name = "lastmark")]
     LastMark {
@@ -221,6 +227,7 @@ pub fn run(args: ShellArgs, metadata: Option<&str>) -> anyhow::Result<()> {
         ShellCommand::ReadJournal { flags } => return shell_local::readjournal(&flags),
         ShellCommand::ReadLog { flags } => return shell_local::readlog(&flags),
         ShellCommand::LastMark { flags } => return shell_local::lastmark(&flags),
+        ShellCommand::ListFilesOnDisc { flags } => return shell_local::listfilesondisc(&flags),
         ShellCommand::BookieFormat { flags } => {
             return shell_local::bookieformat(&flags, metadata);
         }
@@ -451,6 +458,7 @@ async fn execute(command: ShellCommand, store: &dyn MetadataStore) -> anyhow::Re
         | ShellCommand::ReadJournal { .. }
         | ShellCommand::ReadLog { .. }
         | ShellCommand::LastMark { .. }
+        | ShellCommand::ListFilesOnDisc { .. }
         | ShellCommand::BookieFormat { .. } => {
             bail!("this shell command is run by shell::run")
         }

@@ -1,6 +1,7 @@
 //! `folio shell` commands that work on one bookie's local directories, under BookKeeper's
 //! names and flags: `readjournal` (the records of a journal file), `readlog` (the records
-//! of an entry log), `lastmark` (each journal directory's checkpoint mark) and
+//! of an entry log), `lastmark` (each journal directory's checkpoint mark), `listfilesondisc`
+//! (the journal, entry log and index files) and
 //! `bookieformat` (wipe the bookie's data, optionally its cookie in the metadata store).
 //!
 //! The directories come from the bookie's configuration: `-datadir DIR` (as `folio bookie
@@ -89,6 +90,71 @@ fn entry_lines(stored: &[u8], digest_len: usize, out: &mut Stdout) -> anyhow::Re
             .as_bytes(),
         ),
     }
+}
+
+/// `listfilesondisc [-txn] [-log] [-idx]`: the bookie's journal files, entry logs and index
+/// files, each kind under BookKeeper's heading, paths sorted by name; all three kinds when
+/// no flag picks some.
+pub fn listfilesondisc(args: &[String]) -> anyhow::Result<()> {
+    const CMD: &str = "listfilesondisc";
+    let flags = Flags::parse(
+        CMD,
+        args,
+        &spec(&[
+            ("txn", &["journal"], false),
+            ("log", &["entrylog"], false),
+            ("idx", &["index"], false),
+        ]),
+    )?;
+    let config = bookie_config(CMD, &flags)?;
+    let all = !(flags.has("txn") || flags.has("log") || flags.has("idx"));
+    let index_dirs: Vec<PathBuf> = config.effective_index_dir().into_iter().collect();
+    let kinds: [(&str, &str, Vec<PathBuf>, &str); 3] = [
+        ("txn", "Journal", config.effective_journal_dirs(), ".txn"),
+        (
+            "log",
+            "EntryLog/Logger",
+            config.effective_ledger_dirs(),
+            ".log",
+        ),
+        ("idx", "Index", index_dirs, ""),
+    ];
+    let mut out = Stdout::new();
+    for (flag, heading, dirs, suffix) in kinds {
+        if !all && !flags.has(flag) {
+            continue;
+        }
+        out.line(format!("--------- Printing the list of {heading} Files ---------").as_bytes())?;
+        let mut files = Vec::new();
+        for d in dirs {
+            let current = d.join("current");
+            let Ok(entries) = std::fs::read_dir(&current) else {
+                continue;
+            };
+            for e in entries {
+                let path = e
+                    .with_context(|| format!("{CMD}: reading {}", current.display()))?
+                    .path();
+                let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+                // The index directory holds the index and its cookie; the others their
+                // kind's files only.
+                let wanted = if suffix.is_empty() {
+                    path.is_file() && name != "VERSION"
+                } else {
+                    name.ends_with(suffix)
+                };
+                if wanted {
+                    files.push(path);
+                }
+            }
+        }
+        files.sort();
+        for f in files {
+            out.line(f.display().to_string().as_bytes())?;
+        }
+        out.line(b"")?;
+    }
+    Ok(())
 }
 
 /// `readjournal [-dir DIR] [-msg] [-digest D] [<journal id> | <journal file>]`: every

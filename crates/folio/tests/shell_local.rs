@@ -1,4 +1,4 @@
-//! `folio shell readjournal | readlog | lastmark | bookieformat`: the commands on a bookie's
+//! `folio shell readjournal | readlog | lastmark | listfilesondisc | bookieformat`: the commands on a bookie's
 //! own directories, run as a user runs them against the data of a real `folio standalone`
 //! bookie, with the printed records checked against what was written.
 
@@ -87,6 +87,35 @@ fn readjournal_readlog_and_lastmark_show_what_a_bookie_wrote() {
     // The stop checkpointed: the mark moved into the journal file written.
     let after = mark(&local(&["lastmark", "-datadir", &data_dir], b"").ok().text());
     assert!(after > before && after.1 > 32, "{after:?}");
+
+    // listfilesondisc: every journal file, entry log and the index, under BookKeeper's
+    // headings; one kind with its flag.
+    let files = local(&["listfilesondisc", "-datadir", &data_dir], b"")
+        .ok()
+        .text();
+    let journal_file = bookie_dir.join(format!("journal/current/{:016x}.txn", after.0));
+    let mut want = format!(
+        "--------- Printing the list of Journal Files ---------\n{}\n\n",
+        journal_file.display()
+    );
+    want += "--------- Printing the list of EntryLog/Logger Files ---------\n";
+    for log in entry_logs(&bookie_dir) {
+        want += &format!("{}\n", log.display());
+    }
+    let index = bookie_dir.join("index/current/ledger-index.redb");
+    want += &format!(
+        "\n--------- Printing the list of Index Files ---------\n{}\n\n",
+        index.display()
+    );
+    assert_eq!(files, want);
+    let only_logs = local(&["listfilesondisc", "-datadir", &data_dir, "-log"], b"")
+        .ok()
+        .text();
+    assert!(only_logs.starts_with("--------- Printing the list of EntryLog/Logger Files"));
+    assert!(
+        !only_logs.contains(".txn") && !only_logs.contains(".redb"),
+        "{only_logs}"
+    );
 
     let journal_id = after.0.to_string();
     let out = local(
