@@ -1,7 +1,8 @@
 //! Real processes under faults: five `folio bookie` processes on `sqlite://` metadata, two
 //! writers through `folio ledger write -e 3 -w 3 -a 2` fed from a pipe, while the test
-//! kills bookies with SIGKILL and restarts them on the same data directory and port, and
-//! cuts one bookie off behind a TCP proxy that drops its traffic. A writer that fails
+//! kills bookies with SIGKILL (one at a time, or two at once so that an ensemble loses two
+//! of its three bookies) and restarts them on the same data directory and port, and cuts
+//! one bookie off behind a TCP proxy that drops its traffic. A writer that fails
 //! (not enough bookies, an ensemble change that cannot complete) is replaced by a new
 //! one on a new ledger. At the end every ledger is read with `folio ledger read` (which
 //! recovers and closes it), twice, and judged against what the writers sent and what
@@ -550,13 +551,22 @@ fn acknowledged_entries_survive_sigkills_restarts_and_a_cut_off_bookie() {
     let mut midrun: Vec<(u64, Vec<(i64, String)>)> = Vec::new();
 
     let started = Instant::now();
-    let (mut rounds, mut kills, mut cuts) = (0, 0, 0);
+    let (mut rounds, mut kills, mut cuts, mut doubles) = (0, 0, 0, 0);
     while started.elapsed() < Duration::from_secs(seconds) {
         rounds += 1;
         std::thread::sleep(rng.millis(500, 2000));
         let victim = rng.below(BOOKIES as u64) as usize;
         cluster.kill(victim);
         kills += 1;
+        // Now and then a second bookie goes down with it: an ensemble may lose two of its
+        // three bookies, so its writer stalls (no ack quorum, or no bookie to change to)
+        // until they come back, and then goes on with nothing lost.
+        let second = (rng.below(3) == 0).then(|| (victim + 1 + rng.below(3) as usize) % BOOKIES);
+        if let Some(s) = second {
+            cluster.kill(s);
+            kills += 1;
+            doubles += 1;
+        }
         let cut = rng.below(2) == 0;
         if cut {
             proxy.cut();
@@ -564,12 +574,16 @@ fn acknowledged_entries_survive_sigkills_restarts_and_a_cut_off_bookie() {
         }
         std::thread::sleep(rng.millis(300, 2500));
         cluster.start(victim);
+        if let Some(s) = second {
+            cluster.start(s);
+        }
         if cut {
             std::thread::sleep(rng.millis(0, 2000));
             proxy.heal();
         }
         println!(
-            "fault_processes: round {rounds}: SIGKILL bookie {victim}, restarted{}",
+            "fault_processes: round {rounds}: SIGKILL bookie {victim}{}, restarted{}",
+            second.map_or(String::new(), |s| format!(" and bookie {s}")),
             if cut {
                 ", bookie 4 cut off and healed"
             } else {
@@ -607,8 +621,9 @@ fn acknowledged_entries_survive_sigkills_restarts_and_a_cut_off_bookie() {
     // how much fault this run injected.
     let _ = writeln!(
         std::io::stderr().lock(),
-        "fault_processes: {rounds} rounds, {kills} SIGKILLs and restarts, {cuts} cuts, \
-         {} recoveries under a live writer; {} ledgers, {acked} entries acknowledged",
+        "fault_processes: {rounds} rounds, {kills} SIGKILLs and restarts ({doubles} rounds with \
+         two bookies down at once), {cuts} cuts, {} recoveries under a live writer; {} ledgers, \
+         {acked} entries acknowledged",
         midrun.len(),
         written.len()
     );
