@@ -119,14 +119,15 @@ pub fn run(metadata: Option<String>, args: BookieArgs) -> anyhow::Result<()> {
         let store = connect_with(&uri, Missing::Create, Some(session_timeout)).await?;
         let embedded = uri.starts_with("sqlite:") || uri.starts_with("mem:");
         // The admin endpoint's /api/v1/ledger/read goes through a client on its own session.
-        let reader: Option<Arc<dyn folio_bookie::http::admin_api::LedgerReader>> =
-            match config.http_port {
-                Some(_) => Some(Arc::new(crate::ledger_cmd::ClientLedgerReader::new(
-                    connect_with(&uri, Missing::Create, Some(session_timeout)).await?,
-                ))),
-                None => None,
-            };
-        let node = BookieNode::start_with_reader(
+        let reader: Option<Arc<dyn folio_http::LedgerReader>> = match config.http_port {
+            Some(_) => Some(Arc::new(crate::ledger_cmd::ClientLedgerReader::new(
+                connect_with(&uri, Missing::Create, Some(session_timeout)).await?,
+            ))),
+            None => None,
+        };
+        let admin = folio_http::BookieAdmin::from_config(&config, reader)
+            .map_err(|e| anyhow::anyhow!(e))?;
+        let node = BookieNode::start_with_admin(
             &folio_env::Env::real(),
             config,
             Some(MetadataAccess {
@@ -134,7 +135,7 @@ pub fn run(metadata: Option<String>, args: BookieArgs) -> anyhow::Result<()> {
                 connector: connector(uri.clone(), session_timeout),
                 init_cluster_if_missing: embedded,
             }),
-            reader,
+            Some(&admin),
         )
         .await?;
         println!(

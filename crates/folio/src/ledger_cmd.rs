@@ -385,7 +385,7 @@ async fn tail(client: &Client, a: TailArgs) -> anyhow::Result<()> {
 /// A ledger's metadata as one JSON object (ensembles keyed by their first entry id); the
 /// bookie's admin endpoint serves the same object.
 pub fn metadata_json(id: LedgerId, m: &LedgerMetadata) -> serde_json::Value {
-    folio_bookie::http::admin_api::ledger_metadata_json(id, m)
+    folio_http::ledger_metadata_json(id, m)
 }
 
 /// Reads ledgers for a bookie's admin endpoint (`/api/v1/ledger/read`) through the client
@@ -404,12 +404,8 @@ impl ClientLedgerReader {
         }
     }
 
-    async fn read_range(
-        &self,
-        ledger: LedgerId,
-        first: EntryId,
-        last: Option<EntryId>,
-    ) -> anyhow::Result<Vec<(EntryId, bytes::Bytes)>> {
+    /// Opens `ledger` without recovery, with the password kept in its metadata.
+    async fn open(&self, ledger: LedgerId) -> anyhow::Result<folio_client::ReadHandle> {
         let config = crate::client_tls::client_config()?;
         let client = self
             .client
@@ -417,9 +413,18 @@ impl ClientLedgerReader {
             .await?;
         let m = client.ledger_metadata(ledger).await?;
         let password = m.password.clone().unwrap_or_default();
-        let h = client
+        Ok(client
             .open_ledger(ledger, &password, OpenOptions::no_recovery())
-            .await?;
+            .await?)
+    }
+
+    async fn read_range(
+        &self,
+        ledger: LedgerId,
+        first: EntryId,
+        last: Option<EntryId>,
+    ) -> anyhow::Result<Vec<(EntryId, bytes::Bytes)>> {
+        let h = self.open(ledger).await?;
         let lac = h.last_add_confirmed();
         let last = last.map_or(lac, |l| l.min(lac));
         let mut out = Vec::new();
@@ -435,17 +440,24 @@ impl ClientLedgerReader {
     }
 }
 
-impl folio_bookie::http::admin_api::LedgerReader for ClientLedgerReader {
+impl folio_http::LedgerReader for ClientLedgerReader {
     fn read(
         &self,
         ledger: LedgerId,
         first: EntryId,
         last: Option<EntryId>,
-    ) -> folio_bookie::http::admin_api::ReadFuture<'_> {
+    ) -> folio_http::ReadFuture<'_> {
         Box::pin(async move {
             self.read_range(ledger, first, last)
                 .await
                 .map_err(|e| format!("{e:#}"))
+        })
+    }
+
+    fn last_add_confirmed(&self, ledger: LedgerId) -> folio_http::LacFuture<'_> {
+        Box::pin(async move {
+            let h = self.open(ledger).await.map_err(|e| format!("{e:#}"))?;
+            Ok(h.last_add_confirmed())
         })
     }
 

@@ -214,7 +214,9 @@ async fn start_bookies(
         let config = BookieConfig {
             listen_address: "127.0.0.1".into(),
             port: if args.port == 0 { 0 } else { args.port + i },
-            http_port: (i == 0).then_some(args.http_port),
+            // The first bookie on --http-port; the others on ports of their own, so that the
+            // dashboard shows every bookie's disks (it asks each bookie's endpoint).
+            http_port: Some(if i == 0 { args.http_port } else { 0 }),
             http_ledger_read_enabled: args.http_ledger_read,
             http_auth_token_file: args.http_auth_token_file.clone(),
             data_dir: Some(dir.join(format!("bookie-{i}"))),
@@ -224,16 +226,17 @@ async fn start_bookies(
         let session = bookie_session(db, session_timeout)
             .await
             .with_context(|| format!("cannot connect to metadata service {uri}"))?;
-        // The admin endpoint (first bookie only) reads ledgers through a client on its
-        // own session.
-        let reader: Option<Arc<dyn folio_bookie::http::admin_api::LedgerReader>> =
-            if config.http_port.is_some() {
-                let store = metadata_connect::connect(uri, Missing::Create).await?;
-                Some(Arc::new(ClientLedgerReader::new(store)))
-            } else {
-                None
-            };
-        let node = BookieNode::start_with_reader(
+        // The first bookie's endpoint (the one a user opens) reads ledgers through a client
+        // on its own session.
+        let reader: Option<Arc<dyn folio_http::LedgerReader>> = if i == 0 {
+            let store = metadata_connect::connect(uri, Missing::Create).await?;
+            Some(Arc::new(ClientLedgerReader::new(store)))
+        } else {
+            None
+        };
+        let admin = folio_http::BookieAdmin::from_config(&config, reader)
+            .map_err(|e| anyhow::anyhow!(e))?;
+        let node = BookieNode::start_with_admin(
             &folio_env::Env::real(),
             config,
             Some(MetadataAccess {
@@ -241,7 +244,7 @@ async fn start_bookies(
                 connector: connector(db.to_owned(), session_timeout),
                 init_cluster_if_missing: true,
             }),
-            reader,
+            Some(&admin),
         )
         .await
         .with_context(|| format!("cannot start bookie {i}"))?;

@@ -8,9 +8,9 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{Client, http, http_text};
+use common::{Client, http, http_text, mem_connector};
 use folio_bookie::config::BookieConfig;
-use folio_bookie::node::{BookieNode, MetadataAccess};
+use folio_bookie::node::MetadataAccess;
 use folio_bookie::registration::Connector;
 use folio_metadata::MetadataStore;
 use folio_metadata::mem::{MemMetadataStore, unique_name};
@@ -31,7 +31,7 @@ fn config(dir: &std::path::Path, id: &str) -> BookieConfig {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_metadata_cluster_routes_are_503_and_disk_routes_answer() {
     let dir = tempfile::tempdir().unwrap();
-    let node = BookieNode::start(&folio_env::Env::real(), config(dir.path(), "b:1"), None)
+    let node = common::start_bookie(&folio_env::Env::real(), config(dir.path(), "b:1"), None)
         .await
         .unwrap();
     let addr = node.http_addr().unwrap();
@@ -69,16 +69,8 @@ async fn an_expired_session_is_a_503_then_a_new_session_serves() {
     let cluster = unique_name("admin-http");
     let dir = tempfile::tempdir().unwrap();
     let store = Arc::new(MemMetadataStore::connect(&cluster));
-    let connector: Connector = {
-        let cluster = cluster.clone();
-        Arc::new(move || {
-            let cluster = cluster.clone();
-            Box::pin(async move {
-                Ok(Arc::new(MemMetadataStore::connect(&cluster)) as Arc<dyn MetadataStore>)
-            })
-        })
-    };
-    let node = BookieNode::start(
+    let connector = mem_connector(&cluster);
+    let node = common::start_bookie(
         &folio_env::Env::real(),
         config(dir.path(), "bookie-h:3181"),
         Some(MetadataAccess {
@@ -143,7 +135,7 @@ async fn a_poisoned_journal_makes_heartbeat_and_is_ready_503() {
         fs: Arc::new(fs.clone()),
         ..folio_env::Env::real()
     };
-    let node = BookieNode::start(&env, config(dir.path(), "b:2"), None)
+    let node = common::start_bookie(&env, config(dir.path(), "b:2"), None)
         .await
         .unwrap();
     let addr = node.http_addr().unwrap();
@@ -181,7 +173,7 @@ async fn an_unregistered_bookie_makes_heartbeat_and_is_ready_503() {
             })
         })
     });
-    let node = BookieNode::start(
+    let node = common::start_bookie(
         &folio_env::Env::real(),
         config(dir.path(), "bookie-u:3181"),
         Some(MetadataAccess {
@@ -238,7 +230,7 @@ async fn the_admin_endpoint_listens_on_loopback_unless_configured() {
         ..config(dir.path(), "b:1")
     };
     assert_eq!(c.http_listen_address, "127.0.0.1");
-    let node = BookieNode::start(&folio_env::Env::real(), c, None)
+    let node = common::start_bookie(&folio_env::Env::real(), c, None)
         .await
         .unwrap();
     let addr = node.http_addr().unwrap();
@@ -258,7 +250,7 @@ async fn the_admin_endpoint_listens_on_loopback_unless_configured() {
         http_listen_address: c.http_listen_address,
         ..config(dir.path(), "b:2")
     };
-    let node = BookieNode::start(&folio_env::Env::real(), c, None)
+    let node = common::start_bookie(&folio_env::Env::real(), c, None)
         .await
         .unwrap();
     let addr = node.http_addr().unwrap();
@@ -278,7 +270,7 @@ async fn with_a_token_mutations_and_ledger_reads_need_it_and_status_routes_stay_
         http_ledger_read_enabled: true,
         ..config(&dir.path().join("data"), "b:1")
     };
-    let node = BookieNode::start(&folio_env::Env::real(), c, None)
+    let node = common::start_bookie(&folio_env::Env::real(), c, None)
         .await
         .unwrap();
     let addr = node.http_addr().unwrap();
@@ -335,7 +327,7 @@ async fn with_a_token_mutations_and_ledger_reads_need_it_and_status_routes_stay_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ledger_reads_are_off_unless_enabled() {
     let dir = tempfile::tempdir().unwrap();
-    let node = BookieNode::start(&folio_env::Env::real(), config(dir.path(), "b:1"), None)
+    let node = common::start_bookie(&folio_env::Env::real(), config(dir.path(), "b:1"), None)
         .await
         .unwrap();
     let addr = node.http_addr().unwrap();
@@ -361,7 +353,7 @@ async fn an_empty_or_missing_token_file_is_a_start_up_error() {
             http_auth_token_file: Some(file.clone()),
             ..config(&dir.path().join("data"), "b:1")
         };
-        let e = match BookieNode::start(&folio_env::Env::real(), c, None).await {
+        let e = match common::start_bookie(&folio_env::Env::real(), c, None).await {
             Ok(_) => panic!("started with token file {}", file.display()),
             Err(e) => e.to_string(),
         };
@@ -398,7 +390,7 @@ async fn the_admin_endpoint_serves_https_with_pem_files() {
         http_auth_token_file: Some(token_file),
         ..config(&dir.path().join("data"), "b:1")
     };
-    let node = BookieNode::start(&folio_env::Env::real(), c, None)
+    let node = common::start_bookie(&folio_env::Env::real(), c, None)
         .await
         .unwrap();
     let addr = node.http_addr().unwrap();
