@@ -7,32 +7,15 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use folio_bookie::config::BookieConfig;
 use folio_metadata::mem::unique_name;
 use folio_proto::pb::StatusCode;
-
-fn config(dir: &std::path::Path, id: &str) -> BookieConfig {
-    BookieConfig {
-        data_dir: Some(dir.to_path_buf()),
-        bookie_id: Some(id.to_string()),
-        listen_address: "127.0.0.1".into(),
-        port: 0,
-        http_port: Some(0),
-        // A nearly full host disk must not make these bookies read-only.
-        disk_usage_threshold: 0.999,
-        disk_usage_lwm_threshold: 0.998,
-        ..BookieConfig::default()
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn admin_http_endpoint_answers() {
     let dir = tempfile::tempdir().unwrap();
-    let mut cfg = config(dir.path(), "bookie-g:3181");
+    let mut cfg = bookie_config(dir.path(), "bookie-g:3181");
     cfg.http_port = Some(0);
-    let node = start_bookie(&folio_env::Env::real(), cfg, None)
-        .await
-        .unwrap();
+    let node = common::start_alone(cfg).await;
     let http = node.http_addr().expect("http runs");
     let mut c = Client::connect(node.local_addr()).await;
     let add = c.v3_add(1, 0, -1, b"counted");
@@ -176,7 +159,7 @@ fn read_only_of(body: &str) -> Option<bool> {
 async fn an_operator_turns_a_bookie_read_only_and_back() {
     let cluster = unique_name("node");
     let dir = tempfile::tempdir().unwrap();
-    let mut cfg = config(dir.path(), "bookie-ro:3181");
+    let mut cfg = bookie_config(dir.path(), "bookie-ro:3181");
     cfg.http_port = Some(0);
     let node = start_on_mem(&cluster, cfg).await;
     let http = node.http_addr().expect("http runs");

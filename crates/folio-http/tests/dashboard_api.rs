@@ -6,7 +6,6 @@
 mod common;
 
 use common::*;
-use folio_bookie::config::BookieConfig;
 use folio_bookie::node::BookieNode;
 use folio_metadata::MetadataStore;
 use folio_metadata::mem::{MemMetadataStore, unique_name};
@@ -19,22 +18,8 @@ const A: &str = "bookie-a:3181";
 const B: &str = "bookie-b:3181";
 const GONE: &str = "bookie-gone:3181";
 
-fn config(dir: &std::path::Path, id: &str) -> BookieConfig {
-    BookieConfig {
-        data_dir: Some(dir.to_path_buf()),
-        bookie_id: Some(id.to_string()),
-        listen_address: "127.0.0.1".into(),
-        advertised_address: Some("127.0.0.1".into()),
-        port: 0,
-        http_port: Some(0),
-        disk_usage_threshold: 0.999,
-        disk_usage_lwm_threshold: 0.998,
-        ..BookieConfig::default()
-    }
-}
-
 async fn start(cluster: &str, dir: &std::path::Path, id: &str) -> BookieNode {
-    start_on_mem(cluster, config(dir, id)).await
+    start_on_mem(cluster, bookie_config(dir, id)).await
 }
 
 fn bookie(id: &str) -> BookieId {
@@ -262,9 +247,7 @@ async fn the_dashboard_json_describes_bookies_ledgers_and_autorecovery() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_pages_are_embedded_and_the_json_needs_a_metadata_store() {
     let dir = tempfile::tempdir().unwrap();
-    let node = start_bookie(&folio_env::Env::real(), config(dir.path(), A), None)
-        .await
-        .unwrap();
+    let node = common::start_alone(bookie_config(dir.path(), A)).await;
     let addr = node.http_addr().unwrap();
     for path in ["/", "/ui", "/ui/"] {
         let (code, body) = http_text(addr, "GET", path).await;
@@ -290,21 +273,15 @@ async fn the_pages_are_embedded_and_the_json_needs_a_metadata_store() {
     // The bookie's own facts need no metadata; the cluster's do, and say so.
     let (code, v) = http(addr, "GET", "/ui/api/bookie").await;
     assert_eq!((code, &v["id"]), (200, &json!(A)), "{v}");
-    for path in [
-        "/ui/api/cluster",
-        "/ui/api/ledgers",
-        "/ui/api/ledger?ledger_id=1",
-        "/ui/api/autorecovery",
-    ] {
-        let (code, v) = http(addr, "GET", path).await;
-        assert_eq!(code, 503, "{path}: {v}");
-        assert!(
-            v["error"]
-                .as_str()
-                .unwrap()
-                .contains("without a metadata store"),
-            "{path}: {v}"
-        );
-    }
+    assert_need_a_store(
+        addr,
+        &[
+            "/ui/api/cluster",
+            "/ui/api/ledgers",
+            "/ui/api/ledger?ledger_id=1",
+            "/ui/api/autorecovery",
+        ],
+    )
+    .await;
     node.shutdown().await.unwrap();
 }

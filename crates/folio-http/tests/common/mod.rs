@@ -13,6 +13,40 @@ use folio_bookie::config::BookieConfig;
 use folio_bookie::node::{BookieNode, MetadataAccess};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+/// A bookie `id` in `dir` on loopback ports of its own, with an admin endpoint.
+pub fn bookie_config(dir: &std::path::Path, id: &str) -> BookieConfig {
+    BookieConfig {
+        data_dir: Some(dir.to_path_buf()),
+        bookie_id: Some(id.to_string()),
+        listen_address: "127.0.0.1".into(),
+        // The address other bookies' endpoints publish and are asked at.
+        advertised_address: Some("127.0.0.1".into()),
+        port: 0,
+        http_port: Some(0),
+        // A nearly full host disk must not make these bookies read-only.
+        disk_usage_threshold: 0.999,
+        disk_usage_lwm_threshold: 0.998,
+        ..BookieConfig::default()
+    }
+}
+
+/// Each of `paths` answers 503 saying the endpoint runs without a metadata store.
+pub async fn assert_need_a_store(addr: std::net::SocketAddr, paths: &[&str]) {
+    for path in paths {
+        let (code, v) = http(addr, "GET", path).await;
+        assert_eq!(code, 503, "{path}: {v}");
+        let e = v["error"].as_str().unwrap_or_default();
+        assert!(e.contains("without a metadata store"), "{path}: {v}");
+    }
+}
+
+/// A bookie with this crate's admin endpoint and no metadata store (unregistered).
+pub async fn start_alone(config: BookieConfig) -> BookieNode {
+    start_bookie(&folio_env::Env::real(), config, None)
+        .await
+        .unwrap()
+}
+
 /// A bookie with this crate's admin endpoint on the in-memory metadata cluster `cluster`.
 pub async fn start_on_mem(cluster: &str, config: BookieConfig) -> BookieNode {
     start_bookie(
