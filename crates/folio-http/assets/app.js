@@ -269,7 +269,7 @@ function entryReader(d) {
       for (const e of [...new Set([0, last])]) {
         const v = await api(reads.path + "?" + new URLSearchParams({ ledger_id: m.ledgerId,
           start_entry_id: e, end_entry_id: e }), headers);
-        for (const [id, payload] of Object.entries(v)) shown.push(h("div", {}, h("strong", {}, "entry " + id),
+        for (const [id, payload] of Object.entries(v)) shown.push(h("div", { "data-entry": id }, h("strong", {}, "entry " + id),
           h("pre", {}, payload)));
       }
       fill(result, ...shown);
@@ -280,6 +280,8 @@ function entryReader(d) {
   out.append(h("form", { class: "search", onsubmit: (e) => { e.preventDefault(); read(); } },
     reads.tokenRequired ? token : null, h("button", { type: "submit" }, "Show the first and last entries")),
     result);
+  // Without a token to ask for, the look is taken at once.
+  if (!reads.tokenRequired) read();
   return out;
 }
 
@@ -309,25 +311,61 @@ async function ledger(main, gen, id) {
     entryPanel);
 }
 
+function duration(seconds) {
+  if (seconds === null || seconds === undefined) return "–";
+  if (seconds < 90) return seconds + " s";
+  if (seconds < 5400) return Math.round(seconds / 60) + " min";
+  return (seconds / 3600).toFixed(1) + " h";
+}
+
+function operationRow(o) {
+  const progress = o.ledgers === null ? "counting ledgers…" : o.done + " of " + o.ledgers + " ledgers";
+  const status = o.running ? "running, " + (o.etaSeconds === null ? "no estimate yet" : "about " +
+    duration(o.etaSeconds) + " left") : (o.result && o.result.ok ? "done: " + o.result.ok :
+    "stopped: " + ((o.result && o.result.error) || "unknown"));
+  return h("tr", { "data-operation": o.kind },
+    h("td", {}, o.kind),
+    h("td", { class: "wrap" }, o.bookies.join(", ")),
+    h("td", {}, when(o.startedAt)),
+    h("td", {}, progress),
+    h("td", { class: "wrap" }, status),
+    h("td", { class: "wrap" }, o.failed.map((f) => h("div", {}, "ledger " + f.ledgerId + ": " + f.reason))));
+}
+
 async function autorecovery(main, gen) {
   const a = await api("/ui/api/autorecovery");
   if (gen !== generation) return;
   const rows = a.underReplicated.map((u) => h("tr", { "data-under-replicated-ledger": u.ledgerId },
     h("td", {}, h("a", { href: "#/ledger/" + u.ledgerId }, String(u.ledgerId))),
     h("td", { class: "wrap" }, u.missingReplicas.map((b) => h("div", {}, b.id + " ", stateBadge(b.state)))),
-    h("td", {}, when(u.markedAt))));
-  fill(main, 
+    h("td", {}, when(u.markedAt)),
+    h("td", { class: "wrap" }, u.repairing ? "repairing now" : u.stuck ? h("span", { class: "state-gone" },
+      "stuck after " + u.stuck.attempts + " attempt(s): " + u.stuck.reason + " (retry in " +
+      duration(u.stuck.retryInSeconds) + ")") : h("span", { class: "muted" }, "queued"))));
+  const w = a.worker;
+  fill(main,
     h("h1", {}, "Autorecovery"),
     h("div", { class: "cards" },
       card("Autorecovery", a.enabled ? "enabled" : "disabled"),
       card("Auditor", a.auditor || "none elected", { "data-auditor": a.auditor || "" }),
       card("Lost-bookie delay", a.lostBookieRecoveryDelaySeconds + " s"),
-      card("Under-replicated ledgers", a.underReplicated.length)),
+      card("Under-replicated ledgers", a.underReplicated.length),
+      w ? card("This process's worker", w.ledgersReplicated + " ledgers, " + w.entriesWritten +
+        " entries, " + bytes(w.bytesWritten) + " copied") : null),
     h("h2", {}, "Queue"),
     h("div", { class: "scroll" }, h("table", { "data-table": "under-replicated" },
-      h("thead", {}, h("tr", {}, ["Ledger", "Missing copies", "Marked"].map((t) => h("th", {}, t)))),
-      h("tbody", {}, rows.length ? rows : h("tr", {}, h("td", { colspan: 3, class: "muted" },
-        "Nothing is under-replicated."))))));
+      h("thead", {}, h("tr", {}, ["Ledger", "Missing copies", "Marked", "Status"].map((t) => h("th", {}, t)))),
+      h("tbody", {}, rows.length ? rows : h("tr", {}, h("td", { colspan: 4, class: "muted" },
+        "Nothing is under-replicated."))))),
+    w ? null : h("p", { class: "muted" }, "No ReplicationWorker runs in this process: a ledger's " +
+      "status shows where the worker runs."),
+    h("h2", {}, "Recovers and decommissions"),
+    a.operations.length ? h("div", { class: "scroll" }, h("table", { "data-table": "operations" },
+      h("thead", {}, h("tr", {}, ["Kind", "Bookies", "Started", "Progress", "Status", "Failed"].map((t) =>
+        h("th", {}, t)))),
+      h("tbody", {}, a.operations.map(operationRow)))) :
+      h("p", { class: "muted" }, "None started through this endpoint (PUT /api/v1/autorecovery/bookie " +
+        "or /api/v1/autorecovery/decommission)."));
 }
 
 // ---- live charts from /metrics ----

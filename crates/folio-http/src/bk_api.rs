@@ -50,7 +50,7 @@ const METADATA_TIMEOUT: Duration = Duration::from_secs(15);
 /// How long asking another bookie's admin endpoint may take.
 const PEER_TIMEOUT: Duration = Duration::from_secs(5);
 /// At most this many entries per `ledger/read` (a response is built in memory).
-pub const MAX_READ_ENTRIES: i64 = 10_000;
+pub(crate) const MAX_READ_ENTRIES: i64 = 10_000;
 
 /// What [`LedgerReader::read`] returns: (entry id, payload) pairs or why not.
 pub type ReadFuture<'a> =
@@ -80,6 +80,29 @@ pub trait LedgerReader: Send + Sync {
         decommission: bool,
         delete_cookie: bool,
     ) -> Result<(), String>;
+
+    /// The recovers and decommissions [`LedgerReader::start_recover`] started, as they stand
+    /// (the newest last; a few finished ones are kept).
+    fn operations(&self) -> Vec<RecoverProgress> {
+        Vec::new()
+    }
+}
+
+/// A recover or decommission started through the admin endpoint.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RecoverProgress {
+    pub bookies: Vec<String>,
+    pub decommission: bool,
+    /// When it started, ms since the epoch.
+    pub started_ms: i64,
+    /// The ledgers to repair, once they are counted.
+    pub total: Option<usize>,
+    /// The ledgers done so far (repaired, deleted meanwhile, or failed).
+    pub done: usize,
+    /// The ledgers left as they were, with why.
+    pub failed: Vec<(i64, String)>,
+    /// How it ended (`Err`: why it stopped); `None` while it runs.
+    pub finished: Option<Result<String, String>>,
 }
 
 /// What the cluster routes use; without a store they answer 503.

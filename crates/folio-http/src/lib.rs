@@ -24,7 +24,7 @@ mod tls_listener;
 mod token;
 
 pub use bk_api::{
-    LacFuture, LedgerReader, MAX_READ_ENTRIES, ReadFuture, cluster_info_json, ledger_metadata_json,
+    LacFuture, LedgerReader, ReadFuture, RecoverProgress, cluster_info_json, ledger_metadata_json,
 };
-pub use server::{BookieAdmin, HttpHandle, serve_cluster};
-pub use token::{LEDGER_READ_PATH, read_token_file};
+pub use server::{BookieAdmin, HttpHandle, WorkerSlot, serve_cluster};
+pub use token::read_token_file;

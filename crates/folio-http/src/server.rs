@@ -45,7 +45,13 @@ pub(crate) struct AdminState {
     pub(crate) token: Option<Arc<str>>,
     /// Whether `/api/v1/ledger/read` is served (`http_ledger_read_enabled`).
     pub(crate) ledger_read_enabled: bool,
+    /// The ReplicationWorker of this process, once it runs.
+    pub(crate) worker: WorkerSlot,
 }
+
+/// Where the binary puts its ReplicationWorker's status once autorecovery runs in the
+/// process (it starts after the bookies and their endpoints).
+pub type WorkerSlot = Arc<std::sync::OnceLock<Arc<folio_autorecovery::WorkerStatus>>>;
 
 impl AdminState {
     fn new(bookie_id: String, metadata: Option<AdminMetadata>, access: &Access) -> Self {
@@ -68,6 +74,7 @@ impl AdminState {
             health: None,
             token: access.token.clone(),
             ledger_read_enabled: access.ledger_read_enabled,
+            worker: access.worker.clone(),
         }
     }
 
@@ -95,6 +102,7 @@ struct Access {
     token: Option<Arc<str>>,
     ledger_read_enabled: bool,
     reader: Option<Arc<dyn LedgerReader>>,
+    worker: WorkerSlot,
 }
 
 /// The router alone (the tests drive it without a socket too).
@@ -132,8 +140,15 @@ impl BookieAdmin {
                 token,
                 ledger_read_enabled: config.http_ledger_read_enabled,
                 reader,
+                worker: WorkerSlot::default(),
             },
         })
+    }
+
+    /// Shows this worker's repairs and failures on the autorecovery page once it is set.
+    pub fn with_worker(mut self, worker: WorkerSlot) -> Self {
+        self.access.worker = worker;
+        self
     }
 }
 
@@ -151,19 +166,22 @@ impl AdminServer for BookieAdmin {
 }
 
 /// Serves the cluster routes and the dashboard of a process that is not a bookie (`folio
-/// autorecovery --http-port`) on `addr`, from `metadata`; `id` is the process's election id.
+/// autorecovery --http-port`) on `addr`, from `metadata`; `id` is the process's election id,
+/// `worker` its ReplicationWorker.
 pub async fn serve_cluster(
     addr: &str,
     id: String,
     metadata: AdminMetadata,
     token: Option<String>,
     reader: Option<Arc<dyn LedgerReader>>,
+    worker: WorkerSlot,
 ) -> std::io::Result<HttpHandle> {
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let access = Access {
         token: token.map(Arc::from),
         ledger_read_enabled: false,
         reader,
+        worker,
     };
     serve_on(listener, AdminState::new(id, Some(metadata), &access), None)
 }

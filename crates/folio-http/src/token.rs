@@ -11,7 +11,7 @@ use axum::response::Response;
 use crate::server::AdminState;
 
 /// The path whose reads need the token like a mutation (it serves ledger payloads).
-pub const LEDGER_READ_PATH: &str = "/api/v1/ledger/read";
+pub(crate) const LEDGER_READ_PATH: &str = "/api/v1/ledger/read";
 
 /// Reads the admin token from `path`: its content without surrounding whitespace. A missing,
 /// unreadable or empty file is an error naming the file.

@@ -120,7 +120,18 @@ pub fn run(metadata: Option<&str>, args: AutoRecoveryArgs) -> anyhow::Result<()>
         let ar = AutoRecovery::start(store.clone(), id.clone(), config).await?;
         let http = match args.http_port {
             Some(port) => {
-                Some(serve_http(&uri, &id, port, args.http_auth_token_file.as_deref()).await?)
+                let worker = folio_http::WorkerSlot::default();
+                let _ = worker.set(ar.worker.status().clone());
+                Some(
+                    serve_http(
+                        &uri,
+                        &id,
+                        port,
+                        args.http_auth_token_file.as_deref(),
+                        worker,
+                    )
+                    .await?,
+                )
             }
             None => None,
         };
@@ -151,6 +162,7 @@ async fn serve_http(
     id: &BookieId,
     port: u16,
     token_file: Option<&std::path::Path>,
+    worker: folio_http::WorkerSlot,
 ) -> anyhow::Result<folio_http::HttpHandle> {
     let token = token_file
         .map(folio_http::read_token_file)
@@ -174,6 +186,7 @@ async fn serve_http(
         folio_bookie::admin::AdminMetadata { store, connector },
         token,
         Some(reader),
+        worker,
     )
     .await
     .with_context(|| format!("cannot serve the admin endpoint on {addr}"))

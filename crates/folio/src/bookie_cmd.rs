@@ -125,8 +125,11 @@ pub fn run(metadata: Option<String>, args: BookieArgs) -> anyhow::Result<()> {
             ))),
             None => None,
         };
+        // autoRecoveryDaemonEnabled: the dashboard shows the worker once it runs.
+        let worker = folio_http::WorkerSlot::default();
         let admin = folio_http::BookieAdmin::from_config(&config, reader)
-            .map_err(|e| anyhow::anyhow!(e))?;
+            .map_err(|e| anyhow::anyhow!(e))?
+            .with_worker(worker.clone());
         let node = BookieNode::start_with_admin(
             &folio_env::Env::real(),
             config,
@@ -157,6 +160,7 @@ pub fn run(metadata: Option<String>, args: BookieArgs) -> anyhow::Result<()> {
                     ar_config,
                 )
                 .await?;
+                let _ = worker.set(ar.worker.status().clone());
                 println!("autorecovery running");
                 Some((ar, session))
             }

@@ -144,7 +144,9 @@ pub fn run(metadata: Option<&str>, args: StandaloneArgs) -> anyhow::Result<()> {
 
         let mut nodes: Vec<BookieNode> = Vec::new();
         let db = dir.join("metadata.db");
-        let started = start_bookies(&args, &dir, &uri, &db, &mut nodes, &mut out).await;
+        // The first bookie's dashboard shows the in-process worker once it runs.
+        let worker = folio_http::WorkerSlot::default();
+        let started = start_bookies(&args, &dir, &uri, &db, &mut nodes, &mut out, &worker).await;
         // Autorecovery on its own session, as `folio autorecovery` would run it.
         let mut autorecovery = None;
         let started = match started {
@@ -157,11 +159,11 @@ pub fn run(metadata: Option<&str>, args: StandaloneArgs) -> anyhow::Result<()> {
                         metrics_prefix: "replication_".into(),
                         ..Default::default()
                     };
-                    autorecovery = Some((
+                    let ar =
                         crate::autorecovery_cmd::AutoRecovery::start(session.clone(), id, config)
-                            .await?,
-                        session,
-                    ));
+                            .await?;
+                    let _ = worker.set(ar.worker.status().clone());
+                    autorecovery = Some((ar, session));
                     out.line(b"autorecovery running")
                 }
                 .await
@@ -206,6 +208,7 @@ async fn start_bookies(
     db: &std::path::Path,
     nodes: &mut Vec<BookieNode>,
     out: &mut Stdout,
+    worker: &folio_http::WorkerSlot,
 ) -> anyhow::Result<()> {
     // BK_<key> variables reach every bookie (BK_diskUsageThreshold=0.99 on a full laptop
     // disk, say); the standalone's own settings below win over them.
@@ -235,7 +238,8 @@ async fn start_bookies(
             None
         };
         let admin = folio_http::BookieAdmin::from_config(&config, reader)
-            .map_err(|e| anyhow::anyhow!(e))?;
+            .map_err(|e| anyhow::anyhow!(e))?
+            .with_worker(worker.clone());
         let node = BookieNode::start_with_admin(
             &folio_env::Env::real(),
             config,

@@ -5,8 +5,9 @@
 //! virtual time budget) and takes one screenshot per page.
 //!
 //! Checked: the cluster page lists every bookie as writable; the ledgers page lists the
-//! written ledger and its page shows its ensemble; the bookie process, once stopped, shows as
-//! gone. Pages that have not caught up yet are loaded again until a generous deadline.
+//! written ledger and its page shows its ensemble and its first and last entries; the bookie
+//! process, once stopped, shows as gone. Pages that have not caught up yet are loaded again
+//! until a generous deadline.
 //!
 //! Screenshots go to `<target>/tmp/dashboard-browser/`; with `FOLIO_DASHBOARD_DOCS=1` they
 //! are also copied to `docs/dashboard-<page>.png` (how the README's pictures are made).
@@ -232,8 +233,18 @@ fn the_dashboard_shows_the_cluster_its_ledgers_and_a_stopped_bookie_in_chromium(
         &format!("ledger/{ledger}"),
         "the ledger's ensemble",
         "ledger",
-        |dom| dom.contains(&format!("data-ledger-detail=\"{ledger}\"")),
+        // The standalone serves ledger reads without a token: the page shows the first and
+        // last entries at once.
+        |dom| {
+            dom.contains(&format!("data-ledger-detail=\"{ledger}\""))
+                && dom.contains("data-entry=\"2\"")
+        },
     );
+    for (entry, payload) in [("0", "one"), ("2", "three")] {
+        let shown =
+            format!("data-entry=\"{entry}\"><strong>entry {entry}</strong><pre>{payload}</pre>");
+        assert!(dom.contains(&shown), "no {shown} in:\n{dom}");
+    }
     for b in &ensemble {
         assert!(
             dom.contains(&format!("data-ensemble-bookie=\"{b}\"")),

@@ -305,8 +305,8 @@ fn autorecovery_routes_and_metrics_under_bookkeepers_names() {
 }
 
 /// `folio autorecovery --http-port` serves the cluster's routes and the dashboard without
-/// being a bookie (its bookie routes say so), and a standalone's dashboard JSON asks the
-/// bookies, through the client, for an open ledger's LAC.
+/// being a bookie (its bookie routes say so); a standalone's dashboard JSON asks the bookies,
+/// through the client, for an open ledger's LAC, and shows a recover's progress and failures.
 #[test]
 fn autorecovery_serves_the_dashboard_and_an_open_ledger_shows_its_lac() {
     let dir = tempfile::tempdir().unwrap();
@@ -345,6 +345,7 @@ fn autorecovery_serves_the_dashboard_and_an_open_ledger_shows_its_lac() {
     }
     let r = get_json(&addr, "/ui/api/autorecovery");
     assert!(r["lostBookieRecoveryDelaySeconds"].is_u64(), "{r}");
+    assert!(r["worker"].is_object(), "{r}");
     get_json(&addr, "/api/v1/autorecovery/status");
     fails(&addr, "GET", "/api/v1/bookie/state", 404, "is not a bookie");
 
@@ -374,6 +375,46 @@ fn autorecovery_serves_the_dashboard_and_an_open_ledger_shows_its_lac() {
     );
     writer.close_stdin();
     assert!(writer.wait().success(), "{}", writer.stderr());
+
+    // A recover started over HTTP shows its progress; with no spare bookie for an ensemble
+    // of all three, the ledger is left as it was, with why.
+    let r = get_json(&bookie_http, "/ui/api/autorecovery");
+    assert!(
+        r["worker"].is_object(),
+        "standalone's worker runs in-process: {r}"
+    );
+    assert_eq!(r["operations"], serde_json::json!([]), "{r}");
+    let body = format!("{{\"bookie_src\": [\"{}\"]}}", sa.bookies[0]);
+    let (status, text) = http_body(&bookie_http, "PUT", "/api/v1/autorecovery/bookie", &body);
+    assert_eq!(status, 200, "{text}");
+    let deadline = std::time::Instant::now() + common::TIMEOUT;
+    let op = loop {
+        let r = get_json(&bookie_http, "/ui/api/autorecovery");
+        let op = r["operations"][0].clone();
+        if op["running"] == false {
+            break op;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the recover never ended: {r}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    };
+    assert_eq!(op["kind"], "recover", "{op}");
+    assert_eq!(op["bookies"], serde_json::json!([sa.bookies[0]]), "{op}");
+    assert_eq!(
+        (op["ledgers"].clone(), op["done"].clone()),
+        (1.into(), 1.into()),
+        "{op}"
+    );
+    assert_eq!(op["failed"][0]["ledgerId"].to_string(), ledger, "{op}");
+    assert!(
+        op["failed"][0]["reason"]
+            .as_str()
+            .is_some_and(|r| !r.is_empty()),
+        "{op}"
+    );
+    assert!(op["result"]["error"].is_string(), "{op}");
     ar.terminate();
     assert!(ar.wait().success(), "{}", ar.stderr());
     sa.stop();

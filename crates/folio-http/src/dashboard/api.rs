@@ -12,11 +12,14 @@
 //!   matches the id, the state or a custom metadata key or value.
 //! * `GET /ui/api/ledger?ledger_id=N`: the metadata, the fragments (first and last entry id,
 //!   the ensemble with each bookie's state), the LAC, and the ledger's under-replication mark.
-//! * `GET /ui/api/autorecovery`: the switch, the Auditor, the lost-bookie delay, the queue.
+//! * `GET /ui/api/autorecovery`: the switch, the Auditor, the lost-bookie delay, the queue
+//!   (with what this process's ReplicationWorker knows of each ledger: repairing it, or why
+//!   it is stuck), and the recovers and decommissions started here with their progress.
 
 #![allow(clippy::result_large_err)] // handlers' parameter checks return the error Response
 
 use std::collections::BTreeSet;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use axum::Router;
@@ -31,8 +34,8 @@ use folio_types::metadata::{LedgerMetadata, LedgerState};
 use serde_json::{Value, json};
 
 use crate::bk_api::{
-    Params, all_ledger_ids, cluster_info_json, id_param, ledger_metadata_json, peer_endpoint,
-    peer_get, required_ledger, with_store,
+    Params, RecoverProgress, all_ledger_ids, cluster_info_json, id_param, ledger_metadata_json,
+    peer_endpoint, peer_get, required_ledger, with_store,
 };
 use crate::bookie_routes::json as reply;
 use crate::server::AdminState;
@@ -352,6 +355,11 @@ async fn autorecovery(State(s): State<AdminState>) -> Response {
         Ok(v) => v,
         Err(r) => return r,
     };
+    let worker = s.worker.get();
+    let (repairing, failures) = match worker {
+        Some(w) => (w.in_progress(), w.failures()),
+        None => Default::default(),
+    };
     let queue: Vec<Value> = marks
         .iter()
         .map(|mk| {
@@ -360,13 +368,77 @@ async fn autorecovery(State(s): State<AdminState>) -> Response {
                 .iter()
                 .map(|b| with_state(&set, b))
                 .collect();
-            json!({ "ledgerId": mk.ledger_id, "missingReplicas": missing, "markedAt": mk.ctime })
+            let failure = failures.get(&mk.ledger_id);
+            json!({
+                "ledgerId": mk.ledger_id,
+                "missingReplicas": missing,
+                "markedAt": mk.ctime,
+                // What this process's worker knows: it repairs the ledger now, or why its
+                // last attempt failed (another process's worker may hold the ledger).
+                "repairing": repairing.contains(&mk.ledger_id),
+                "stuck": failure.map(|f| json!({
+                    "reason": f.reason,
+                    "attempts": f.attempts,
+                    "retryInSeconds": f.retry_in.as_secs(),
+                })),
+            })
         })
+        .collect();
+    let operations: Vec<Value> = s
+        .cluster
+        .reader
+        .as_ref()
+        .map(|r| r.operations())
+        .unwrap_or_default()
+        .iter()
+        .map(operation)
         .collect();
     reply(json!({
         "enabled": enabled,
         "auditor": auditor.map(|a| a.to_string()),
         "lostBookieRecoveryDelaySeconds": delay.unwrap_or(0),
         "underReplicated": queue,
+        "worker": worker.map(|w| json!({
+            "inProgress": repairing,
+            "ledgersReplicated": w.ledgers_replicated.load(Ordering::Relaxed),
+            "entriesWritten": w.entries_written.load(Ordering::Relaxed),
+            "bytesWritten": w.bytes_written.load(Ordering::Relaxed),
+        })),
+        "operations": operations,
     }))
+}
+
+/// A recover or decommission with its progress and, while it runs, an estimate of the time
+/// left from the pace so far (none before the first ledger is done).
+fn operation(p: &RecoverProgress) -> Value {
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64);
+    let elapsed_ms = (now_ms - p.started_ms).max(0);
+    let eta_seconds = match (p.total, &p.finished) {
+        (Some(total), None) if p.done > 0 => {
+            let left = total.saturating_sub(p.done) as i64;
+            Some(elapsed_ms * left / p.done as i64 / 1000)
+        }
+        _ => None,
+    };
+    let failed: Vec<Value> = p
+        .failed
+        .iter()
+        .map(|(ledger, why)| json!({ "ledgerId": ledger, "reason": why }))
+        .collect();
+    json!({
+        "kind": if p.decommission { "decommission" } else { "recover" },
+        "bookies": p.bookies,
+        "startedAt": p.started_ms,
+        "ledgers": p.total,
+        "done": p.done,
+        "failed": failed,
+        "running": p.finished.is_none(),
+        "result": p.finished.as_ref().map(|r| match r {
+            Ok(summary) => json!({ "ok": summary }),
+            Err(why) => json!({ "error": why }),
+        }),
+        "etaSeconds": eta_seconds,
+    })
 }
