@@ -38,7 +38,8 @@ pub struct StandaloneArgs {
     /// a restart will not find again).
     #[arg(long, default_value_t = 3181)]
     pub port: u16,
-    /// Admin HTTP port (of the first bookie); BookKeeper's default is 8080.
+    /// Admin HTTP port and web dashboard (of the first bookie; the others take free ports);
+    /// BookKeeper's default is 8080.
     #[arg(long, default_value_t = 8080)]
     pub http_port: u16,
     /// Serve /api/v1/ledger/read on the admin endpoint (http_ledger_read_enabled; off: 403).
