@@ -9,7 +9,7 @@
 //!
 //! Protection (docs/security.md): a bookie's endpoint listens on loopback unless
 //! `http_listen_address` says otherwise; with `http_auth_token_file`, mutations and ledger
-//! reads need the bearer token ([`token`]); `/api/v1/ledger/read` answers 403 unless
+//! reads need the bearer token (`token.rs`); `/api/v1/ledger/read` answers 403 unless
 //! `http_ledger_read_enabled`; HTTPS with `http_tls_key_file` and `http_tls_certificate_file`.
 //!
 //! A bookie reaches this crate only through `folio_bookie::admin::AdminServer`, which

@@ -391,7 +391,7 @@ async fn autorecovery(State(s): State<AdminState>) -> Response {
         .map(|r| r.operations())
         .unwrap_or_default()
         .iter()
-        .map(operation)
+        .map(|op| operation(op, now_ms()))
         .collect();
     reply(json!({
         "enabled": enabled,
@@ -409,11 +409,8 @@ async fn autorecovery(State(s): State<AdminState>) -> Response {
 }
 
 /// A recover or decommission with its progress and, while it runs, an estimate of the time
-/// left from the pace so far (none before the first ledger is done).
-fn operation(p: &RecoverProgress) -> Value {
-    let now_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64);
+/// left from the pace so far (none before the first ledger is done); `now_ms` since the epoch.
+fn operation(p: &RecoverProgress, now_ms: i64) -> Value {
     let elapsed_ms = (now_ms - p.started_ms).max(0);
     let eta_seconds = match (p.total, &p.finished) {
         (Some(total), None) if p.done > 0 => {
@@ -441,4 +438,44 @@ fn operation(p: &RecoverProgress) -> Value {
         }),
         "etaSeconds": eta_seconds,
     })
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{RecoverProgress, operation};
+
+    #[test]
+    fn the_eta_follows_the_pace_so_far_and_only_while_running() {
+        let mut p = RecoverProgress {
+            bookies: vec!["b:1".into()],
+            started_ms: 1_000_000,
+            total: Some(4),
+            ..Default::default()
+        };
+        // Nothing done yet: no pace, no estimate.
+        assert!(operation(&p, 1_010_000)["etaSeconds"].is_null());
+        // One ledger in 10 s, three left.
+        p.done = 1;
+        let v = operation(&p, 1_010_000);
+        assert_eq!(
+            (v["etaSeconds"].clone(), v["running"].clone()),
+            (30.into(), true.into())
+        );
+        assert_eq!(v["kind"], "recover");
+        p.done = 4;
+        p.finished = Some(Ok("4 ledgers".into()));
+        let v = operation(&p, 1_020_000);
+        assert!(v["etaSeconds"].is_null(), "{v}");
+        assert_eq!(v["result"]["ok"], "4 ledgers");
+        // Not counted yet.
+        p.total = None;
+        p.finished = None;
+        assert!(operation(&p, 1_020_000)["etaSeconds"].is_null());
+    }
 }
