@@ -6,14 +6,15 @@
 //! tested with the in-memory [`memory::MemoryStorage`] and driven by the simulator. The async shell
 //! ([`server`]) only moves frames between sockets and the processor; [`wire`] converts frames to
 //! and from the model. [`engine`] adapts the real storage engine, [`gc`] deletes ledgers whose
-//! metadata is gone, [`registration`] checks the cookie and keeps the bookie registered, [`http`] is the admin endpoint, [`config`] the TOML
+//! metadata is gone, [`registration`] checks the cookie and keeps the bookie registered, [`admin`] is the seam to the admin
+//! HTTP endpoint (served by `folio-http`), [`config`] the TOML
 //! file, [`tls`] StartTLS and authorization by client certificate, and [`node`] puts one whole bookie together.
 
+pub mod admin;
 pub mod bk_metrics;
 pub mod config;
 pub mod engine;
 pub mod gc;
-pub mod http;
 pub mod memory;
 pub mod node;
 pub mod processor;

@@ -1,9 +1,10 @@
 //! One whole bookie: configuration in, a serving bookie out. Binds the bookie port (first, so a
 //! bookie id with port 0 gets its real port), checks the cookie against the metadata store, opens
 //! the storage engine (replaying the journal), serves, registers, optionally serves the admin
-//! HTTP endpoint, and starts the garbage collector. [`BookieNode::shutdown`] undoes it in the safe
-//! order: unregister (clients stop choosing this bookie), drain the port, stop the garbage
-//! collector, then checkpoint and stop the storage.
+//! HTTP endpoint (an [`AdminServer`] the caller supplies: `folio-http`'s), and starts the
+//! garbage collector. [`BookieNode::shutdown`] undoes it in the safe order: unregister (clients
+//! stop choosing this bookie), drain the port, stop the garbage collector, then checkpoint and
+//! stop the storage.
 //!
 //! `folio bookie` runs one; `folio standalone` and tests can run several in one process.
 
@@ -17,11 +18,10 @@ use folio_types::BookieId;
 use tokio::net::TcpListener;
 use tracing::info;
 
+use crate::admin::{AdminEndpoint, AdminMetadata, AdminParts, AdminServer, HealthProbe, LocalDisk};
 use crate::config::{BookieConfig, ConfigError};
 use crate::engine::{EngineStorage, OpenError};
 use crate::gc::{GarbageCollector, GcHandle, GcMetadata, StoreMetadata};
-use crate::http::admin_api::{ClusterAccess, LedgerReader};
-use crate::http::{AdminState, HttpHandle};
 use crate::processor::{Processor, ProcessorConfig};
 use crate::registration::{self, Connector, CookieCheckError, Registrar, RegistrationState};
 use crate::server::{BookieServer, ServerConfig, ServerHandle};
@@ -52,6 +52,8 @@ pub enum NodeError {
     Task(String),
     #[error("TLS: {0}")]
     Tls(#[from] crate::tls::TlsError),
+    #[error("http_port is set, but this bookie was started without an admin endpoint to serve it")]
+    NoAdminServer,
 }
 
 /// The metadata session the bookie registers through, and how to open another one.
@@ -68,7 +70,7 @@ pub struct BookieNode {
     storage: Arc<EngineStorage>,
     server: ServerHandle,
     registrar: Option<Registrar>,
-    http: Option<HttpHandle>,
+    http: Option<Box<dyn AdminEndpoint>>,
     disk_checker: tokio::task::JoinHandle<()>,
     gc: GarbageCollector,
 }
@@ -112,13 +114,13 @@ fn spawn_disk_checker(
     })
 }
 
-/// What `/heartbeat` and `is_ready` report as unhealthy (see `http.rs`): a poisoned engine
+/// What `/heartbeat` and `is_ready` report as unhealthy (folio-http): a poisoned engine
 /// (a failed fsync or checkpoint; it never takes writes again, invariant 9), and, with a
 /// metadata store, a bookie that is not registered (not yet, or its session was lost).
 fn health_probe(
     engine: Arc<folio_storage::Storage>,
     registration: Option<Arc<std::sync::OnceLock<tokio::sync::watch::Receiver<RegistrationState>>>>,
-) -> crate::http::HealthProbe {
+) -> HealthProbe {
     Arc::new(move || {
         // Not a full disk's refusal: that bookie is read-only, serving, and turns writable
         // again once space is freed.
@@ -175,25 +177,30 @@ fn http_bind_address(host: &str, port: u16) -> String {
 }
 
 impl BookieNode {
-    /// Starts a bookie (see the module comment). Without metadata, it serves unregistered (tests,
-    /// benchmarks).
+    /// Starts a bookie without an admin endpoint (see the module comment); `http_port` must
+    /// be unset. Without metadata, it serves unregistered (tests, benchmarks).
     pub async fn start(
         env: &Env,
         config: BookieConfig,
         metadata: Option<MetadataAccess>,
     ) -> Result<BookieNode, NodeError> {
-        Self::start_with_reader(env, config, metadata, None).await
+        Self::start_with_admin(env, config, metadata, None).await
     }
 
-    /// Like [`BookieNode::start`]; the admin endpoint's `/api/v1/ledger/read` reads through
-    /// `reader` (the client library, which this crate does not depend on).
-    pub async fn start_with_reader(
+    /// Like [`BookieNode::start`]; with `http_port` set, `admin` serves the admin endpoint on
+    /// it.
+    pub async fn start_with_admin(
         env: &Env,
         config: BookieConfig,
         metadata: Option<MetadataAccess>,
-        reader: Option<Arc<dyn LedgerReader>>,
+        admin: Option<&dyn AdminServer>,
     ) -> Result<BookieNode, NodeError> {
         config.validate()?;
+        let admin = match (config.http_port, admin) {
+            (Some(_), None) => return Err(NodeError::NoAdminServer),
+            (Some(_), Some(a)) => Some(a),
+            (None, _) => None,
+        };
         // The TLS files are read before anything starts: a bad key or chain is a start-up error.
         let tls = match crate::tls::TlsSettings::from_config(&config)? {
             Some(settings) => Some(Arc::new(crate::tls::ServerTls::load(settings)?)),
@@ -210,15 +217,6 @@ impl BookieNode {
             .local_addr()
             .map(|a| a.port())
             .unwrap_or(config.port);
-        // The admin token is read before anything starts: a missing or empty file is a
-        // start-up error, never an endpoint left open.
-        let http_token = match (&config.http_port, &config.http_auth_token_file) {
-            (Some(_), Some(path)) => Some(
-                crate::http::read_token_file(path)
-                    .map_err(|e| NodeError::Config(ConfigError::Invalid(e)))?,
-            ),
-            _ => None,
-        };
         let http_tls = match (
             &config.http_port,
             crate::tls::ServerTls::for_admin_http(&config)?,
@@ -324,73 +322,73 @@ impl BookieNode {
         let registration: Arc<
             std::sync::OnceLock<tokio::sync::watch::Receiver<RegistrationState>>,
         > = Arc::default();
-        let http = match http_listener {
-            Some(listener) => {
+        let http = match http_listener.zip(admin) {
+            Some((listener, admin)) => {
                 let engine = storage.engine().clone();
                 let p = processor.clone();
                 let status_storage = storage.clone();
                 let status_registration = registration.clone();
                 let journal_dirs = config.effective_journal_dirs().len();
                 let registered = metadata.is_some();
-                let state = AdminState::new(bookie_id.to_string(), storage.clone()).with_refresh(
-                    Arc::new(move || {
-                        // BookKeeper's names (bk_metrics), for its users' dashboards.
-                        let status = match status_registration.get().map(|r| *r.borrow()) {
-                            _ if !registered => i8::from(!crate::BookieStorage::is_read_only(
-                                status_storage.as_ref(),
-                            )),
-                            Some(RegistrationState::Registered(
-                                folio_metadata::BookieMode::Writable,
-                            )) => 1,
-                            Some(RegistrationState::Registered(
-                                folio_metadata::BookieMode::ReadOnly,
-                            )) => 0,
-                            _ => -1,
-                        };
-                        crate::bk_metrics::server_status(status);
-                        crate::bk_metrics::storage_gauges(engine.write_cache_used(), journal_dirs);
-                        metrics::gauge!("folio_bookie_pending_adds").set(p.pending_adds() as f64);
-                        metrics::gauge!("folio_bookie_pending_reads").set(p.pending_reads() as f64);
-                        metrics::gauge!("folio_bookie_waiting_long_polls")
-                            .set(p.waiting_long_polls() as f64);
-                        let replay = engine.replay_stats();
-                        metrics::gauge!("folio_journal_replayed_files").set(replay.files as f64);
-                        metrics::gauge!("folio_journal_replayed_records")
-                            .set(replay.records as f64);
-                        for (i, mark) in engine.journal_marks().iter().enumerate() {
-                            let dir = i.to_string();
-                            metrics::gauge!("folio_journal_mark_file_id", "dir" => dir.clone())
-                                .set(mark.file_id as f64);
-                            metrics::gauge!("folio_journal_mark_offset", "dir" => dir)
-                                .set(mark.offset as f64);
+                let refresh: Arc<dyn Fn() + Send + Sync> = Arc::new(move || {
+                    // BookKeeper's names (bk_metrics), for its users' dashboards.
+                    let status = match status_registration.get().map(|r| *r.borrow()) {
+                        _ if !registered => {
+                            i8::from(!crate::BookieStorage::is_read_only(status_storage.as_ref()))
                         }
-                    }),
-                );
-                let marks_engine = storage.engine().clone();
-                let state = state
-                    .with_local_disk(
-                        config.effective_journal_dirs(),
-                        config.effective_ledger_dirs(),
-                        config.effective_index_dir(),
-                        Arc::new(move || marks_engine.journal_marks()),
-                    )
-                    .with_cluster(ClusterAccess {
-                        store: metadata.as_ref().map(|m| m.store.clone()),
-                        connector: metadata.as_ref().map(|m| m.connector.clone()),
-                        reader,
-                    })
-                    .with_gc(gc.clone())
-                    .with_token(http_token)
-                    .with_ledger_read(config.http_ledger_read_enabled)
-                    .with_health(health_probe(
-                        storage.engine().clone(),
-                        metadata.is_some().then(|| registration.clone()),
-                    ));
+                        Some(RegistrationState::Registered(
+                            folio_metadata::BookieMode::Writable,
+                        )) => 1,
+                        Some(RegistrationState::Registered(
+                            folio_metadata::BookieMode::ReadOnly,
+                        )) => 0,
+                        _ => -1,
+                    };
+                    crate::bk_metrics::server_status(status);
+                    crate::bk_metrics::storage_gauges(engine.write_cache_used(), journal_dirs);
+                    metrics::gauge!("folio_bookie_pending_adds").set(p.pending_adds() as f64);
+                    metrics::gauge!("folio_bookie_pending_reads").set(p.pending_reads() as f64);
+                    metrics::gauge!("folio_bookie_waiting_long_polls")
+                        .set(p.waiting_long_polls() as f64);
+                    let replay = engine.replay_stats();
+                    metrics::gauge!("folio_journal_replayed_files").set(replay.files as f64);
+                    metrics::gauge!("folio_journal_replayed_records").set(replay.records as f64);
+                    for (i, mark) in engine.journal_marks().iter().enumerate() {
+                        let dir = i.to_string();
+                        metrics::gauge!("folio_journal_mark_file_id", "dir" => dir.clone())
+                            .set(mark.file_id as f64);
+                        metrics::gauge!("folio_journal_mark_offset", "dir" => dir)
+                            .set(mark.offset as f64);
+                    }
+                });
                 let addr = listener
                     .local_addr()
                     .map(|a| a.to_string())
                     .unwrap_or_default();
-                match crate::http::serve_tls_on(listener, state, http_tls.clone()) {
+                let marks_engine = storage.engine().clone();
+                let parts = AdminParts {
+                    listener,
+                    tls: http_tls.clone(),
+                    bookie_id: bookie_id.clone(),
+                    storage: storage.clone(),
+                    refresh,
+                    disk: LocalDisk {
+                        journal_dirs: config.effective_journal_dirs(),
+                        ledger_dirs: config.effective_ledger_dirs(),
+                        index_dir: config.effective_index_dir(),
+                        marks: Arc::new(move || marks_engine.journal_marks()),
+                    },
+                    metadata: metadata.as_ref().map(|m| AdminMetadata {
+                        store: m.store.clone(),
+                        connector: m.connector.clone(),
+                    }),
+                    gc: gc.clone(),
+                    health: health_probe(
+                        storage.engine().clone(),
+                        metadata.is_some().then(|| registration.clone()),
+                    ),
+                };
+                match admin.serve(parts) {
                     Ok(h) => Some(h),
                     Err(source) => {
                         disk_checker.abort();

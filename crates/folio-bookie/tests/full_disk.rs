@@ -12,9 +12,9 @@ use std::time::Duration;
 use common::*;
 use folio_bookie::config::BookieConfig;
 use folio_bookie::node::{BookieNode, MetadataAccess};
-use folio_bookie::registration::{Connector, RegistrationState};
+use folio_bookie::registration::RegistrationState;
+use folio_metadata::BookieMode;
 use folio_metadata::mem::{MemMetadataStore, unique_name};
-use folio_metadata::{BookieMode, MetadataStore};
 use folio_proto::pb::StatusCode;
 
 /// A tmpfs mounted for the test, unmounted when dropped (also when the test fails).
@@ -61,16 +61,6 @@ fn fill(path: &Path) {
     }
 }
 
-fn connector(cluster: &str) -> Connector {
-    let cluster = cluster.to_string();
-    Arc::new(move || {
-        let cluster = cluster.clone();
-        Box::pin(async move {
-            Ok(Arc::new(MemMetadataStore::connect(&cluster)) as Arc<dyn MetadataStore>)
-        })
-    })
-}
-
 async fn add(c: &mut Client, entry: i64) -> i32 {
     let req = c.v3_add(1, entry, entry - 1, &payload(entry));
     c.send_v3(&req).await;
@@ -102,7 +92,7 @@ async fn a_bookie_on_a_full_tmpfs_is_read_only_until_space_is_freed() {
         config,
         Some(MetadataAccess {
             store: Arc::new(MemMetadataStore::connect(&cluster)),
-            connector: connector(&cluster),
+            connector: mem_connector(&cluster),
             init_cluster_if_missing: true,
         }),
     )

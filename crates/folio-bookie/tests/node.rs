@@ -1,5 +1,5 @@
 //! A whole bookie (real storage on a temp dir, `mem://` metadata): cookie check, registration and
-//! its upkeep, the admin HTTP endpoint, clean shutdown.
+//! its upkeep, clean shutdown (the admin HTTP endpoint's tests are folio-http's).
 
 mod common;
 
@@ -10,26 +10,16 @@ use std::time::Duration;
 use common::*;
 use folio_bookie::config::BookieConfig;
 use folio_bookie::node::{BookieNode, MetadataAccess, NodeError};
-use folio_bookie::registration::{Connector, Registrar, RegistrationState};
+use folio_bookie::registration::{Registrar, RegistrationState};
 use folio_metadata::mem::{MemMetadataStore, unique_name};
 use folio_metadata::{BookieMode, BookieServiceInfo, MetadataStore};
 use folio_proto::pb::StatusCode;
 use folio_types::BookieId;
 
-fn connector(cluster: &str) -> Connector {
-    let cluster = cluster.to_string();
-    Arc::new(move || {
-        let cluster = cluster.clone();
-        Box::pin(async move {
-            Ok(Arc::new(MemMetadataStore::connect(&cluster)) as Arc<dyn MetadataStore>)
-        })
-    })
-}
-
 fn access(cluster: &str, store: Arc<MemMetadataStore>) -> MetadataAccess {
     MetadataAccess {
         store,
-        connector: connector(cluster),
+        connector: mem_connector(cluster),
         init_cluster_if_missing: true,
     }
 }
@@ -58,16 +48,6 @@ fn config(dir: &std::path::Path, id: &str) -> BookieConfig {
         disk_usage_lwm_threshold: 0.998,
         ..BookieConfig::default()
     }
-}
-
-async fn registered(cluster: &str) -> (Vec<String>, Vec<String>) {
-    let observer = MemMetadataStore::connect(cluster);
-    let set = observer.list_bookies().await.unwrap();
-    let names =
-        |s: &std::collections::BTreeSet<BookieId>| s.iter().map(|b| b.to_string()).collect();
-    let out = (names(&set.writable), names(&set.readonly));
-    observer.close().await.unwrap();
-    out
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -297,7 +277,7 @@ async fn a_read_only_bookie_moves_its_registration() {
     let probe = read_only.clone();
     let registrar = Registrar::start(
         store,
-        connector(&cluster),
+        mem_connector(&cluster),
         BookieId::new("bookie-e:3181").unwrap(),
         BookieServiceInfo::default(),
         Arc::new(move || probe.load(Ordering::Acquire)),
@@ -336,7 +316,7 @@ async fn a_second_registration_of_a_live_bookie_id_is_refused() {
     // What a second process with this id would do once past its cookie check.
     let err = Registrar::start(
         Arc::new(MemMetadataStore::connect(&cluster)),
-        connector(&cluster),
+        mem_connector(&cluster),
         BookieId::new("bookie-f:3181").unwrap(),
         BookieServiceInfo::default(),
         Arc::new(|| false),
@@ -358,135 +338,6 @@ async fn a_second_registration_of_a_live_bookie_id_is_refused() {
     );
     first.shutdown().await.unwrap();
     assert_eq!(registered(&cluster).await, (vec![], vec![]));
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn admin_http_endpoint_answers() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut cfg = config(dir.path(), "bookie-g:3181");
-    cfg.http_port = Some(0);
-    let node = BookieNode::start(&folio_env::Env::real(), cfg, None)
-        .await
-        .unwrap();
-    let http = node.http_addr().expect("http runs");
-    let mut c = Client::connect(node.local_addr()).await;
-    let add = c.v3_add(1, 0, -1, b"counted");
-    c.send_v3(&add).await;
-    assert_eq!(c.recv_v3().await.status, StatusCode::Eok as i32);
-    // A read that succeeds and one that does not (success="false").
-    let read = c.v3_read(1, 0);
-    c.send_v3(&read).await;
-    assert_eq!(c.recv_v3().await.status, StatusCode::Eok as i32);
-    let missing = c.v3_read(1, 5);
-    c.send_v3(&missing).await;
-    assert_ne!(c.recv_v3().await.status, StatusCode::Eok as i32);
-
-    assert_eq!(
-        http_text(http, "GET", "/heartbeat").await,
-        (200, "OK\n".into())
-    );
-    let (code, body) = http_text(http, "GET", "/metrics").await;
-    assert_eq!(code, 200);
-    assert!(body.contains("folio_bookie_requests_total"), "{body}");
-    assert!(
-        body.contains("folio_bookie_request_latency_seconds"),
-        "{body}"
-    );
-    assert!(body.contains("folio_bookie_bytes_in_total"), "{body}");
-    assert!(body.contains("folio_bookie_pending_adds 0"), "{body}");
-    assert!(body.contains("folio_journal_mark_offset"), "{body}");
-    assert!(body.contains("folio_bookie_read_only 0"), "{body}");
-    // Folio's own latency is a histogram with buckets.
-    assert!(
-        body.contains("folio_bookie_request_latency_seconds_bucket{"),
-        "{body}"
-    );
-    // BookKeeper's panel queries find their series: op stats as summaries in ms with the
-    // success label and BookKeeper's quantiles, the server status, the write cache.
-    let series = |name: &str, labels: &[&str]| {
-        body.lines().any(|l| {
-            l.strip_prefix(name)
-                .is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
-                && labels.iter().all(|want| l.contains(want))
-        })
-    };
-    for (name, labels) in [
-        (
-            "bookkeeper_server_ADD_ENTRY_REQUEST",
-            &["success=\"true\"", "quantile=\"0.99\""][..],
-        ),
-        (
-            "bookkeeper_server_ADD_ENTRY_REQUEST",
-            &["quantile=\"0.9999\""],
-        ),
-        (
-            "bookkeeper_server_ADD_ENTRY_REQUEST_count",
-            &["success=\"true\""],
-        ),
-        ("bookkeeper_server_ADD_ENTRY", &["success=\"true\""]),
-        (
-            "bookkeeper_server_READ_ENTRY_REQUEST",
-            &["success=\"false\""],
-        ),
-        (
-            "bookie_journal_JOURNAL_SYNC",
-            &["success=\"true\"", "quantile=\"0.99\""],
-        ),
-        (
-            "bookie_journal_JOURNAL_ADD_ENTRY_count",
-            &["success=\"true\""],
-        ),
-        ("bookie_journal_JOURNAL_QUEUE_SIZE", &[]),
-        ("bookie_SERVER_STATUS", &[" 1"]),
-        ("bookie_write_cache_size", &[]),
-        ("bookie_JOURNAL_DIRS", &[" 1"]),
-    ] {
-        assert!(
-            series(name, labels),
-            "no {name} {labels:?} series in {body}"
-        );
-    }
-    // Every bookie metric the shipped Grafana dashboard charts exists (autorecovery's and
-    // GC's appear once those have run, which this bookie does not).
-    let dashboard: serde_json::Value =
-        serde_json::from_str(include_str!("../../../deploy/grafana-folio-bookies.json")).unwrap();
-    let mut charted = 0;
-    for panel in dashboard["panels"].as_array().unwrap() {
-        for target in panel["targets"].as_array().unwrap() {
-            let expr = target["expr"].as_str().unwrap();
-            for word in expr.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
-                let metric = ["bookkeeper_server_", "bookie_", "folio_"]
-                    .iter()
-                    .any(|p| word.starts_with(p))
-                    && !word.starts_with("folio_autorecovery_")
-                    && !word.starts_with("folio_gc_");
-                if metric {
-                    charted += 1;
-                    assert!(
-                        body.lines().any(|l| l.starts_with(word)),
-                        "the dashboard charts {word}, which /metrics lacks"
-                    );
-                }
-            }
-        }
-    }
-    assert!(charted >= 10, "{charted}");
-    let (code, body) = http_text(http, "GET", "/api/v1/bookie/state").await;
-    assert_eq!(code, 200);
-    let state: serde_json::Value = serde_json::from_str(&body).unwrap();
-    assert_eq!(state["readOnly"], false);
-    assert_eq!(state["running"], true);
-    assert_eq!(
-        http_text(http, "GET", "/api/v1/bookie/is_ready").await.0,
-        200
-    );
-    let (code, body) = http_text(http, "GET", "/api/v1/bookie/info").await;
-    assert_eq!(code, 200);
-    let info: serde_json::Value = serde_json::from_str(&body).unwrap();
-    assert!(info["totalSpace"].as_u64().unwrap() > 0);
-    assert!(info["freeSpace"].as_u64().unwrap() <= info["totalSpace"].as_u64().unwrap());
-    assert_eq!(http_text(http, "GET", "/no/such/route").await.0, 404);
-    node.shutdown().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -611,86 +462,15 @@ async fn a_bookie_read_only_for_a_full_disk_is_writable_again_once_space_is_free
     node.shutdown().await.unwrap();
 }
 
-/// A PUT with a JSON body to the admin endpoint.
-async fn http_put_json(addr: std::net::SocketAddr, path: &str, body: &str) -> (u16, String) {
-    common::http_request(
-        addr,
-        "PUT",
-        path,
-        "Content-Type: application/json\r\n",
-        body,
-    )
-    .await
-}
-
-fn read_only_of(body: &str) -> Option<bool> {
-    serde_json::from_str::<serde_json::Value>(body).ok()?["readOnly"].as_bool()
-}
-
-/// BookKeeper's manual read-only switch: ordinary adds are refused, recovery adds are not,
-/// the registration moves to read-only and back.
+/// The admin endpoint is folio-http's: a node asked for an HTTP port without one refuses to
+/// start rather than run without the endpoint its config names.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_operator_turns_a_bookie_read_only_and_back() {
-    let cluster = unique_name("node");
+async fn an_http_port_without_an_admin_server_is_a_start_up_error() {
     let dir = tempfile::tempdir().unwrap();
-    let mut cfg = config(dir.path(), "bookie-ro:3181");
+    let mut cfg = config(dir.path(), "bookie-n:3181");
     cfg.http_port = Some(0);
-    let node = start_on_mem(&cluster, cfg).await.unwrap();
-    let http = node.http_addr().expect("http runs");
-    let mut c = Client::connect(node.local_addr()).await;
-    let add = c.v3_add(3, 0, -1, b"before");
-    c.send_v3(&add).await;
-    assert_eq!(c.recv_v3().await.status, StatusCode::Eok as i32);
-
-    let (code, body) = http_put_json(
-        http,
-        "/api/v1/bookie/state/readonly",
-        "{\"readOnly\": true}",
-    )
-    .await;
-    assert_eq!(
-        (code, read_only_of(&body) == Some(true)),
-        (200, true),
-        "{body}"
-    );
-    let add = c.v3_add(3, 1, 0, b"refused");
-    c.send_v3(&add).await;
-    assert_eq!(c.recv_v3().await.status, StatusCode::Ereadonly as i32);
-    let deadline = tokio::time::Instant::now() + PATIENCE;
-    while registered(&cluster).await != (vec![], vec!["bookie-ro:3181".into()]) {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "never registered read-only"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
+    match BookieNode::start(&folio_env::Env::real(), cfg, None).await {
+        Ok(_) => panic!("started with http_port and no admin endpoint"),
+        Err(e) => assert!(matches!(e, NodeError::NoAdminServer), "{e}"),
     }
-    let (code, body) = http_text(http, "GET", "/api/v1/bookie/state/readonly").await;
-    assert_eq!((code, read_only_of(&body)), (200, Some(true)), "{body}");
-    let (code, body) =
-        http_put_json(http, "/api/v1/bookie/state/readonly", "{\"readonly\": 1}").await;
-    assert_eq!(code, 400, "{body}");
-
-    let (code, body) = http_put_json(
-        http,
-        "/api/v1/bookie/state/readonly",
-        "{\"readOnly\": false}",
-    )
-    .await;
-    assert_eq!(
-        (code, read_only_of(&body) == Some(false)),
-        (200, true),
-        "{body}"
-    );
-    let add = c.v3_add(3, 1, 0, b"after");
-    c.send_v3(&add).await;
-    assert_eq!(c.recv_v3().await.status, StatusCode::Eok as i32);
-    let deadline = tokio::time::Instant::now() + PATIENCE;
-    while registered(&cluster).await != (vec!["bookie-ro:3181".into()], vec![]) {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "never writable again"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    node.shutdown().await.unwrap();
 }

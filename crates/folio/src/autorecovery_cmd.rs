@@ -45,6 +45,14 @@ pub struct AutoRecoveryArgs {
     /// (auditorPeriodicPlacementPolicyCheckInterval, default 0: off).
     #[arg(long, default_value_t = 0)]
     pub placement_policy_check_interval: u64,
+    /// Serve the admin HTTP endpoint (the cluster's `/api/v1` paths and the dashboard) on
+    /// 127.0.0.1 at this port.
+    #[arg(long)]
+    pub http_port: Option<u16>,
+    /// The bearer token file the admin endpoint's mutations need (as a bookie's
+    /// http_auth_token_file).
+    #[arg(long, requires = "http_port")]
+    pub http_auth_token_file: Option<std::path::PathBuf>,
 }
 
 impl AutoRecoveryArgs {
@@ -122,15 +130,76 @@ pub fn run(metadata: Option<&str>, args: AutoRecoveryArgs) -> anyhow::Result<()>
             .await
             .with_context(|| format!("no cluster at {uri}"))?;
         let ar = AutoRecovery::start(store.clone(), id.clone(), config).await?;
+        let http = match args.http_port {
+            Some(port) => {
+                let worker = folio_http::WorkerSlot::default();
+                let _ = worker.set(ar.worker.status().clone());
+                Some(
+                    serve_http(
+                        &uri,
+                        &id,
+                        port,
+                        args.http_auth_token_file.as_deref(),
+                        worker,
+                    )
+                    .await?,
+                )
+            }
+            None => None,
+        };
         println!("autorecovery {id} running on {uri}");
+        if let Some(h) = &http {
+            println!("http {}", h.local_addr());
+        }
         println!("ready");
         tokio::select! {
             _ = int.recv() => {}
             _ = term.recv() => {}
+        }
+        if let Some(h) = http {
+            h.shutdown().await;
         }
         ar.stop().await;
         let _ = store.close().await;
         println!("stopped");
         Ok(())
     })
+}
+
+/// The admin endpoint of an autorecovery process: the cluster's routes and the dashboard on
+/// loopback, on a metadata session of its own (re-opened once it expires), recovering through
+/// a client of its own.
+async fn serve_http(
+    uri: &str,
+    id: &BookieId,
+    port: u16,
+    token_file: Option<&std::path::Path>,
+    worker: folio_http::WorkerSlot,
+) -> anyhow::Result<folio_http::HttpHandle> {
+    let token = token_file
+        .map(folio_http::read_token_file)
+        .transpose()
+        .map_err(|e| anyhow::anyhow!(e))?;
+    let store = metadata_connect::connect(uri, Missing::Refuse).await?;
+    let connector: folio_bookie::registration::Connector = {
+        let uri = uri.to_string();
+        Arc::new(move || {
+            let uri = uri.clone();
+            Box::pin(async move { metadata_connect::open_store(&uri, None).await })
+        })
+    };
+    let reader = Arc::new(crate::ledger_cmd::ClientLedgerReader::new(
+        metadata_connect::connect(uri, Missing::Refuse).await?,
+    ));
+    let addr = format!("127.0.0.1:{port}");
+    folio_http::serve_cluster(
+        &addr,
+        id.to_string(),
+        folio_bookie::admin::AdminMetadata { store, connector },
+        token,
+        Some(reader),
+        worker,
+    )
+    .await
+    .with_context(|| format!("cannot serve the admin endpoint on {addr}"))
 }

@@ -131,14 +131,18 @@ pub fn run(metadata: Option<String>, args: BookieArgs) -> anyhow::Result<()> {
         let store = connect_with(&uri, Missing::Create, Some(session_timeout)).await?;
         let embedded = uri.starts_with("sqlite:") || uri.starts_with("mem:");
         // The admin endpoint's /api/v1/ledger/read goes through a client on its own session.
-        let reader: Option<Arc<dyn folio_bookie::http::admin_api::LedgerReader>> =
-            match config.http_port {
-                Some(_) => Some(Arc::new(crate::ledger_cmd::ClientLedgerReader::new(
-                    connect_with(&uri, Missing::Create, Some(session_timeout)).await?,
-                ))),
-                None => None,
-            };
-        let node = BookieNode::start_with_reader(
+        let reader: Option<Arc<dyn folio_http::LedgerReader>> = match config.http_port {
+            Some(_) => Some(Arc::new(crate::ledger_cmd::ClientLedgerReader::new(
+                connect_with(&uri, Missing::Create, Some(session_timeout)).await?,
+            ))),
+            None => None,
+        };
+        // autoRecoveryDaemonEnabled: the dashboard shows the worker once it runs.
+        let worker = folio_http::WorkerSlot::default();
+        let admin = folio_http::BookieAdmin::from_config(&config, reader)
+            .map_err(|e| anyhow::anyhow!(e))?
+            .with_worker(worker.clone());
+        let node = BookieNode::start_with_admin(
             &folio_env::Env::real(),
             config,
             Some(MetadataAccess {
@@ -146,7 +150,7 @@ pub fn run(metadata: Option<String>, args: BookieArgs) -> anyhow::Result<()> {
                 connector: connector(uri.clone(), session_timeout),
                 init_cluster_if_missing: embedded,
             }),
-            reader,
+            Some(&admin),
         )
         .await?;
         println!(
@@ -168,6 +172,7 @@ pub fn run(metadata: Option<String>, args: BookieArgs) -> anyhow::Result<()> {
                     ar_config,
                 )
                 .await?;
+                let _ = worker.set(ar.worker.status().clone());
                 println!("autorecovery running");
                 Some((ar, session))
             }

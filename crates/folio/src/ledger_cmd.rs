@@ -5,7 +5,7 @@
 //! moment the entry is durable.
 
 use std::io::Write;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
@@ -385,7 +385,7 @@ async fn tail(client: &Client, a: TailArgs) -> anyhow::Result<()> {
 /// A ledger's metadata as one JSON object (ensembles keyed by their first entry id); the
 /// bookie's admin endpoint serves the same object.
 pub fn metadata_json(id: LedgerId, m: &LedgerMetadata) -> serde_json::Value {
-    folio_bookie::http::admin_api::ledger_metadata_json(id, m)
+    folio_http::ledger_metadata_json(id, m)
 }
 
 /// Reads ledgers for a bookie's admin endpoint (`/api/v1/ledger/read`) through the client
@@ -394,6 +394,46 @@ pub fn metadata_json(id: LedgerId, m: &LedgerMetadata) -> serde_json::Value {
 pub struct ClientLedgerReader {
     store: Arc<dyn MetadataStore>,
     client: tokio::sync::OnceCell<Client>,
+    /// The recovers and decommissions started here, for the dashboard.
+    operations: Arc<Mutex<Operations>>,
+}
+
+/// Recovers and decommissions by id (an index would move as finished ones are dropped).
+#[derive(Default)]
+struct Operations {
+    next: u64,
+    list: Vec<(u64, folio_http::RecoverProgress)>,
+}
+
+/// How many finished recovers the dashboard still shows.
+const KEPT_OPERATIONS: usize = 10;
+
+impl Operations {
+    /// Records a new operation, dropping the oldest finished ones; its id.
+    fn begin(&mut self, bookies: &[folio_types::BookieId], decommission: bool) -> u64 {
+        while self.list.len() >= KEPT_OPERATIONS {
+            match self.list.iter().position(|(_, o)| o.finished.is_some()) {
+                Some(i) => {
+                    self.list.remove(i);
+                }
+                None => break,
+            }
+        }
+        let id = self.next;
+        self.next += 1;
+        self.list.push((
+            id,
+            folio_http::RecoverProgress {
+                bookies: bookies.iter().map(|b| b.to_string()).collect(),
+                decommission,
+                started_ms: std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_millis() as i64),
+                ..Default::default()
+            },
+        ));
+        id
+    }
 }
 
 impl ClientLedgerReader {
@@ -401,7 +441,22 @@ impl ClientLedgerReader {
         ClientLedgerReader {
             store,
             client: tokio::sync::OnceCell::new(),
+            operations: Arc::default(),
         }
+    }
+
+    /// Opens `ledger` without recovery, with the password kept in its metadata.
+    async fn open(&self, ledger: LedgerId) -> anyhow::Result<folio_client::ReadHandle> {
+        let config = crate::client_tls::client_config()?;
+        let client = self
+            .client
+            .get_or_try_init(|| Client::connect(self.store.clone(), config))
+            .await?;
+        let m = client.ledger_metadata(ledger).await?;
+        let password = m.password.clone().unwrap_or_default();
+        Ok(client
+            .open_ledger(ledger, &password, OpenOptions::no_recovery())
+            .await?)
     }
 
     async fn read_range(
@@ -410,16 +465,7 @@ impl ClientLedgerReader {
         first: EntryId,
         last: Option<EntryId>,
     ) -> anyhow::Result<Vec<(EntryId, bytes::Bytes)>> {
-        let config = crate::client_tls::client_config()?;
-        let client = self
-            .client
-            .get_or_try_init(|| Client::connect(self.store.clone(), config))
-            .await?;
-        let m = client.ledger_metadata(ledger).await?;
-        let password = m.password.clone().unwrap_or_default();
-        let h = client
-            .open_ledger(ledger, &password, OpenOptions::no_recovery())
-            .await?;
+        let h = self.open(ledger).await?;
         let lac = h.last_add_confirmed();
         let last = last.map_or(lac, |l| l.min(lac));
         let mut out = Vec::new();
@@ -435,17 +481,29 @@ impl ClientLedgerReader {
     }
 }
 
-impl folio_bookie::http::admin_api::LedgerReader for ClientLedgerReader {
+impl folio_http::LedgerReader for ClientLedgerReader {
     fn read(
         &self,
         ledger: LedgerId,
         first: EntryId,
         last: Option<EntryId>,
-    ) -> folio_bookie::http::admin_api::ReadFuture<'_> {
+    ) -> folio_http::ReadFuture<'_> {
         Box::pin(async move {
             self.read_range(ledger, first, last)
                 .await
                 .map_err(|e| format!("{e:#}"))
+        })
+    }
+
+    fn operations(&self) -> Vec<folio_http::RecoverProgress> {
+        let ops = self.operations.lock().unwrap();
+        ops.list.iter().map(|(_, op)| op.clone()).collect()
+    }
+
+    fn last_add_confirmed(&self, ledger: LedgerId) -> folio_http::LacFuture<'_> {
+        Box::pin(async move {
+            let h = self.open(ledger).await.map_err(|e| format!("{e:#}"))?;
+            Ok(h.last_add_confirmed())
         })
     }
 
@@ -461,19 +519,47 @@ impl folio_bookie::http::admin_api::LedgerReader for ClientLedgerReader {
             .map(|b| b.to_string())
             .collect::<Vec<_>>()
             .join(", ");
+        let id = self
+            .operations
+            .lock()
+            .unwrap()
+            .begin(&bookies, decommission);
+        let operations = self.operations.clone();
         tokio::spawn(async move {
+            let update = |f: &mut dyn FnMut(&mut folio_http::RecoverProgress)| {
+                let mut ops = operations.lock().unwrap();
+                if let Some((_, op)) = ops.list.iter_mut().find(|(i, _)| *i == id) {
+                    f(op);
+                }
+            };
             let result = async {
                 let client =
                     Client::connect(store.clone(), crate::client_tls::client_config()?).await?;
                 let copy = folio_autorecovery::CopyOptions::default();
-                let mut quiet = |_: usize, _: Option<&folio_autorecovery::LedgerReport>| {};
+                let mut progress =
+                    |n: usize, report: Option<&folio_autorecovery::LedgerReport>| match report {
+                        None => update(&mut |op| op.total = Some(n)),
+                        Some(r) => update(&mut |op| {
+                            op.done += 1;
+                            match &r.outcome {
+                                folio_autorecovery::LedgerOutcome::Failed(why) => {
+                                    op.failed.push((r.ledger, why.clone()));
+                                }
+                                folio_autorecovery::LedgerOutcome::OpenFragmentDamaged(_) => {
+                                    op.failed
+                                        .push((r.ledger, "its open fragment lost a bookie".into()));
+                                }
+                                _ => {}
+                            }
+                        }),
+                    };
                 let summary = if decommission {
                     folio_autorecovery::decommission(
                         &client,
                         &bookies[0],
                         delete_cookie,
                         &copy,
-                        &mut quiet,
+                        &mut progress,
                     )
                     .await?
                 } else {
@@ -484,7 +570,7 @@ impl folio_bookie::http::admin_api::LedgerReader for ClientLedgerReader {
                         ..Default::default()
                     };
                     let summary =
-                        folio_autorecovery::recover(&client, &sources, &options, &mut quiet)
+                        folio_autorecovery::recover(&client, &sources, &options, &mut progress)
                             .await?;
                     if delete_cookie && summary.failed.is_empty() {
                         for b in &bookies {
@@ -498,15 +584,22 @@ impl folio_bookie::http::admin_api::LedgerReader for ClientLedgerReader {
                 anyhow::Ok(summary)
             }
             .await;
-            match result.map(|s| (s.failure(), s)) {
-                Ok((None, s)) => tracing::warn!(
-                    "recovery of {what} done: {} ledgers, {} bytes copied",
-                    s.ledgers,
-                    s.bytes
-                ),
-                Ok((Some(failure), _)) => tracing::warn!("recovery of {what}: {failure}"),
-                Err(e) => tracing::warn!("recovery of {what} failed: {e:#}"),
-            }
+            let finished = match result.map(|s| (s.failure(), s)) {
+                Ok((None, s)) => {
+                    let done = format!("{} ledgers, {} bytes copied", s.ledgers, s.bytes);
+                    tracing::warn!("recovery of {what} done: {done}");
+                    Ok(done)
+                }
+                Ok((Some(failure), _)) => {
+                    tracing::warn!("recovery of {what}: {failure}");
+                    Err(failure)
+                }
+                Err(e) => {
+                    tracing::warn!("recovery of {what} failed: {e:#}");
+                    Err(format!("{e:#}"))
+                }
+            };
+            update(&mut |op| op.finished = Some(finished.clone()));
         });
         Ok(())
     }

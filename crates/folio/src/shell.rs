@@ -357,7 +357,7 @@ async fn execute(command: ShellCommand, store: &dyn MetadataStore) -> anyhow::Re
             shell_autorecovery::queryautorecoverystatus(store, &flags).await
         }
         ShellCommand::ClusterInfo => {
-            let info = folio_bookie::http::admin_api::cluster_info_json(store).await?;
+            let info = folio_http::cluster_info_json(store).await?;
             println!("{}", serde_json::to_string_pretty(&info)?);
             Ok(())
         }

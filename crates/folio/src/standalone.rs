@@ -38,7 +38,8 @@ pub struct StandaloneArgs {
     /// a restart will not find again).
     #[arg(long, default_value_t = 3181)]
     pub port: u16,
-    /// Admin HTTP port (of the first bookie); BookKeeper's default is 8080.
+    /// Admin HTTP port and web dashboard (of the first bookie; the others take free ports);
+    /// BookKeeper's default is 8080.
     #[arg(long, default_value_t = 8080)]
     pub http_port: u16,
     /// Serve /api/v1/ledger/read on the admin endpoint (http_ledger_read_enabled; off: 403).
@@ -144,7 +145,9 @@ pub fn run(metadata: Option<&str>, args: StandaloneArgs) -> anyhow::Result<()> {
 
         let mut nodes: Vec<BookieNode> = Vec::new();
         let db = dir.join("metadata.db");
-        let started = start_bookies(&args, &dir, &uri, &db, &mut nodes, &mut out).await;
+        // The first bookie's dashboard shows the in-process worker once it runs.
+        let worker = folio_http::WorkerSlot::default();
+        let started = start_bookies(&args, &dir, &uri, &db, &mut nodes, &mut out, &worker).await;
         // Autorecovery on its own session, as `folio autorecovery` would run it.
         let mut autorecovery = None;
         let started = match started {
@@ -157,11 +160,11 @@ pub fn run(metadata: Option<&str>, args: StandaloneArgs) -> anyhow::Result<()> {
                         metrics_prefix: "replication_".into(),
                         ..Default::default()
                     };
-                    autorecovery = Some((
+                    let ar =
                         crate::autorecovery_cmd::AutoRecovery::start(session.clone(), id, config)
-                            .await?,
-                        session,
-                    ));
+                            .await?;
+                    let _ = worker.set(ar.worker.status().clone());
+                    autorecovery = Some((ar, session));
                     out.line(b"autorecovery running")
                 }
                 .await
@@ -206,6 +209,7 @@ async fn start_bookies(
     db: &std::path::Path,
     nodes: &mut Vec<BookieNode>,
     out: &mut Stdout,
+    worker: &folio_http::WorkerSlot,
 ) -> anyhow::Result<()> {
     // BK_<key> variables reach every bookie (BK_diskUsageThreshold=0.99 on a full laptop
     // disk, say); the standalone's own settings below win over them.
@@ -214,7 +218,9 @@ async fn start_bookies(
         let config = BookieConfig {
             listen_address: "127.0.0.1".into(),
             port: if args.port == 0 { 0 } else { args.port + i },
-            http_port: (i == 0).then_some(args.http_port),
+            // The first bookie on --http-port; the others on ports of their own, so that the
+            // dashboard shows every bookie's disks (it asks each bookie's endpoint).
+            http_port: Some(if i == 0 { args.http_port } else { 0 }),
             http_ledger_read_enabled: args.http_ledger_read,
             http_auth_token_file: args.http_auth_token_file.clone(),
             data_dir: Some(dir.join(format!("bookie-{i}"))),
@@ -224,16 +230,18 @@ async fn start_bookies(
         let session = bookie_session(db, session_timeout)
             .await
             .with_context(|| format!("cannot connect to metadata service {uri}"))?;
-        // The admin endpoint (first bookie only) reads ledgers through a client on its
-        // own session.
-        let reader: Option<Arc<dyn folio_bookie::http::admin_api::LedgerReader>> =
-            if config.http_port.is_some() {
-                let store = metadata_connect::connect(uri, Missing::Create).await?;
-                Some(Arc::new(ClientLedgerReader::new(store)))
-            } else {
-                None
-            };
-        let node = BookieNode::start_with_reader(
+        // The first bookie's endpoint (the one a user opens) reads ledgers through a client
+        // on its own session.
+        let reader: Option<Arc<dyn folio_http::LedgerReader>> = if i == 0 {
+            let store = metadata_connect::connect(uri, Missing::Create).await?;
+            Some(Arc::new(ClientLedgerReader::new(store)))
+        } else {
+            None
+        };
+        let admin = folio_http::BookieAdmin::from_config(&config, reader)
+            .map_err(|e| anyhow::anyhow!(e))?
+            .with_worker(worker.clone());
+        let node = BookieNode::start_with_admin(
             &folio_env::Env::real(),
             config,
             Some(MetadataAccess {
@@ -241,7 +249,7 @@ async fn start_bookies(
                 connector: connector(db.to_owned(), session_timeout),
                 init_cluster_if_missing: true,
             }),
-            reader,
+            Some(&admin),
         )
         .await
         .with_context(|| format!("cannot start bookie {i}"))?;

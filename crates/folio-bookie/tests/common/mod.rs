@@ -217,60 +217,31 @@ pub async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
     }
 }
 
-/// One request to an admin HTTP endpoint: the status code and the body as text.
-pub async fn http_text(addr: std::net::SocketAddr, method: &str, path: &str) -> (u16, String) {
-    http_text_with(addr, method, path, "").await
+/// Opens a new session on the in-memory metadata cluster `cluster` at each call (as a real
+/// connector opens one after a session expired).
+pub fn mem_connector(cluster: &str) -> folio_bookie::registration::Connector {
+    use folio_metadata::MetadataStore;
+    let cluster = cluster.to_string();
+    std::sync::Arc::new(move || {
+        let cluster = cluster.clone();
+        Box::pin(async move {
+            Ok(
+                std::sync::Arc::new(folio_metadata::mem::MemMetadataStore::connect(&cluster))
+                    as std::sync::Arc<dyn MetadataStore>,
+            )
+        })
+    })
 }
 
-/// One request with `headers` (each line ending in CRLF) added.
-pub async fn http_text_with(
-    addr: std::net::SocketAddr,
-    method: &str,
-    path: &str,
-    headers: &str,
-) -> (u16, String) {
-    http_request(addr, method, path, headers, "").await
-}
-
-/// One request with `headers` and `body`: the status code and the response body.
-pub async fn http_request(
-    addr: std::net::SocketAddr,
-    method: &str,
-    path: &str,
-    headers: &str,
-    body: &str,
-) -> (u16, String) {
-    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-    s.write_all(
-        format!(
-            "{method} {path} HTTP/1.1\r\nHost: bookie\r\n{headers}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
-            body.len()
-        )
-        .as_bytes(),
-    )
-    .await
-    .unwrap();
-    let mut text = String::new();
-    tokio::time::timeout(PATIENCE, s.read_to_string(&mut text))
-        .await
-        .expect("http response")
-        .unwrap();
-    let code = text
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b);
-    (code, body.to_string())
-}
-
-/// One request to an admin HTTP endpoint: the status code and the JSON body.
-pub async fn http(
-    addr: std::net::SocketAddr,
-    method: &str,
-    path: &str,
-) -> (u16, serde_json::Value) {
-    let (code, body) = http_text(addr, method, path).await;
-    let v = serde_json::from_str(&body).unwrap_or_else(|e| panic!("{path}: {e}: {body:?}"));
-    (code, v)
+/// The bookies registered on `cluster` now: (writable, read-only) ids.
+pub async fn registered(cluster: &str) -> (Vec<String>, Vec<String>) {
+    use folio_metadata::MetadataStore;
+    let observer = folio_metadata::mem::MemMetadataStore::connect(cluster);
+    let set = observer.list_bookies().await.unwrap();
+    let names = |s: &std::collections::BTreeSet<folio_types::BookieId>| {
+        s.iter().map(|b| b.to_string()).collect()
+    };
+    let out = (names(&set.writable), names(&set.readonly));
+    observer.close().await.unwrap();
+    out
 }

@@ -265,6 +265,16 @@ impl Standalone {
         }
     }
 
+    /// The first bookie's admin endpoint (`host:port`), as standalone printed it.
+    pub fn http_addr(&self) -> String {
+        self.proc
+            .seen
+            .iter()
+            .find_map(|l| l.strip_prefix("http "))
+            .expect("standalone prints its admin endpoint")
+            .to_owned()
+    }
+
     /// SIGTERM, then a clean exit.
     pub fn stop(self) {
         self.stop_with("TERM");

@@ -5,13 +5,11 @@
 
 mod common;
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
 use folio_bookie::config::BookieConfig;
-use folio_bookie::node::{BookieNode, MetadataAccess};
-use folio_bookie::registration::Connector;
+use folio_bookie::node::BookieNode;
 use folio_metadata::MetadataStore;
 use folio_metadata::mem::{MemMetadataStore, unique_name};
 use folio_proto::pb::StatusCode;
@@ -37,26 +35,7 @@ fn config(dir: &std::path::Path) -> BookieConfig {
 }
 
 async fn start(cluster: &str, dir: &std::path::Path) -> BookieNode {
-    let connector: Connector = {
-        let cluster = cluster.to_string();
-        Arc::new(move || {
-            let cluster = cluster.clone();
-            Box::pin(async move {
-                Ok(Arc::new(MemMetadataStore::connect(&cluster)) as Arc<dyn MetadataStore>)
-            })
-        })
-    };
-    BookieNode::start(
-        &folio_env::Env::real(),
-        config(dir),
-        Some(MetadataAccess {
-            store: Arc::new(MemMetadataStore::connect(cluster)),
-            connector,
-            init_cluster_if_missing: true,
-        }),
-    )
-    .await
-    .unwrap()
+    start_on_mem(cluster, config(dir)).await
 }
 
 fn big_payload(ledger: i64, e: i64) -> Vec<u8> {

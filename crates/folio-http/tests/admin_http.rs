@@ -8,48 +8,27 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{Client, http, http_text};
+use common::{Client, assert_need_a_store, bookie_config, http, http_text, mem_connector};
 use folio_bookie::config::BookieConfig;
-use folio_bookie::node::{BookieNode, MetadataAccess};
+use folio_bookie::node::MetadataAccess;
 use folio_bookie::registration::Connector;
 use folio_metadata::MetadataStore;
 use folio_metadata::mem::{MemMetadataStore, unique_name};
 
-fn config(dir: &std::path::Path, id: &str) -> BookieConfig {
-    BookieConfig {
-        data_dir: Some(dir.to_path_buf()),
-        bookie_id: Some(id.to_string()),
-        listen_address: "127.0.0.1".into(),
-        port: 0,
-        http_port: Some(0),
-        disk_usage_threshold: 0.999,
-        disk_usage_lwm_threshold: 0.998,
-        ..BookieConfig::default()
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_metadata_cluster_routes_are_503_and_disk_routes_answer() {
     let dir = tempfile::tempdir().unwrap();
-    let node = BookieNode::start(&folio_env::Env::real(), config(dir.path(), "b:1"), None)
-        .await
-        .unwrap();
+    let node = common::start_alone(bookie_config(dir.path(), "b:1")).await;
     let addr = node.http_addr().unwrap();
-    for path in [
-        "/api/v1/ledger/list",
-        "/api/v1/ledger/metadata?ledger_id=1",
-        "/api/v1/bookie/list_bookies?type=rw",
-    ] {
-        let (code, v) = http(addr, "GET", path).await;
-        assert_eq!(code, 503, "{path}: {v}");
-        assert!(
-            v["error"]
-                .as_str()
-                .unwrap()
-                .contains("without a metadata store"),
-            "{v}"
-        );
-    }
+    assert_need_a_store(
+        addr,
+        &[
+            "/api/v1/ledger/list",
+            "/api/v1/ledger/metadata?ledger_id=1",
+            "/api/v1/bookie/list_bookies?type=rw",
+        ],
+    )
+    .await;
     // A bad parameter is refused before the store is asked.
     let (code, v) = http(addr, "GET", "/api/v1/ledger/metadata?ledger_id=-1").await;
     assert_eq!(code, 400, "{v}");
@@ -69,18 +48,10 @@ async fn an_expired_session_is_a_503_then_a_new_session_serves() {
     let cluster = unique_name("admin-http");
     let dir = tempfile::tempdir().unwrap();
     let store = Arc::new(MemMetadataStore::connect(&cluster));
-    let connector: Connector = {
-        let cluster = cluster.clone();
-        Arc::new(move || {
-            let cluster = cluster.clone();
-            Box::pin(async move {
-                Ok(Arc::new(MemMetadataStore::connect(&cluster)) as Arc<dyn MetadataStore>)
-            })
-        })
-    };
-    let node = BookieNode::start(
+    let connector = mem_connector(&cluster);
+    let node = common::start_bookie(
         &folio_env::Env::real(),
-        config(dir.path(), "bookie-h:3181"),
+        bookie_config(dir.path(), "bookie-h:3181"),
         Some(MetadataAccess {
             store: store.clone(),
             connector,
@@ -143,7 +114,7 @@ async fn a_poisoned_journal_makes_heartbeat_and_is_ready_503() {
         fs: Arc::new(fs.clone()),
         ..folio_env::Env::real()
     };
-    let node = BookieNode::start(&env, config(dir.path(), "b:2"), None)
+    let node = common::start_bookie(&env, bookie_config(dir.path(), "b:2"), None)
         .await
         .unwrap();
     let addr = node.http_addr().unwrap();
@@ -181,9 +152,9 @@ async fn an_unregistered_bookie_makes_heartbeat_and_is_ready_503() {
             })
         })
     });
-    let node = BookieNode::start(
+    let node = common::start_bookie(
         &folio_env::Env::real(),
-        config(dir.path(), "bookie-u:3181"),
+        bookie_config(dir.path(), "bookie-u:3181"),
         Some(MetadataAccess {
             store: store.clone(),
             connector,
@@ -235,12 +206,10 @@ async fn the_admin_endpoint_listens_on_loopback_unless_configured() {
     // The bookie port on every interface does not take the admin endpoint with it.
     let c = BookieConfig {
         listen_address: "0.0.0.0".into(),
-        ..config(dir.path(), "b:1")
+        ..bookie_config(dir.path(), "b:1")
     };
     assert_eq!(c.http_listen_address, "127.0.0.1");
-    let node = BookieNode::start(&folio_env::Env::real(), c, None)
-        .await
-        .unwrap();
+    let node = common::start_alone(c).await;
     let addr = node.http_addr().unwrap();
     assert!(addr.ip().is_loopback(), "{addr}");
     assert_eq!(http_text(addr, "GET", "/heartbeat").await.0, 200);
@@ -256,11 +225,9 @@ async fn the_admin_endpoint_listens_on_loopback_unless_configured() {
     assert_eq!(c.http_listen_address, "0.0.0.0");
     let c = BookieConfig {
         http_listen_address: c.http_listen_address,
-        ..config(dir.path(), "b:2")
+        ..bookie_config(dir.path(), "b:2")
     };
-    let node = BookieNode::start(&folio_env::Env::real(), c, None)
-        .await
-        .unwrap();
+    let node = common::start_alone(c).await;
     let addr = node.http_addr().unwrap();
     assert!(addr.ip().is_unspecified(), "{addr}");
     let local = std::net::SocketAddr::from(([127, 0, 0, 1], addr.port()));
@@ -276,11 +243,9 @@ async fn with_a_token_mutations_and_ledger_reads_need_it_and_status_routes_stay_
     let c = BookieConfig {
         http_auth_token_file: Some(token_file),
         http_ledger_read_enabled: true,
-        ..config(&dir.path().join("data"), "b:1")
+        ..bookie_config(&dir.path().join("data"), "b:1")
     };
-    let node = BookieNode::start(&folio_env::Env::real(), c, None)
-        .await
-        .unwrap();
+    let node = common::start_alone(c).await;
     let addr = node.http_addr().unwrap();
     for (method, path) in [
         ("PUT", "/api/v1/bookie/gc"),
@@ -335,9 +300,7 @@ async fn with_a_token_mutations_and_ledger_reads_need_it_and_status_routes_stay_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ledger_reads_are_off_unless_enabled() {
     let dir = tempfile::tempdir().unwrap();
-    let node = BookieNode::start(&folio_env::Env::real(), config(dir.path(), "b:1"), None)
-        .await
-        .unwrap();
+    let node = common::start_alone(bookie_config(dir.path(), "b:1")).await;
     let addr = node.http_addr().unwrap();
     let (code, v) = http(addr, "GET", "/api/v1/ledger/read?ledger_id=1").await;
     assert_eq!(code, 403, "{v}");
@@ -359,9 +322,9 @@ async fn an_empty_or_missing_token_file_is_a_start_up_error() {
     ] {
         let c = BookieConfig {
             http_auth_token_file: Some(file.clone()),
-            ..config(&dir.path().join("data"), "b:1")
+            ..bookie_config(&dir.path().join("data"), "b:1")
         };
-        let e = match BookieNode::start(&folio_env::Env::real(), c, None).await {
+        let e = match common::start_bookie(&folio_env::Env::real(), c, None).await {
             Ok(_) => panic!("started with token file {}", file.display()),
             Err(e) => e.to_string(),
         };
@@ -396,11 +359,9 @@ async fn the_admin_endpoint_serves_https_with_pem_files() {
         http_tls_key_file: Some(key),
         http_tls_certificate_file: Some(chain),
         http_auth_token_file: Some(token_file),
-        ..config(&dir.path().join("data"), "b:1")
+        ..bookie_config(&dir.path().join("data"), "b:1")
     };
-    let node = BookieNode::start(&folio_env::Env::real(), c, None)
-        .await
-        .unwrap();
+    let node = common::start_alone(c).await;
     let addr = node.http_addr().unwrap();
 
     let mut roots = rustls::RootCertStore::empty();

@@ -14,8 +14,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, put};
 use folio_types::BookieId;
 
-use super::{AdminState, Params, error, flag, with_store};
-use crate::http::json;
+use super::{Params, error, flag, with_store};
+use crate::bookie_routes::json;
+use crate::server::AdminState;
 
 pub(super) fn routes() -> Router<AdminState> {
     Router::new()

@@ -33,24 +33,31 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use bytes::Bytes;
 use folio_metadata::{MetadataError, MetadataStore};
+use folio_types::BookieId;
 use folio_types::metadata::LedgerMetadata;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use super::{AdminState, json};
+use folio_bookie::admin::LocalDisk;
+use folio_bookie::registration::Connector;
+
+use crate::bookie_routes::json;
+use crate::server::AdminState;
 
 mod autorecovery;
-use crate::registration::Connector;
 
 /// How long one metadata call may take before the store counts as unreachable.
 const METADATA_TIMEOUT: Duration = Duration::from_secs(15);
 /// How long asking another bookie's admin endpoint may take.
 const PEER_TIMEOUT: Duration = Duration::from_secs(5);
 /// At most this many entries per `ledger/read` (a response is built in memory).
-pub const MAX_READ_ENTRIES: i64 = 10_000;
+pub(crate) const MAX_READ_ENTRIES: i64 = 10_000;
 
 /// What [`LedgerReader::read`] returns: (entry id, payload) pairs or why not.
 pub type ReadFuture<'a> =
     Pin<Box<dyn Future<Output = Result<Vec<(i64, Bytes)>, String>> + Send + 'a>>;
+
+/// What [`LedgerReader::last_add_confirmed`] returns.
+pub type LacFuture<'a> = Pin<Box<dyn Future<Output = Result<i64, String>> + Send + 'a>>;
 
 /// What the admin routes reach through the client library and autorecovery (provided by
 /// the binary: the bookie crate depends on neither).
@@ -58,6 +65,10 @@ pub trait LedgerReader: Send + Sync {
     /// Entries `first..=last` (`last` = None: up to the last add confirmed) of `ledger`,
     /// opened without recovery, as (entry id, payload).
     fn read(&self, ledger: i64, first: i64, last: Option<i64>) -> ReadFuture<'_>;
+
+    /// The last add confirmed of `ledger` as the bookies report it, opened without recovery
+    /// (a look never fences the writer).
+    fn last_add_confirmed(&self, ledger: i64) -> LacFuture<'_>;
 
     /// Starts, in the background, moving every replica off `bookies` (BookKeeper's
     /// `PUT /api/v1/autorecovery/bookie`); with `decommission` (one bookie, which must not
@@ -69,11 +80,34 @@ pub trait LedgerReader: Send + Sync {
         decommission: bool,
         delete_cookie: bool,
     ) -> Result<(), String>;
+
+    /// The recovers and decommissions [`LedgerReader::start_recover`] started, as they stand
+    /// (the newest last; a few finished ones are kept).
+    fn operations(&self) -> Vec<RecoverProgress> {
+        Vec::new()
+    }
+}
+
+/// A recover or decommission started through the admin endpoint.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RecoverProgress {
+    pub bookies: Vec<String>,
+    pub decommission: bool,
+    /// When it started, ms since the epoch.
+    pub started_ms: i64,
+    /// The ledgers to repair, once they are counted.
+    pub total: Option<usize>,
+    /// The ledgers done so far (repaired, deleted meanwhile, or failed).
+    pub done: usize,
+    /// The ledgers left as they were, with why.
+    pub failed: Vec<(i64, String)>,
+    /// How it ended (`Err`: why it stopped); `None` while it runs.
+    pub finished: Option<Result<String, String>>,
 }
 
 /// What the cluster routes use; without a store they answer 503.
 #[derive(Clone, Default)]
-pub struct ClusterAccess {
+pub(crate) struct ClusterAccess {
     /// The session used first.
     pub store: Option<Arc<dyn MetadataStore>>,
     /// Opens a new session once that one has expired (a lost session never comes back).
@@ -83,24 +117,15 @@ pub struct ClusterAccess {
 
 /// The cluster routes' current metadata session, replaced after it expires.
 #[derive(Clone, Default)]
-pub(super) struct Session(Arc<parking_lot::Mutex<Option<Arc<dyn MetadataStore>>>>);
+pub(crate) struct Session(Arc<parking_lot::Mutex<Option<Arc<dyn MetadataStore>>>>);
 
 impl Session {
-    pub(super) fn new(store: Option<Arc<dyn MetadataStore>>) -> Self {
+    pub(crate) fn new(store: Option<Arc<dyn MetadataStore>>) -> Self {
         Session(Arc::new(parking_lot::Mutex::new(store)))
     }
 }
 
-/// This bookie's directories and its journal marks.
-#[derive(Clone)]
-pub struct LocalDisk {
-    pub journal_dirs: Vec<PathBuf>,
-    pub ledger_dirs: Vec<PathBuf>,
-    pub index_dir: Option<PathBuf>,
-    pub marks: Arc<dyn Fn() -> Vec<folio_storage::journal::Position> + Send + Sync>,
-}
-
-pub(super) fn routes() -> Router<AdminState> {
+pub(crate) fn routes() -> Router<AdminState> {
     Router::new()
         .route("/api/v1/ledger/list", get(ledger_list))
         .route("/api/v1/ledger/metadata", get(ledger_metadata))
@@ -116,7 +141,7 @@ pub(super) fn routes() -> Router<AdminState> {
 }
 
 /// An error response: `{"error": message}` with `status`.
-pub fn error(status: StatusCode, message: impl Into<String>) -> Response {
+pub(crate) fn error(status: StatusCode, message: impl Into<String>) -> Response {
     let body = serde_json::json!({ "error": message.into() });
     (
         status,
@@ -126,7 +151,7 @@ pub fn error(status: StatusCode, message: impl Into<String>) -> Response {
         .into_response()
 }
 
-type Params = Query<HashMap<String, String>>;
+pub(crate) type Params = Query<HashMap<String, String>>;
 
 /// The status that fits a metadata error.
 fn metadata_error(e: MetadataError) -> Response {
@@ -142,7 +167,7 @@ fn metadata_error(e: MetadataError) -> Response {
 }
 
 /// The current session, or a new one through the connector if it expired.
-async fn session(s: &AdminState) -> Result<Arc<dyn MetadataStore>, Response> {
+pub(crate) async fn session(s: &AdminState) -> Result<Arc<dyn MetadataStore>, Response> {
     if let Some(store) = s.session.0.lock().clone() {
         return Ok(store);
     }
@@ -170,7 +195,7 @@ async fn session(s: &AdminState) -> Result<Arc<dyn MetadataStore>, Response> {
 
 /// Runs one metadata call with a deadline; a missing store or a timeout is a 503. An
 /// expired session is dropped, so that the next call opens a new one.
-async fn with_store<T, F, Fut>(s: &AdminState, call: F) -> Result<T, Response>
+pub(crate) async fn with_store<T, F, Fut>(s: &AdminState, call: F) -> Result<T, Response>
 where
     F: FnOnce(Arc<dyn MetadataStore>) -> Fut,
     Fut: Future<Output = folio_metadata::Result<T>>,
@@ -197,7 +222,7 @@ where
     }
 }
 
-fn flag(p: &HashMap<String, String>, name: &str) -> Result<bool, Response> {
+pub(crate) fn flag(p: &HashMap<String, String>, name: &str) -> Result<bool, Response> {
     match p.get(name).map(|v| v.to_ascii_lowercase()) {
         None => Ok(false),
         Some(v) if v == "true" || v == "1" => Ok(true),
@@ -209,7 +234,7 @@ fn flag(p: &HashMap<String, String>, name: &str) -> Result<bool, Response> {
     }
 }
 
-fn id_param(p: &HashMap<String, String>, name: &str) -> Result<Option<i64>, Response> {
+pub(crate) fn id_param(p: &HashMap<String, String>, name: &str) -> Result<Option<i64>, Response> {
     match p.get(name) {
         None => Ok(None),
         Some(v) => match v.parse::<i64>() {
@@ -222,7 +247,7 @@ fn id_param(p: &HashMap<String, String>, name: &str) -> Result<Option<i64>, Resp
     }
 }
 
-fn required_ledger(p: &HashMap<String, String>) -> Result<i64, Response> {
+pub(crate) fn required_ledger(p: &HashMap<String, String>) -> Result<i64, Response> {
     id_param(p, "ledger_id")?
         .ok_or_else(|| error(StatusCode::BAD_REQUEST, "missing parameter ledger_id"))
 }
@@ -262,25 +287,29 @@ pub fn ledger_metadata_json(id: i64, m: &LedgerMetadata) -> serde_json::Value {
     })
 }
 
+/// Every ledger id in the metadata store, in ascending order (page by page).
+pub(crate) async fn all_ledger_ids(s: &AdminState) -> Result<Vec<i64>, Response> {
+    let mut ids = Vec::new();
+    let mut start = None;
+    loop {
+        let page = with_store(s, |st| async move { st.list_ledgers(start, 1000).await }).await?;
+        ids.extend(page.ledgers);
+        match page.next {
+            Some(n) => start = Some(n),
+            None => return Ok(ids),
+        }
+    }
+}
+
 async fn ledger_list(State(s): State<AdminState>, Query(p): Params) -> Response {
     let print_metadata = match flag(&p, "print_metadata") {
         Ok(v) => v,
         Err(r) => return r,
     };
-    let mut ids = Vec::new();
-    let mut start = None;
-    loop {
-        let page =
-            match with_store(&s, |st| async move { st.list_ledgers(start, 1000).await }).await {
-                Ok(p) => p,
-                Err(r) => return r,
-            };
-        ids.extend(page.ledgers);
-        match page.next {
-            Some(n) => start = Some(n),
-            None => break,
-        }
-    }
+    let ids = match all_ledger_ids(&s).await {
+        Ok(ids) => ids,
+        Err(r) => return r,
+    };
     let mut out = serde_json::Map::new();
     for id in ids {
         let value = if print_metadata {
@@ -448,20 +477,33 @@ async fn list_bookies(State(s): State<AdminState>, Query(p): Params) -> Response
     json(serde_json::Value::Object(out))
 }
 
-/// `GET /api/v1/bookie/info` of another bookie over plain HTTP/1.1.
+/// `GET /api/v1/bookie/info` of another bookie: its (free, total) space.
 async fn peer_info(host: &str, port: u16) -> Result<(u64, u64), String> {
-    tokio::time::timeout(PEER_TIMEOUT, ask_peer_info(host, port))
+    let v = peer_get(host, port, "/api/v1/bookie/info").await?;
+    match (v["freeSpace"].as_u64(), v["totalSpace"].as_u64()) {
+        (Some(f), Some(t)) => Ok((f, t)),
+        _ => Err(format!("no freeSpace/totalSpace in {v}")),
+    }
+}
+
+/// `GET path` of another bookie's admin endpoint over plain HTTP/1.1, as JSON, within
+/// [`PEER_TIMEOUT`].
+pub(crate) async fn peer_get(
+    host: &str,
+    port: u16,
+    path: &str,
+) -> Result<serde_json::Value, String> {
+    tokio::time::timeout(PEER_TIMEOUT, ask_peer(host, port, path))
         .await
         .map_err(|_| format!("no answer within {} s", PEER_TIMEOUT.as_secs()))?
 }
 
-async fn ask_peer_info(host: &str, port: u16) -> Result<(u64, u64), String> {
+async fn ask_peer(host: &str, port: u16, path: &str) -> Result<serde_json::Value, String> {
     let mut conn = tokio::net::TcpStream::connect((host, port))
         .await
         .map_err(|e| format!("cannot connect to {host}:{port}: {e}"))?;
-    let request = format!(
-        "GET /api/v1/bookie/info HTTP/1.1\r\nHost: {host}:{port}\r\nConnection: close\r\n\r\n"
-    );
+    let request =
+        format!("GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\nConnection: close\r\n\r\n");
     conn.write_all(request.as_bytes())
         .await
         .map_err(|e| e.to_string())?;
@@ -470,14 +512,28 @@ async fn ask_peer_info(host: &str, port: u16) -> Result<(u64, u64), String> {
         .await
         .map_err(|e| e.to_string())?;
     let text = String::from_utf8_lossy(&response);
-    let Some((_, body)) = text.split_once("\r\n\r\n") else {
+    let Some((head, body)) = text.split_once("\r\n\r\n") else {
         return Err("malformed HTTP response".into());
     };
-    let v: serde_json::Value =
-        serde_json::from_str(body.trim()).map_err(|e| format!("malformed JSON: {e}"))?;
-    match (v["freeSpace"].as_u64(), v["totalSpace"].as_u64()) {
-        (Some(f), Some(t)) => Ok((f, t)),
-        _ => Err(format!("no freeSpace/totalSpace in {body:?}")),
+    if !head.starts_with("HTTP/1.1 200") {
+        let status = head.lines().next().unwrap_or_default();
+        return Err(format!("{path} answered {status}: {}", body.trim()));
+    }
+    serde_json::from_str(body.trim()).map_err(|e| format!("malformed JSON: {e}"))
+}
+
+/// The host and port of `bookie`'s published admin endpoint.
+pub(crate) async fn peer_endpoint(
+    s: &AdminState,
+    bookie: &BookieId,
+) -> Result<(String, u16), String> {
+    let b = bookie.clone();
+    match with_store(s, |st| async move { st.bookie_service_info(&b).await }).await {
+        Ok(service) => match service.endpoints.iter().find(|e| e.id == "http") {
+            Some(ep) => Ok((ep.host.clone(), ep.port)),
+            None => Err("the bookie publishes no admin endpoint".into()),
+        },
+        Err(_) => Err("the bookie's service info is unreadable".into()),
     }
 }
 
@@ -489,19 +545,16 @@ async fn list_bookie_info(State(s): State<AdminState>) -> Response {
     let mut out = serde_json::Map::new();
     let (mut free, mut total) = (0u64, 0u64);
     for b in &set.writable {
-        let info = if b.to_string() == s.bookie_id {
-            s.storage
+        let own = s.storage.as_ref().filter(|_| b.to_string() == s.bookie_id);
+        let info = if let Some(storage) = own {
+            storage
                 .space()
                 .map(|sp| (sp.free, sp.total))
                 .map_err(|e| e.to_string())
         } else {
-            let b2 = b.clone();
-            match with_store(&s, |st| async move { st.bookie_service_info(&b2).await }).await {
-                Ok(service) => match service.endpoints.iter().find(|e| e.id == "http") {
-                    Some(ep) => peer_info(&ep.host, ep.port).await,
-                    None => Err("the bookie publishes no admin endpoint".into()),
-                },
-                Err(_) => Err("the bookie's service info is unreadable".into()),
+            match peer_endpoint(&s, b).await {
+                Ok((host, port)) => peer_info(&host, port).await,
+                Err(e) => Err(e),
             }
         };
         let v = match info {
@@ -610,7 +663,7 @@ async fn list_disk_file(State(s): State<AdminState>, Query(p): Params) -> Respon
     json(serde_json::Value::Object(out))
 }
 
-fn collector(s: &AdminState) -> Result<&crate::gc::GcHandle, Response> {
+fn collector(s: &AdminState) -> Result<&folio_bookie::gc::GcHandle, Response> {
     s.gc.as_ref().ok_or_else(|| {
         error(
             StatusCode::NOT_IMPLEMENTED,
