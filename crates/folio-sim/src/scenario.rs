@@ -380,7 +380,11 @@ impl World {
         if let Err(e) = checked {
             return Start::Refused(e.to_string());
         }
-        match Incarnation::open(fs, self.cfg.knobs, self.rng.next_u64()) {
+        let mut knobs = self.cfg.knobs;
+        // Half the bookies of a seed (stable across their restarts, and drawing nothing
+        // from the run's generator) lay out an entry log per ledger.
+        knobs.per_ledger_logs = per_ledger_logs(self.seed, id);
+        match Incarnation::open(fs, knobs, self.rng.next_u64()) {
             Ok(inc) => {
                 if !inc.quiesce() {
                     self.net.count_late();
@@ -530,6 +534,16 @@ enum Start {
 }
 
 use folio_env::Rng;
+
+/// Whether bookie `id` of seed `seed` runs with an entry log per ledger: a hash of both
+/// (FNV-1a), so the choice is the same at every restart of the bookie.
+fn per_ledger_logs(seed: u64, id: &BookieId) -> bool {
+    let h = fnv(
+        fnv(FNV_START, &seed.to_le_bytes()),
+        id.to_string().as_bytes(),
+    );
+    h >> 63 == 1
+}
 
 /// Runs one seed.
 pub fn run(seed: u64, cfg: &SimConfig) -> Outcome {
