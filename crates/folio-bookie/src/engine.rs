@@ -377,6 +377,15 @@ impl BookieStorage for EngineStorage {
         self.storage.force_ledger(ledger, completion(done))
     }
 
+    fn write_close(&self, ledger: LedgerId, master_key: &[u8]) -> Result<(), StorageError> {
+        self.check_alive()?;
+        match self.storage.write_close(ledger, master_key) {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(StorageError::NoLedger(ledger)),
+            Err(e) => Err(engine_error(e)),
+        }
+    }
+
     fn entry_ids(&self, ledger: LedgerId) -> Result<Vec<EntryId>, StorageError> {
         self.check_alive()?;
         if !self.exists(ledger)? {

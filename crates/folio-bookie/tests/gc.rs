@@ -123,6 +123,22 @@ fn log_files(dir: &std::path::Path) -> usize {
         .count()
 }
 
+/// `gc_details` once the first round has finished (a triggered round runs in the
+/// background: waited for generously).
+async fn first_round_details(addr: std::net::SocketAddr) -> serde_json::Value {
+    tokio::time::timeout(PATIENCE, async {
+        loop {
+            let (_, v) = http(addr, "GET", "/api/v1/bookie/gc_details").await;
+            if v[0]["gcRounds"].as_u64() >= Some(1) {
+                return v;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .expect("the triggered round never finished")
+}
+
 /// An entry log's bytes per ledger (its ledgers map); None for a log not rotated.
 type LedgersMap = Option<Vec<(i64, u64)>>;
 
@@ -176,18 +192,7 @@ async fn an_http_triggered_round_removes_a_deleted_ledger_and_keeps_the_live_one
         v,
         serde_json::json!("Triggered GC on BookieServer: bookie-gc:3181")
     );
-    // The round runs in the background: wait (generously) for it to finish.
-    let details = tokio::time::timeout(PATIENCE, async {
-        loop {
-            let (_, v) = http(addr, "GET", "/api/v1/bookie/gc_details").await;
-            if v[0]["gcRounds"].as_u64() >= Some(1) {
-                return v;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    })
-    .await
-    .expect("the triggered round never finished");
+    let details = first_round_details(addr).await;
     let last = &details[0]["lastGc"];
     assert_eq!(last["forced"], true, "{details}");
     assert_eq!(last["ledgersDeleted"], serde_json::json!([1]), "{details}");
@@ -258,11 +263,25 @@ async fn with_a_log_per_ledger_deleted_ledgers_logs_go_whole_and_nothing_is_comp
     for _ in 0..ENTRIES * ledgers.len() as i64 {
         assert_eq!(c.recv_v3().await.status, StatusCode::Eok as i32);
     }
-    let engine = node.storage().engine();
+    // BP-32 on the wire: a wrong key and an unknown ledger are refused (and mark nothing),
+    // then each ledger is write-closed.
+    let wrong = c.v3_write_close(11, &[0xEE; 20]);
+    c.send_v3(&wrong).await;
+    assert_eq!(c.recv_v3().await.status, StatusCode::Eua as i32);
+    let unknown = c.v3_write_close(99, &master_key());
+    c.send_v3(&unknown).await;
+    assert_eq!(c.recv_v3().await.status, StatusCode::Enoledger as i32);
     for &l in &ledgers {
-        assert!(engine.write_close(l, &master_key()).unwrap(), "ledger {l}");
+        let close = c.v3_write_close(l, &master_key());
+        c.send_v3(&close).await;
+        let resp = c.recv_v3().await;
+        assert_eq!(resp.status, StatusCode::Eok as i32, "ledger {l}");
+        assert_eq!(
+            resp.write_close_response.map(|w| (w.status, w.ledger_id)),
+            Some((StatusCode::Eok as i32, l))
+        );
     }
-    engine.checkpoint().unwrap();
+    node.storage().engine().checkpoint().unwrap();
     assert_eq!(log_files(dir.path()), 6, "one log per ledger");
     let mut owners = Vec::new();
     for (id, map) in ledgers_maps(dir.path()) {
@@ -278,17 +297,7 @@ async fn with_a_log_per_ledger_deleted_ledgers_logs_go_whole_and_nothing_is_comp
     }
     let (code, v) = http(addr, "PUT", "/api/v1/bookie/gc").await;
     assert_eq!(code, 200, "{v}");
-    let details = tokio::time::timeout(PATIENCE, async {
-        loop {
-            let (_, v) = http(addr, "GET", "/api/v1/bookie/gc_details").await;
-            if v[0]["gcRounds"].as_u64() >= Some(1) {
-                return v;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    })
-    .await
-    .expect("the triggered round never finished");
+    let details = first_round_details(addr).await;
     let last = &details[0]["lastGc"];
     assert_eq!(
         last["ledgersDeleted"],

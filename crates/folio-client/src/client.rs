@@ -387,6 +387,8 @@ impl Client {
         let key = master_key(password);
         if opts.recovery && !meta.value.is_closed() {
             meta = recover(inner, ledger, &digest, &key).await?;
+            // Recovery closed it: the bookies' logs for it may rotate (best effort).
+            crate::write_close::send(inner, ledger, key, &meta.value);
         }
         let handle = ReadHandle::new(self.inner.clone(), ledger, meta, digest);
         if !handle.is_closed() {

@@ -456,16 +456,21 @@ fn crash_everywhere_as(
     bad
 }
 
+/// Fails with the first violations of `seed`, if any.
+fn assert_clean(seed: u64, bad: &[String]) {
+    assert!(
+        bad.is_empty(),
+        "seed {seed}: {} violations: {:#?}",
+        bad.len(),
+        &bad[..bad.len().min(10)]
+    );
+}
+
 #[test]
 fn every_acknowledged_write_survives_a_crash_at_every_step() {
     for seed in 1..=6 {
         let bad = crash_everywhere(seed, 300, CrashMode::Clean, false);
-        assert!(
-            bad.is_empty(),
-            "seed {seed}: {} violations: {:#?}",
-            bad.len(),
-            &bad[..bad.len().min(10)]
-        );
+        assert_clean(seed, &bad);
     }
 }
 
@@ -473,12 +478,7 @@ fn every_acknowledged_write_survives_a_crash_at_every_step() {
 fn every_acknowledged_write_survives_torn_writes() {
     for seed in 10..=15 {
         let bad = crash_everywhere(seed, 300, CrashMode::Torn { seed }, false);
-        assert!(
-            bad.is_empty(),
-            "seed {seed}: {} violations: {:#?}",
-            bad.len(),
-            &bad[..bad.len().min(10)]
-        );
+        assert_clean(seed, &bad);
     }
 }
 
@@ -675,12 +675,7 @@ fn with_a_log_per_ledger_every_acknowledged_write_survives_a_crash_at_every_step
         };
         let layout = Layout::PerLedger(NegativeControls::default());
         let bad = crash_everywhere_as(seed, 300, mode, false, layout);
-        assert!(
-            bad.is_empty(),
-            "seed {seed}: {} violations: {:#?}",
-            bad.len(),
-            &bad[..bad.len().min(10)]
-        );
+        assert_clean(seed, &bad);
     }
 }
 
