@@ -301,6 +301,11 @@ impl Client {
         &self.inner
     }
 
+    /// The shared state, for work that outlives the call (a spawned task).
+    pub(crate) fn inner_arc(&self) -> &Arc<Inner> {
+        &self.inner
+    }
+
     /// The metadata store this client uses.
     pub fn metadata(&self) -> &Arc<dyn MetadataStore> {
         &self.inner.metadata

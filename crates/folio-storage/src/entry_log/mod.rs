@@ -54,7 +54,7 @@ impl EntryLogPlacement for SharedEntryLog {
 /// Read handles of logs no longer written are kept open up to this many; past it they
 /// are all closed and reopened on demand. A log per ledger makes thousands of small
 /// files, and a handle kept for each would exhaust the process's descriptors.
-const MAX_CACHED_READ_HANDLES: usize = 512;
+pub(crate) const MAX_CACHED_READ_HANDLES: usize = 512;
 
 /// The entry log files of all ledger directories.
 pub struct EntryLogs {
@@ -394,6 +394,15 @@ impl EntryLogs {
             .sync_dir(&dir)
             .map_err(|e| io_error("sync directory", &dir, &dir, None, e))?;
         Ok(len)
+    }
+
+    /// How many log files have a handle open now (the writers' and the cached readers').
+    pub fn open_handles(&self) -> usize {
+        self.files
+            .read()
+            .values()
+            .filter(|f| f.handle.is_some())
+            .count()
     }
 
     /// Ids of all entry log files, ascending.

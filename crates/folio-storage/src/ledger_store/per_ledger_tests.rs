@@ -374,3 +374,25 @@ fn the_bound_on_open_logs_must_be_positive() {
     let e = LedgerStore::open(&env, f.config.clone()).err().unwrap();
     assert!(e.to_string().contains("max_active_entry_logs"), "{e}");
 }
+
+#[test]
+fn open_file_handles_stay_bounded_with_many_logs() {
+    let f = fixture(1, 4);
+    let s = open(&f);
+    // 600 ledgers, each its own log (rotated at once by the bound of 4 open ones).
+    for l in 0..600 {
+        s.put_entry(l, 0, data(l, 0)).unwrap();
+    }
+    s.flush().unwrap();
+    assert_eq!(s.entry_log_ids().len(), 600);
+    assert!(s.logs.open_handles() <= 4, "{}", s.logs.open_handles());
+    // Reading every ledger opens read handles, cached up to a bound.
+    for l in 0..600 {
+        assert_eq!(s.get_entry(l, 0).unwrap(), Some(data(l, 0)), "ledger {l}");
+    }
+    let open_now = s.logs.open_handles();
+    assert!(
+        open_now <= crate::entry_log::MAX_CACHED_READ_HANDLES + 4,
+        "{open_now} handles open"
+    );
+}
