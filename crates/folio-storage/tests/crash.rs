@@ -608,6 +608,29 @@ fn a_full_disk_is_an_error_naming_the_directory_and_loses_nothing() {
     assert!(bad.is_empty(), "{bad:#?}");
 }
 
+/// Ends a round: shuts `run` down, picks the crash image of a seeded disk operation in
+/// the second half of the captures (so each round leaves something behind), and adds to
+/// `required` what was acknowledged before it. Returns the operation and the image.
+fn crash_in_second_half(
+    run: &Run,
+    fs: &SimFileSystem,
+    round: u64,
+    required: &mut Vec<Ack>,
+) -> (u64, SimFileSystem) {
+    run.storage.shutdown();
+    let mut captures = fs.take_captures();
+    assert!(captures.len() > 20);
+    let half = captures.len() / 2;
+    let pick = half + SystemRng::with_seed(round).below((captures.len() - half) as u64) as usize;
+    let (n, image) = captures.swap_remove(pick);
+    let acks = std::mem::take(&mut *run.acks.lock());
+    required.extend(
+        acks.into_iter()
+            .filter(|a| a.result.is_ok() && a.ops_at <= n),
+    );
+    (n, image)
+}
+
 #[test]
 fn repeated_torn_crashes_and_restarts_keep_every_acknowledged_write() {
     // Each round restarts from a torn crash image taken at a seeded point of the
@@ -624,19 +647,7 @@ fn repeated_torn_crashes_and_restarts_keep_every_acknowledged_write() {
             config(false, Duration::ZERO),
             round as i64 * 10,
         );
-        run.storage.shutdown();
-        let mut captures = fs.take_captures();
-        assert!(captures.len() > 20);
-        // A seeded point in the second half, so each round leaves something behind.
-        let half = captures.len() / 2;
-        let pick =
-            half + SystemRng::with_seed(round).below((captures.len() - half) as u64) as usize;
-        let (n, image) = captures.swap_remove(pick);
-        let acks = std::mem::take(&mut *run.acks.lock());
-        required.extend(
-            acks.into_iter()
-                .filter(|a| a.result.is_ok() && a.ops_at <= n),
-        );
+        let (n, image) = crash_in_second_half(&run, &fs, round, &mut required);
         // Check everything required so far against the new image (ops_at is not
         // comparable across rounds, so use a bound that admits them all).
         let all: Vec<Ack> = required
@@ -738,18 +749,7 @@ fn switch_modes(broken: NegativeControls) -> Vec<String> {
             round as i64 * 10,
             layout,
         );
-        run.storage.shutdown();
-        let mut captures = fs.take_captures();
-        assert!(captures.len() > 20);
-        let half = captures.len() / 2;
-        let pick =
-            half + SystemRng::with_seed(round).below((captures.len() - half) as u64) as usize;
-        let (n, image) = captures.swap_remove(pick);
-        let acks = std::mem::take(&mut *run.acks.lock());
-        required.extend(
-            acks.into_iter()
-                .filter(|a| a.result.is_ok() && a.ops_at <= n),
-        );
+        let (n, image) = crash_in_second_half(&run, &fs, round, &mut required);
         for a in &mut required {
             a.ops_at = 0;
         }
