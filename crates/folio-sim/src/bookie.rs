@@ -40,7 +40,7 @@ pub struct BookieKnobs {
     /// index before entry logs, journal files deleted before the flush).
     pub storage: NegativeControls,
     /// An entry log per ledger (`entryLogPerLedgerEnabled`), two open at most so that
-    /// logs are evicted; the scenario sets it per bookie from the seed.
+    /// logs are evicted; the scenario draws it per start of a bookie from the seed.
     pub per_ledger_logs: bool,
 }
 

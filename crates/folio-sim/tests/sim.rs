@@ -420,7 +420,7 @@ fn negative_control_entry_logs_without_fsync_lose_acknowledged_entries() {
 
 /// Rotated entry logs (a log per ledger evicted, fenced or full; the shared log full)
 /// not fdatasync'd: a checkpoint commits the index and moves the journal mark past
-/// records a power cut then loses. The scenario gives half the bookies of a seed a log
+/// records a power cut then loses. The scenario gives half the starts of a bookie a log
 /// per ledger, so this also shows the simulator runs that layout.
 #[test]
 fn negative_control_rotated_entry_logs_without_fsync_lose_acknowledged_entries() {
