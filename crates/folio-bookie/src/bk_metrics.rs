@@ -74,6 +74,7 @@ pub fn storage_gauges(write_cache_bytes: u64, journal_dirs: usize) {
 /// BookKeeper's entry logger gauges with a log per ledger (`EntryLogManagerForEntryLogPerLedger`,
 /// scope `entrylogger` under `bookie`): logs being written, logs rotated because their
 /// ledger's access expired or because too many were open, ledgers with several logs.
+/// (`bookie_entrylogger_ENTRYLOGS_PER_LEDGER`, a summary, is recorded by the storage engine.)
 pub fn entry_logger(stats: &folio_storage::entry_log::EntryLogStats) {
     use std::sync::atomic::Ordering::Relaxed;
     for (name, v) in [

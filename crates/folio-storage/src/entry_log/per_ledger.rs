@@ -181,8 +181,14 @@ impl EntryLogs {
         } = &mut *w;
         recent.retain(|s, r| {
             let keep = current.contains_key(s) || !idle(Some(r), forget);
-            if !keep && r.logs >= 2 {
-                self.stats.ledgers_with_multiple_logs.fetch_sub(1, Relaxed);
+            if !keep {
+                if r.logs >= 2 {
+                    self.stats.ledgers_with_multiple_logs.fetch_sub(1, Relaxed);
+                }
+                // BookKeeper's `ENTRYLOGS_PER_LEDGER`, recorded as its counter cache forgets
+                // the ledger (a summary, as BookKeeper's op stats).
+                metrics::histogram!("bookie_entrylogger_ENTRYLOGS_PER_LEDGER", "success" => "true")
+                    .record(f64::from(r.logs));
             }
             keep
         });

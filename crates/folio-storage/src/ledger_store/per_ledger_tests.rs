@@ -396,3 +396,27 @@ fn open_file_handles_stay_bounded_with_many_logs() {
         "{open_now} handles open"
     );
 }
+
+#[test]
+fn a_ledger_is_forgotten_ten_expiries_after_its_last_entry() {
+    let f = fixture(1, 500);
+    let s = open(&f);
+    s.put_entry(1, 0, data(1, 0)).unwrap();
+    s.mark_write_closed(1);
+    s.flush().unwrap();
+    s.put_entry(1, 1, data(1, 1)).unwrap();
+    s.flush().unwrap();
+    let multiple = || stat(&s.entry_log_stats().ledgers_with_multiple_logs);
+    assert_eq!(multiple(), 1, "ledger 1 has two logs");
+    // Its second log rotates at the expiry; the ledger is remembered for ten of them
+    // (BookKeeper's entryLogPerLedgerCounterLimitsMultFactor), then forgotten.
+    f.clock.advance(Duration::from_secs(300));
+    s.flush().unwrap();
+    assert!(active(&s).is_empty());
+    f.clock.advance(Duration::from_secs(2699));
+    s.flush().unwrap();
+    assert_eq!(multiple(), 1);
+    f.clock.advance(Duration::from_secs(1));
+    s.flush().unwrap();
+    assert_eq!(multiple(), 0);
+}
