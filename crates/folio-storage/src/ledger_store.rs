@@ -564,6 +564,10 @@ impl LedgerStore {
         st.dirty.insert(ledger);
         st.deleted_pending.insert(ledger);
         self.room.notify_all();
+        drop(st);
+        // With a log per ledger, the deleted ledger's open log rotates at the next flush,
+        // so the garbage collection after it can remove it whole.
+        self.logs.mark_write_closed(ledger);
         Ok(())
     }
 

@@ -420,3 +420,20 @@ fn a_ledger_is_forgotten_ten_expiries_after_its_last_entry() {
     s.flush().unwrap();
     assert_eq!(multiple(), 0);
 }
+
+#[test]
+fn a_deleted_ledgers_open_log_rotates_at_the_next_flush_and_goes() {
+    let f = fixture(1, 500);
+    let s = open(&f);
+    s.put_entry(1, 0, data(1, 0)).unwrap();
+    s.put_entry(2, 0, data(2, 0)).unwrap();
+    s.flush().unwrap();
+    assert_eq!(active(&s).len(), 2);
+    s.delete_ledger(1).unwrap();
+    s.flush().unwrap();
+    assert_eq!(active(&s).len(), 1, "ledger 1's log rotated");
+    let gc = s.remove_dead_entry_logs().unwrap();
+    assert_eq!(gc.logs_removed.len(), 1, "{gc:?}");
+    assert_eq!(s.entry_log_ids().len(), 1);
+    assert_eq!(s.get_entry(2, 0).unwrap(), Some(data(2, 0)));
+}
