@@ -100,6 +100,19 @@ fn active(s: &LedgerStore) -> Vec<u64> {
         .collect()
 }
 
+/// Every entry `entries` of every ledger `ledgers` reads back as `data` wrote it.
+fn assert_reads(
+    s: &LedgerStore,
+    ledgers: impl IntoIterator<Item = i64>,
+    entries: std::ops::Range<i64>,
+) {
+    for l in ledgers {
+        for e in entries.clone() {
+            assert_eq!(s.get_entry(l, e).unwrap(), Some(data(l, e)), "{l}/{e}");
+        }
+    }
+}
+
 fn stat(c: &std::sync::atomic::AtomicU64) -> u64 {
     c.load(std::sync::atomic::Ordering::Relaxed)
 }
@@ -131,11 +144,7 @@ fn each_ledger_gets_its_own_log_in_entry_order() {
         let map = s.entry_log_ledgers(id).unwrap().expect("rotated at close");
         assert_eq!(map.len(), 1, "log {id} holds one ledger: {map:?}");
     }
-    for l in 1..=3 {
-        for e in 0..4 {
-            assert_eq!(s.get_entry(l, e).unwrap(), Some(data(l, e)));
-        }
-    }
+    assert_reads(&s, 1..=3, 0..4);
 }
 
 #[test]
@@ -175,9 +184,7 @@ fn a_write_closed_ledgers_log_rotates_at_the_next_flush() {
     s.flush().unwrap();
     assert_eq!(active(&s).len(), 1);
     assert_eq!(stat(&s.entry_log_stats().ledgers_with_multiple_logs), 1);
-    for e in 0..3 {
-        assert_eq!(s.get_entry(1, e).unwrap(), Some(data(1, e)));
-    }
+    assert_reads(&s, [1], 0..3);
 }
 
 #[test]
@@ -255,9 +262,7 @@ fn a_ledgers_log_still_rolls_at_the_size_limit() {
         let len = s.logs.file_len(id).unwrap();
         assert!(len <= 256 + 64, "log {id} is {len} bytes");
     }
-    for e in 0..12 {
-        assert_eq!(s.get_entry(2, e).unwrap(), Some(data(2, e)));
-    }
+    assert_reads(&s, [2], 0..12);
 }
 
 #[test]
@@ -360,11 +365,7 @@ fn a_deleted_ledgers_logs_go_whole_and_compaction_copies_nothing() {
     assert_eq!(compaction.entries_moved, 0, "{compaction:?}");
     assert_eq!(compaction.logs_compacted, 0, "{compaction:?}");
     assert_eq!(s.entry_log_ids().len(), 3);
-    for l in [1, 3, 5] {
-        for e in 0..20 {
-            assert_eq!(s.get_entry(l, e).unwrap(), Some(data(l, e)));
-        }
-    }
+    assert_reads(&s, [1, 3, 5], 0..20);
 }
 
 #[test]
