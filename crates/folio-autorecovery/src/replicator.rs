@@ -213,6 +213,14 @@ pub async fn repair_replica(
         entries = done.entries,
         "replica repaired"
     );
+    // BP-32: the target holds a closed ledger's entries it will never get more of (an open
+    // ledger's writer sends its own write close to every bookie when it closes).
+    if meta.is_closed()
+        && done.entries > 0
+        && let Ok(key) = <[u8; 20]>::try_from(master_key)
+    {
+        client.write_close_in_background(ledger, key, BTreeSet::from([target.clone()]));
+    }
     Ok(done)
 }
 

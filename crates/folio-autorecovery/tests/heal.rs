@@ -478,3 +478,53 @@ async fn check_of_all_ledgers_follows_its_ctime_across_auditors() {
     assert!(now_recorded >= ran_at, "{now_recorded} < {ran_at}");
     second.stop().await;
 }
+
+/// BP-32 after re-replication: with an entry log per ledger, the bookie a closed ledger's
+/// entries were copied to is sent a write close, so its log for the ledger rotates at its
+/// next checkpoint (its only write close: the writer's close went to the others).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_bookie_a_closed_ledger_was_copied_to_gets_a_write_close() {
+    use std::sync::atomic::Ordering;
+    let cluster = Cluster::start_per_ledger_logs(4).await;
+    let client = cluster.client().await;
+    let w = write(&client, (3, 3, 2), 20, true).await.0;
+    let ensemble = client.ledger_metadata(w.id).await.unwrap().ensembles[&0].clone();
+    let spare = cluster
+        .bookies
+        .iter()
+        .find(|b| !ensemble.contains(&b.id))
+        .expect("four bookies, three in the ensemble");
+    let sources = BTreeSet::from([ensemble[0].clone()]);
+    let summary = patient(recover(
+        &client,
+        &sources,
+        &RecoverOptions::default(),
+        &mut |_, _| {},
+    ))
+    .await
+    .unwrap();
+    assert!(
+        summary.failed.is_empty() && summary.entries > 0,
+        "{summary:?}"
+    );
+    let common::Store::Engine(engine) = &spare.store else {
+        unreachable!("real storage only")
+    };
+    // The write close goes out on its own task after the copy: wait for it, generously.
+    patient(async {
+        loop {
+            engine.engine().checkpoint().unwrap();
+            if engine
+                .entry_log_stats()
+                .removed_by_write_close
+                .load(Ordering::Relaxed)
+                >= 1
+            {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    read_all(&client, &w).await;
+}

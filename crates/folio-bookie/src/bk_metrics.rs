@@ -70,3 +70,31 @@ pub fn storage_gauges(write_cache_bytes: u64, journal_dirs: usize) {
     metrics::gauge!("bookie_write_cache_size").set(write_cache_bytes as f64);
     metrics::gauge!("bookie_JOURNAL_DIRS").set(journal_dirs as f64);
 }
+
+/// BookKeeper's entry logger gauges with a log per ledger (`EntryLogManagerForEntryLogPerLedger`,
+/// scope `entrylogger` under `bookie`): logs being written, logs rotated because their
+/// ledger's access expired or because too many were open, ledgers with several logs.
+/// (`bookie_entrylogger_ENTRYLOGS_PER_LEDGER`, a summary, is recorded by the storage engine.)
+pub fn entry_logger(stats: &folio_storage::entry_log::EntryLogStats) {
+    use std::sync::atomic::Ordering::Relaxed;
+    for (name, v) in [
+        (
+            "bookie_entrylogger_NUM_OF_WRITE_ACTIVE_LEDGERS",
+            &stats.active_logs,
+        ),
+        (
+            "bookie_entrylogger_NUM_OF_WRITE_LEDGERS_REMOVED_CACHE_EXPIRY",
+            &stats.removed_by_expiry,
+        ),
+        (
+            "bookie_entrylogger_NUM_OF_WRITE_LEDGERS_REMOVED_CACHE_MAXSIZE",
+            &stats.removed_by_max_size,
+        ),
+        (
+            "bookie_entrylogger_NUM_LEDGERS_HAVING_MULTIPLE_ENTRYLOGS",
+            &stats.ledgers_with_multiple_logs,
+        ),
+    ] {
+        metrics::gauge!(name).set(v.load(Relaxed) as f64);
+    }
+}

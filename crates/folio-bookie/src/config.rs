@@ -75,6 +75,16 @@ pub struct BookieConfig {
     pub flush_interval_ms: u64,
     #[serde(alias = "logSizeLimit")]
     pub entry_log_size_limit: u64,
+    /// An entry log per ledger instead of one shared by all (deleted ledgers' logs then
+    /// go whole, nothing compacted).
+    #[serde(alias = "entryLogPerLedgerEnabled")]
+    pub entry_log_per_ledger_enabled: bool,
+    /// With a log per ledger: how many are open for writing at once.
+    #[serde(alias = "maximumNumberOfActiveEntryLogs")]
+    pub max_active_entry_logs: usize,
+    /// With a log per ledger: a log not appended to for this long (s) is rotated.
+    #[serde(alias = "entrylogMapAccessExpiryTimeInSeconds")]
+    pub entry_log_access_expiry_s: u64,
     pub write_cache_bytes: u64,
     #[serde(alias = "nettyMaxFrameSizeBytes")]
     pub max_frame_size: usize,
@@ -210,6 +220,9 @@ impl Default for BookieConfig {
             journal_force_write_thread: false,
             flush_interval_ms: 10_000,
             entry_log_size_limit: 1 << 30,
+            entry_log_per_ledger_enabled: false,
+            max_active_entry_logs: 500,
+            entry_log_access_expiry_s: 300,
             write_cache_bytes: 64 << 20,
             max_frame_size: 5 * 1024 * 1024,
             max_pending_adds: 10_000,
@@ -345,6 +358,22 @@ flush_interval_ms = 10000
 
 # Entry log size at which a new entry log starts, in bytes. [logSizeLimit]
 entry_log_size_limit = 1073741824
+
+# An entry log per ledger instead of one shared by all ledgers: a deleted ledger's logs are then
+# removed whole, with nothing for compaction to copy, at the price of an fdatasync per ledger
+# written in each checkpoint. A ledger's log rotates when the client closes the ledger (BP-32
+# write close), when it is fenced, after the access expiry below, or when more logs than the
+# bound below are open. Logs written in either mode stay readable after a switch.
+# [entryLogPerLedgerEnabled]
+entry_log_per_ledger_enabled = false
+
+# With a log per ledger: how many logs are open for writing at once; a new one rotates the least
+# recently written. [maximumNumberOfActiveEntryLogs]
+max_active_entry_logs = 500
+
+# With a log per ledger: a log not written for this many seconds is rotated at the next
+# checkpoint. [entrylogMapAccessExpiryTimeInSeconds]
+entry_log_access_expiry_s = 300
 
 # Bound on entry bytes held in memory before they are flushed to the entry logs.
 write_cache_bytes = 67108864
@@ -701,6 +730,7 @@ impl BookieConfig {
             ),
             ("read_threads", self.read_threads),
             ("gc_wait_time_ms", self.gc_wait_time_ms as usize),
+            ("max_active_entry_logs", self.max_active_entry_logs),
         ] {
             if v == 0 {
                 return Err(ConfigError::Invalid(format!("{key} must be at least 1")));

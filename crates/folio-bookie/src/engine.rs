@@ -46,6 +46,9 @@ pub fn storage_config(config: &BookieConfig) -> (StorageConfig, LedgerStoreConfi
     let mut store = LedgerStoreConfig::new(ledger_dirs, index_dir);
     store.journal_dirs = config.effective_journal_dirs();
     store.entry_log_size_limit = config.entry_log_size_limit;
+    store.entry_log_per_ledger = config.entry_log_per_ledger_enabled;
+    store.max_active_entry_logs = config.max_active_entry_logs;
+    store.entry_log_access_expiry = Duration::from_secs(config.entry_log_access_expiry_s);
     store.write_cache_bytes = config.write_cache_bytes;
     (storage, store)
 }
@@ -62,6 +65,8 @@ pub enum OpenError {
 /// The engine, open, as the processor's storage.
 pub struct EngineStorage {
     storage: Arc<Storage>,
+    /// The ledger store under `storage`, for its entry logger counters.
+    store: Arc<LedgerStore>,
     env: Env,
     ledger_dirs: Vec<PathBuf>,
     journal_dirs: Vec<PathBuf>,
@@ -135,10 +140,11 @@ impl EngineStorage {
     ) -> Result<EngineStorage, OpenError> {
         let ledger_dirs = store_config.ledger_dirs.clone();
         let journal_dirs = storage_config.journal.dirs.clone();
-        let store = LedgerStore::open(env, store_config)?;
-        let storage = Storage::open(env, storage_config, Arc::new(store))?;
+        let store = Arc::new(LedgerStore::open(env, store_config)?);
+        let storage = Storage::open(env, storage_config, store.clone())?;
         Ok(EngineStorage {
             storage: Arc::new(storage),
+            store,
             env: env.clone(),
             ledger_dirs,
             journal_dirs,
@@ -148,6 +154,11 @@ impl EngineStorage {
             halted: AtomicBool::new(false),
             ignore_fence: AtomicBool::new(false),
         })
+    }
+
+    /// The entry logger's counters (`entrylogger` scope; a log per ledger only).
+    pub fn entry_log_stats(&self) -> &folio_storage::entry_log::EntryLogStats {
+        self.store.entry_log_stats()
     }
 
     /// See the `ignore_fence` field: a negative control, never set outside a test.
@@ -364,6 +375,15 @@ impl BookieStorage for EngineStorage {
 
     fn force_ledger(&self, ledger: LedgerId, done: WriteCallback) {
         self.storage.force_ledger(ledger, completion(done))
+    }
+
+    fn write_close(&self, ledger: LedgerId, master_key: &[u8]) -> Result<(), StorageError> {
+        self.check_alive()?;
+        match self.storage.write_close(ledger, master_key) {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(StorageError::NoLedger(ledger)),
+            Err(e) => Err(engine_error(e)),
+        }
     }
 
     fn entry_ids(&self, ledger: LedgerId) -> Result<Vec<EntryId>, StorageError> {

@@ -155,6 +155,9 @@ pub struct GcRound {
     /// freed; `bytes_reclaimed` includes them.
     pub entry_logs_compacted: u64,
     pub compaction_bytes_reclaimed: u64,
+    /// Entries compaction copied (rewrote) into other logs: none when every log it
+    /// looked at was wholly live or wholly dead (a log per ledger).
+    pub compaction_entries_copied: u64,
     /// Why no ledger was deleted (or no more were) this round, if a metadata error or
     /// the lack of a metadata store stopped it.
     pub skipped: Option<String>,
@@ -353,6 +356,7 @@ impl GcHandle {
                 Ok(stats) => {
                     round.entry_logs_compacted = stats.logs_compacted;
                     round.compaction_bytes_reclaimed = stats.bytes_reclaimed;
+                    round.compaction_entries_copied = stats.entries_moved;
                     round.bytes_reclaimed += stats.bytes_reclaimed;
                     round.errors.extend(stats.failures.into_iter().map(|f| {
                         format!(

@@ -344,6 +344,15 @@ impl<S: BookieStorage> Processor<S> {
                 );
                 None
             }
+            Request::WriteClose { ledger, master_key } => {
+                let status = match self.shared.storage.write_close(ledger, &master_key) {
+                    Ok(()) => Status::Ok,
+                    Err(StorageError::NoLedger(_)) => Status::NoLedger,
+                    Err(e) => write_status(&e),
+                };
+                reply(Response::WriteClose { status, ledger });
+                None
+            }
             Request::GetBookieInfo { requested } => {
                 reply(self.bookie_info(requested));
                 None

@@ -26,6 +26,12 @@ pub enum Request {
     ForceLedger {
         ledger: LedgerId,
     },
+    /// BP-32's advisory write close (Folio's own message, docs/formats/write-close.md): the
+    /// writer is done with the ledger, so its entry log may rotate at the next checkpoint.
+    WriteClose {
+        ledger: LedgerId,
+        master_key: Bytes,
+    },
     /// `requested` is the OR of [`BOOKIE_INFO_TOTAL_DISK_CAPACITY`] and [`BOOKIE_INFO_FREE_DISK_SPACE`].
     GetBookieInfo {
         requested: i64,
@@ -145,6 +151,10 @@ pub enum Response {
         status: Status,
         ledger: LedgerId,
     },
+    WriteClose {
+        status: Status,
+        ledger: LedgerId,
+    },
     BookieInfo {
         status: Status,
         total_disk_capacity: Option<i64>,
@@ -179,6 +189,7 @@ impl Response {
             | Response::ReadLac { status, .. }
             | Response::WriteLac { status, .. }
             | Response::ForceLedger { status, .. }
+            | Response::WriteClose { status, .. }
             | Response::BookieInfo { status, .. }
             | Response::ListOfEntries { status, .. }
             | Response::BatchRead { status, .. }
@@ -214,6 +225,10 @@ impl Response {
                 ledger: *ledger,
             },
             Request::ForceLedger { ledger } => Response::ForceLedger {
+                status,
+                ledger: *ledger,
+            },
+            Request::WriteClose { ledger, .. } => Response::WriteClose {
                 status,
                 ledger: *ledger,
             },

@@ -78,6 +78,14 @@ pub trait BookieStorage: Send + Sync + 'static {
     /// Makes everything written for the ledger durable; `done` runs once it is.
     fn force_ledger(&self, ledger: LedgerId, done: WriteCallback);
 
+    /// BP-32's advisory write close: checks the master key (`Unauthorized`), then asks for
+    /// the ledger's entry log to rotate at the next checkpoint. `NoLedger` if unknown.
+    /// Nothing is made durable: a lost mark only delays a rotation. The default (a storage
+    /// without entry logs) checks nothing and does nothing.
+    fn write_close(&self, _ledger: LedgerId, _master_key: &[u8]) -> Result<(), StorageError> {
+        Ok(())
+    }
+
     /// Entry ids held for the ledger, ascending. `NoLedger` if unknown.
     fn entry_ids(&self, ledger: LedgerId) -> Result<Vec<EntryId>, StorageError>;
 
@@ -133,6 +141,9 @@ impl<S: BookieStorage + ?Sized> BookieStorage for std::sync::Arc<S> {
     }
     fn force_ledger(&self, ledger: LedgerId, done: WriteCallback) {
         (**self).force_ledger(ledger, done)
+    }
+    fn write_close(&self, ledger: LedgerId, master_key: &[u8]) -> Result<(), StorageError> {
+        (**self).write_close(ledger, master_key)
     }
     fn entry_ids(&self, ledger: LedgerId) -> Result<Vec<EntryId>, StorageError> {
         (**self).entry_ids(ledger)

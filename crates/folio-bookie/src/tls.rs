@@ -545,7 +545,11 @@ pub enum OpKind {
 pub fn op_kind(request: &Request) -> OpKind {
     match request {
         Request::Add(a) if a.recovery => OpKind::Recovery,
-        Request::Add(_) | Request::WriteLac { .. } | Request::ForceLedger { .. } => OpKind::Write,
+        // A write close is the writer's (recovery's fencing read marks the rotation itself).
+        Request::Add(_)
+        | Request::WriteLac { .. }
+        | Request::ForceLedger { .. }
+        | Request::WriteClose { .. } => OpKind::Write,
         Request::Read(r) if r.fence => OpKind::Recovery,
         Request::BatchRead { fence: true, .. } => OpKind::Recovery,
         Request::Read(_)

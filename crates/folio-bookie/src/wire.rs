@@ -57,6 +57,7 @@ pub fn op_name(request: &Request) -> &'static str {
         Request::ReadLac { .. } => "read_lac",
         Request::WriteLac { .. } => "write_lac",
         Request::ForceLedger { .. } => "force_ledger",
+        Request::WriteClose { .. } => "write_close",
         Request::GetBookieInfo { .. } => "get_bookie_info",
         Request::GetListOfEntriesOfLedger { .. } => "get_list_of_entries",
         Request::BatchRead { .. } => "batch_read",
@@ -128,7 +129,13 @@ fn decode_v3(req: pb::Request) -> Decoded {
             .map(|g| Request::GetListOfEntriesOfLedger {
                 ledger: g.ledger_id,
             }),
-        // RANGE_READ_ENTRY, RANGE_ADD_ENTRY and BATCH_READ_ENTRY have no v3 server case.
+        // BP-32's write close rides on RANGE_ADD_ENTRY (`v3::WRITE_CLOSE`), which BookKeeper
+        // never served: only with its own sub-request; a bare RANGE_ADD_ENTRY is EBADREQ.
+        Ok(op) if op == v3::WRITE_CLOSE => req.write_close_request.map(|w| Request::WriteClose {
+            ledger: w.ledger_id,
+            master_key: w.master_key,
+        }),
+        // RANGE_READ_ENTRY and BATCH_READ_ENTRY have no v3 server case.
         _ => None,
     };
     match request {
@@ -268,6 +275,12 @@ fn to_v3(header: &BkPacketHeader, response: Response) -> pb::Response {
                 ledger_id: ledger,
             })
         }
+        Response::WriteClose { ledger, .. } => {
+            out.write_close_response = Some(pb::WriteCloseResponse {
+                status,
+                ledger_id: ledger,
+            })
+        }
         Response::BookieInfo {
             total_disk_capacity,
             free_disk_space,
@@ -402,6 +415,54 @@ mod tests {
             ..Default::default()
         };
         assert!(matches!(decode(v3_frame(&req)), Decoded::Answer(_)));
+        // RANGE_ADD_ENTRY without a write close (what BookKeeper's bookie sees of any
+        // RANGE_ADD_ENTRY) is still EBADREQ; with one it is a write close, answered in kind.
+        let req = pb::Request {
+            header: v3::request_header(v3::WRITE_CLOSE, 9, None),
+            ..Default::default()
+        };
+        let Decoded::Answer(body) = decode(v3_frame(&req)) else {
+            panic!("expected an answer")
+        };
+        assert_eq!(
+            v3::decode_response(body).unwrap().status,
+            StatusCode::Ebadreq as i32
+        );
+        let req = pb::Request {
+            header: v3::request_header(v3::WRITE_CLOSE, 10, None),
+            write_close_request: Some(pb::WriteCloseRequest {
+                ledger_id: 3,
+                master_key: Bytes::from_static(&[1; 20]),
+            }),
+            ..Default::default()
+        };
+        let Decoded::Request(request, echo) = decode(v3_frame(&req)) else {
+            panic!("expected a request")
+        };
+        assert_eq!(
+            request,
+            Request::WriteClose {
+                ledger: 3,
+                master_key: Bytes::from_static(&[1; 20])
+            }
+        );
+        let resp = v3::decode_response(encode(
+            &echo,
+            Response::WriteClose {
+                status: Status::Unauthorized,
+                ledger: 3,
+            },
+        ))
+        .unwrap();
+        assert_eq!(resp.header.operation, v3::WRITE_CLOSE as i32);
+        assert_eq!(resp.status, StatusCode::Eua as i32);
+        assert_eq!(
+            resp.write_close_response,
+            Some(pb::WriteCloseResponse {
+                status: StatusCode::Eua as i32,
+                ledger_id: 3
+            })
+        );
     }
 
     #[test]

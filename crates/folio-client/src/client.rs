@@ -301,6 +301,11 @@ impl Client {
         &self.inner
     }
 
+    /// The shared state, for work that outlives the call (a spawned task).
+    pub(crate) fn inner_arc(&self) -> &Arc<Inner> {
+        &self.inner
+    }
+
     /// The metadata store this client uses.
     pub fn metadata(&self) -> &Arc<dyn MetadataStore> {
         &self.inner.metadata
@@ -396,6 +401,8 @@ impl Client {
         let key = master_key(password);
         if opts.recovery && !meta.value.is_closed() {
             meta = recover(inner, ledger, &digest, &key).await?;
+            // Recovery closed it: the bookies' logs for it may rotate (best effort).
+            crate::write_close::send(inner, ledger, key, &meta.value);
         }
         let handle = ReadHandle::new(self.inner.clone(), ledger, meta, digest);
         if !handle.is_closed() {

@@ -134,6 +134,10 @@ impl Drop for WaitGuard<'_> {
 
 struct Conn {
     shared: Arc<Shared>,
+    /// The bookie answered a write close (BP-32) on this connection with EBADREQ (a Java
+    /// bookie): no more are sent on it. A new connection asks again (the bookie may have
+    /// been upgraded meanwhile).
+    write_close_unsupported: std::sync::atomic::AtomicBool,
     /// Whole frames, each in one or two pieces (a large add's body is its own piece).
     frames: mpsc::UnboundedSender<FramePieces>,
     reader: JoinHandle<()>,
@@ -313,6 +317,38 @@ impl Bookies {
         Ok(resp)
     }
 
+    /// BP-32's advisory write close of `ledger` on `bookie`: `Ok(true)` if the bookie took
+    /// it, `Ok(false)` if it does not support it. A bookie that answers EBADREQ (a Java
+    /// bookie: `v3::WRITE_CLOSE` is an operation it never served) is remembered on the
+    /// connection, and no write close is sent on that connection again.
+    pub async fn write_close(
+        &self,
+        bookie: &BookieId,
+        ledger: i64,
+        master_key: &[u8],
+        timeout: Duration,
+    ) -> Result<bool, RpcError> {
+        let ch = self.channel(bookie);
+        let (conn, _) = tokio::time::timeout(timeout, self.connection(&ch))
+            .await
+            .map_err(|_| RpcError::Timeout)??;
+        if conn.write_close_unsupported.load(Ordering::Relaxed) {
+            return Ok(false);
+        }
+        match self
+            .call(bookie, req::write_close(ledger, master_key), timeout)
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(RpcError::Status(Status::BadRequest)) => {
+                tracing::debug!(%bookie, "bookie does not support write close (EBADREQ)");
+                conn.write_close_unsupported.store(true, Ordering::Relaxed);
+                Ok(false)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
     /// Sends `req` on `conn` with a new txn id and waits for its response.
     async fn exchange(
         &self,
@@ -453,6 +489,7 @@ fn spawn_conn(stream: Box<dyn Stream>, bookie: BookieId, max_frame: usize) -> Co
     });
     Conn {
         shared,
+        write_close_unsupported: std::sync::atomic::AtomicBool::new(false),
         frames,
         reader,
     }
@@ -568,6 +605,16 @@ pub mod req {
         r
     }
 
+    /// BP-32's write close (Folio's own; `v3::WRITE_CLOSE`, docs/formats/write-close.md).
+    pub fn write_close(ledger: i64, master_key: &[u8]) -> pb::Request {
+        let mut r = request(folio_proto::v3::WRITE_CLOSE, false);
+        r.write_close_request = Some(pb::WriteCloseRequest {
+            ledger_id: ledger,
+            master_key: Bytes::copy_from_slice(master_key),
+        });
+        r
+    }
+
     pub fn write_lac(ledger: i64, lac: i64, master_key: &[u8], body: Bytes) -> pb::Request {
         let mut r = request(OperationType::WriteLac, false);
         r.write_lac_request = Some(pb::WriteLacRequest {
@@ -658,6 +705,51 @@ mod tests {
             .call(&id, req::add(1, 1, &[0; 20], Bytes::new(), false), t)
             .await;
         assert_eq!(r1.unwrap_err(), RpcError::Status(Status::Fenced));
+    }
+
+    /// A Java bookie answers BP-32's write close (an operation it never served) with
+    /// EBADREQ: the client says "not supported", never an error, and sends no more write
+    /// closes on that connection (the next is answered without a request); other requests
+    /// on the connection go on. A Folio bookie's EOK is "taken".
+    #[tokio::test]
+    async fn a_bookie_answering_write_close_with_ebadreq_is_not_asked_again() {
+        let seen = Arc::new(AtomicU64::new(0));
+        let counted = seen.clone();
+        let (id, _h) = serve_once(move |r| {
+            if r.header.operation == v3::WRITE_CLOSE as i32 {
+                counted.fetch_add(1, Ordering::SeqCst);
+                return Some(pb::Response::status_only(
+                    &r.header,
+                    pb::StatusCode::Ebadreq,
+                ));
+            }
+            Some(ok_add(&r, pb::StatusCode::Eok))
+        })
+        .await;
+        let b = bookies();
+        let t = Duration::from_secs(30);
+        assert_eq!(b.write_close(&id, 1, &[0; 20], t).await, Ok(false));
+        assert_eq!(b.write_close(&id, 2, &[0; 20], t).await, Ok(false));
+        assert_eq!(seen.load(Ordering::SeqCst), 1, "asked once per connection");
+        b.call(&id, req::add(1, 0, &[0; 20], Bytes::new(), false), t)
+            .await
+            .unwrap();
+
+        let (id, _h) = serve_once(|r| {
+            let w = r.write_close_request.as_ref().unwrap();
+            Some(pb::Response {
+                header: v3::response_header(&r.header),
+                status: pb::StatusCode::Eok as i32,
+                write_close_response: Some(pb::WriteCloseResponse {
+                    status: pb::StatusCode::Eok as i32,
+                    ledger_id: w.ledger_id,
+                }),
+                ..Default::default()
+            })
+        })
+        .await;
+        assert_eq!(b.write_close(&id, 1, &[0; 20], t).await, Ok(true));
+        assert_eq!(b.write_close(&id, 2, &[0; 20], t).await, Ok(true));
     }
 
     #[tokio::test]

@@ -294,6 +294,10 @@ impl Actor {
             let drained = self.state.pending_count() == 0 && !self.state.is_changing_ensemble();
             if drained && !close_waiters.is_empty() {
                 let result = self.close_metadata().await;
+                if result.is_ok() {
+                    // After the close, never before it and never waited for.
+                    crate::write_close::send(&self.inner, self.ledger, self.key, &self.meta.value);
+                }
                 *self.closed.lock() = Some(result.clone());
                 for w in close_waiters.drain(..) {
                     let _ = w.send(result.clone());

@@ -48,6 +48,7 @@ mod recover;
 pub mod recovery;
 mod replica;
 pub mod tls;
+mod write_close;
 
 pub use client::{Client, ClientStats, CreateOptions, OpenOptions, proto_digest};
 pub use config::ClientConfig;

@@ -74,6 +74,18 @@ impl Client {
         }
     }
 
+    /// BP-32's write close of `ledger` on `bookies`, best effort, on a task of its own
+    /// (returns at once): after re-replicating a closed ledger, so that the target's log
+    /// for it rotates at its next checkpoint.
+    pub fn write_close_in_background(
+        &self,
+        ledger: LedgerId,
+        master_key: [u8; 20],
+        bookies: BTreeSet<BookieId>,
+    ) {
+        crate::write_close::send_to(self.inner_arc(), ledger, master_key, bookies);
+    }
+
     /// The entries of `ledger` that `bookie` holds, as its GetListOfEntriesOfLedger answer
     /// says. A bookie that does not know the ledger at all answers with an empty list.
     pub async fn entries_on_bookie(

@@ -11,7 +11,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use common::*;
 use folio_client::conn::{ConnectFuture, Connector, Stream};
-use folio_client::{Client, ClientConfig, CreateOptions, DigestType, OpenOptions};
+use folio_client::{Client, ClientConfig, OpenOptions};
 use folio_env::{SystemClock, SystemRng};
 use folio_types::BookieId;
 
@@ -52,17 +52,9 @@ async fn black_hole() -> std::net::SocketAddr {
 /// Writes 10 entries at E3 Qw2 Qa2, closes the ledger; returns it and its first bookie.
 async fn closed_ledger(cluster: &Cluster) -> (i64, BookieId) {
     let client = cluster.client().await;
-    let opts = CreateOptions::default()
-        .quorum(3, 2, 2)
-        .digest(DigestType::Crc32c)
-        .password("pw");
-    let w = patient(client.create_ledger(opts)).await.unwrap();
-    for e in 0..10 {
-        patient(w.append(payload(e))).await.unwrap();
-    }
-    patient(w.close()).await.unwrap();
-    let first = client.ledger_metadata(w.id()).await.unwrap().ensembles[&0][0].clone();
-    (w.id(), first)
+    let id = write_closed_ledger(&client, (3, 2, 2), 10).await;
+    let first = client.ledger_metadata(id).await.unwrap().ensembles[&0][0].clone();
+    (id, first)
 }
 
 fn reader(

@@ -711,6 +711,7 @@ async fn gc_details(State(s): State<AdminState>) -> Response {
             "compaction": r.compaction,
             "entryLogsCompacted": r.entry_logs_compacted,
             "compactionBytesReclaimed": r.compaction_bytes_reclaimed,
+            "compactionEntriesCopied": r.compaction_entries_copied,
             "skipped": r.skipped,
             "errors": r.errors,
         })

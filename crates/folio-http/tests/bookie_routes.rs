@@ -88,6 +88,19 @@ async fn admin_http_endpoint_answers() {
         ("bookie_SERVER_STATUS", &[" 1"]),
         ("bookie_write_cache_size", &[]),
         ("bookie_JOURNAL_DIRS", &[" 1"]),
+        ("bookie_entrylogger_NUM_OF_WRITE_ACTIVE_LEDGERS", &[]),
+        (
+            "bookie_entrylogger_NUM_OF_WRITE_LEDGERS_REMOVED_CACHE_EXPIRY",
+            &[],
+        ),
+        (
+            "bookie_entrylogger_NUM_OF_WRITE_LEDGERS_REMOVED_CACHE_MAXSIZE",
+            &[],
+        ),
+        (
+            "bookie_entrylogger_NUM_LEDGERS_HAVING_MULTIPLE_ENTRYLOGS",
+            &[],
+        ),
     ] {
         assert!(
             series(name, labels),

@@ -98,6 +98,44 @@ fn log_files(dir: &std::path::Path) -> usize {
         .count()
 }
 
+/// `gc_details` once the first round has finished (a triggered round runs in the
+/// background: waited for generously).
+async fn first_round_details(addr: std::net::SocketAddr) -> serde_json::Value {
+    tokio::time::timeout(PATIENCE, async {
+        loop {
+            let (_, v) = http(addr, "GET", "/api/v1/bookie/gc_details").await;
+            if v[0]["gcRounds"].as_u64() >= Some(1) {
+                return v;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .expect("the triggered round never finished")
+}
+
+/// An entry log's bytes per ledger (its ledgers map); None for a log not rotated.
+type LedgersMap = Option<Vec<(i64, u64)>>;
+
+/// Each entry log file's id and ledgers map.
+fn ledgers_maps(dir: &std::path::Path) -> Vec<(u64, LedgersMap)> {
+    use folio_env::FileSystem;
+    use folio_storage::entry_log::log_file;
+    let cur = dir.join("ledgers/current");
+    let fs = folio_env::RealFileSystem;
+    let mut out = Vec::new();
+    for name in fs.list_dir(&cur).unwrap() {
+        let Some(id) = log_file::parse_file_name(&name) else {
+            continue;
+        };
+        let path = cur.join(&name);
+        let file = fs.open(&path, folio_env::OpenOptions::read()).unwrap();
+        out.push((id, log_file::read_ledgers_map(&*file, &path).unwrap()));
+    }
+    out.sort_by_key(|(id, _)| *id);
+    out
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_http_triggered_round_removes_a_deleted_ledger_and_keeps_the_live_one() {
     let cluster = unique_name("gc-node");
@@ -129,18 +167,7 @@ async fn an_http_triggered_round_removes_a_deleted_ledger_and_keeps_the_live_one
         v,
         serde_json::json!("Triggered GC on BookieServer: bookie-gc:3181")
     );
-    // The round runs in the background: wait (generously) for it to finish.
-    let details = tokio::time::timeout(PATIENCE, async {
-        loop {
-            let (_, v) = http(addr, "GET", "/api/v1/bookie/gc_details").await;
-            if v[0]["gcRounds"].as_u64() >= Some(1) {
-                return v;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    })
-    .await
-    .expect("the triggered round never finished");
+    let details = first_round_details(addr).await;
     let last = &details[0]["lastGc"];
     assert_eq!(last["forced"], true, "{details}");
     assert_eq!(last["ledgersDeleted"], serde_json::json!([1]), "{details}");
@@ -164,6 +191,126 @@ async fn an_http_triggered_round_removes_a_deleted_ledger_and_keeps_the_live_one
     let mut c = Client::connect(node.local_addr()).await;
     assert_gone(&mut c, 1).await;
     assert_intact(&mut c, 2).await;
+    drop(c);
+    node.shutdown().await.unwrap();
+}
+
+/// Issue 18: with an entry log per ledger, six ledgers written at the same time and then
+/// write-closed each end up in a log of their own at the next checkpoint; after three are
+/// deleted, one forced round removes exactly their logs and compaction copies nothing; the
+/// other three read back byte for byte, also after a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_log_per_ledger_deleted_ledgers_logs_go_whole_and_nothing_is_compacted() {
+    let cluster = unique_name("gc-per-ledger");
+    let dir = tempfile::tempdir().unwrap();
+    let meta = MemMetadataStore::connect(&cluster);
+    let start = |dir: std::path::PathBuf| {
+        let cluster = cluster.clone();
+        async move {
+            let mut config = config(&dir);
+            config.entry_log_per_ledger_enabled = true;
+            // Large enough that no ledger's log rolls: one log per ledger exactly.
+            config.entry_log_size_limit = 1 << 20;
+            start_on_mem(&cluster, config).await
+        }
+    };
+    let node = start(dir.path().to_path_buf()).await;
+    let addr = node.http_addr().unwrap();
+    let mut c = Client::connect(node.local_addr()).await;
+    let ledgers: Vec<i64> = (11..=16).collect();
+    for &l in &ledgers {
+        let m = LedgerMetadata::new_open(
+            QuorumConfig::new(1, 1, 1).unwrap(),
+            vec![BookieId::new("bookie-gc:3181").unwrap()],
+            DigestType::Crc32,
+            PASSWORD.to_vec(),
+        );
+        meta.create_ledger(l, &m).await.unwrap();
+    }
+    // At the same time: every ledger's entry e is sent before any entry e + 1, all
+    // pipelined on one connection, so the write cache holds them interleaved.
+    for e in 0..ENTRIES {
+        for &l in &ledgers {
+            let add = c.v3_add(l, e, e - 1, &big_payload(l, e));
+            c.send_v3(&add).await;
+        }
+    }
+    for _ in 0..ENTRIES * ledgers.len() as i64 {
+        assert_eq!(c.recv_v3().await.status, StatusCode::Eok as i32);
+    }
+    // BP-32 on the wire: a wrong key and an unknown ledger are refused (and mark nothing),
+    // then each ledger is write-closed.
+    let wrong = c.v3_write_close(11, &[0xEE; 20]);
+    c.send_v3(&wrong).await;
+    assert_eq!(c.recv_v3().await.status, StatusCode::Eua as i32);
+    let unknown = c.v3_write_close(99, &master_key());
+    c.send_v3(&unknown).await;
+    assert_eq!(c.recv_v3().await.status, StatusCode::Enoledger as i32);
+    for &l in &ledgers {
+        let close = c.v3_write_close(l, &master_key());
+        c.send_v3(&close).await;
+        let resp = c.recv_v3().await;
+        assert_eq!(resp.status, StatusCode::Eok as i32, "ledger {l}");
+        assert_eq!(
+            resp.write_close_response.map(|w| (w.status, w.ledger_id)),
+            Some((StatusCode::Eok as i32, l))
+        );
+    }
+    node.storage().engine().checkpoint().unwrap();
+    assert_eq!(log_files(dir.path()), 6, "one log per ledger");
+    let mut owners = Vec::new();
+    for (id, map) in ledgers_maps(dir.path()) {
+        let map = map.expect("the write close rotated the log at the checkpoint");
+        assert_eq!(map.len(), 1, "log {id:x}: {map:?}");
+        owners.push((map[0].0, id));
+    }
+    owners.sort_unstable();
+    assert_eq!(owners.iter().map(|o| o.0).collect::<Vec<_>>(), ledgers);
+
+    for l in [12, 14, 16] {
+        meta.delete_ledger(l, None).await.unwrap();
+    }
+    let (code, v) = http(addr, "PUT", "/api/v1/bookie/gc").await;
+    assert_eq!(code, 200, "{v}");
+    let details = first_round_details(addr).await;
+    let last = &details[0]["lastGc"];
+    assert_eq!(
+        last["ledgersDeleted"],
+        serde_json::json!([12, 14, 16]),
+        "{details}"
+    );
+    assert_eq!(last["errors"], serde_json::json!([]), "{details}");
+    let mut removed: Vec<u64> = last["entryLogsRemoved"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap())
+        .collect();
+    removed.sort_unstable();
+    let deleted_logs: Vec<u64> = owners
+        .iter()
+        .filter(|(l, _)| [12, 14, 16].contains(l))
+        .map(|(_, id)| *id)
+        .collect();
+    assert_eq!(removed, deleted_logs, "{details}");
+    assert_eq!(last["compaction"], "major", "{details}");
+    assert_eq!(last["entryLogsCompacted"], 0, "{details}");
+    assert_eq!(last["compactionEntriesCopied"], 0, "{details}");
+    assert_eq!(log_files(dir.path()), 3);
+    for l in [12, 14, 16] {
+        assert_gone(&mut c, l).await;
+    }
+    for l in [11, 13, 15] {
+        assert_intact(&mut c, l).await;
+    }
+    drop(c);
+    node.shutdown().await.unwrap();
+
+    let node = start(dir.path().to_path_buf()).await;
+    let mut c = Client::connect(node.local_addr()).await;
+    for l in [11, 13, 15] {
+        assert_intact(&mut c, l).await;
+    }
     drop(c);
     node.shutdown().await.unwrap();
 }

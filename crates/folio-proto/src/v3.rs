@@ -23,6 +23,18 @@ pub const WRITE_FLAG_DEFERRED_SYNC: i32 = 0x1;
 /// `BKPacketHeader.priority` the Java client sets on recovery adds and fence/recovery reads.
 pub const HIGH_PRIORITY: u32 = 100;
 
+/// The header operation of BP-32's write close (Folio's own message; BookKeeper defines
+/// none): `RANGE_ADD_ENTRY` (4), a value BookKeeper's enum has always declared and no
+/// BookKeeper version has sent or served. A Java bookie parses it (a value its enum does not
+/// know would fail the parse of the required header field and close the connection, with
+/// every request in flight on it) and answers EBADREQ, which the Folio client takes for "not
+/// supported". docs/formats/write-close.md.
+pub const WRITE_CLOSE: OperationType = OperationType::RangeAddEntry;
+
+/// `Request.writeCloseRequest` and `Response.writeCloseResponse`: a field number far from
+/// BookKeeper's (100-108, 200), so that no BookKeeper version will reuse it.
+pub const WRITE_CLOSE_FIELD: u32 = 1000;
+
 // ---------------------------------------------------------------------------------------------
 // Required-field table.
 
@@ -73,6 +85,8 @@ static WRITE_LAC_REQUEST: Schema = leaf(
 static READ_LAC_REQUEST: Schema = leaf("ReadLacRequest", &[(1, "ledgerId")]);
 static FORCE_LEDGER_REQUEST: Schema = leaf("ForceLedgerRequest", &[(1, "ledgerId")]);
 static LIST_ENTRIES_REQUEST: Schema = leaf("GetListOfEntriesOfLedgerRequest", &[(1, "ledgerId")]);
+static WRITE_CLOSE_REQUEST: Schema =
+    leaf("WriteCloseRequest", &[(1, "ledgerId"), (2, "masterKey")]);
 
 static REQUEST: Schema = Schema {
     name: "Request",
@@ -87,6 +101,7 @@ static REQUEST: Schema = Schema {
         (107, &FORCE_LEDGER_REQUEST),
         (108, &LIST_ENTRIES_REQUEST),
         (200, &CONTEXT_PAIR),
+        (WRITE_CLOSE_FIELD, &WRITE_CLOSE_REQUEST),
     ],
 };
 
@@ -107,6 +122,7 @@ static LIST_ENTRIES_RESPONSE: Schema = leaf(
     "GetListOfEntriesOfLedgerResponse",
     &[(1, "status"), (2, "ledgerId")],
 );
+static WRITE_CLOSE_RESPONSE: Schema = leaf("WriteCloseResponse", &[(1, "status"), (2, "ledgerId")]);
 
 static RESPONSE: Schema = Schema {
     name: "Response",
@@ -121,6 +137,7 @@ static RESPONSE: Schema = Schema {
         (105, &BOOKIE_INFO_RESPONSE),
         (107, &FORCE_LEDGER_RESPONSE),
         (108, &LIST_ENTRIES_RESPONSE),
+        (WRITE_CLOSE_FIELD, &WRITE_CLOSE_RESPONSE),
     ],
 };
 
@@ -329,6 +346,9 @@ pub fn decode_response(frame: Bytes) -> Result<Response, ProtoError> {
         resp.get_list_of_entries_of_ledger_response
             .as_ref()
             .map(|r| (r.status, "GetListOfEntriesOfLedgerResponse.status")),
+        resp.write_close_response
+            .as_ref()
+            .map(|r| (r.status, "WriteCloseResponse.status")),
     ];
     for (value, field) in sub_statuses.into_iter().flatten() {
         check_status(value, field)?;
@@ -519,6 +539,7 @@ impl Response {
             self.get_list_of_entries_of_ledger_response
                 .as_ref()
                 .map(|r| r.status),
+            self.write_close_response.as_ref().map(|r| r.status),
         ]
         .into_iter()
         .flatten()

@@ -619,3 +619,50 @@ fn a_large_add_is_framed_with_its_body_last_and_uncopied() {
     v3::encode_request_frame(&small, &mut framed);
     assert_eq!(&one[..], &framed[..]);
 }
+
+/// BP-32's write close (Folio's own, docs/formats/write-close.md): header operation
+/// RANGE_ADD_ENTRY (4), `Request.writeCloseRequest` / `Response.writeCloseResponse` field
+/// 1000 (key varint 0xc2 0x3e: 1000 << 3 | 2 = 8002). These bytes are the contract with
+/// every released Folio client and bookie; they must never change.
+#[test]
+fn write_close_bytes_are_pinned() {
+    assert_eq!(v3::WRITE_CLOSE as i32, 4);
+    assert_eq!(v3::WRITE_CLOSE, OperationType::RangeAddEntry);
+    assert_eq!(v3::WRITE_CLOSE_FIELD, 1000);
+    // header: version 3, operation 4, txnId 7; writeCloseRequest: ledgerId 5, masterKey.
+    let body = cat(&[&unhex("0805 1214"), &KEY]);
+    let bytes = cat(&[
+        &unhex("0a06 0803 1004 1807 c23e"),
+        &[body.len() as u8],
+        &body,
+    ]);
+    assert_eq!(body.len(), 24);
+    let msg = pb::Request {
+        header: v3::request_header(v3::WRITE_CLOSE, 7, None),
+        write_close_request: Some(pb::WriteCloseRequest {
+            ledger_id: 5,
+            master_key: Bytes::copy_from_slice(&KEY),
+        }),
+        ..Default::default()
+    };
+    check_request(&bytes, &msg);
+    // Response: header, status EOK, writeCloseResponse { status EOK, ledgerId 5 }.
+    let bytes = unhex("0a06 0803 1004 1807 1000 c23e 04 0800 1005");
+    let resp = pb::Response {
+        header: v3::request_header(v3::WRITE_CLOSE, 7, None),
+        status: StatusCode::Eok as i32,
+        write_close_response: Some(pb::WriteCloseResponse {
+            status: StatusCode::Eok as i32,
+            ledger_id: 5,
+        }),
+        ..Default::default()
+    };
+    check_response(&bytes, &resp);
+    // Both fields of each message are required, as in seed 001.
+    let no_key = unhex("0a06 0803 1004 1807 c23e 02 0805");
+    let e = v3::decode_request(Bytes::from(no_key)).unwrap_err();
+    assert!(e.to_string().contains("masterKey"), "{e}");
+    let no_ledger = unhex("0a06 0803 1004 1807 1000 c23e 02 0800");
+    let e = v3::decode_response(Bytes::from(no_ledger)).unwrap_err();
+    assert!(e.to_string().contains("ledgerId"), "{e}");
+}

@@ -38,7 +38,13 @@ fn main() {
                     "FOLIO_SIM_BREAK_JOURNAL_DELETED_EARLY",
                 )
                 .is_some(),
+                skip_rotated_entry_log_sync: std::env::var_os(
+                    "FOLIO_SIM_BREAK_ROTATED_LOG_NO_SYNC",
+                )
+                .is_some(),
             },
+            // Chosen per bookie from the seed by the scenario.
+            per_ledger_logs: false,
         },
         breaks: folio_sim::ProtocolBreaks {
             unfenced_recovery_reads: std::env::var_os("FOLIO_SIM_BREAK_UNFENCED_READS").is_some(),

@@ -39,6 +39,9 @@ pub struct BookieKnobs {
     /// Negative controls of the ledger store and the checkpoint (entry logs unsynced,
     /// index before entry logs, journal files deleted before the flush).
     pub storage: NegativeControls,
+    /// An entry log per ledger (`entryLogPerLedgerEnabled`), two open at most so that
+    /// logs are evicted; the scenario draws it per start of a bookie from the seed.
+    pub per_ledger_logs: bool,
 }
 
 /// A running incarnation of a bookie: its disk and its processor.
@@ -105,11 +108,19 @@ fn storage_config(knobs: BookieKnobs) -> StorageConfig {
     }
 }
 
-fn store_config() -> LedgerStoreConfig {
+fn store_config(knobs: BookieKnobs) -> LedgerStoreConfig {
     let mut c = LedgerStoreConfig::new(vec![PathBuf::from(STORE_DIR)], PathBuf::from(INDEX_DIR));
     c.journal_dirs = vec![PathBuf::from(JOURNAL_DIR)];
     c.entry_log_size_limit = ENTRY_LOG_SIZE_LIMIT;
     c.write_cache_bytes = WRITE_CACHE_BYTES;
+    if knobs.per_ledger_logs {
+        c.entry_log_per_ledger = true;
+        c.max_active_entry_logs = 2;
+        // The store reads the system clock (see `open`): an expiry a run could reach
+        // would make rotations depend on real time, and a seed's replay with them. Logs
+        // rotate by eviction, size, fences and at shutdown instead.
+        c.entry_log_access_expiry = Duration::from_secs(24 * 3600);
+    }
     c
 }
 
@@ -125,7 +136,7 @@ impl Incarnation {
             fs.create_dir_all(Path::new(d))
                 .map_err(|e| format!("create {d}: {e}"))?;
         }
-        let storage = EngineStorage::open_with(&env, storage_config(knobs), store_config())
+        let storage = EngineStorage::open_with(&env, storage_config(knobs), store_config(knobs))
             .map_err(|e| format!("open the storage engine: {e}"))?;
         storage.set_ignore_fence_for_tests(knobs.ignore_fence);
         storage.set_negative_controls_for_tests(knobs.storage);

@@ -279,6 +279,8 @@ struct World {
     regs: Mutex<BTreeMap<BookieId, Registered>>,
     /// Bookies whose session expired, and when they register again.
     reregister: Mutex<Vec<(BookieId, tokio::time::Instant)>>,
+    /// How many times each bookie was started (its entry log layout is drawn per start).
+    starts: Mutex<BTreeMap<BookieId, u64>>,
     /// Bookies with a full disk, and when space is freed (and the bookie restarted).
     full: Mutex<Vec<(BookieId, tokio::time::Instant)>>,
     /// A bookie whose disk was wiped: refused by its cookie, down until the operator
@@ -380,7 +382,18 @@ impl World {
         if let Err(e) = checked {
             return Start::Refused(e.to_string());
         }
-        match Incarnation::open(fs, self.cfg.knobs, self.rng.next_u64()) {
+        let start = {
+            let mut starts = self.starts.lock();
+            let n = starts.entry(id.clone()).or_insert(0);
+            *n += 1;
+            *n
+        };
+        let mut knobs = self.cfg.knobs;
+        // Half the incarnations lay out an entry log per ledger, drawn without the run's
+        // generator: a restarted bookie may come back in the other mode and must read
+        // every log the earlier one wrote.
+        knobs.per_ledger_logs = per_ledger_logs(self.seed, id, start);
+        match Incarnation::open(fs, knobs, self.rng.next_u64()) {
             Ok(inc) => {
                 if !inc.quiesce() {
                     self.net.count_late();
@@ -531,6 +544,14 @@ enum Start {
 
 use folio_env::Rng;
 
+/// Whether start number `start` of bookie `id` in seed `seed` runs with an entry log per
+/// ledger: a hash (FNV-1a) of the three.
+fn per_ledger_logs(seed: u64, id: &BookieId, start: u64) -> bool {
+    let h = fnv(FNV_START, &seed.to_le_bytes());
+    let h = fnv(fnv(h, id.to_string().as_bytes()), &start.to_le_bytes());
+    h >> 63 == 1
+}
+
 /// Runs one seed.
 pub fn run(seed: u64, cfg: &SimConfig) -> Outcome {
     eprintln!("folio-sim: seed {seed} (replay: FOLIO_SIM_SEED={seed})");
@@ -563,6 +584,7 @@ pub fn run(seed: u64, cfg: &SimConfig) -> Outcome {
             clock,
             regs: Mutex::default(),
             reregister: Mutex::default(),
+            starts: Mutex::default(),
             full: Mutex::default(),
             wiped: Mutex::default(),
             outage,

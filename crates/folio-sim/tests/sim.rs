@@ -418,6 +418,23 @@ fn negative_control_entry_logs_without_fsync_lose_acknowledged_entries() {
     );
 }
 
+/// Rotated entry logs (a log per ledger evicted, fenced or full; the shared log full)
+/// not fdatasync'd: a checkpoint commits the index and moves the journal mark past
+/// records a power cut then loses. The scenario gives half the starts of a bookie a log
+/// per ledger, so this also shows the simulator runs that layout.
+#[test]
+fn negative_control_rotated_entry_logs_without_fsync_lose_acknowledged_entries() {
+    checker_catches(
+        "rotated entry logs without fdatasync",
+        "durability",
+        storage_break(NegativeControls {
+            skip_rotated_entry_log_sync: true,
+            ..NegativeControls::default()
+        }),
+        60,
+    );
+}
+
 /// The index committed before the entry logs are fdatasync'd: harmless in a flush (the
 /// journal mark has not moved, replay puts the entries back), fatal in compaction, whose
 /// old copies go: a power cut between the index commit and the copies' fdatasync loses

@@ -17,7 +17,9 @@ use bytes::Bytes;
 use folio_env::Env;
 use parking_lot::{Condvar, Mutex, MutexGuard, RwLock};
 
-use crate::entry_log::{EntryLogPlacement, EntryLogs, SharedEntryLog};
+use crate::entry_log::{
+    EntryLogPlacement, EntryLogs, PerLedgerConfig, PerLedgerEntryLog, SharedEntryLog,
+};
 use crate::index::{IndexBatch, LedgerIndex};
 use crate::write_cache::WriteCache;
 
@@ -48,6 +50,15 @@ pub struct LedgerStoreConfig {
     /// into this store, so its index must exist (see [`LedgerStore::open`]). Empty: only
     /// the entry logs are asked.
     pub journal_dirs: Vec<PathBuf>,
+    /// `entryLogPerLedgerEnabled` (false): each ledger gets entry logs of its own
+    /// (`entry_log::per_ledger`). Logs of either mode stay readable after a switch.
+    pub entry_log_per_ledger: bool,
+    /// `maximumNumberOfActiveEntryLogs` (500): with a log per ledger, how many are open
+    /// for writing at once.
+    pub max_active_entry_logs: usize,
+    /// `entrylogMapAccessExpiryTimeInSeconds` (300 s): with a log per ledger, a log not
+    /// appended to for this long is rotated at the next flush.
+    pub entry_log_access_expiry: std::time::Duration,
 }
 
 impl LedgerStoreConfig {
@@ -59,6 +70,9 @@ impl LedgerStoreConfig {
             entry_log_size_limit: DEFAULT_ENTRY_LOG_SIZE_LIMIT,
             write_cache_bytes: DEFAULT_WRITE_CACHE_BYTES,
             journal_dirs: Vec::new(),
+            entry_log_per_ledger: false,
+            max_active_entry_logs: crate::entry_log::per_ledger::DEFAULT_MAX_ACTIVE_ENTRY_LOGS,
+            entry_log_access_expiry: crate::entry_log::per_ledger::DEFAULT_ACCESS_EXPIRY,
         }
     }
 }
@@ -269,7 +283,11 @@ pub struct LedgerStore {
 impl LedgerStore {
     /// Opens the store, creating its directories if needed.
     pub fn open(env: &Env, config: LedgerStoreConfig) -> Result<Self, LedgerStoreError> {
-        Self::open_with_placement(env, config, Box::new(SharedEntryLog))
+        if config.entry_log_per_ledger {
+            Self::open_with_placement(env, config, Box::new(PerLedgerEntryLog))
+        } else {
+            Self::open_with_placement(env, config, Box::new(SharedEntryLog))
+        }
     }
 
     /// Opens the store with a given entry log placement.
@@ -283,6 +301,11 @@ impl LedgerStore {
                 "entry_log_size_limit {} is not larger than the entry log header",
                 config.entry_log_size_limit
             )));
+        }
+        if config.entry_log_per_ledger && config.max_active_entry_logs == 0 {
+            return Err(LedgerStoreError::Config(
+                "max_active_entry_logs must be positive with an entry log per ledger".into(),
+            ));
         }
         if config.write_cache_bytes == 0 {
             return Err(LedgerStoreError::Config(
@@ -307,11 +330,17 @@ impl LedgerStore {
             )?;
             locks.push(lock);
         }
+        let per_ledger = config.entry_log_per_ledger.then(|| PerLedgerConfig {
+            max_active_logs: config.max_active_entry_logs,
+            access_expiry: config.entry_log_access_expiry,
+            clock: env.clock.clone(),
+        });
         let logs = EntryLogs::open(
             env.fs.clone(),
             &config.ledger_dirs,
             config.entry_log_size_limit,
             placement,
+            per_ledger,
         )?;
         let index_dir = config.index_dir.join("current");
         check_index_not_lost(env, &config, &logs, &index_dir)?;
@@ -356,6 +385,9 @@ impl LedgerStore {
         self.logs
             .skip_sync_for_tests
             .store(c.skip_entry_log_sync, Relaxed);
+        self.logs
+            .skip_rotation_sync_for_tests
+            .store(c.skip_rotated_entry_log_sync, Relaxed);
         self.index_first_for_tests
             .store(c.index_before_entry_log_sync, Relaxed);
     }
@@ -532,6 +564,10 @@ impl LedgerStore {
         st.dirty.insert(ledger);
         st.deleted_pending.insert(ledger);
         self.room.notify_all();
+        drop(st);
+        // With a log per ledger, the deleted ledger's open log rotates at the next flush,
+        // so the garbage collection after it can remove it whole.
+        self.logs.mark_write_closed(ledger);
         Ok(())
     }
 
@@ -619,7 +655,9 @@ impl LedgerStore {
         deleted: &BTreeSet<i64>,
     ) -> Result<(), LedgerStoreError> {
         if entries.is_empty() && ledgers.is_empty() && deleted.is_empty() {
-            return Ok(());
+            // Nothing to commit, but idle and write-closed logs still rotate (their
+            // records were synced and committed by earlier flushes).
+            return self.logs.rotate_idle_and_closed();
         }
         let mut locations = Vec::with_capacity(entries.len());
         for (&(ledger, entry), data) in entries {
@@ -628,6 +666,10 @@ impl LedgerStore {
             }
             locations.push((ledger, entry, self.logs.append(ledger, entry, data)?));
         }
+        // With a log per ledger: the logs of write-closed and idle ledgers rotate now,
+        // after this flush's entries are in them and before the index points at them
+        // (each rotation fdatasyncs its file).
+        self.logs.rotate_idle_and_closed()?;
         let batch = IndexBatch {
             locations,
             ledgers,
@@ -704,11 +746,30 @@ impl LedgerStore {
         self.logs.scan(log_id)
     }
 
+    /// Asks for the ledger's entry log to be rotated at the next flush: BP-32's write
+    /// close, also sent by a fence (no more entries expected). Nothing with a shared log;
+    /// a later entry of the ledger simply opens a new log.
+    pub fn mark_write_closed(&self, ledger: i64) {
+        self.logs.mark_write_closed(ledger);
+    }
+
+    /// Whether each ledger has entry logs of its own (`entryLogPerLedgerEnabled`).
+    pub fn entry_log_per_ledger(&self) -> bool {
+        self.logs.per_ledger()
+    }
+
+    /// The entry logger's counters (BookKeeper's `entrylogger` scope).
+    pub fn entry_log_stats(&self) -> &crate::entry_log::EntryLogStats {
+        self.logs.stats()
+    }
+
     /// The file of entry log `log_id`.
     pub fn entry_log_path(&self, log_id: u64) -> Option<PathBuf> {
         self.logs.path_of(log_id)
     }
 }
 
+#[cfg(test)]
+mod per_ledger_tests;
 #[cfg(test)]
 mod tests;

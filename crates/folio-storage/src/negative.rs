@@ -20,4 +20,8 @@ pub struct NegativeControls {
     /// them, before it flushes the ledger store: the deleted files' entries are then
     /// durable nowhere until the flush's fdatasync.
     pub delete_journal_before_flush: bool,
+    /// A rotated entry log (size limit, eviction, idle or write-closed log per ledger)
+    /// gets its ledgers map but no fdatasync: the flush then commits an index pointing
+    /// at its records, and the journal mark moves past them, while they may be lost.
+    pub skip_rotated_entry_log_sync: bool,
 }

@@ -102,6 +102,10 @@ pub trait LedgerBackend: Send + Sync + 'static {
     ) -> Result<crate::ledger_store::CompactionStats, BackendError> {
         Ok(crate::ledger_store::CompactionStats::default())
     }
+    /// Asks for the ledger's entry log to be rotated at the next flush (BP-32 write
+    /// close; a fence too). Advisory: the default, for stores without a log per ledger,
+    /// does nothing.
+    fn mark_write_closed(&self, _ledger: i64) {}
     /// Sets the store's negative controls (see [`crate::negative`]); never outside a
     /// test. The default has none.
     #[doc(hidden)]
@@ -299,6 +303,11 @@ impl Storage {
             st.fenced = true;
             Ok(true)
         });
+        if r.is_ok() {
+            // A fenced ledger's writer is done (seed 001): with a log per ledger its log
+            // rotates at the next checkpoint. Recovery's adds, if any, open a new one.
+            self.inner.store.mark_write_closed(ledger);
+        }
         match r {
             Ok((true, guard)) => {
                 self.inner
@@ -377,6 +386,30 @@ impl Storage {
             return Ok(st.fenced);
         }
         Ok(self.inner.store.ledger(ledger)?.is_some_and(|l| l.fenced))
+    }
+
+    /// BP-32's advisory write close: the writer is done with `ledger`, so with a log per
+    /// ledger its log rotates at the next checkpoint (instead of after the access
+    /// expiry). Nothing is written to the journal: losing the mark in a crash costs only
+    /// the early rotation. `Ok(false)` if the bookie holds nothing of the ledger;
+    /// `Unauthorized` if `master_key` is not the ledger's.
+    pub fn write_close(&self, ledger: i64, master_key: &[u8]) -> Result<bool, StorageError> {
+        let cached = self.inner.shards[shard_of(ledger)]
+            .lock()
+            .get(&ledger)
+            .map(|st| st.master_key.clone());
+        let key = match cached {
+            Some(k) => k,
+            None => match self.inner.store.ledger(ledger)? {
+                Some(l) => l.master_key,
+                None => return Ok(false),
+            },
+        };
+        if key.is_some_and(|k| k.as_ref() != master_key) {
+            return Err(StorageError::Unauthorized { ledger });
+        }
+        self.inner.store.mark_write_closed(ledger);
+        Ok(true)
     }
 
     /// The master key recorded for a ledger.
@@ -726,6 +759,10 @@ impl LedgerBackend for crate::ledger_store::LedgerStore {
         Ok(crate::ledger_store::LedgerStore::compact(
             self, threshold, limits,
         )?)
+    }
+
+    fn mark_write_closed(&self, ledger: i64) {
+        crate::ledger_store::LedgerStore::mark_write_closed(self, ledger)
     }
 
     fn set_negative_controls_for_tests(&self, c: crate::NegativeControls) {

@@ -47,6 +47,12 @@ pub(super) const FIELDS: &[(&str, &str)] = &[
     ),
     ("flushInterval", "flush_interval_ms"),
     ("logSizeLimit", "entry_log_size_limit"),
+    ("entryLogPerLedgerEnabled", "entry_log_per_ledger_enabled"),
+    ("maximumNumberOfActiveEntryLogs", "max_active_entry_logs"),
+    (
+        "entrylogMapAccessExpiryTimeInSeconds",
+        "entry_log_access_expiry_s",
+    ),
     ("nettyMaxFrameSizeBytes", "max_frame_size"),
     ("maxPendingAddRequestsPerThread", "max_pending_adds"),
     ("maxPendingReadRequestsPerThread", "max_pending_reads"),
@@ -361,6 +367,15 @@ mod tests {
         assert_eq!(c.port, 4000);
         assert!(!c.journal_remove_pages_from_cache);
         assert_eq!(c.metadata_session_timeout_ms, 7000);
+        // The entry log per ledger keys are implemented, not ignored.
+        let (c, ignored) = config(
+            "entryLogPerLedgerEnabled=true\nmaximumNumberOfActiveEntryLogs=7\n\
+             entrylogMapAccessExpiryTimeInSeconds=9",
+        );
+        assert!(c.entry_log_per_ledger_enabled);
+        assert_eq!(c.max_active_entry_logs, 7);
+        assert_eq!(c.entry_log_access_expiry_s, 9);
+        assert!(ignored.is_empty(), "{ignored:?}");
     }
 
     #[test]

@@ -142,6 +142,19 @@ impl Client {
         }
     }
 
+    /// BP-32's write close of `ledger` with `key` (docs/formats/write-close.md).
+    pub fn v3_write_close(&mut self, ledger: i64, key: &[u8]) -> pb::Request {
+        let txn = self.next_txn();
+        pb::Request {
+            header: v3::request_header(v3::WRITE_CLOSE, txn, None),
+            write_close_request: Some(pb::WriteCloseRequest {
+                ledger_id: ledger,
+                master_key: Bytes::copy_from_slice(key),
+            }),
+            ..Default::default()
+        }
+    }
+
     pub fn v3_fence(&mut self, ledger: i64) -> pb::Request {
         let mut r = self.v3_read(ledger, -1);
         let rr = r.read_request.as_mut().unwrap();

@@ -54,6 +54,8 @@ impl TestBookie {
 pub struct Cluster {
     pub metadata: Arc<dyn MetadataStore>,
     pub bookies: Vec<TestBookie>,
+    /// Bookies over the real storage lay out an entry log per ledger.
+    pub per_ledger_logs: bool,
     _metadata_dir: Option<tempfile::TempDir>,
 }
 
@@ -86,6 +88,16 @@ impl Cluster {
         Cluster::start_on(n, &[], metadata, None).await
     }
 
+    /// `n` bookies over the real storage engine, each with an entry log per ledger.
+    pub async fn start_per_ledger_logs(n: usize) -> Cluster {
+        let mut cluster = Cluster::start(0).await;
+        cluster.per_ledger_logs = true;
+        for _ in 0..n {
+            cluster.add_bookie(false).await;
+        }
+        cluster
+    }
+
     /// `n` bookies; those whose index is in `memory` use the in-memory storage.
     pub async fn start_with_memory(n: usize, memory: &[usize]) -> Cluster {
         let metadata: Arc<dyn MetadataStore> =
@@ -107,6 +119,7 @@ impl Cluster {
         let mut cluster = Cluster {
             metadata,
             bookies: Vec::new(),
+            per_ledger_logs: false,
             _metadata_dir: metadata_dir,
         };
         for i in 0..n {
@@ -134,6 +147,7 @@ impl Cluster {
                 // A full host disk must never fail a test.
                 disk_usage_threshold: 0.999,
                 disk_usage_lwm_threshold: 0.998,
+                entry_log_per_ledger_enabled: self.per_ledger_logs,
                 ..BookieConfig::default()
             };
             let storage = Arc::new(
@@ -247,6 +261,25 @@ pub fn test_config() -> ClientConfig {
         reconnect_backoff: Duration::from_millis(50),
         ..ClientConfig::default()
     }
+}
+
+/// Creates a ledger at `quorum` (E, Qw, Qa) with CRC32C and password "pw", appends
+/// entries `0..entries` (`payload`) and closes it; returns its id.
+pub async fn write_closed_ledger(
+    client: &Client,
+    quorum: (usize, usize, usize),
+    entries: i64,
+) -> i64 {
+    let opts = folio_client::CreateOptions::default()
+        .quorum(quorum.0, quorum.1, quorum.2)
+        .digest(folio_client::DigestType::Crc32c)
+        .password("pw");
+    let w = patient(client.create_ledger(opts)).await.unwrap();
+    for e in 0..entries {
+        patient(w.append(payload(e))).await.unwrap();
+    }
+    patient(w.close()).await.unwrap();
+    w.id()
 }
 
 pub fn payload(entry: i64) -> Vec<u8> {

@@ -1,12 +1,14 @@
-//! Entry logs: large append-only files, shared by all ledgers, that hold entry payloads.
+//! Entry logs: large append-only files that hold entry payloads.
 //!
 //! Files live in `<ledgerDir>/current/` and are named by a log id unique across all
 //! ledger directories. Each record names its ledger and entry and carries a CRC32C, so a
 //! read verifies it got what the index promised. A log is rotated when it reaches the
 //! size limit; at rotation the file gets a ledgers map (bytes per ledger) that garbage
 //! collection will use. Which log an entry goes to is decided by an
-//! [`EntryLogPlacement`]; today all ledgers share one log (BookKeeper's default), and a
-//! later placement can give each ledger its own.
+//! [`EntryLogPlacement`]: all ledgers share one log (BookKeeper's default), or each
+//! ledger has its own (`entryLogPerLedgerEnabled`, [`per_ledger`]: bounded in number,
+//! rotated when idle, when evicted or when the ledger is write-closed). Every log file
+//! is self-describing, so a store reads the logs of either mode whichever it runs in.
 //!
 //! Appends happen from `LedgerStore::flush` and from compaction (which copies live
 //! entries of old logs, under the store's flush lock), reads from any thread. Only
@@ -14,8 +16,9 @@
 
 pub mod format;
 pub mod log_file;
+pub mod per_ledger;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -25,6 +28,7 @@ use parking_lot::{Mutex, RwLock};
 
 pub use log_file::Location;
 use log_file::LogWriter;
+pub use per_ledger::{EntryLogStats, PerLedgerConfig, PerLedgerEntryLog};
 
 use crate::ledger_store::{LedgerStoreError, io_error};
 
@@ -47,6 +51,11 @@ impl EntryLogPlacement for SharedEntryLog {
     }
 }
 
+/// Read handles of logs no longer written are kept open up to this many; past it they
+/// are all closed and reopened on demand. A log per ledger makes thousands of small
+/// files, and a handle kept for each would exhaust the process's descriptors.
+pub(crate) const MAX_CACHED_READ_HANDLES: usize = 512;
+
 /// The entry log files of all ledger directories.
 pub struct EntryLogs {
     fs: Arc<dyn FileSystem>,
@@ -54,23 +63,39 @@ pub struct EntryLogs {
     dirs: Vec<PathBuf>,
     size_limit: u64,
     placement: Box<dyn EntryLogPlacement>,
+    /// Set with a log per ledger: how many may be open and when an idle one rotates.
+    per_ledger: Option<PerLedgerConfig>,
     writers: Mutex<Writers>,
+    /// Ledgers write-closed (BP-32) or fenced since the last flush: their logs rotate at
+    /// the next one. Apart from `writers`, which a flush holds for long.
+    write_closed: Mutex<std::collections::BTreeSet<i64>>,
+    stats: EntryLogStats,
     /// Every known log file (open lazily), by log id.
     files: RwLock<HashMap<u64, LogFile>>,
     /// Negative control (`NegativeControls::skip_entry_log_sync`): `sync` writes the
     /// buffers but skips the fdatasync.
     pub(crate) skip_sync_for_tests: std::sync::atomic::AtomicBool,
+    /// Negative control (`NegativeControls::skip_rotated_entry_log_sync`): a rotated log
+    /// gets its ledgers map but no fdatasync.
+    pub(crate) skip_rotation_sync_for_tests: std::sync::atomic::AtomicBool,
 }
 
 struct Writers {
-    current: HashMap<LogSlot, LogWriter>,
+    /// Ordered, so that syncs and rotations happen in one order: the simulator's disk
+    /// operations (and its crash points) must not depend on a hash seed.
+    current: BTreeMap<LogSlot, LogWriter>,
     next_log_id: u64,
+    /// With a log per ledger: when each slot was last appended to, and how many logs it
+    /// had in this run (see [`per_ledger`]).
+    recent: HashMap<LogSlot, per_ledger::Recent>,
 }
 
 #[derive(Clone)]
 struct LogFile {
     path: PathBuf,
     handle: Option<Arc<dyn File>>,
+    /// Being appended to (its handle is the writer's and stays cached).
+    writing: bool,
 }
 
 impl EntryLogs {
@@ -82,6 +107,7 @@ impl EntryLogs {
         ledger_dirs: &[PathBuf],
         size_limit: u64,
         placement: Box<dyn EntryLogPlacement>,
+        per_ledger: Option<PerLedgerConfig>,
     ) -> Result<EntryLogs, LedgerStoreError> {
         if ledger_dirs.is_empty() {
             return Err(LedgerStoreError::Config("no ledger directories".into()));
@@ -109,7 +135,12 @@ impl EntryLogs {
                     continue;
                 };
                 let path = cur.join(&name);
-                if let Some(other) = files.insert(id, LogFile { path, handle: None }) {
+                let file = LogFile {
+                    path,
+                    handle: None,
+                    writing: false,
+                };
+                if let Some(other) = files.insert(id, file) {
                     return Err(LedgerStoreError::Config(format!(
                         "entry log {id:x} exists twice: {} and {}",
                         other.path.display(),
@@ -125,12 +156,17 @@ impl EntryLogs {
             dirs,
             size_limit,
             placement,
+            per_ledger,
             writers: Mutex::new(Writers {
-                current: HashMap::new(),
+                current: BTreeMap::new(),
                 next_log_id: max_id.map_or(0, |m| m + 1),
+                recent: HashMap::new(),
             }),
+            write_closed: Mutex::new(Default::default()),
+            stats: EntryLogStats::default(),
             files: RwLock::new(files),
             skip_sync_for_tests: std::sync::atomic::AtomicBool::new(false),
+            skip_rotation_sync_for_tests: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -153,29 +189,68 @@ impl EntryLogs {
             .is_some_and(|cur| cur.records() > 0 && cur.end() + record_len > self.size_limit);
         if full {
             let old = w.current.remove(&slot).expect("checked above");
-            old.close()?;
+            self.retire(old)?;
         }
         if !w.current.contains_key(&slot) {
+            if let Some(pl) = &self.per_ledger {
+                self.evict_for_new_log(&mut w, pl)?;
+            }
             let id = w.next_log_id;
             // Never reuse an id, even if creating the file fails half way (a retry must
             // not trip over a file left behind).
             w.next_log_id += 1;
-            // Spread new files over the ledger directories.
-            let dir = &self.dirs[(id % self.dirs.len() as u64) as usize];
+            let dir = self.dir_for_new_log(&w, id);
             let writer = LogWriter::create(&*self.fs, dir, id)?;
             self.files.write().insert(
                 id,
                 LogFile {
                     path: writer.path().to_path_buf(),
                     handle: Some(writer.file()),
+                    writing: true,
                 },
             );
             w.current.insert(slot, writer);
+            if self.per_ledger.is_some() {
+                self.note_new_log(&mut w, slot);
+            }
+        }
+        if let Some(pl) = &self.per_ledger {
+            let now = pl.clock.now();
+            w.recent.entry(slot).or_default().last_access = Some(now);
         }
         w.current
             .get_mut(&slot)
             .expect("inserted above")
             .append_shared(ledger, entry, payload)
+    }
+
+    /// The directory for new log `id`: the one with the fewest logs being written
+    /// (BookKeeper's rule with a log per ledger), ties going round-robin by id (so a
+    /// single shared log still spreads its successive files over the directories).
+    fn dir_for_new_log(&self, w: &Writers, id: u64) -> &std::path::Path {
+        let n = self.dirs.len();
+        let start = (id % n as u64) as usize;
+        (0..n)
+            .map(|k| &self.dirs[(start + k) % n])
+            .min_by_key(|d| w.current.values().filter(|c| c.dir() == *d).count())
+            .expect("at least one ledger directory")
+    }
+
+    /// Rotates a log that is no longer appended to: its ledgers map and an fdatasync
+    /// (so a rotated log is durable before the index commit that follows in the same
+    /// flush). Its handle is released when a log per ledger makes logs many.
+    fn retire(&self, writer: LogWriter) -> Result<(), LedgerStoreError> {
+        let id = writer.log_id();
+        if let Some(f) = self.files.write().get_mut(&id) {
+            f.writing = false;
+            if self.per_ledger.is_some() {
+                f.handle = None;
+            }
+        }
+        let skip = self
+            .skip_rotation_sync_for_tests
+            .load(std::sync::atomic::Ordering::Relaxed);
+        writer.close_with(!skip)
     }
 
     /// Makes every record appended so far durable (rotated files were synced at close).
@@ -197,8 +272,8 @@ impl EntryLogs {
     /// Rotates every open log now (writing its ledgers map), e.g. at shutdown.
     pub fn close_all(&self) -> Result<(), LedgerStoreError> {
         let mut w = self.writers.lock();
-        for (_, writer) in w.current.drain() {
-            writer.close()?;
+        for (_, writer) in std::mem::take(&mut w.current) {
+            self.retire(writer)?;
         }
         Ok(())
     }
@@ -220,7 +295,15 @@ impl EntryLogs {
             .fs
             .open(&lf.path, OpenOptions::read())
             .map_err(|e| io_error("open entry log", &dir, &lf.path, None, e))?;
-        if let Some(f) = self.files.write().get_mut(&log_id) {
+        let mut files = self.files.write();
+        let cached = files.values().filter(|f| f.handle.is_some()).count();
+        if cached >= MAX_CACHED_READ_HANDLES {
+            // Readers holding a handle keep their `Arc`; only the cache lets go.
+            for f in files.values_mut().filter(|f| !f.writing) {
+                f.handle = None;
+            }
+        }
+        if let Some(f) = files.get_mut(&log_id) {
             f.handle = Some(h.clone());
         }
         Ok((lf.path, h))
@@ -313,6 +396,15 @@ impl EntryLogs {
         Ok(len)
     }
 
+    /// How many log files have a handle open now (the writers' and the cached readers').
+    pub fn open_handles(&self) -> usize {
+        self.files
+            .read()
+            .values()
+            .filter(|f| f.handle.is_some())
+            .count()
+    }
+
     /// Ids of all entry log files, ascending.
     pub fn log_ids(&self) -> Vec<u64> {
         let mut ids: Vec<u64> = self.files.read().keys().copied().collect();
@@ -342,6 +434,7 @@ mod tests {
             dirs,
             limit,
             Box::new(SharedEntryLog),
+            None,
         )
         .unwrap()
     }

@@ -253,6 +253,9 @@ mod tests {
             entry_log_size_limit: LIMIT,
             write_cache_bytes: 1 << 20,
             journal_dirs: Vec::new(),
+            entry_log_per_ledger: false,
+            max_active_entry_logs: 500,
+            entry_log_access_expiry: std::time::Duration::from_secs(300),
         }
     }
 

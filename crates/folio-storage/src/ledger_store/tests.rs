@@ -24,6 +24,9 @@ fn dirs(limit: u64, cache: u64) -> Dirs {
         entry_log_size_limit: limit,
         write_cache_bytes: cache,
         journal_dirs: Vec::new(),
+        entry_log_per_ledger: false,
+        max_active_entry_logs: 500,
+        entry_log_access_expiry: std::time::Duration::from_secs(300),
     };
     Dirs { _tmp: tmp, config }
 }

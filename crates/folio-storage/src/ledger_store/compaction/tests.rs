@@ -28,6 +28,9 @@ fn dirs(limit: u64) -> Dirs {
         entry_log_size_limit: limit,
         write_cache_bytes: 16 << 20,
         journal_dirs: Vec::new(),
+        entry_log_per_ledger: false,
+        max_active_entry_logs: 500,
+        entry_log_access_expiry: std::time::Duration::from_secs(300),
     };
     Dirs { _tmp: tmp, config }
 }
@@ -436,6 +439,9 @@ fn sim_config() -> LedgerStoreConfig {
         entry_log_size_limit: 2048,
         write_cache_bytes: 1 << 20,
         journal_dirs: Vec::new(),
+        entry_log_per_ledger: false,
+        max_active_entry_logs: 500,
+        entry_log_access_expiry: std::time::Duration::from_secs(300),
     }
 }
 

@@ -5,6 +5,10 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import java.io.DataInputStream;
+import java.io.DataOutputStream;
+import java.io.IOException;
+import java.net.Socket;
 import java.util.ArrayList;
 import java.util.HashSet;
 import java.util.List;
@@ -21,6 +25,9 @@ import org.apache.bookkeeper.conf.ServerConfiguration;
 import org.apache.bookkeeper.discover.RegistrationManager;
 import org.apache.bookkeeper.meta.MetadataDrivers;
 import org.apache.bookkeeper.net.BookieId;
+import org.apache.bookkeeper.proto.OperationType;
+import org.apache.bookkeeper.proto.Response;
+import org.apache.bookkeeper.proto.StatusCode;
 import org.apache.bookkeeper.versioning.Versioned;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
@@ -51,6 +58,69 @@ class MixedClusterTest {
                 b.awaitRegistered(admin);
             }
         }
+    }
+
+    /**
+     * BP-32's write close as Folio sends it (docs/formats/write-close.md: RANGE_ADD_ENTRY with a
+     * writeCloseRequest at field 1000; the bytes pinned in folio-proto's v3_wire.rs), raw on one
+     * socket: a Java bookie answers EBADREQ and keeps serving the connection (a second request
+     * on it is answered too), so a Folio client on a mixed cluster loses nothing by sending it;
+     * a Folio bookie answers it in kind (ENOLEDGER: it holds no such ledger).
+     */
+    @Test
+    void writeCloseIsEbadreqOnJavaBookiesAndTheConnectionStays() throws Exception {
+        for (JavaBookie b : JAVA) {
+            try (Socket s = new Socket("127.0.0.1", b.port)) {
+                s.setSoTimeout(60_000);
+                for (int txn = 7; txn <= 8; txn++) {
+                    Response r = exchange(s, writeClose(txn));
+                    assertEquals(StatusCode.EBADREQ, r.getStatus(), b.id);
+                    assertEquals(txn, r.getHeader().getTxnId(), b.id);
+                    assertEquals(OperationType.RANGE_ADD_ENTRY, r.getHeader().getOperation(), b.id);
+                }
+            }
+        }
+        String folio = FolioCluster.bookies().get(0);
+        int colon = folio.lastIndexOf(':');
+        try (Socket s = new Socket(folio.substring(0, colon), Integer.parseInt(folio.substring(colon + 1)))) {
+            s.setSoTimeout(60_000);
+            Response r = exchange(s, writeClose(9));
+            assertEquals(StatusCode.ENOLEDGER, r.getStatus(), folio);
+            assertEquals(9, r.getHeader().getTxnId(), folio);
+        }
+    }
+
+    /** A write close of ledger 987654321 (no such ledger) with a zero master key, txn {@code txn} < 128. */
+    static byte[] writeClose(int txn) {
+        // header: version 3, operation 4 (RANGE_ADD_ENTRY), txnId
+        byte[] header = {0x0a, 0x06, 0x08, 0x03, 0x10, 0x04, 0x18, (byte) txn};
+        // writeCloseRequest (field 1000, key 0xc2 0x3e): ledgerId 987654321 (varint), masterKey
+        byte[] ledger = {0x08, (byte) 0xb1, (byte) 0xd1, (byte) 0xf9, (byte) 0xd6, 0x03};
+        byte[] body = new byte[ledger.length + 2 + 20];
+        System.arraycopy(ledger, 0, body, 0, ledger.length);
+        body[ledger.length] = 0x12;
+        body[ledger.length + 1] = 0x14;
+        byte[] out = new byte[header.length + 3 + body.length];
+        System.arraycopy(header, 0, out, 0, header.length);
+        out[header.length] = (byte) 0xc2;
+        out[header.length + 1] = 0x3e;
+        out[header.length + 2] = (byte) body.length;
+        System.arraycopy(body, 0, out, header.length + 3, body.length);
+        return out;
+    }
+
+    /** Sends one v3 frame (4-byte big-endian length, then the body) and reads one back. */
+    static Response exchange(Socket s, byte[] request) throws IOException {
+        DataOutputStream out = new DataOutputStream(s.getOutputStream());
+        out.writeInt(request.length);
+        out.write(request);
+        out.flush();
+        DataInputStream in = new DataInputStream(s.getInputStream());
+        byte[] frame = new byte[in.readInt()];
+        in.readFully(frame);
+        Response r = new Response();
+        r.parseFrom(frame);
+        return r;
     }
 
     /** The Java bookies' cookies (in ZooKeeper) carry the instance id Folio's initnewcluster wrote. */
