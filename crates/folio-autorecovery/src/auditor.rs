@@ -191,7 +191,11 @@ async fn lead(
     let mut last_gauge: Option<Instant> = None;
     loop {
         if decision == Decision::Audit {
-            audit(&metadata, config, leader, status, stats).await?;
+            audit(&metadata, config, leader, stop, status, stats).await?;
+            // A stop seen while the audit waited for autorecovery to be enabled again.
+            if *stop.borrow() {
+                return Ok(());
+            }
             last_gauge = None;
         }
         // The current queue length, at most every ten seconds (listing marks walks the
@@ -380,15 +384,25 @@ fn wall_clock_ms(client: &Client) -> i64 {
     client.clock().unix_millis() as i64
 }
 
-/// Waits while autorecovery is disabled cluster-wide (BookKeeper's `disable` znode).
+/// Waits while autorecovery is disabled cluster-wide (BookKeeper's `disable` znode); false
+/// if meanwhile this Auditor was asked to stop or lost its leadership, so that a disabled
+/// cluster never holds up a shutdown.
 async fn wait_enabled(
     metadata: &Arc<dyn MetadataStore>,
     config: &AutoRecoveryConfig,
-) -> folio_metadata::Result<()> {
+    leader: &watch::Receiver<bool>,
+    stop: &mut watch::Receiver<bool>,
+) -> folio_metadata::Result<bool> {
     while !metadata.is_autorecovery_enabled().await? {
-        tokio::time::sleep(config.poll_interval).await;
+        if *stop.borrow() || !*leader.borrow() {
+            return Ok(false);
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(config.poll_interval) => {}
+            _ = stop.changed() => return Ok(false),
+        }
     }
-    Ok(())
+    Ok(true)
 }
 
 /// Marks every ledger that names an unavailable bookie, with those bookies.
@@ -396,10 +410,13 @@ async fn audit(
     metadata: &Arc<dyn MetadataStore>,
     config: &AutoRecoveryConfig,
     leader: &watch::Receiver<bool>,
+    stop: &mut watch::Receiver<bool>,
     status: &AuditorStatus,
     stats: &Stats,
 ) -> folio_metadata::Result<()> {
-    wait_enabled(metadata, config).await?;
+    if !wait_enabled(metadata, config, leader, stop).await? {
+        return Ok(());
+    }
     let started = Instant::now();
     let set = metadata.list_bookies().await?;
     let available = available(&set);

@@ -287,6 +287,46 @@ async fn the_replicas_check_marks_copies_lost_on_live_bookies_and_they_are_heale
     worker.stop().await;
 }
 
+/// An Auditor whose audit waits for autorecovery to be enabled again still stops when asked
+/// (a shutdown of `folio standalone` hung on it while autorecovery was disabled).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_auditor_waiting_on_disabled_autorecovery_stops_when_asked() {
+    use std::sync::atomic::Ordering::Relaxed;
+    let cluster = Cluster::start_with_memory(3, &[0, 1, 2]).await;
+    let client = cluster.client().await;
+    let auditor = Auditor::start(
+        cluster.client().await,
+        fast_config(),
+        BookieId::new("auditor-1:0".to_string()).unwrap(),
+    );
+    let status = auditor.status().clone();
+    patient(async {
+        while status.audits.load(Relaxed) < 1 {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    // Disabled, then an audit asked for (triggeraudit rewrites the delay): it waits.
+    let metadata = client.metadata();
+    metadata.set_autorecovery_enabled(false).await.unwrap();
+    let delay = metadata
+        .lost_bookie_recovery_delay()
+        .await
+        .unwrap()
+        .unwrap();
+    metadata
+        .set_lost_bookie_recovery_delay(delay)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        status.audits.load(Relaxed),
+        1,
+        "an audit ran while disabled"
+    );
+    patient(auditor.stop()).await;
+}
+
 /// A bookie re-addressed with its data: updateBookieInLedger is refused while the old id
 /// is registered, then makes every ledger name the new id, and every entry has its Qw
 /// copies at the ids the metadata names.
