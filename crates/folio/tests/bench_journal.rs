@@ -1,4 +1,5 @@
-//! `folio bench journal` as a user runs it: the real binary on a real directory.
+//! `folio bench journal` and `folio bench reclaim` as a user runs them: the real binary on a
+//! real directory.
 
 use std::process::Command;
 
@@ -137,4 +138,51 @@ fn bad_arguments_are_refused_with_the_cause() {
     let out = folio().args(["bench", "journal"]).output().unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--dir"));
+}
+
+/// `folio bench reclaim`: with a log per ledger the deleted half goes as whole files and
+/// compaction rewrites nothing; interleaved, the mixed logs are compacted (their live half
+/// copied). Checks what the benchmark reports, not how fast.
+#[test]
+fn bench_reclaim_rewrites_nothing_with_a_log_per_ledger() {
+    let dir = tempfile::tempdir().unwrap();
+    let reclaim = |extra: &[&str]| -> serde_json::Value {
+        let out = folio()
+            .args(["bench", "reclaim", "--dir"])
+            .arg(dir.path())
+            .args(["--ledgers", "4", "--entries", "20", "--entry-size", "65536"])
+            .args(["--log-size-mib", "1", "--json"])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "folio bench reclaim failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let per_ledger = reclaim(&["--entry-log-per-ledger"]);
+    assert_eq!(per_ledger["mode"], "per-ledger");
+    assert_eq!(per_ledger["bytes_rewritten"], 0, "{per_ledger}");
+    // The two deleted ledgers' logs (each ledger rolled into two at the 1 MiB limit).
+    assert!(
+        per_ledger["logs_removed_whole"].as_u64().unwrap() >= 2,
+        "{per_ledger}"
+    );
+    assert_eq!(per_ledger["logs_compacted"], 0, "{per_ledger}");
+    assert!(
+        per_ledger["bytes_freed"].as_u64().unwrap() > 2 * 20 * 65536,
+        "{per_ledger}"
+    );
+    let interleaved = reclaim(&[]);
+    assert_eq!(interleaved["mode"], "interleaved");
+    assert!(
+        interleaved["entries_copied"].as_u64().unwrap() > 0,
+        "{interleaved}"
+    );
+    assert!(
+        interleaved["bytes_rewritten"].as_u64().unwrap() > 0,
+        "{interleaved}"
+    );
 }

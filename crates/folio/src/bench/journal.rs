@@ -53,6 +53,9 @@ pub struct JournalArgs {
     /// directories).
     #[arg(long, value_name = "N", default_value_t = 16)]
     pub ledgers: u64,
+    /// A log per ledger (entryLogPerLedgerEnabled) instead of one interleaved entry log.
+    #[arg(long)]
+    pub entry_log_per_ledger: bool,
     /// UNSAFE: acknowledge adds without fdatasync (journalSyncData=false), to see what
     /// the sync costs.
     #[arg(long)]
@@ -114,7 +117,8 @@ fn validate(a: &JournalArgs) -> anyhow::Result<()> {
 /// Opens the engine in `work`, runs the adds, and returns what to print.
 fn bench(a: &JournalArgs, work: &Path) -> anyhow::Result<String> {
     let env = Env::real();
-    let store_cfg = LedgerStoreConfig::new(vec![work.join("ledgers")], work.join("index"));
+    let mut store_cfg = LedgerStoreConfig::new(vec![work.join("ledgers")], work.join("index"));
+    store_cfg.entry_log_per_ledger = a.entry_log_per_ledger;
     let store = LedgerStore::open(&env, store_cfg)
         .with_context(|| format!("cannot open the ledger store in {}", work.display()))?;
     let journal_dirs = (0..a.journal_dirs)
@@ -210,6 +214,7 @@ fn bench(a: &JournalArgs, work: &Path) -> anyhow::Result<String> {
         extra.insert("journal_dirs".into(), json!(a.journal_dirs));
         extra.insert("ledgers".into(), json!(a.ledgers));
         extra.insert("sync".into(), json!(!a.no_sync));
+        extra.insert("entry_log_per_ledger".into(), json!(a.entry_log_per_ledger));
         extra.insert("journal_fdatasyncs".into(), json!(syncs));
         extra.insert("entries_per_fdatasync".into(), json!(round2(per_sync)));
         extra.insert(
@@ -233,7 +238,7 @@ fn bench(a: &JournalArgs, work: &Path) -> anyhow::Result<String> {
     let per_sync = per_sync.map_or("-".to_string(), |x| format!("{x:.1}"));
     let per_group = per_group.map_or("-".to_string(), |x| format!("{x:.1}"));
     Ok(format!(
-        "folio bench journal: {} entries of {} B, {} in flight, {} journal dir(s), {} ledgers, \
+        "folio bench journal: {} entries of {} B, {} in flight, {} journal dir(s), {} ledgers{}, \
          fdatasync {}\n{}\njournal fdatasyncs {syncs} ({per_sync} entries per fdatasync): {} group \
          commits ({per_group} entries per group commit), {} zero fills ({} MiB), {} new files; \
          {checkpoints} checkpoints",
@@ -242,6 +247,11 @@ fn bench(a: &JournalArgs, work: &Path) -> anyhow::Result<String> {
         a.in_flight,
         a.journal_dirs,
         a.ledgers,
+        if a.entry_log_per_ledger {
+            " (a log per ledger)"
+        } else {
+            ""
+        },
         if a.no_sync { "OFF (unsafe)" } else { "on" },
         summary.to_text(),
         stats.group_fdatasyncs,

@@ -5,6 +5,7 @@
 pub mod bookie;
 pub mod journal;
 pub mod read;
+pub mod reclaim;
 pub mod report;
 pub mod rereplicate;
 pub mod tail;
@@ -33,6 +34,9 @@ pub enum BenchCommand {
     /// Restores every replica of one bookie elsewhere (autorecovery's repair path): MB/s and
     /// ledgers per minute.
     Rereplicate(rereplicate::RereplicateArgs),
+    /// Deleting half of many ledgers written at once, then reclaiming their space (GC and
+    /// compaction): bytes rewritten and time, one interleaved entry log or a log per ledger.
+    Reclaim(reclaim::ReclaimArgs),
     /// One writer and tailing readers (long-poll LAC) on one ledger: end-to-end latency,
     /// like `benchmark reads -listen`.
     Tail(tail::TailBenchArgs),
@@ -45,6 +49,7 @@ pub fn run(args: BenchArgs, metadata: Option<String>) -> anyhow::Result<()> {
         BenchCommand::Write(a) => write::run(a, metadata),
         BenchCommand::Read(a) => read::run(a, metadata),
         BenchCommand::Tail(a) => tail::run(a, metadata),
+        BenchCommand::Reclaim(a) => reclaim::run(a),
         BenchCommand::Rereplicate(a) => rereplicate::run(a, metadata),
     }
 }
