@@ -17,7 +17,7 @@ use std::collections::BTreeSet;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use folio_metadata::{MetadataError, MetadataStore};
@@ -184,6 +184,11 @@ struct Shared {
     /// When the last minor and major compactions ran (or the collector started).
     last_minor: parking_lot::Mutex<std::time::Instant>,
     last_major: parking_lot::Mutex<std::time::Instant>,
+    /// BookKeeper's `suspendMajorGC`/`suspendMinorGC` (admin HTTP): that level of
+    /// compaction does not run, not even in a forced round, until resumed; deleting
+    /// ledgers and removing dead entry logs go on.
+    major_suspended: AtomicBool,
+    minor_suspended: AtomicBool,
 }
 
 /// When entry logs are compacted: BookKeeper's minor compaction (logs below
@@ -244,6 +249,8 @@ impl GcHandle {
             compaction: CompactionPolicy::OFF,
             last_minor: parking_lot::Mutex::new(std::time::Instant::now()),
             last_major: parking_lot::Mutex::new(std::time::Instant::now()),
+            major_suspended: AtomicBool::new(false),
+            minor_suspended: AtomicBool::new(false),
         }))
     }
 
@@ -268,6 +275,7 @@ impl GcHandle {
         let p = &self.0.compaction;
         let now = std::time::Instant::now();
         if p.major_on()
+            && !self.0.major_suspended.load(Ordering::Acquire)
             && (forced || now.duration_since(*self.0.last_major.lock()) >= p.major_interval)
         {
             *self.0.last_major.lock() = now;
@@ -275,12 +283,32 @@ impl GcHandle {
             return Some(("major", p.major_threshold));
         }
         if p.minor_on()
+            && !self.0.minor_suspended.load(Ordering::Acquire)
             && (forced || now.duration_since(*self.0.last_minor.lock()) >= p.minor_interval)
         {
             *self.0.last_minor.lock() = now;
             return Some(("minor", p.minor_threshold));
         }
         None
+    }
+
+    /// Suspends (`true`) or resumes (`false`) major and minor compaction; `None` leaves a
+    /// level as it is.
+    pub fn set_compaction_suspended(&self, major: Option<bool>, minor: Option<bool>) {
+        if let Some(m) = major {
+            self.0.major_suspended.store(m, Ordering::Release);
+        }
+        if let Some(m) = minor {
+            self.0.minor_suspended.store(m, Ordering::Release);
+        }
+    }
+
+    /// Whether major and minor compaction are suspended.
+    pub fn compaction_suspended(&self) -> (bool, bool) {
+        (
+            self.0.major_suspended.load(Ordering::Acquire),
+            self.0.minor_suspended.load(Ordering::Acquire),
+        )
     }
 
     /// Asks for a round now (BookKeeper's forced GC); returns at once.

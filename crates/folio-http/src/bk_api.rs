@@ -14,6 +14,10 @@
 //!   answers at once; `GET /api/v1/bookie/gc`: `{"is_in_force_gc": "true"|"false"}`.
 //! * `GET /api/v1/bookie/gc_details`: what the last round did (a one-element list, as
 //!   BookKeeper's one status per ledger storage).
+//! * `PUT /api/v1/bookie/gc/suspend_compaction` with `{"suspendMajor": true,
+//!   "suspendMinor": true}` (either), `GET` for `{"isMajorGcSuspended": "true"|"false",
+//!   "isMinorGcSuspended": ...}`; `PUT /api/v1/bookie/gc/resume_compaction` with
+//!   `{"resumeMajor": .., "resumeMinor": ..}`: BookKeeper's bodies and answers.
 
 // Handlers return axum's `Response` as the error of their parameter checks: large, but built
 // only on the error path, once per request.
@@ -137,6 +141,14 @@ pub(crate) fn routes() -> Router<AdminState> {
         .route("/api/v1/bookie/list_disk_file", get(list_disk_file))
         .route("/api/v1/bookie/gc", get(gc_status).put(gc_trigger))
         .route("/api/v1/bookie/gc_details", get(gc_details))
+        .route(
+            "/api/v1/bookie/gc/suspend_compaction",
+            get(compaction_suspended).put(suspend_compaction),
+        )
+        .route(
+            "/api/v1/bookie/gc/resume_compaction",
+            axum::routing::put(resume_compaction),
+        )
         .merge(autorecovery::routes())
 }
 
@@ -692,6 +704,72 @@ async fn gc_status(State(s): State<AdminState>) -> Response {
         })),
         Err(r) => r,
     }
+}
+
+async fn compaction_suspended(State(s): State<AdminState>) -> Response {
+    match collector(&s) {
+        Ok(gc) => {
+            let (major, minor) = gc.compaction_suspended();
+            json(serde_json::json!({
+                "isMajorGcSuspended": major.to_string(),
+                "isMinorGcSuspended": minor.to_string(),
+            }))
+        }
+        Err(r) => r,
+    }
+}
+
+/// The two levels a suspend or resume body names as `true` (BookKeeper ignores anything
+/// but a JSON boolean true).
+fn compaction_levels(body: &[u8], major: &str, minor: &str) -> Result<(bool, bool), &'static str> {
+    if body.is_empty() {
+        return Err("Empty request body");
+    }
+    let v: serde_json::Value = serde_json::from_slice(body).map_err(|_| "Bad JSON body")?;
+    let flag = |k: &str| v.get(k).and_then(|b| b.as_bool()).unwrap_or(false);
+    Ok((flag(major), flag(minor)))
+}
+
+async fn suspend_compaction(State(s): State<AdminState>, body: axum::body::Bytes) -> Response {
+    set_compaction(&s, &body, true)
+}
+
+async fn resume_compaction(State(s): State<AdminState>, body: axum::body::Bytes) -> Response {
+    set_compaction(&s, &body, false)
+}
+
+/// Suspends (or resumes) the levels `body` names, answering as BookKeeper's
+/// Suspend/ResumeCompactionService.
+fn set_compaction(s: &AdminState, body: &[u8], suspend: bool) -> Response {
+    let gc = match collector(s) {
+        Ok(gc) => gc,
+        Err(r) => return r,
+    };
+    let (verb, key) = if suspend {
+        ("Suspend", "suspend")
+    } else {
+        ("Resume", "resume")
+    };
+    let (major, minor) =
+        match compaction_levels(body, &format!("{key}Major"), &format!("{key}Minor")) {
+            Ok((false, false)) => {
+                return error(
+                    StatusCode::BAD_REQUEST,
+                    format!("No {key}Major or {key}Minor params found"),
+                );
+            }
+            Ok(levels) => levels,
+            Err(e) => return error(StatusCode::BAD_REQUEST, e),
+        };
+    gc.set_compaction_suspended(major.then_some(suspend), minor.then_some(suspend));
+    let mut out = String::new();
+    if major {
+        out = format!("{verb} majorGC on BookieServer: {}", s.bookie_id);
+    }
+    if minor {
+        out += &format!(", {verb} minorGC on BookieServer: {}", s.bookie_id);
+    }
+    json(serde_json::Value::String(out))
 }
 
 async fn gc_details(State(s): State<AdminState>) -> Response {

@@ -101,10 +101,15 @@ fn log_files(dir: &std::path::Path) -> usize {
 /// `gc_details` once the first round has finished (a triggered round runs in the
 /// background: waited for generously).
 async fn first_round_details(addr: std::net::SocketAddr) -> serde_json::Value {
+    details_after(addr, 1).await
+}
+
+/// `gc_details` once `n` rounds have finished.
+async fn details_after(addr: std::net::SocketAddr, n: u64) -> serde_json::Value {
     tokio::time::timeout(PATIENCE, async {
         loop {
             let (_, v) = http(addr, "GET", "/api/v1/bookie/gc_details").await;
-            if v[0]["gcRounds"].as_u64() >= Some(1) {
+            if v[0]["gcRounds"].as_u64() >= Some(n) {
                 return v;
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
@@ -112,6 +117,73 @@ async fn first_round_details(addr: std::net::SocketAddr) -> serde_json::Value {
     })
     .await
     .expect("the triggered round never finished")
+}
+
+/// BookKeeper's suspend and resume of compaction: while suspended a forced round still
+/// deletes ledgers but compacts nothing; resumed, the next forced round compacts again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compaction_is_suspended_and_resumed_over_http() {
+    let cluster = unique_name("gc-suspend");
+    let dir = tempfile::tempdir().unwrap();
+    let meta = MemMetadataStore::connect(&cluster);
+    let node = start(&cluster, dir.path()).await;
+    let addr = node.http_addr().unwrap();
+    let mut c = Client::connect(node.local_addr()).await;
+    write(&mut c, &meta, 1).await;
+    write(&mut c, &meta, 2).await;
+    meta.delete_ledger(1, None).await.unwrap();
+    let path = "/api/v1/bookie/gc/suspend_compaction";
+    let state = |major: &str, minor: &str| serde_json::json!({"isMajorGcSuspended": major, "isMinorGcSuspended": minor});
+    assert_eq!(
+        http(addr, "GET", path).await,
+        (200, state("false", "false"))
+    );
+    let (code, body) = http_request(addr, "PUT", path, "", "").await;
+    assert_eq!(code, 400, "{body}");
+    assert!(body.contains("Empty request body"), "{body}");
+    let (code, body) = http_request(addr, "PUT", path, "", "{}").await;
+    assert_eq!(code, 400, "{body}");
+    assert!(body.contains("No suspendMajor or suspendMinor"), "{body}");
+    let (code, body) = http_request(
+        addr,
+        "PUT",
+        path,
+        "",
+        r#"{"suspendMajor": true, "suspendMinor": true}"#,
+    )
+    .await;
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&body).unwrap(),
+        serde_json::json!(
+            "Suspend majorGC on BookieServer: bookie-gc:3181, Suspend minorGC on BookieServer: bookie-gc:3181"
+        )
+    );
+    assert_eq!(http(addr, "GET", path).await, (200, state("true", "true")));
+
+    http(addr, "PUT", "/api/v1/bookie/gc").await;
+    let details = details_after(addr, 1).await;
+    let last = &details[0]["lastGc"];
+    assert_eq!(last["ledgersDeleted"], serde_json::json!([1]), "{details}");
+    assert!(
+        last["compaction"].is_null(),
+        "compacted while suspended: {details}"
+    );
+
+    let resume = "/api/v1/bookie/gc/resume_compaction";
+    let (code, body) = http_request(addr, "PUT", resume, "", r#"{"resumeMajor": true}"#).await;
+    assert_eq!(code, 200, "{body}");
+    assert!(
+        body.contains("Resume majorGC on BookieServer: bookie-gc:3181"),
+        "{body}"
+    );
+    assert_eq!(http(addr, "GET", path).await, (200, state("false", "true")));
+    http(addr, "PUT", "/api/v1/bookie/gc").await;
+    let details = details_after(addr, 2).await;
+    assert_eq!(details[0]["lastGc"]["compaction"], "major", "{details}");
+    assert_intact(&mut c, 2).await;
+    drop(c);
+    node.shutdown().await.unwrap();
 }
 
 /// An entry log's bytes per ledger (its ledgers map); None for a log not rotated.
