@@ -56,6 +56,12 @@ pub struct BookieConfig {
     pub journal_max_group_wait_ms: u64,
     #[serde(alias = "journalBufferedWritesThreshold")]
     pub journal_buffered_writes_threshold: u64,
+    #[serde(alias = "journalBufferedEntriesThreshold")]
+    pub journal_buffered_entries_threshold: u64,
+    /// Folio's default is true (BookKeeper's false): `folio_storage::JournalConfig`
+    /// says why.
+    #[serde(alias = "journalFlushWhenQueueEmpty")]
+    pub journal_flush_when_queue_empty: bool,
     #[serde(alias = "journalMaxSizeMB")]
     pub journal_max_size_mb: u64,
     #[serde(alias = "journalPreAllocSizeMB")]
@@ -213,6 +219,8 @@ impl Default for BookieConfig {
             index_dir: None,
             journal_max_group_wait_ms: 2,
             journal_buffered_writes_threshold: 512 * 1024,
+            journal_buffered_entries_threshold: 0,
+            journal_flush_when_queue_empty: true,
             journal_max_size_mb: 2048,
             journal_pre_alloc_size_mb: 16,
             journal_remove_pages_from_cache: true,
@@ -324,12 +332,22 @@ ledger_dirs = []
 # Index directory; default: the first ledger directory's "index". [indexDirectories]
 # index_dir = "/var/lib/folio/index"
 
-# Longest a journal write waits for more writes to share its fdatasync (group commit), in ms.
-# [journalMaxGroupWaitMSec]
+# Write a journal group as soon as nothing else is queued: what arrives while a group is
+# written and fdatasynced forms the next group, so groups grow with the load and no add
+# waits for a timer. Folio's default is true, BookKeeper's false (its timer below).
+# [journalFlushWhenQueueEmpty]
+journal_flush_when_queue_empty = true
+
+# With journal_flush_when_queue_empty = false: the longest a journal write waits for more
+# writes to share its fdatasync (group commit), in ms. [journalMaxGroupWaitMSec]
 journal_max_group_wait_ms = 2
 
 # Bytes queued in the journal that force a sync without waiting. [journalBufferedWritesThreshold]
 journal_buffered_writes_threshold = 524288
+
+# Records queued in the journal that force a sync without waiting; 0 = no limit.
+# [journalBufferedEntriesThreshold]
+journal_buffered_entries_threshold = 0
 
 # Journal file size at which a new file starts, in MiB. [journalMaxSizeMB]
 journal_max_size_mb = 2048
@@ -877,6 +895,8 @@ mod tests {
             journalDirectory = "/j"
             ledgerDirectories = "/l1, /l2"
             journalMaxGroupWaitMSec = 5
+            journalFlushWhenQueueEmpty = false
+            journalBufferedEntriesThreshold = 100
             journalPreAllocSizeMB = 4
             journalRemovePagesFromCache = false
             nettyMaxFrameSizeBytes = 1048576
@@ -891,6 +911,12 @@ mod tests {
             vec![PathBuf::from("/l1"), PathBuf::from("/l2")]
         );
         assert_eq!(c.journal_max_group_wait_ms, 5);
+        assert!(
+            !c.journal_flush_when_queue_empty,
+            "BookKeeper's timer asked for"
+        );
+        assert_eq!(c.journal_buffered_entries_threshold, 100);
+        assert!(BookieConfig::default().journal_flush_when_queue_empty);
         assert_eq!(c.journal_pre_alloc_size_mb, 4);
         assert!(!c.journal_remove_pages_from_cache);
         assert!(c.journal_direct_io, "on unless turned off");

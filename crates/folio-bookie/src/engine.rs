@@ -27,6 +27,8 @@ pub fn storage_config(config: &BookieConfig) -> (StorageConfig, LedgerStoreConfi
         dirs: config.effective_journal_dirs(),
         max_group_wait: Duration::from_millis(config.journal_max_group_wait_ms),
         max_group_bytes: config.journal_buffered_writes_threshold,
+        max_group_entries: config.journal_buffered_entries_threshold,
+        flush_when_queue_empty: config.journal_flush_when_queue_empty,
         max_file_size: config.journal_max_size_mb * 1024 * 1024,
         prealloc_size: config.journal_pre_alloc_size_mb * 1024 * 1024,
         remove_pages_from_cache: config.journal_remove_pages_from_cache,

@@ -35,6 +35,14 @@ pub(super) const FIELDS: &[(&str, &str)] = &[
         "journalBufferedWritesThreshold",
         "journal_buffered_writes_threshold",
     ),
+    (
+        "journalBufferedEntriesThreshold",
+        "journal_buffered_entries_threshold",
+    ),
+    (
+        "journalFlushWhenQueueEmpty",
+        "journal_flush_when_queue_empty",
+    ),
     ("journalMaxSizeMB", "journal_max_size_mb"),
     ("journalPreAllocSizeMB", "journal_pre_alloc_size_mb"),
     (

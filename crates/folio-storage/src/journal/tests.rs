@@ -119,6 +119,7 @@ fn group_commit_shares_one_fdatasync() {
     let env = sim_env(&fs);
     let c = JournalConfig {
         max_group_wait: Duration::from_secs(600),
+        flush_when_queue_empty: false, // the timer forms the groups
         max_group_entries: 100,
         prealloc_size: 0, // no preallocation syncs in the count
         ..cfg(vec![PathBuf::from("/j")])
@@ -137,12 +138,38 @@ fn group_commit_shares_one_fdatasync() {
     );
 }
 
+/// By default a group is written as soon as the queue is empty: a lone add does not wait
+/// for BookKeeper's group timer (here an hour), and adds queued while a group is on disk
+/// share the next group's fdatasync.
+#[test]
+fn by_default_a_lone_add_does_not_wait_for_the_group_timer() {
+    let fs = SimFileSystem::new();
+    let c = JournalConfig {
+        max_group_wait: Duration::from_secs(3600),
+        prealloc_size: 0, // no preallocation syncs in the count
+        ..cfg(vec![PathBuf::from("/j")])
+    };
+    let (j, _) = open(&sim_env(&fs), &c).unwrap();
+    for i in 0..3 {
+        let rx = append(&j, 1, i, b"x");
+        let r = rx
+            .recv_timeout(Duration::from_secs(120))
+            .unwrap_or_else(|_| {
+                panic!("add {i} still waits after 120 s: the group waited for the timer")
+            });
+        r.unwrap();
+    }
+    let st = j.stats();
+    assert_eq!(st.group_commits, 3, "three lone adds, three groups");
+}
+
 #[test]
 fn groups_are_bounded_by_entries_and_bytes() {
     for (entries, bytes, expect) in [(10, u64::MAX, 10), (0, 10 * 29, 10)] {
         let fs = SimFileSystem::new();
         let c = JournalConfig {
             max_group_wait: Duration::from_secs(600),
+            flush_when_queue_empty: false, // the timer forms the groups
             max_group_entries: entries,
             max_group_bytes: bytes,
             prealloc_size: 0, // no preallocation syncs in the count

@@ -1,8 +1,10 @@
 //! The group-commit writer: one thread per journal directory.
 //!
-//! The thread takes whatever requests are queued, waits (up to `max_group_wait`
-//! counted from the oldest request) for more unless the group is already big enough,
-//! encodes them into one reused buffer, writes it with one positional write, and has it
+//! The thread takes whatever requests are queued (up to the group bounds) and, by
+//! default (`flush_when_queue_empty`), writes them at once: what arrives meanwhile is the
+//! next group, so groups grow with the load without any add waiting for a timer. With
+//! BookKeeper's timer instead, it waits (up to `max_group_wait` counted from the oldest
+//! request) for more unless the group is already big enough. It encodes them into one reused buffer, writes it with one positional write, and has it
 //! made durable (`force.rs`: fdatasync inline, or on the force-write thread while the
 //! next groups are written); only when an fdatasync covering the group returns Ok do
 //! its completion callbacks run, in queue order. Requests arriving meanwhile form the
@@ -139,12 +141,19 @@ impl Poison {
         if self.path.as_os_str().is_empty() {
             return format!("{} failed: {}", self.op, self.message);
         }
-        format!(
+        let failed = format!(
             "journal {} of {} failed: {}",
             self.op,
             self.path.display(),
             self.message
-        )
+        );
+        // A full disk is named as one (the directory first), whichever write hit it:
+        // with groups written as soon as the queue is empty, it is often the zero fill
+        // after a group, and the first add to fail is then a later one.
+        match self.path.parent().filter(|_| self.no_space) {
+            Some(dir) => format!("no space left in {}: {failed}", dir.display()),
+            None => failed,
+        }
     }
 }
 

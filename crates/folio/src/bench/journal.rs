@@ -56,6 +56,19 @@ pub struct JournalArgs {
     /// A log per ledger (entryLogPerLedgerEnabled) instead of one interleaved entry log.
     #[arg(long)]
     pub entry_log_per_ledger: bool,
+    /// `journalMaxGroupWaitMSec` in microseconds (the bookie's default is 2 ms).
+    #[arg(long, value_name = "US")]
+    pub max_group_wait_us: Option<u64>,
+    /// `journalFlushWhenQueueEmpty` (default true, as in a Folio bookie): write a group
+    /// as soon as the queue is empty; false waits for the group timer as BookKeeper does.
+    #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
+    pub flush_when_queue_empty: bool,
+    /// `journalBufferedWritesThreshold`: bytes that close a group (default 512 KiB).
+    #[arg(long, value_name = "BYTES")]
+    pub max_group_bytes: Option<u64>,
+    /// A force-write thread (fdatasyncs overlap the next groups' writes).
+    #[arg(long)]
+    pub force_write_thread: bool,
     /// UNSAFE: acknowledge adds without fdatasync (journalSyncData=false), to see what
     /// the sync costs.
     #[arg(long)]
@@ -114,6 +127,18 @@ fn validate(a: &JournalArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The journal's defaults with the group-commit settings the arguments override.
+fn journal_defaults(dirs: Vec<PathBuf>, a: &JournalArgs) -> JournalConfig {
+    let mut c = JournalConfig::with_dirs(dirs);
+    if let Some(us) = a.max_group_wait_us {
+        c.max_group_wait = Duration::from_micros(us);
+    }
+    if let Some(b) = a.max_group_bytes {
+        c.max_group_bytes = b;
+    }
+    c
+}
+
 /// Opens the engine in `work`, runs the adds, and returns what to print.
 fn bench(a: &JournalArgs, work: &Path) -> anyhow::Result<String> {
     let env = Env::real();
@@ -127,7 +152,9 @@ fn bench(a: &JournalArgs, work: &Path) -> anyhow::Result<String> {
     let cfg = StorageConfig {
         journal: JournalConfig {
             sync_data: !a.no_sync,
-            ..JournalConfig::with_dirs(journal_dirs)
+            flush_when_queue_empty: a.flush_when_queue_empty,
+            force_write_thread: a.force_write_thread,
+            ..journal_defaults(journal_dirs, a)
         },
         ..StorageConfig::default()
     };
@@ -215,6 +242,13 @@ fn bench(a: &JournalArgs, work: &Path) -> anyhow::Result<String> {
         extra.insert("ledgers".into(), json!(a.ledgers));
         extra.insert("sync".into(), json!(!a.no_sync));
         extra.insert("entry_log_per_ledger".into(), json!(a.entry_log_per_ledger));
+        extra.insert("max_group_wait_us".into(), json!(a.max_group_wait_us));
+        extra.insert(
+            "flush_when_queue_empty".into(),
+            json!(a.flush_when_queue_empty),
+        );
+        extra.insert("force_write_thread".into(), json!(a.force_write_thread));
+        extra.insert("max_group_bytes".into(), json!(a.max_group_bytes));
         extra.insert("journal_fdatasyncs".into(), json!(syncs));
         extra.insert("entries_per_fdatasync".into(), json!(round2(per_sync)));
         extra.insert(
