@@ -83,15 +83,15 @@ fn storage_config(knobs: BookieKnobs) -> StorageConfig {
     StorageConfig {
         journal: JournalConfig {
             dirs: vec![PathBuf::from(JOURNAL_DIR)],
-            // Every request is handed to the journal alone and waited for (see net.rs), so
-            // group commit would only add real-time waits.
+            // Requests delivered at the same virtual instant are handed to the journal
+            // together while its writer is held (net.rs, `Incarnation::held`), then
+            // waited for, so group commit needs no timer.
             max_group_wait: Duration::ZERO,
             flush_when_queue_empty: true,
-            // One record a group: a request that journals two records (a new ledger's
-            // master key, then the entry) would otherwise be one group or two depending
-            // on when the journal thread wakes, and the number of disk operations (where
-            // a scheduled disk fault strikes, what a crash keeps) with it.
-            max_group_entries: 1,
+            // No bound but the bytes: everything queued while held is one group, however
+            // the OS schedules the journal thread, so the number of disk operations
+            // (where a scheduled disk fault strikes, what a crash keeps) is the seed's.
+            max_group_entries: 0,
             prealloc_size: 4096,
             max_file_size: 64 * 1024,
             // The writer fdatasyncs inline: a force-write thread would race the writer's
@@ -125,6 +125,17 @@ fn store_config(knobs: BookieKnobs) -> LedgerStoreConfig {
 }
 
 impl Incarnation {
+    /// Runs `f` (which queues journal records) with the journal's writer held, so that
+    /// everything it queues is one group commit once released, whatever the OS
+    /// scheduling: several requests at once share an fdatasync deterministically.
+    pub fn held<R>(&self, f: impl FnOnce() -> R) -> R {
+        let engine = self.storage.engine();
+        engine.hold_journal(true);
+        let r = f();
+        engine.hold_journal(false);
+        r
+    }
+
     /// Opens (replaying the journal) a bookie on `fs`.
     pub fn open(fs: SimFileSystem, knobs: BookieKnobs, seed: u64) -> Result<Self, String> {
         let env = Env {
@@ -236,16 +247,20 @@ impl Incarnation {
             }
             body.resize(32 + len, entry as u8);
             let (tx, rx) = std::sync::mpsc::channel();
-            self.storage.engine().add_entry(
-                ledger,
-                entry,
-                &key,
-                Bytes::from(body),
-                false,
-                Box::new(move |r| {
-                    let _ = tx.send(r);
-                }),
-            );
+            // Held: a new ledger's first add journals two records (its master key, then
+            // the entry), one group either way.
+            self.held(|| {
+                self.storage.engine().add_entry(
+                    ledger,
+                    entry,
+                    &key,
+                    Bytes::from(body),
+                    false,
+                    Box::new(move |r| {
+                        let _ = tx.send(r);
+                    }),
+                )
+            });
             let done = rx.recv_timeout(Duration::from_secs(10));
             // The journal's work after the callbacks must not race the next add (see
             // `quiesce`): the disk operations stay in the seed's order.

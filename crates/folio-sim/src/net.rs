@@ -11,7 +11,10 @@
 //! there (the journal completes on its own OS thread within microseconds on the simulated
 //! disk). That keeps virtual time still while the journal works, so a paused-clock runtime
 //! never auto-advances past a write in progress, and it makes the order of journal writes
-//! the order of requests, which the seed fixes.
+//! the order of requests, which the seed fixes. Requests that reach one bookie at the same
+//! virtual instant are processed together, with the journal's writer held until all are
+//! queued: they share one group commit (one write, one fdatasync, callbacks in order), as
+//! concurrent adds do in a real bookie, and a crash or disk fault can strike that group.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io;
@@ -59,6 +62,9 @@ struct Conn {
     kill: watch::Sender<bool>,
 }
 
+/// Requests to process together, each with where its answer goes.
+type Batch = Vec<(Request, oneshot::Sender<Option<Response>>)>;
+
 #[derive(Default)]
 struct State {
     /// The live incarnation of each bookie (`None` while it is down) and its epoch.
@@ -84,6 +90,11 @@ struct State {
     slow_writes: u64,
     /// Checkpoints taken after a request (see `Incarnation::after_request`).
     store_checkpoints: u64,
+    /// Per bookie incarnation (id, epoch), the requests delivered at this virtual instant
+    /// and waiting to be processed together ([`process_together`]).
+    inboxes: BTreeMap<(BookieId, u64), Batch>,
+    /// Requests processed in a batch of two or more (sharing a journal group).
+    batched_requests: u64,
     /// Per bookie, every add it acknowledged (its last body per entry), for the check
     /// that a restarted bookie still holds them ([`Net::check_acknowledged`]).
     acknowledged: BTreeMap<BookieId, BTreeMap<(i64, i64), Bytes>>,
@@ -239,6 +250,7 @@ impl Net {
         into.duplicates += s.duplicates;
         into.slow_writes += s.slow_writes;
         into.store_checkpoints += s.store_checkpoints;
+        into.batched_requests += s.batched_requests;
     }
 
     /// Reads back from `inc` every entry `bookie` acknowledged: returns how many were
@@ -497,7 +509,7 @@ async fn handle(
         Request::Add(a) => Some((a.ledger, a.entry, a.body.clone())),
         _ => None,
     };
-    let response = process(&net, &inc, request).await;
+    let response = process_together(&net, &bookie, epoch, &inc, request).await;
     let Some(response) = response else { return };
     if let (
         Some((ledger, entry, body)),
@@ -542,6 +554,97 @@ fn no_entry(frame: Bytes) -> Option<Bytes> {
         max_lac: None,
     };
     Some(wire::encode(&echo, response))
+}
+
+/// Yields before a batch is taken, so that every request delivered at this instant joins.
+const BATCH_YIELDS: usize = 4;
+
+/// Processes `request` together with the others delivered to this incarnation at the same
+/// virtual instant: the first to arrive waits for the others to queue behind it, then
+/// runs them all ([`process_batch`]). A long poll runs alone (it may not answer now).
+async fn process_together(
+    net: &Net,
+    bookie: &BookieId,
+    epoch: u64,
+    inc: &Incarnation,
+    request: Request,
+) -> Option<Response> {
+    if matches!(&request, Request::Read(r) if r.previous_lac.is_some()) {
+        return process(net, inc, request).await;
+    }
+    let key = (bookie.clone(), epoch);
+    let (tx, rx) = oneshot::channel();
+    let first = {
+        let mut s = net.state.lock();
+        let inbox = s.inboxes.entry(key.clone()).or_default();
+        inbox.push((request, tx));
+        inbox.len() == 1
+    };
+    if first {
+        for _ in 0..BATCH_YIELDS {
+            tokio::task::yield_now().await;
+        }
+        let batch = net.state.lock().inboxes.remove(&key).unwrap_or_default();
+        process_batch(net, inc, batch);
+    }
+    rx.await.ok().flatten()
+}
+
+/// Runs a batch through the processor with the journal's writer held until every request
+/// is queued (one group commit), then waits for every answer, blocking the runtime thread
+/// (so virtual time stands still) for up to a few real seconds.
+fn process_batch(net: &Net, inc: &Incarnation, batch: Batch) {
+    if batch.len() > 1 {
+        net.state.lock().batched_requests += batch.len() as u64;
+    }
+    let pending: Vec<_> = inc.held(|| {
+        batch
+            .into_iter()
+            .map(|(request, out)| {
+                let (tx, rx) = oneshot::channel::<Response>();
+                let reply: Reply = Box::new(move |r| {
+                    let _ = tx.send(r);
+                });
+                // Not a long poll (those run alone), so no timer.
+                let _ = inc.processor.process(request, reply);
+                (rx, out)
+            })
+            .collect()
+    });
+    let started = std::time::Instant::now();
+    let mut late = false;
+    for (mut rx, out) in pending {
+        loop {
+            match rx.try_recv() {
+                Ok(r) => {
+                    let _ = out.send(Some(r));
+                    break;
+                }
+                Err(oneshot::error::TryRecvError::Closed) => {
+                    let _ = out.send(None);
+                    break;
+                }
+                Err(oneshot::error::TryRecvError::Empty) => {}
+            }
+            if started.elapsed() > Duration::from_secs(10) {
+                // OS thread timing leaked in: answer whenever the storage does.
+                late = true;
+                tokio::spawn(async move {
+                    let _ = out.send(rx.await.ok());
+                });
+                break;
+            }
+            std::thread::sleep(Duration::from_micros(20));
+        }
+    }
+    if late || !inc.quiesce() {
+        net.state.lock().late_completions += 1;
+    }
+    // The ledger store's own rhythm: a checkpoint once enough is unflushed (its failure
+    // already made the bookie read-only).
+    if inc.after_request().is_some() {
+        net.state.lock().store_checkpoints += 1;
+    }
 }
 
 /// Runs the request through the processor and waits for its answer, blocking the runtime

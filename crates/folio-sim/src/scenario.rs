@@ -90,6 +90,9 @@ pub struct FaultCounts {
     /// Checkpoints taken after a request left enough unflushed (not faults: the ledger
     /// store's own rhythm, on the simulator's thread).
     pub store_checkpoints: u64,
+    /// Requests that reached a bookie at the same instant as others and shared a journal
+    /// group commit with them.
+    pub batched_requests: u64,
     /// Compaction and garbage collection rounds at seeded moments.
     pub compactions: u64,
     pub gc_rounds: u64,
@@ -164,6 +167,7 @@ impl FaultCounts {
         self.wiped_disks += o.wiped_disks;
         self.checkpoints += o.checkpoints;
         self.store_checkpoints += o.store_checkpoints;
+        self.batched_requests += o.batched_requests;
         self.compactions += o.compactions;
         self.gc_rounds += o.gc_rounds;
         self.compaction_entries_moved += o.compaction_entries_moved;
@@ -196,6 +200,7 @@ impl std::fmt::Display for FaultCounts {
             "crash {}, power-loss {}, restart {}, partition {}, fsync-eio {}, enospc {}, \
              slow-disk {} ({} slow writes), session-expiry {}, metadata-outage {} ({} calls \
              failed, {} applied then failed), wiped-disk {}, checkpoint {} (+{} by the store), \
+             requests processed together {}, \
              compaction {} ({} entries moved), gc {} ({} logs removed), scratch-ledger {}, mid-op power cut {}, bookie entries checked {}, \
              writer-crash {}, \
              zombie {}, concurrent-recovery {}, dropped-request {}, dropped-response {}, \
@@ -217,6 +222,7 @@ impl std::fmt::Display for FaultCounts {
             self.wiped_disks,
             self.checkpoints,
             self.store_checkpoints,
+            self.batched_requests,
             self.compactions,
             self.compaction_entries_moved,
             self.gc_rounds,

@@ -365,6 +365,13 @@ impl Storage {
         self.inner.journal.force(ledger, done);
     }
 
+    /// Holds or releases the journal's writer threads ([`Journal::hold_writers`]): the
+    /// simulator's way to put several requests into one group commit.
+    #[doc(hidden)]
+    pub fn hold_journal(&self, held: bool) {
+        self.inner.journal.hold_writers(held);
+    }
+
     /// An entry (`entry == -1`: the last one). Ok(None) only when it is absent.
     pub fn read_entry(&self, ledger: i64, entry: i64) -> Result<Option<Bytes>, StorageError> {
         Ok(self.inner.store.get_entry(ledger, entry)?)

@@ -349,6 +349,17 @@ impl Journal {
         Ok(())
     }
 
+    /// Holds every directory's writer thread (it starts no new group; one already taken
+    /// goes on) or releases them: requests queued while held are written as one group per
+    /// directory (within the group bounds). For the simulator, so that several requests
+    /// share a group deterministically. Shutdown overrides a hold.
+    #[doc(hidden)]
+    pub fn hold_writers(&self, held: bool) {
+        for d in &self.dirs {
+            d.hold(held);
+        }
+    }
+
     /// Stops the writer threads after they write what is queued.
     pub fn shutdown(&self) {
         self.reaper.shutdown();

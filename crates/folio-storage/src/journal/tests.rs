@@ -163,6 +163,29 @@ fn by_default_a_lone_add_does_not_wait_for_the_group_timer() {
     assert_eq!(st.group_commits, 3, "three lone adds, three groups");
 }
 
+/// Records queued while the writers are held form one group once released (the
+/// simulator's way to put several requests into one group commit).
+#[test]
+fn records_queued_while_held_share_one_group() {
+    let fs = SimFileSystem::new();
+    let c = JournalConfig {
+        prealloc_size: 0, // no preallocation syncs in the count
+        ..cfg(vec![PathBuf::from("/j")])
+    };
+    let (j, _) = open(&sim_env(&fs), &c).unwrap();
+    j.hold_writers(true);
+    let rxs: Vec<_> = (0..5).map(|i| append(&j, 1, i, b"x")).collect();
+    // Give an unheld writer every chance to take the first record alone.
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(j.stats().group_commits, 0, "nothing written while held");
+    j.hold_writers(false);
+    for rx in rxs {
+        wait(rx).unwrap();
+    }
+    assert_eq!(j.stats().group_commits, 1, "five records, one group");
+    assert_eq!(j.stats().records, 5);
+}
+
 #[test]
 fn groups_are_bounded_by_entries_and_bytes() {
     for (entries, bytes, expect) in [(10, u64::MAX, 10), (0, 10 * 29, 10)] {

@@ -193,6 +193,9 @@ struct Queue {
     /// Encoded bytes of `reqs`.
     bytes: u64,
     shutdown: bool,
+    /// The writer takes nothing while set ([`DirShared::hold`]): what is queued meanwhile
+    /// forms one group once released.
+    held: bool,
 }
 
 /// State shared by a directory's writer thread and the engine.
@@ -264,6 +267,13 @@ impl DirShared {
 
     pub(crate) fn shutdown(&self) {
         self.queue.lock().shutdown = true;
+        self.cv.notify_all();
+    }
+
+    /// Holds the writer (it takes no group) or releases it. For the simulator, which
+    /// queues several requests and needs them in one group whatever the OS scheduling.
+    pub(crate) fn hold(&self, held: bool) {
+        self.queue.lock().held = held;
         self.cv.notify_all();
     }
 }
@@ -406,7 +416,7 @@ impl Writer {
     fn take_batch(&mut self) -> bool {
         let shared = Arc::clone(&self.shared);
         let mut q = shared.queue.lock();
-        while q.reqs.is_empty() {
+        while q.reqs.is_empty() || (q.held && !q.shutdown) {
             if q.shutdown {
                 return false;
             }
