@@ -9,6 +9,9 @@
 //!
 //! `TcpProxy` sits between one client and a server so a test can partition them.
 //!
+//! `LossyFs` mounts a FUSE file system that loses every write not yet fsynced when the test
+//! cuts the power, for power-loss tests of real processes.
+//!
 //! Servers are spawned from one long-lived thread with `PR_SET_PDEATHSIG`, so a test binary that
 //! is killed outright (a CI timeout) does not leave Java or etcd processes behind.
 //!
@@ -23,10 +26,12 @@ mod process;
 mod spawn;
 
 pub mod etcd;
+pub mod lossyfs;
 pub mod proxy;
 pub mod zookeeper;
 
 pub use etcd::EtcdServer;
+pub use lossyfs::LossyFs;
 pub use proxy::TcpProxy;
 pub use zookeeper::ZooKeeperServer;
 
