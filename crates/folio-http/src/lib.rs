@@ -18,6 +18,7 @@
 mod bk_api;
 mod bookie_routes;
 mod dashboard;
+mod host_metrics;
 mod metrics;
 mod server;
 mod tls_listener;
