@@ -23,6 +23,10 @@ pub struct BookieConfig {
     pub bookie_id: Option<String>,
     #[serde(alias = "advertisedAddress")]
     pub advertised_address: Option<String>,
+    /// Without `advertised_address`: the id's host is this machine's host name rather than
+    /// its address. [useHostNameAsBookieID]
+    #[serde(alias = "useHostNameAsBookieID")]
+    pub use_host_name_as_bookie_id: bool,
     pub listen_address: String,
     #[serde(alias = "bookiePort")]
     pub port: u16,
@@ -199,6 +203,7 @@ impl Default for BookieConfig {
             metadata_service_uri: None,
             bookie_id: None,
             advertised_address: None,
+            use_host_name_as_bookie_id: false,
             listen_address: "0.0.0.0".to_string(),
             port: 3181,
             http_port: None,
@@ -282,6 +287,11 @@ pub const DEFAULT_CONFIG_TOML: &str = r#"# Folio bookie configuration. Every key
 
 # Host name or IP clients should connect to; default: this machine's host name. [advertisedAddress]
 # advertised_address = "10.0.0.5"
+
+# Without advertised_address, the id's host is this machine's host name instead of its
+# address (`folio shell updatecookie -bookieId hostname|ip` and `updateledgers` move a
+# bookie from one to the other). [useHostNameAsBookieID]
+use_host_name_as_bookie_id = false
 
 # Address the bookie port listens on.
 listen_address = "0.0.0.0"

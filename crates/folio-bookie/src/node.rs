@@ -8,7 +8,7 @@
 //!
 //! `folio bookie` runs one; `folio standalone` and tests can run several in one process.
 
-use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -143,31 +143,6 @@ fn health_probe(
     })
 }
 
-/// The host clients should dial: the configured one, the listen address when specific, else
-/// this machine's name resolved to an address (BookKeeper uses the local host's address).
-fn advertised_host(config: &BookieConfig) -> String {
-    if let Some(a) = &config.advertised_address {
-        return a.clone();
-    }
-    if let Ok(ip) = config.listen_address.parse::<IpAddr>()
-        && !ip.is_unspecified()
-    {
-        return ip.to_string();
-    }
-    let name = std::env::var("HOSTNAME")
-        .ok()
-        .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
-        .map(|s| s.trim().to_string())
-        .filter(|s| !s.is_empty());
-    if let Some(name) = name
-        && let Ok(mut addrs) = (name.as_str(), 0).to_socket_addrs()
-        && let Some(addr) = addrs.find(|a| a.is_ipv4())
-    {
-        return addr.ip().to_string();
-    }
-    "127.0.0.1".to_string()
-}
-
 /// `host:port`, with an IPv6 address in brackets.
 fn http_bind_address(host: &str, port: u16) -> String {
     match host.parse::<IpAddr>() {
@@ -235,11 +210,8 @@ impl BookieNode {
             }
             None => None,
         };
-        let host = advertised_host(&config);
-        let id_text = config
-            .bookie_id
-            .clone()
-            .unwrap_or_else(|| format!("{host}:{port}"));
+        let host = crate::bookie_address::advertised_host(&config);
+        let id_text = crate::bookie_address::bookie_id_text(&config, port);
         let bookie_id = BookieId::new(id_text.clone()).map_err(|_| NodeError::BookieId(id_text))?;
 
         if let Some(m) = &metadata {

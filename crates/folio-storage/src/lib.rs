@@ -10,6 +10,7 @@
 mod bk_stats;
 pub mod checkpoint;
 pub mod config;
+pub mod consistency;
 pub mod dir_lock;
 pub mod error;
 pub mod journal;

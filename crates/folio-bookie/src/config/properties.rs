@@ -23,6 +23,7 @@ pub(super) const FIELDS: &[(&str, &str)] = &[
     ("metadataServiceUri", "metadata_service_uri"),
     ("bookieId", "bookie_id"),
     ("advertisedAddress", "advertised_address"),
+    ("useHostNameAsBookieID", "use_host_name_as_bookie_id"),
     ("bookiePort", "port"),
     ("httpServerPort", "http_port"),
     ("httpServerHost", "http_listen_address"),

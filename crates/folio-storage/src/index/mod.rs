@@ -194,6 +194,23 @@ impl LedgerIndex {
         t.len().map_err(|e| self.err(e))
     }
 
+    /// Every (ledger, entry, location) the index holds, in key order (tools: the local
+    /// consistency check reads each one back).
+    pub fn all_locations(&self) -> Result<Vec<(i64, i64, Location)>, LedgerStoreError> {
+        let r = self.db.begin_read().map_err(|e| self.err(e))?;
+        let t = r.open_table(ENTRIES).map_err(|e| self.err(e))?;
+        let mut out = Vec::new();
+        for kv in t.iter().map_err(|e| self.err(e))? {
+            let (k, v) = kv.map_err(|e| self.err(e))?;
+            let (ledger, entry) =
+                codec::decode_entry_key(k.value()).map_err(|r| self.corrupt(r))?;
+            let loc = codec::decode_location(v.value())
+                .map_err(|r| self.corrupt(format!("entry {ledger}:{entry}: {r}")))?;
+            out.push((ledger, entry, loc));
+        }
+        Ok(out)
+    }
+
     /// The entry ids the index holds for `ledger`, ascending.
     pub fn entry_ids(&self, ledger: i64) -> Result<Vec<i64>, LedgerStoreError> {
         let r = self.db.begin_read().map_err(|e| self.err(e))?;
