@@ -13,6 +13,8 @@ use serde::{Deserialize, Deserializer, Serialize};
 
 mod properties;
 
+pub use properties::{bookkeeper_name, field_of, is_bookkeeper_key, suggestion};
+
 /// See the module comment and [`DEFAULT_CONFIG_TOML`] for each key.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]

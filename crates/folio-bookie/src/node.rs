@@ -344,6 +344,7 @@ impl BookieNode {
                     listener,
                     tls: http_tls.clone(),
                     bookie_id: bookie_id.clone(),
+                    config: config.clone(),
                     storage: storage.clone(),
                     refresh,
                     disk: LocalDisk {
