@@ -45,6 +45,8 @@ pub struct AdminParts {
     /// HTTPS when `http_tls_key_file` and `http_tls_certificate_file` are set.
     pub tls: Option<Arc<ServerTls>>,
     pub bookie_id: BookieId,
+    /// The configuration the bookie runs with (`/api/v1/config/server_config`).
+    pub config: crate::config::BookieConfig,
     pub storage: Arc<dyn BookieStorage>,
     /// Sets point-in-time gauges (pending requests, journal numbers) just before a scrape.
     pub refresh: Arc<dyn Fn() + Send + Sync>,

@@ -71,6 +71,26 @@ pub fn storage_gauges(write_cache_bytes: u64, journal_dirs: usize) {
     metrics::gauge!("bookie_JOURNAL_DIRS").set(journal_dirs as f64);
 }
 
+/// BookKeeper's `bookie_journal_JOURNAL_FORCE_WRITE_QUEUE_SIZE` (written groups waiting
+/// for the force-write thread's fdatasync) and the ledger storage's `bookie_ledgers_count`
+/// and `bookie_entries_count` (`LedgerMetadataIndexStats`, `EntryLocationIndexStats`);
+/// the counts are left as they were when they cannot be read. Also registers the ledger
+/// store's throttled- and rejected-write counters.
+pub fn journal_and_index(engine: &folio_storage::Storage) {
+    // Counted by the ledger store; registered here so that they show 0 before the first.
+    metrics::counter!("bookie_throttled_write_requests").increment(0);
+    metrics::counter!("bookie_rejected_write_requests").increment(0);
+    metrics::gauge!("bookie_journal_JOURNAL_FORCE_WRITE_QUEUE_SIZE")
+        .set(engine.journal_force_write_queue_len() as f64);
+    match engine.ledger_and_entry_counts() {
+        Ok((ledgers, entries)) => {
+            metrics::gauge!("bookie_ledgers_count").set(ledgers as f64);
+            metrics::gauge!("bookie_entries_count").set(entries as f64);
+        }
+        Err(e) => tracing::warn!("cannot count the ledgers and entries for /metrics: {e}"),
+    }
+}
+
 /// BookKeeper's entry logger gauges with a log per ledger (`EntryLogManagerForEntryLogPerLedger`,
 /// scope `entrylogger` under `bookie`): logs being written, logs rotated because their
 /// ledger's access expired or because too many were open, ledgers with several logs.

@@ -13,6 +13,8 @@ use serde::{Deserialize, Deserializer, Serialize};
 
 mod properties;
 
+pub use properties::{bookkeeper_name, field_of, is_bookkeeper_key, suggestion};
+
 /// See the module comment and [`DEFAULT_CONFIG_TOML`] for each key.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -23,6 +25,10 @@ pub struct BookieConfig {
     pub bookie_id: Option<String>,
     #[serde(alias = "advertisedAddress")]
     pub advertised_address: Option<String>,
+    /// Without `advertised_address`: the id's host is this machine's host name rather than
+    /// its address. [useHostNameAsBookieID]
+    #[serde(alias = "useHostNameAsBookieID")]
+    pub use_host_name_as_bookie_id: bool,
     pub listen_address: String,
     #[serde(alias = "bookiePort")]
     pub port: u16,
@@ -205,6 +211,7 @@ impl Default for BookieConfig {
             metadata_service_uri: None,
             bookie_id: None,
             advertised_address: None,
+            use_host_name_as_bookie_id: false,
             listen_address: "0.0.0.0".to_string(),
             port: 3181,
             http_port: None,
@@ -290,6 +297,11 @@ pub const DEFAULT_CONFIG_TOML: &str = r#"# Folio bookie configuration. Every key
 
 # Host name or IP clients should connect to; default: this machine's host name. [advertisedAddress]
 # advertised_address = "10.0.0.5"
+
+# Without advertised_address, the id's host is this machine's host name instead of its
+# address (`folio shell updatecookie -bookieId hostname|ip` and `updateledgers` move a
+# bookie from one to the other). [useHostNameAsBookieID]
+use_host_name_as_bookie_id = false
 
 # Address the bookie port listens on.
 listen_address = "0.0.0.0"

@@ -180,7 +180,7 @@ struct Shared {
     round_lock: tokio::sync::Mutex<()>,
     rounds: AtomicU64,
     last: parking_lot::Mutex<Option<GcRound>>,
-    compaction: CompactionPolicy,
+    compaction: parking_lot::Mutex<CompactionPolicy>,
     /// When the last minor and major compactions ran (or the collector started).
     last_minor: parking_lot::Mutex<std::time::Instant>,
     last_major: parking_lot::Mutex<std::time::Instant>,
@@ -246,7 +246,7 @@ impl GcHandle {
             round_lock: tokio::sync::Mutex::new(()),
             rounds: AtomicU64::new(0),
             last: parking_lot::Mutex::new(None),
-            compaction: CompactionPolicy::OFF,
+            compaction: parking_lot::Mutex::new(CompactionPolicy::OFF),
             last_minor: parking_lot::Mutex::new(std::time::Instant::now()),
             last_major: parking_lot::Mutex::new(std::time::Instant::now()),
             major_suspended: AtomicBool::new(false),
@@ -259,7 +259,7 @@ impl GcHandle {
     pub fn with_compaction(self, policy: CompactionPolicy) -> GcHandle {
         match Arc::try_unwrap(self.0) {
             Ok(mut shared) => {
-                shared.compaction = policy;
+                *shared.compaction.get_mut() = policy;
                 GcHandle(Arc::new(shared))
             }
             Err(shared) => {
@@ -272,7 +272,7 @@ impl GcHandle {
     /// Which compaction is due now, if any: a forced round runs the major one (else the
     /// minor one) when it is on; otherwise each level runs once its interval has passed.
     fn compaction_due(&self, forced: bool) -> Option<(&'static str, f64)> {
-        let p = &self.0.compaction;
+        let p = *self.0.compaction.lock();
         let now = std::time::Instant::now();
         if p.major_on()
             && !self.0.major_suspended.load(Ordering::Acquire)
@@ -290,6 +290,17 @@ impl GcHandle {
             return Some(("minor", p.minor_threshold));
         }
         None
+    }
+
+    /// The compaction policy in force.
+    pub fn compaction_policy(&self) -> CompactionPolicy {
+        *self.0.compaction.lock()
+    }
+
+    /// Replaces the compaction policy while the bookie runs (the admin endpoint's
+    /// `server_config`); the next round uses it.
+    pub fn set_compaction_policy(&self, policy: CompactionPolicy) {
+        *self.0.compaction.lock() = policy;
     }
 
     /// Suspends (`true`) or resumes (`false`) major and minor compaction; `None` leaves a

@@ -12,6 +12,7 @@
 
 pub mod admin;
 pub mod bk_metrics;
+pub mod bookie_address;
 pub mod config;
 pub mod engine;
 pub mod gc;

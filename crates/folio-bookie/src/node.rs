@@ -8,7 +8,7 @@
 //!
 //! `folio bookie` runs one; `folio standalone` and tests can run several in one process.
 
-use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -143,31 +143,6 @@ fn health_probe(
     })
 }
 
-/// The host clients should dial: the configured one, the listen address when specific, else
-/// this machine's name resolved to an address (BookKeeper uses the local host's address).
-fn advertised_host(config: &BookieConfig) -> String {
-    if let Some(a) = &config.advertised_address {
-        return a.clone();
-    }
-    if let Ok(ip) = config.listen_address.parse::<IpAddr>()
-        && !ip.is_unspecified()
-    {
-        return ip.to_string();
-    }
-    let name = std::env::var("HOSTNAME")
-        .ok()
-        .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
-        .map(|s| s.trim().to_string())
-        .filter(|s| !s.is_empty());
-    if let Some(name) = name
-        && let Ok(mut addrs) = (name.as_str(), 0).to_socket_addrs()
-        && let Some(addr) = addrs.find(|a| a.is_ipv4())
-    {
-        return addr.ip().to_string();
-    }
-    "127.0.0.1".to_string()
-}
-
 /// `host:port`, with an IPv6 address in brackets.
 fn http_bind_address(host: &str, port: u16) -> String {
     match host.parse::<IpAddr>() {
@@ -235,11 +210,8 @@ impl BookieNode {
             }
             None => None,
         };
-        let host = advertised_host(&config);
-        let id_text = config
-            .bookie_id
-            .clone()
-            .unwrap_or_else(|| format!("{host}:{port}"));
+        let host = crate::bookie_address::advertised_host(&config);
+        let id_text = crate::bookie_address::bookie_id_text(&config, port);
         let bookie_id = BookieId::new(id_text.clone()).map_err(|_| NodeError::BookieId(id_text))?;
 
         if let Some(m) = &metadata {
@@ -347,6 +319,7 @@ impl BookieNode {
                     crate::bk_metrics::server_status(status);
                     crate::bk_metrics::storage_gauges(engine.write_cache_used(), journal_dirs);
                     crate::bk_metrics::entry_logger(status_storage.entry_log_stats());
+                    crate::bk_metrics::journal_and_index(&engine);
                     metrics::gauge!("folio_bookie_pending_adds").set(p.pending_adds() as f64);
                     metrics::gauge!("folio_bookie_pending_reads").set(p.pending_reads() as f64);
                     metrics::gauge!("folio_bookie_waiting_long_polls")
@@ -371,6 +344,7 @@ impl BookieNode {
                     listener,
                     tls: http_tls.clone(),
                     bookie_id: bookie_id.clone(),
+                    config: config.clone(),
                     storage: storage.clone(),
                     refresh,
                     disk: LocalDisk {

@@ -18,6 +18,7 @@
 //!   "suspendMinor": true}` (either), `GET` for `{"isMajorGcSuspended": "true"|"false",
 //!   "isMinorGcSuspended": ...}`; `PUT /api/v1/bookie/gc/resume_compaction` with
 //!   `{"resumeMajor": .., "resumeMinor": ..}`: BookKeeper's bodies and answers.
+//! * `config/server_config`, `bookie/sanity`, `ledger/delete`: see `bookie_admin`.
 
 // Handlers return axum's `Response` as the error of their parameter checks: large, but built
 // only on the error path, once per request.
@@ -48,6 +49,8 @@ use crate::bookie_routes::json;
 use crate::server::AdminState;
 
 mod autorecovery;
+mod bookie_admin;
+pub(crate) use bookie_admin::SANITY_PATH;
 
 /// How long one metadata call may take before the store counts as unreachable.
 const METADATA_TIMEOUT: Duration = Duration::from_secs(15);
@@ -59,6 +62,9 @@ pub(crate) const MAX_READ_ENTRIES: i64 = 10_000;
 /// What [`LedgerReader::read`] returns: (entry id, payload) pairs or why not.
 pub type ReadFuture<'a> =
     Pin<Box<dyn Future<Output = Result<Vec<(i64, Bytes)>, String>> + Send + 'a>>;
+
+/// What [`LedgerReader::sanity`] returns: `Err` says what failed.
+pub type SanityFuture<'a> = Pin<Box<dyn Future<Output = Result<(), String>> + Send + 'a>>;
 
 /// What [`LedgerReader::last_add_confirmed`] returns.
 pub type LacFuture<'a> = Pin<Box<dyn Future<Output = Result<i64, String>> + Send + 'a>>;
@@ -84,6 +90,13 @@ pub trait LedgerReader: Send + Sync {
         decommission: bool,
         delete_cookie: bool,
     ) -> Result<(), String>;
+
+    /// BookKeeper's bookie sanity test through the client: a ledger written to `bookie`
+    /// alone and read back. The default cannot run it.
+    fn sanity(&self, bookie: BookieId) -> SanityFuture<'_> {
+        let _ = bookie;
+        Box::pin(async { Err("this endpoint cannot run the sanity test".to_string()) })
+    }
 
     /// The recovers and decommissions [`LedgerReader::start_recover`] started, as they stand
     /// (the newest last; a few finished ones are kept).
@@ -150,6 +163,7 @@ pub(crate) fn routes() -> Router<AdminState> {
             axum::routing::put(resume_compaction),
         )
         .merge(autorecovery::routes())
+        .merge(bookie_admin::routes())
 }
 
 /// An error response: `{"error": message}` with `status`.

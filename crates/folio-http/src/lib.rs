@@ -18,13 +18,15 @@
 mod bk_api;
 mod bookie_routes;
 mod dashboard;
+mod host_metrics;
 mod metrics;
 mod server;
 mod tls_listener;
 mod token;
 
 pub use bk_api::{
-    LacFuture, LedgerReader, ReadFuture, RecoverProgress, cluster_info_json, ledger_metadata_json,
+    LacFuture, LedgerReader, ReadFuture, RecoverProgress, SanityFuture, cluster_info_json,
+    ledger_metadata_json,
 };
 pub use server::{BookieAdmin, HttpHandle, WorkerSlot, serve_cluster};
 pub use token::read_token_file;

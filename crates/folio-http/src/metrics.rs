@@ -58,6 +58,11 @@ pub(crate) async fn metrics_text(State(s): State<AdminState>) -> Response {
     if let Some(refresh) = &s.refresh {
         refresh();
     }
+    crate::host_metrics::set_process_gauges();
+    if let Some(disk) = &s.local {
+        let writable = s.storage.as_ref().is_some_and(|st| !st.is_read_only());
+        crate::host_metrics::set_directory_gauges(disk, writable);
+    }
     match prometheus() {
         Some(h) => (
             [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],

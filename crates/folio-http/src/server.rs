@@ -47,6 +47,11 @@ pub(crate) struct AdminState {
     pub(crate) ledger_read_enabled: bool,
     /// The ReplicationWorker of this process, once it runs.
     pub(crate) worker: WorkerSlot,
+    /// The bookie's configuration as it runs (`config/server_config`); `None` in a process
+    /// that is not a bookie.
+    pub(crate) config: Option<Arc<parking_lot::Mutex<BookieConfig>>>,
+    /// One sanity test at a time (`bookie/sanity`), as BookKeeper's `BookieSanityService`.
+    pub(crate) sanity: Arc<tokio::sync::Mutex<()>>,
 }
 
 /// Where the binary puts its ReplicationWorker's status once autorecovery runs in the
@@ -75,6 +80,8 @@ impl AdminState {
             token: access.token.clone(),
             ledger_read_enabled: access.ledger_read_enabled,
             worker: access.worker.clone(),
+            config: None,
+            sanity: Arc::default(),
         }
     }
 
@@ -156,6 +163,7 @@ impl AdminServer for BookieAdmin {
     fn serve(&self, parts: AdminParts) -> std::io::Result<Box<dyn AdminEndpoint>> {
         let mut state = AdminState::new(parts.bookie_id.to_string(), parts.metadata, &self.access);
         state.storage = Some(parts.storage);
+        state.config = Some(Arc::new(parking_lot::Mutex::new(parts.config)));
         state.refresh = Some(parts.refresh);
         state.local = Some(parts.disk);
         state.gc = Some(parts.gc);

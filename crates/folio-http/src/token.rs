@@ -1,5 +1,5 @@
 //! The admin token (docs/security.md): with `http_auth_token_file` set, every PUT, POST and
-//! DELETE and every `/api/v1/ledger/read` need `Authorization: Bearer <token>`, compared in
+//! DELETE, every `/api/v1/ledger/read` and every `/api/v1/bookie/sanity` (it writes) need `Authorization: Bearer <token>`, compared in
 //! constant time, else 401 naming what is missing; the GET status routes and the dashboard's
 //! pages stay open (the dashboard sends the token the operator types in for entry reads).
 
@@ -55,7 +55,8 @@ pub(crate) async fn require_token(
     let guarded = !matches!(
         *request.method(),
         Method::GET | Method::HEAD | Method::OPTIONS
-    ) || request.uri().path() == LEDGER_READ_PATH;
+    ) || request.uri().path() == LEDGER_READ_PATH
+        || request.uri().path() == crate::bk_api::SANITY_PATH;
     if !guarded {
         return next.run(request).await;
     }

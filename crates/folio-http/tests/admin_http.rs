@@ -252,7 +252,11 @@ async fn with_a_token_mutations_and_ledger_reads_need_it_and_status_routes_stay_
         ("PUT", "/api/v1/autorecovery/trigger_audit"),
         ("POST", "/api/v1/bookie/gc"),
         ("DELETE", "/api/v1/ledger/list"),
+        ("DELETE", "/api/v1/ledger/delete?ledger_id=1"),
+        ("PUT", "/api/v1/config/server_config"),
         ("GET", "/api/v1/ledger/read?ledger_id=1"),
+        // The sanity test writes to the bookie.
+        ("GET", "/api/v1/bookie/sanity"),
     ] {
         let (code, v) = http_auth(addr, method, path, None).await;
         assert_eq!(code, 401, "{method} {path}: {v}");
@@ -281,6 +285,10 @@ async fn with_a_token_mutations_and_ledger_reads_need_it_and_status_routes_stay_
         "no metadata store here, but past the token check: {v}"
     );
     assert!(error_of(&v).contains("without a metadata store"), "{v}");
+    let (code, v) = http_auth(addr, "DELETE", "/api/v1/ledger/delete?ledger_id=1", good).await;
+    assert_eq!(code, 503, "past the token check: {v}");
+    let (code, v) = http_auth(addr, "GET", "/api/v1/bookie/sanity", good).await;
+    assert_eq!(code, 501, "past the token check, no client here: {v}");
     // Read-only status routes need no token.
     for path in [
         "/heartbeat",
@@ -290,6 +298,7 @@ async fn with_a_token_mutations_and_ledger_reads_need_it_and_status_routes_stay_
         "/api/v1/bookie/info",
         "/api/v1/bookie/gc",
         "/api/v1/bookie/last_log_mark",
+        "/api/v1/config/server_config",
     ] {
         let (code, body) = http_text(addr, "GET", path).await;
         assert_eq!(code, 200, "{path}: {body}");

@@ -15,6 +15,11 @@ async fn admin_http_endpoint_answers() {
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = bookie_config(dir.path(), "bookie-g:3181");
     cfg.http_port = Some(0);
+    // Groups go through the force-write thread's queue; checkpoints (write-cache flushes)
+    // come soon, so the index's entry count and the flush summaries get samples.
+    cfg.journal_force_write_thread = true;
+    cfg.flush_interval_ms = 50;
+    let ledger_dir = cfg.effective_ledger_dirs()[0].clone();
     let node = common::start_alone(cfg).await;
     let http = node.http_addr().expect("http runs");
     let mut c = Client::connect(node.local_addr()).await;
@@ -33,7 +38,19 @@ async fn admin_http_endpoint_answers() {
         http_text(http, "GET", "/heartbeat").await,
         (200, "OK\n".into())
     );
-    let (code, body) = http_text(http, "GET", "/metrics").await;
+    // Scraped once a checkpoint has put the entry into the index and recorded its flush
+    // (the flush's size is recorded last, after the index commit).
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    let (code, body) = loop {
+        let (code, body) = http_text(http, "GET", "/metrics").await;
+        let flushed = body.lines().any(|l| l == "bookie_entries_count 1")
+            && body.lines().any(|l| l.starts_with("bookie_flush_size_sum"));
+        if code != 200 || flushed {
+            break (code, body);
+        }
+        assert!(tokio::time::Instant::now() < deadline, "no flush: {body}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
     assert_eq!(code, 200);
     assert!(body.contains("folio_bookie_requests_total"), "{body}");
     assert!(
@@ -58,6 +75,13 @@ async fn admin_http_endpoint_answers() {
                 && labels.iter().all(|want| l.contains(want))
         })
     };
+    let ledger_usage = format!(
+        "bookie_ledger_dir_{}_usage",
+        ledger_dir
+            .display()
+            .to_string()
+            .replace(|c: char| !c.is_ascii_alphanumeric(), "_")
+    );
     for (name, labels) in [
         (
             "bookkeeper_server_ADD_ENTRY_REQUEST",
@@ -101,6 +125,31 @@ async fn admin_http_endpoint_answers() {
             "bookie_entrylogger_NUM_LEDGERS_HAVING_MULTIPLE_ENTRYLOGS",
             &[],
         ),
+        // The acknowledged add left the force-write queue.
+        ("bookie_journal_JOURNAL_FORCE_WRITE_QUEUE_SIZE", &[" 0"]),
+        // DbLedgerStorageStats: write-cache flushes, throttled and rejected writes.
+        ("bookie_flush", &["success=\"true\"", "quantile=\"0.99\""]),
+        ("bookie_flush_count", &["success=\"true\""]),
+        ("bookie_flush_size_sum", &["success=\"true\""]),
+        // (bookie_throttled_write, a summary, appears with the first throttled write.)
+        ("bookie_throttled_write_requests", &[" 0"]),
+        ("bookie_rejected_write_requests", &[" 0"]),
+        // The ledger and entry counts: ledger 1 with its one entry.
+        ("bookie_ledgers_count", &[" 1"]),
+        ("bookie_entries_count", &[" 1"]),
+        // LedgerDirsManager's directory gauges, and Folio's for every directory.
+        ("bookie_ledger_num_dirs", &[" 1"]),
+        ("bookie_ledger_writable_dirs", &[" 1"]),
+        (ledger_usage.as_str(), &[]),
+        ("folio_disk_usage_ratio", &["kind=\"journal\""]),
+        ("folio_disk_usage_ratio", &["kind=\"ledger\""]),
+        // The standard process metrics.
+        ("process_cpu_seconds_total", &[]),
+        ("process_resident_memory_bytes", &[]),
+        ("process_virtual_memory_bytes", &[]),
+        ("process_open_fds", &[]),
+        ("process_max_fds", &[]),
+        ("process_start_time_seconds", &[]),
     ] {
         assert!(
             series(name, labels),

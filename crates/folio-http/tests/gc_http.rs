@@ -119,17 +119,43 @@ async fn details_after(addr: std::net::SocketAddr, n: u64) -> serde_json::Value 
     .expect("the triggered round never finished")
 }
 
-/// BookKeeper's suspend and resume of compaction: while suspended a forced round still
-/// deletes ledgers but compacts nothing; resumed, the next forced round compacts again.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn compaction_is_suspended_and_resumed_over_http() {
-    let cluster = unique_name("gc-suspend");
+/// A bookie on a cluster of its own, with ledger 1 written to it over the wire.
+struct Written {
+    dir: tempfile::TempDir,
+    meta: MemMetadataStore,
+    node: BookieNode,
+    addr: std::net::SocketAddr,
+    c: Client,
+}
+
+async fn bookie_with_ledger_1(name: &str) -> Written {
+    let cluster = unique_name(name);
     let dir = tempfile::tempdir().unwrap();
     let meta = MemMetadataStore::connect(&cluster);
     let node = start(&cluster, dir.path()).await;
     let addr = node.http_addr().unwrap();
     let mut c = Client::connect(node.local_addr()).await;
     write(&mut c, &meta, 1).await;
+    Written {
+        dir,
+        meta,
+        node,
+        addr,
+        c,
+    }
+}
+
+/// BookKeeper's suspend and resume of compaction: while suspended a forced round still
+/// deletes ledgers but compacts nothing; resumed, the next forced round compacts again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compaction_is_suspended_and_resumed_over_http() {
+    let Written {
+        dir: _dir,
+        meta,
+        node,
+        addr,
+        mut c,
+    } = bookie_with_ledger_1("gc-suspend").await;
     write(&mut c, &meta, 2).await;
     meta.delete_ledger(1, None).await.unwrap();
     let path = "/api/v1/bookie/gc/suspend_compaction";
@@ -383,6 +409,74 @@ async fn with_a_log_per_ledger_deleted_ledgers_logs_go_whole_and_nothing_is_comp
     for l in [11, 13, 15] {
         assert_intact(&mut c, l).await;
     }
+    drop(c);
+    node.shutdown().await.unwrap();
+}
+
+/// BookKeeper's `config/server_config`: GET shows the configuration under BookKeeper's
+/// names; a PUT of the compaction keys changes what the next round does (here: compaction
+/// off, then on again), and a key that cannot change at run time is refused, naming it,
+/// with nothing applied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_config_changes_compaction_while_the_bookie_runs() {
+    let Written {
+        dir,
+        meta: _meta,
+        node,
+        addr,
+        mut c,
+    } = bookie_with_ledger_1("gc-config").await;
+    let path = "/api/v1/config/server_config";
+    let (code, shown) = http(addr, "GET", path).await;
+    assert_eq!(code, 200, "{shown}");
+    let want = config(dir.path());
+    assert_eq!(
+        shown["majorCompactionThreshold"],
+        want.major_compaction_threshold.to_string(),
+        "{shown}"
+    );
+    assert_eq!(shown["gcWaitTime"], "3600000", "{shown}");
+    assert_eq!(shown["bookieId"], "bookie-gc:3181", "{shown}");
+
+    // All or nothing: the compaction key is not applied with the refused one.
+    let body = r#"{"majorCompactionThreshold": "0", "bookiePort": 4000}"#;
+    let (code, answer) = http_request(addr, "PUT", path, "", body).await;
+    assert_eq!(code, 400, "{answer}");
+    assert!(
+        answer.contains("bookiePort cannot change while the bookie runs"),
+        "{answer}"
+    );
+    let (code, answer) =
+        http_request(addr, "PUT", path, "", r#"{"majorCompactionTreshold": 0}"#).await;
+    assert_eq!(code, 400, "{answer}");
+    assert!(
+        answer.contains("did you mean majorCompactionThreshold"),
+        "{answer}"
+    );
+    assert_eq!(http(addr, "GET", path).await.1, shown);
+
+    let off = r#"{"majorCompactionThreshold": "0", "minorCompactionThreshold": 0}"#;
+    let (code, answer) = http_request(addr, "PUT", path, "", off).await;
+    assert_eq!(code, 200, "{answer}");
+    assert_eq!(answer.trim(), "\"Success set server config.\"");
+    assert_eq!(
+        http(addr, "GET", path).await.1["majorCompactionThreshold"],
+        "0.0"
+    );
+    http(addr, "PUT", "/api/v1/bookie/gc").await;
+    let details = details_after(addr, 1).await;
+    assert!(
+        details[0]["lastGc"]["compaction"].is_null(),
+        "compacted with compaction off: {details}"
+    );
+
+    let on = r#"{"majorCompactionThreshold": 0.8}"#;
+    let (code, answer) = http_request(addr, "PUT", path, "", on).await;
+    assert_eq!(code, 200, "{answer}");
+    http(addr, "PUT", "/api/v1/bookie/gc").await;
+    let details = details_after(addr, 2).await;
+    assert_eq!(details[0]["lastGc"]["compaction"], "major", "{details}");
+    assert_intact(&mut c, 1).await;
     drop(c);
     node.shutdown().await.unwrap();
 }

@@ -428,6 +428,7 @@ impl LedgerStore {
         loop {
             Self::check_poisoned(&st)?;
             if st.flush_failures != failures_before {
+                crate::bk_stats::write_rejected(waited_since);
                 return Err(LedgerStoreError::WriteCacheFull(
                     st.last_flush_error.clone(),
                 ));
@@ -450,6 +451,7 @@ impl LedgerStore {
             }
         }
         if let Some(t) = waited_since {
+            crate::bk_stats::write_throttled(t);
             tracing::debug!(
                 ledger,
                 entry,
@@ -600,6 +602,21 @@ impl LedgerStore {
         Ok(ids)
     }
 
+    /// How many ledgers the store holds (not deleted).
+    pub fn ledger_count(&self) -> u64 {
+        self.state
+            .lock()
+            .ledgers
+            .values()
+            .filter(|i| !i.deleted)
+            .count() as u64
+    }
+
+    /// How many entries the index holds (those only in the write cache not counted).
+    pub fn entry_count(&self) -> Result<u64, LedgerStoreError> {
+        self.index.entry_count()
+    }
+
     /// Makes every put/set issued before this call durable (entry logs fdatasync'd, then
     /// the index committed durably), then releases the write cache memory they used.
     pub fn flush(&self) -> Result<(), LedgerStoreError> {
@@ -619,6 +636,7 @@ impl LedgerStore {
         };
         let started = std::time::Instant::now();
         let result = self.write_out(&entries, batch_ledgers.clone(), &deleted);
+        crate::bk_stats::flushed(&entries, started, result.is_ok());
         tracing::debug!(
             entries = entries.len(),
             flush_ms = started.elapsed().as_secs_f64() * 1e3,

@@ -7,8 +7,10 @@
 //! journal directory's mark forward, so a restart replays only what the ledger store
 //! may have lost. [`Storage`] is the engine the bookie calls.
 
+mod bk_stats;
 pub mod checkpoint;
 pub mod config;
+pub mod consistency;
 pub mod dir_lock;
 pub mod error;
 pub mod journal;

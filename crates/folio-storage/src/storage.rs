@@ -88,6 +88,17 @@ pub trait LedgerBackend: Send + Sync + 'static {
             "this ledger store cannot list its ledgers".into(),
         ))
     }
+    /// How many ledgers the store holds and how many entries are in its index (for
+    /// BookKeeper's `ledgers-count` and `entries-count` gauges). The default counts
+    /// through `ledgers` and `entry_ids`.
+    fn ledger_and_entry_counts(&self) -> Result<(u64, u64), BackendError> {
+        let ledgers = self.ledgers()?;
+        let mut entries = 0;
+        for l in &ledgers {
+            entries += self.entry_ids(*l)?.len() as u64;
+        }
+        Ok((ledgers.len() as u64, entries))
+    }
     /// Deletes the files holding only deleted ledgers whose deletion is flushed (see
     /// `LedgerStore::remove_dead_entry_logs`). The default has nothing to remove.
     fn remove_dead_entry_logs(&self) -> Result<EntryLogGcStats, BackendError> {
@@ -497,15 +508,26 @@ impl Storage {
         checkpoint::checkpoint(&self.inner)
     }
 
-    /// What the journal did since open (group commits, records, fdatasyncs, zero
-    /// fills), summed over the journal directories.
     /// Bytes in the ledger store's write cache, not yet flushed to an entry log.
     pub fn write_cache_used(&self) -> u64 {
         self.inner.store.write_cache_used()
     }
 
+    /// What the journal did since open (group commits, records, fdatasyncs, zero
+    /// fills), summed over the journal directories.
     pub fn journal_stats(&self) -> JournalStats {
         self.inner.journal.stats()
+    }
+
+    /// Written journal groups waiting for the force-write thread's fdatasync.
+    pub fn journal_force_write_queue_len(&self) -> u64 {
+        self.inner.journal.force_write_queue_len()
+    }
+
+    /// Ledgers the ledger store holds (not deleted), and entries its index holds (entries
+    /// still only in the write cache not counted, as BookKeeper's location index).
+    pub fn ledger_and_entry_counts(&self) -> Result<(u64, u64), StorageError> {
+        Ok(self.inner.store.ledger_and_entry_counts()?)
     }
 
     /// Times the checkpoint thread woke up since open: once per interval or request
@@ -750,6 +772,10 @@ impl LedgerBackend for crate::ledger_store::LedgerStore {
 
     fn ledgers(&self) -> Result<Vec<i64>, BackendError> {
         Ok(crate::ledger_store::LedgerStore::ledgers(self)?)
+    }
+
+    fn ledger_and_entry_counts(&self) -> Result<(u64, u64), BackendError> {
+        Ok((self.ledger_count(), self.entry_count()?))
     }
 
     fn remove_dead_entry_logs(&self) -> Result<EntryLogGcStats, BackendError> {

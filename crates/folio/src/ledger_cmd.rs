@@ -500,6 +500,16 @@ impl folio_http::LedgerReader for ClientLedgerReader {
         ops.list.iter().map(|(_, op)| op.clone()).collect()
     }
 
+    fn sanity(&self, bookie: folio_types::BookieId) -> folio_http::SanityFuture<'_> {
+        Box::pin(async move {
+            // BookKeeper's SanityTestCommand: 10 entries, a 5 s timeout per call.
+            let timeout = std::time::Duration::from_secs(5);
+            crate::shell_ledger::sanity_check(self.store.clone(), &bookie, 10, timeout, || {})
+                .await
+                .map_err(|e| format!("{e:#}"))
+        })
+    }
+
     fn last_add_confirmed(&self, ledger: LedgerId) -> folio_http::LacFuture<'_> {
         Box::pin(async move {
             let h = self.open(ledger).await.map_err(|e| format!("{e:#}"))?;

@@ -6,7 +6,9 @@
 //!
 //! The ledger data commands (`readledger`, `simpletest`, `deleteledger`, `bookiesanity`)
 //! live in `shell_ledger`; the commands on a bookie's local directories (`readjournal`,
-//! `readlog`, `lastmark`, `bookieformat`) in `shell_local`. The metadata store is reached through `metadata_connect`, so
+//! `readlog`, `lastmark`, `bookieformat`) in `shell_local`; `updatecookie` and
+//! `updateledgers` in `shell_bookie_id`; `readlogmetadata`, `activeledgers` and
+//! `localconsistencycheck` in `shell_entry_logs`. The metadata store is reached through `metadata_connect`, so
 //! every scheme works here.
 
 use anyhow::{Context, anyhow, bail};
@@ -16,7 +18,9 @@ use folio_types::LedgerId;
 use folio_types::metadata::LedgerMetadata;
 
 use crate::metadata_connect::{self, Missing};
-use crate::{shell_autorecovery, shell_cookie, shell_ledger, shell_local};
+use crate::{
+    shell_autorecovery, shell_bookie_id, shell_cookie, shell_entry_logs, shell_ledger, shell_local,
+};
 
 #[derive(Args, Debug)]
 pub struct ShellArgs {
@@ -183,6 +187,40 @@ enum ShellCommand {
         #[arg(allow_hyphen_values = true)]
         flags: Vec<String>,
     },
+    /// Move a stopped bookie's cookie between its address- and host-name-based ids
+    /// (-bookieId hostname|ip), add new ledger/index directories to it (-expandstorage),
+    /// list it (-list) or delete it (-delete [force]): [-datadir DIR | -conf FILE].
+    #[command(name = "updatecookie")]
+    UpdateCookie {
+        #[arg(allow_hyphen_values = true)]
+        flags: Vec<String>,
+    },
+    /// Make every ledger name a bookie by its host-name-based (-bookieId hostname) or
+    /// address-based (-bookieId ip) id: [-updatespersec N] [-limit N] [-verbose] [-printprogress S] [-conf FILE].
+    #[command(name = "updateledgers")]
+    UpdateLedgers {
+        #[arg(allow_hyphen_values = true)]
+        flags: Vec<String>,
+    },
+    /// Read back every entry the bookie's index lists from its entry log; name those that
+    /// fail: [-datadir DIR | -conf FILE].
+    #[command(name = "localconsistencycheck")]
+    LocalConsistencyCheck {
+        #[arg(allow_hyphen_values = true)]
+        flags: Vec<String>,
+    },
+    /// The ledgers of an entry log that still exist in the metadata: -logId ID [-timeout MS] [-datadir DIR | -conf FILE].
+    #[command(name = "activeledgers")]
+    ActiveLedgers {
+        #[arg(allow_hyphen_values = true)]
+        flags: Vec<String>,
+    },
+    /// An entry log's ledgers map: <entry log id (hex) | file> [-datadir DIR | -conf FILE].
+    #[command(name = "readlogmetadata")]
+    ReadLogMetadata {
+        #[arg(allow_hyphen_values = true)]
+        flags: Vec<String>,
+    },
     /// Print a bookie's cookie as stored in the metadata service.
     #[command(name = "cookie_get")]
     CookieGet {
@@ -231,6 +269,18 @@ pub fn run(args: ShellArgs, metadata: Option<&str>) -> anyhow::Result<()> {
         ShellCommand::BookieFormat { flags } => {
             return shell_local::bookieformat(&flags, metadata);
         }
+        ShellCommand::UpdateCookie { flags } => {
+            return shell_bookie_id::updatecookie(&flags, metadata);
+        }
+        ShellCommand::LocalConsistencyCheck { flags } => {
+            return shell_entry_logs::localconsistencycheck(&flags);
+        }
+        ShellCommand::ActiveLedgers { flags } => {
+            return shell_entry_logs::activeledgers(&flags, metadata);
+        }
+        ShellCommand::ReadLogMetadata { flags } => {
+            return shell_entry_logs::readlogmetadata(&flags);
+        }
         command => ShellArgs { command },
     };
     let uri = metadata_connect::require_uri(metadata)?;
@@ -265,6 +315,9 @@ pub fn run(args: ShellArgs, metadata: Option<&str>) -> anyhow::Result<()> {
             }
             ShellCommand::UpdateBookieInLedger { flags } => {
                 shell_autorecovery::update_bookie_in_ledger(store.clone(), &flags).await
+            }
+            ShellCommand::UpdateLedgers { flags } => {
+                shell_bookie_id::updateledgers(store.clone(), &flags).await
             }
             command => execute(command, store.as_ref()).await,
         };
@@ -455,6 +508,11 @@ async fn execute(command: ShellCommand, store: &dyn MetadataStore) -> anyhow::Re
         | ShellCommand::Recover { .. }
         | ShellCommand::DecommissionBookie { .. }
         | ShellCommand::UpdateBookieInLedger { .. }
+        | ShellCommand::UpdateLedgers { .. }
+        | ShellCommand::UpdateCookie { .. }
+        | ShellCommand::LocalConsistencyCheck { .. }
+        | ShellCommand::ActiveLedgers { .. }
+        | ShellCommand::ReadLogMetadata { .. }
         | ShellCommand::ReadJournal { .. }
         | ShellCommand::ReadLog { .. }
         | ShellCommand::LastMark { .. }

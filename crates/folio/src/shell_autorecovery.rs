@@ -333,23 +333,54 @@ pub async fn update_bookie_in_ledger(
         updates_per_sec: flags.get(C, "updatespersec")?.unwrap_or(5),
         limit: flags.get(C, "limit")?,
     };
+    let progress = flags.get::<u64>(C, "printprogress")?;
+    rename_ledgers(
+        store,
+        C,
+        &src,
+        &dst,
+        &options,
+        flags.has("verbose"),
+        progress,
+    )
+    .await
+}
+
+/// Moves every ledger's metadata from `src` to `dst` (`updateBookieInLedger`, and
+/// `updateledgers` between a bookie's address- and host-name-based ids): with `verbose`
+/// a line per ledger, and every `print_progress` seconds the count so far.
+pub(crate) async fn rename_ledgers(
+    store: Arc<dyn MetadataStore>,
+    cmd: &str,
+    src: &BookieId,
+    dst: &BookieId,
+    options: &folio_autorecovery::RenameOptions,
+    verbose: bool,
+    print_progress: Option<u64>,
+) -> anyhow::Result<()> {
     let client = Client::connect(store, crate::client_tls::client_config()?).await?;
-    let verbose = flags.has("verbose");
-    let summary =
-        folio_autorecovery::update_bookie_in_ledgers(&client, &src, &dst, &options, |l| {
-            if verbose {
-                println!("Updated ledger {l}");
+    let every = print_progress.map(std::time::Duration::from_secs);
+    let mut last = std::time::Instant::now();
+    let mut count = 0u64;
+    let summary = folio_autorecovery::update_bookie_in_ledgers(&client, src, dst, options, |l| {
+        count += 1;
+        if verbose {
+            println!("Updated ledger {l}");
+            if every.is_some_and(|e| last.elapsed() >= e) {
+                println!("Number of ledgers updated so far: {count}");
+                last = std::time::Instant::now();
             }
-        })
-        .await?;
+        }
+    })
+    .await?;
     for l in &summary.skipped {
-        eprintln!("{C}: ledger {l} left naming {src}: an ensemble of it already holds {dst}");
+        eprintln!("{cmd}: ledger {l} left naming {src}: an ensemble of it already holds {dst}");
     }
     println!("Number of ledgers updated: {}", summary.updated.len());
     let set = client.metadata().list_bookies().await?;
-    if !set.writable.contains(&dst) && !set.readonly.contains(&dst) {
+    if !set.writable.contains(dst) && !set.readonly.contains(dst) {
         eprintln!(
-            "{C}: warning: bookie {dst} is not registered now: nothing serves those ledgers' copies until it is"
+            "{cmd}: warning: bookie {dst} is not registered now: nothing serves those ledgers' copies until it is"
         );
     }
     Ok(())

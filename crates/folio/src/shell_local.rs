@@ -33,14 +33,14 @@ const DIR_FLAGS: [Spec; 2] = [
     ("conf", &["config", "c"], true),
 ];
 
-fn spec(extra: &[Spec]) -> Vec<Spec> {
+pub(crate) fn spec(extra: &[Spec]) -> Vec<Spec> {
     let mut s = DIR_FLAGS.to_vec();
     s.extend_from_slice(extra);
     s
 }
 
 /// The bookie configuration named by `-conf` and `-datadir` (the flag overrides the file).
-fn bookie_config(command: &str, flags: &Flags) -> anyhow::Result<BookieConfig> {
+pub(crate) fn bookie_config(command: &str, flags: &Flags) -> anyhow::Result<BookieConfig> {
     let conf: Option<PathBuf> = flags.get(command, "conf")?;
     let mut config = match &conf {
         Some(path) => BookieConfig::load(path)?,
@@ -295,11 +295,7 @@ pub fn readlog(args: &[String]) -> anyhow::Result<()> {
         let id: u64 = arg.parse().map_err(|_| {
             anyhow!("{CMD}: invalid entry log id {arg:?}: expected a number or a file path")
         })?;
-        let dirs = bookie_config(CMD, &flags)?.effective_ledger_dirs();
-        dirs.iter()
-            .map(|d| d.join("current").join(log_file::file_name(id)))
-            .find(|p| p.is_file())
-            .ok_or_else(|| anyhow!("{CMD}: no entry log with id {id} in {}", show_dirs(&dirs)))?
+        entry_log_path(CMD, &flags, id)?
     };
     let mut out = Stdout::new();
     out.line(format!("Scan entry log {}", path.display()).as_bytes())?;
@@ -402,39 +398,7 @@ pub fn bookieformat(args: &[String], metadata: Option<&str>) -> anyhow::Result<(
     let config = bookie_config(CMD, &flags)?;
     let fs = RealFileSystem;
 
-    // Every directory with the lock a bookie holds on it (one lock per file, even if a
-    // directory plays two parts).
-    let mut dirs: Vec<(PathBuf, &str)> = Vec::new();
-    for d in config.effective_journal_dirs() {
-        dirs.push((d, JOURNAL_LOCK_FILE));
-    }
-    for d in config
-        .effective_ledger_dirs()
-        .into_iter()
-        .chain(config.effective_index_dir())
-    {
-        dirs.push((d, LOCK_FILE));
-    }
-    let mut seen = Vec::new();
-    dirs.retain(|d| {
-        let new = !seen.contains(d);
-        seen.push(d.clone());
-        new
-    });
-    let mut locks: Vec<FileLock> = Vec::new();
-    for (d, name) in &dirs {
-        if !d.is_dir() {
-            continue;
-        }
-        match fs.lock_exclusive(&d.join(name)) {
-            Ok(l) => locks.push(l),
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => bail!(
-                "{CMD}: directory {} is in use by a running bookie: stop it first",
-                d.display()
-            ),
-            Err(e) => bail!("{CMD}: cannot lock {}: {e}", d.join(name).display()),
-        }
-    }
+    let (dirs, locks) = lock_bookie_dirs(CMD, &config)?;
 
     let has_data = dirs
         .iter()
@@ -443,13 +407,11 @@ pub fn bookieformat(args: &[String], metadata: Option<&str>) -> anyhow::Result<(
         if flags.has("nonInteractive") {
             bail!("{CMD}: the bookie has data and -nonInteractive was given without -force");
         }
-        eprint!(
-            "Are you sure to format the bookie data in {}? (Y or N) ",
+        let question = format!(
+            "Are you sure to format the bookie data in {}?",
             show_dirs(&dirs.iter().map(|(d, _)| d.clone()).collect::<Vec<_>>())
         );
-        let mut answer = String::new();
-        std::io::stdin().lock().read_line(&mut answer)?;
-        if !matches!(answer.trim(), "y" | "Y" | "yes" | "Yes") {
+        if !confirm(&question)? {
             bail!("{CMD}: not confirmed, nothing deleted (pass -force to format without asking)");
         }
     }
@@ -497,6 +459,59 @@ pub fn bookieformat(args: &[String], metadata: Option<&str>) -> anyhow::Result<(
     Ok(())
 }
 
+/// A bookie directory and the name of the lock file a bookie holds in it.
+pub(crate) type LockedDir = (PathBuf, &'static str);
+
+/// Every directory of the bookie, each with the lock a bookie holds on it (one lock per
+/// file, even if a directory plays two parts), locked: refused while a bookie runs there.
+/// Directories that do not exist are listed but not locked.
+pub(crate) fn lock_bookie_dirs(
+    cmd: &str,
+    config: &BookieConfig,
+) -> anyhow::Result<(Vec<LockedDir>, Vec<FileLock>)> {
+    let fs = RealFileSystem;
+    let mut dirs: Vec<LockedDir> = Vec::new();
+    for d in config.effective_journal_dirs() {
+        dirs.push((d, JOURNAL_LOCK_FILE));
+    }
+    for d in config
+        .effective_ledger_dirs()
+        .into_iter()
+        .chain(config.effective_index_dir())
+    {
+        dirs.push((d, LOCK_FILE));
+    }
+    let mut seen = Vec::new();
+    dirs.retain(|d| {
+        let new = !seen.contains(d);
+        seen.push(d.clone());
+        new
+    });
+    let mut locks: Vec<FileLock> = Vec::new();
+    for (d, name) in &dirs {
+        if !d.is_dir() {
+            continue;
+        }
+        match fs.lock_exclusive(&d.join(name)) {
+            Ok(l) => locks.push(l),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => bail!(
+                "{cmd}: directory {} is in use by a running bookie: stop it first",
+                d.display()
+            ),
+            Err(e) => bail!("{cmd}: cannot lock {}: {e}", d.join(name).display()),
+        }
+    }
+    Ok((dirs, locks))
+}
+
+/// Asks `question` on stderr and reads the answer from stdin: true for y or yes.
+pub(crate) fn confirm(question: &str) -> anyhow::Result<bool> {
+    eprint!("{question} (Y or N) ");
+    let mut answer = String::new();
+    std::io::stdin().lock().read_line(&mut answer)?;
+    Ok(matches!(answer.trim(), "y" | "Y" | "yes" | "Yes"))
+}
+
 fn delete_remote_cookie(uri: &str, bookie: &str) -> anyhow::Result<()> {
     let id = folio_types::BookieId::new(bookie)?;
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -526,7 +541,7 @@ fn delete_remote_cookie(uri: &str, bookie: &str) -> anyhow::Result<()> {
 
 /// The entries of `dir` other than the lock files (which stay: they mean nothing
 /// unlocked, and removing one a bookie is about to lock would race).
-fn contents(dir: &Path) -> anyhow::Result<Vec<String>> {
+pub(crate) fn contents(dir: &Path) -> anyhow::Result<Vec<String>> {
     let mut names = Vec::new();
     for e in std::fs::read_dir(dir).with_context(|| format!("cannot list {}", dir.display()))? {
         let name = e?.file_name().to_string_lossy().into_owned();
@@ -538,12 +553,21 @@ fn contents(dir: &Path) -> anyhow::Result<Vec<String>> {
     Ok(names)
 }
 
+/// The file of entry log `id` in the ledger directories of the bookie `flags` name.
+pub(crate) fn entry_log_path(cmd: &str, flags: &Flags, id: u64) -> anyhow::Result<PathBuf> {
+    let dirs = bookie_config(cmd, flags)?.effective_ledger_dirs();
+    dirs.iter()
+        .map(|d| d.join("current").join(log_file::file_name(id)))
+        .find(|p| p.is_file())
+        .ok_or_else(|| anyhow!("{cmd}: no entry log with id {id} in {}", show_dirs(&dirs)))
+}
+
 /// A path argument rather than an id: it has a separator or the file suffix.
-fn looks_like_path(arg: &str, suffix: &str) -> bool {
+pub(crate) fn looks_like_path(arg: &str, suffix: &str) -> bool {
     arg.contains('/') || arg.ends_with(suffix)
 }
 
-fn show_dirs(dirs: &[PathBuf]) -> String {
+pub(crate) fn show_dirs(dirs: &[PathBuf]) -> String {
     dirs.iter()
         .map(|d| d.display().to_string())
         .collect::<Vec<_>>()

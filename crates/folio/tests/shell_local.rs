@@ -4,22 +4,14 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use common::{Outcome, Proc, Standalone, folio, run};
+use common::{Outcome, Proc, Standalone, entry_logs, folio, ledger_id, run};
 
 fn local(args: &[&str], stdin: &[u8]) -> Outcome {
     let mut cmd = folio();
     cmd.arg("shell").args(args);
     run(cmd, stdin)
-}
-
-fn ledger_id(out: &str) -> i64 {
-    out.lines()
-        .find_map(|l| l.strip_prefix("ledger "))
-        .unwrap_or_else(|| panic!("no ledger line in {out:?}"))
-        .parse()
-        .unwrap()
 }
 
 /// `(journal id, offset)` from a `lastmark` line.
@@ -32,16 +24,6 @@ fn mark(out: &str) -> (u64, u64) {
     let pos = rest.split_once("Pos - ").unwrap().1;
     let pos = pos.split_whitespace().next().unwrap();
     (id.parse().unwrap(), pos.parse().unwrap())
-}
-
-fn entry_logs(bookie_dir: &Path) -> Vec<PathBuf> {
-    let mut logs: Vec<PathBuf> = std::fs::read_dir(bookie_dir.join("ledgers/current"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|x| x == "log"))
-        .collect();
-    logs.sort();
-    logs
 }
 
 #[test]

@@ -419,3 +419,67 @@ fn autorecovery_serves_the_dashboard_and_an_open_ledger_shows_its_lac() {
     assert!(ar.wait().success(), "{}", ar.stderr());
     sa.stop();
 }
+
+/// BookKeeper's `bookie/sanity` (a ledger written to this bookie and read back through the
+/// client; a read-only bookie is not tested) and `ledger/delete`, over HTTP on a real
+/// standalone cluster.
+#[test]
+fn bookie_sanity_and_ledger_delete_over_http() {
+    let dir = tempfile::tempdir().unwrap();
+    let sa = Standalone::start(dir.path(), 1);
+    let addr = sa.http_addr();
+    let sanity = "/api/v1/bookie/sanity";
+    assert_eq!(
+        get_json(&addr, sanity),
+        serde_json::json!({"passed": true, "readOnly": false})
+    );
+    let (code, body) = http_body(
+        &addr,
+        "PUT",
+        "/api/v1/bookie/state/readonly",
+        r#"{"readOnly": true}"#,
+    );
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(
+        get_json(&addr, sanity),
+        serde_json::json!({"passed": false, "readOnly": true})
+    );
+    let (code, body) = http_body(
+        &addr,
+        "PUT",
+        "/api/v1/bookie/state/readonly",
+        r#"{"readOnly": false}"#,
+    );
+    assert_eq!(code, 200, "{body}");
+
+    let w = sa
+        .run(
+            &["ledger", "write", "-e", "1", "-w", "1", "-a", "1"],
+            b"gone soon\n",
+        )
+        .ok()
+        .text();
+    let id = common::ledger_id(&w);
+    let path = format!("/api/v1/ledger/delete?ledger_id={id}");
+    let (code, body) = http(&addr, "DELETE", &path);
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&body).unwrap(),
+        serde_json::json!(format!("Deleted ledger: {id}"))
+    );
+    sa.run(&["ledger", "meta", &id.to_string()], b"")
+        .fails_with(&format!("no such ledger {id}"));
+    fails(&addr, "DELETE", &path, 404, &id.to_string());
+    fails(
+        &addr,
+        "DELETE",
+        "/api/v1/ledger/delete",
+        400,
+        "missing parameter ledger_id",
+    );
+    assert_eq!(
+        http(&addr, "GET", "/api/v1/ledger/delete?ledger_id=1").0,
+        405
+    );
+    sa.stop();
+}

@@ -23,6 +23,7 @@ pub(super) const FIELDS: &[(&str, &str)] = &[
     ("metadataServiceUri", "metadata_service_uri"),
     ("bookieId", "bookie_id"),
     ("advertisedAddress", "advertised_address"),
+    ("useHostNameAsBookieID", "use_host_name_as_bookie_id"),
     ("bookiePort", "port"),
     ("httpServerPort", "http_port"),
     ("httpServerHost", "http_listen_address"),
@@ -175,8 +176,9 @@ fn serde_knows(key: &str) -> bool {
     }
 }
 
-/// The Folio field `key` sets, if Folio implements it.
-pub(super) fn field_of(key: &str) -> Option<String> {
+/// The Folio field `key` (a BookKeeper key or a Folio field name) sets, if Folio
+/// implements it.
+pub fn field_of(key: &str) -> Option<String> {
     if let Some((_, f)) = FIELDS.iter().find(|(k, _)| *k == key) {
         return Some(f.to_string());
     }
@@ -218,8 +220,18 @@ fn typed(field: &str, raw: &str, origin: &str, key: &str) -> Result<toml::Value,
     Err(format!("{origin}: bad value {raw:?} for {key}: {last}"))
 }
 
+/// BookKeeper's name of Folio field `field`, if it has one (its first mapping).
+pub fn bookkeeper_name(field: &str) -> Option<&'static str> {
+    FIELDS.iter().find(|(_, f)| *f == field).map(|(k, _)| *k)
+}
+
+/// Whether `key` is one of BookKeeper's keys (implemented by Folio or not).
+pub fn is_bookkeeper_key(key: &str) -> bool {
+    bookkeeper_keys().any(|k| k == key)
+}
+
 /// The closest known key to `key`, if one is close enough to be the intended one.
-fn suggestion(key: &str) -> Option<String> {
+pub fn suggestion(key: &str) -> Option<String> {
     let folio_fields = FIELDS.iter().map(|(_, f)| *f);
     let default_keys = super::DEFAULT_CONFIG_TOML.lines().filter_map(|l| {
         let l = l.trim_start_matches('#').trim();

@@ -74,41 +74,24 @@ fn own_facts(s: &AdminState) -> Value {
         "id": s.bookie_id,
         "version": env!("CARGO_PKG_VERSION"),
         "readOnly": s.storage.as_ref().map(|st| st.is_read_only()),
-        "rssBytes": rss_bytes(),
+        "rssBytes": crate::host_metrics::rss_bytes(),
         "directories": s.local.as_ref().map(directories),
         "metrics": text.as_deref().map(super::prom::summary),
     })
 }
 
-/// The resident set size of this process (Linux: `/proc/self/status`), if readable.
-fn rss_bytes() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
-    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kb * 1024)
-}
-
 /// Usage of each journal, ledger and index directory (statvfs of its file system).
 fn directories(disk: &LocalDisk) -> Value {
-    let fs = folio_env::RealFileSystem;
-    let kinds = disk
-        .journal_dirs
-        .iter()
-        .map(|d| ("journal", d))
-        .chain(disk.ledger_dirs.iter().map(|d| ("ledger", d)))
-        .chain(disk.index_dir.iter().map(|d| ("index", d)));
-    kinds
+    crate::host_metrics::directories(disk)
         .map(|(kind, dir)| {
             let path = dir.display().to_string();
-            match folio_env::FileSystem::space(&fs, dir) {
-                Ok(sp) => json!({
+            match crate::host_metrics::usage(dir) {
+                Ok((usage, sp)) => json!({
                     "kind": kind,
                     "path": path,
                     "freeBytes": sp.free,
                     "totalBytes": sp.total,
-                    "usage": if sp.total == 0 { 0.0 } else {
-                        1.0 - sp.free as f64 / sp.total as f64
-                    },
+                    "usage": usage,
                 }),
                 Err(e) => json!({ "kind": kind, "path": path, "error": e.to_string() }),
             }

@@ -14,7 +14,7 @@ pub mod codec;
 use std::path::{Path, PathBuf};
 
 use folio_env::{FileSystem, OpenOptions};
-use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+use redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition};
 
 pub use codec::LedgerInfo;
 
@@ -185,6 +185,30 @@ impl LedgerIndex {
         codec::decode_location(v.value())
             .map(Some)
             .map_err(|r| self.corrupt(format!("entry {ledger}:{entry}: {r}")))
+    }
+
+    /// How many entries the index holds (redb keeps the count: no scan).
+    pub fn entry_count(&self) -> Result<u64, LedgerStoreError> {
+        let r = self.db.begin_read().map_err(|e| self.err(e))?;
+        let t = r.open_table(ENTRIES).map_err(|e| self.err(e))?;
+        t.len().map_err(|e| self.err(e))
+    }
+
+    /// Every (ledger, entry, location) the index holds, in key order (tools: the local
+    /// consistency check reads each one back).
+    pub fn all_locations(&self) -> Result<Vec<(i64, i64, Location)>, LedgerStoreError> {
+        let r = self.db.begin_read().map_err(|e| self.err(e))?;
+        let t = r.open_table(ENTRIES).map_err(|e| self.err(e))?;
+        let mut out = Vec::new();
+        for kv in t.iter().map_err(|e| self.err(e))? {
+            let (k, v) = kv.map_err(|e| self.err(e))?;
+            let (ledger, entry) =
+                codec::decode_entry_key(k.value()).map_err(|r| self.corrupt(r))?;
+            let loc = codec::decode_location(v.value())
+                .map_err(|r| self.corrupt(format!("entry {ledger}:{entry}: {r}")))?;
+            out.push((ledger, entry, loc));
+        }
+        Ok(out)
     }
 
     /// The entry ids the index holds for `ledger`, ascending.

@@ -209,7 +209,12 @@ impl ForceQueue {
                 }
                 st.0.drain(..).collect()
             };
+            let n = jobs.len() as u64;
             syncer.complete(jobs);
+            syncer
+                .shared
+                .force_write_queued
+                .fetch_sub(n, std::sync::atomic::Ordering::Relaxed);
         }
     }
 }

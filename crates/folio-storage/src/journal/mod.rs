@@ -295,6 +295,18 @@ impl Journal {
         s
     }
 
+    /// Written groups waiting for the force-write thread's fdatasync, summed over the
+    /// directories (0 without `force_write_thread`).
+    pub fn force_write_queue_len(&self) -> u64 {
+        self.dirs
+            .iter()
+            .map(|d| {
+                d.force_write_queued
+                    .load(std::sync::atomic::Ordering::Relaxed)
+            })
+            .sum()
+    }
+
     /// Per directory, the persisted marks.
     pub fn marks(&self) -> Vec<Position> {
         self.dirs.iter().map(|d| *d.persisted_mark.lock()).collect()

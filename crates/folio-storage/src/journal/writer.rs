@@ -212,6 +212,9 @@ pub(crate) struct DirShared {
     /// The mark last persisted (marks only move forward).
     pub(crate) persisted_mark: Mutex<Position>,
     pub(crate) counters: Counters,
+    /// Written groups waiting for the force-write thread's fdatasync (BookKeeper's
+    /// `JOURNAL_FORCE_WRITE_QUEUE_SIZE`); always 0 without that thread.
+    pub(crate) force_write_queued: AtomicU64,
 }
 
 impl DirShared {
@@ -224,6 +227,7 @@ impl DirShared {
             synced: Mutex::new(mark),
             persisted_mark: Mutex::new(mark),
             counters: Counters::default(),
+            force_write_queued: AtomicU64::new(0),
         }
     }
 
@@ -489,7 +493,12 @@ impl Writer {
                     batch: std::mem::take(&mut self.batch),
                 };
                 match &mut self.sync {
-                    Sync::Thread(q) => q.push(job),
+                    Sync::Thread(q) => {
+                        self.shared
+                            .force_write_queued
+                            .fetch_add(1, Ordering::Relaxed);
+                        q.push(job)
+                    }
                     Sync::Inline(syncer) => syncer.complete(vec![job]),
                 }
                 // After handing the group on (inline: after its callbacks): the zeroes

@@ -375,3 +375,23 @@ pub fn run(mut cmd: Command, stdin: &[u8]) -> Outcome {
         stderr: p.stderr(),
     }
 }
+
+/// The ledger id of a `ledger <id>` line in `out`.
+pub fn ledger_id(out: &str) -> i64 {
+    out.lines()
+        .find_map(|l| l.strip_prefix("ledger "))
+        .unwrap_or_else(|| panic!("no ledger line in {out:?}"))
+        .parse()
+        .unwrap()
+}
+
+/// The entry log files of the bookie whose data directory is `bookie_dir`, sorted.
+pub fn entry_logs(bookie_dir: &Path) -> Vec<PathBuf> {
+    let mut logs: Vec<PathBuf> = std::fs::read_dir(bookie_dir.join("ledgers/current"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "log"))
+        .collect();
+    logs.sort();
+    logs
+}
