@@ -83,6 +83,11 @@ pub struct BookieConfig {
     /// Folio's own key: a force-write thread per journal directory (BookKeeper always
     /// has one); off, the journal thread fdatasyncs after each group itself.
     pub journal_force_write_thread: bool,
+    /// **Unsafe when false** (BookKeeper's `journalSyncData`): adds are acknowledged
+    /// without an fdatasync, so a power loss loses acknowledged entries. For tests and
+    /// benchmarks only; the bookie warns at start-up.
+    #[serde(alias = "journalSyncData")]
+    pub journal_sync_data: bool,
     #[serde(alias = "flushInterval")]
     pub flush_interval_ms: u64,
     #[serde(alias = "logSizeLimit")]
@@ -233,6 +238,7 @@ impl Default for BookieConfig {
             journal_remove_pages_from_cache: true,
             journal_direct_io: true,
             journal_force_write_thread: false,
+            journal_sync_data: true,
             flush_interval_ms: 10_000,
             entry_log_size_limit: 1 << 30,
             entry_log_per_ledger_enabled: false,
@@ -382,6 +388,10 @@ journal_direct_io = true
 # meanwhile. Off (the default), the journal thread fdatasyncs after each group itself.
 # Folio's own key; docs/performance.md says when it helped and when not.
 journal_force_write_thread = false
+
+# UNSAFE when false: acknowledge adds without an fdatasync of the journal (a power loss then
+# loses acknowledged entries). For tests and benchmarks only. [journalSyncData]
+journal_sync_data = true
 
 # Interval between checkpoints (ledger store flush, journal mark), in ms. [flushInterval]
 flush_interval_ms = 10000

@@ -23,6 +23,12 @@ use crate::storage::{BookieStorage, StorageError, WriteCallback};
 
 /// The storage engine's configuration from the bookie's.
 pub fn storage_config(config: &BookieConfig) -> (StorageConfig, LedgerStoreConfig) {
+    if !config.journal_sync_data {
+        tracing::warn!(
+            "journal_sync_data (journalSyncData) is false: adds are acknowledged without an \
+             fdatasync, and a power loss loses acknowledged entries"
+        );
+    }
     let journal = JournalConfig {
         dirs: config.effective_journal_dirs(),
         max_group_wait: Duration::from_millis(config.journal_max_group_wait_ms),
@@ -34,6 +40,7 @@ pub fn storage_config(config: &BookieConfig) -> (StorageConfig, LedgerStoreConfi
         remove_pages_from_cache: config.journal_remove_pages_from_cache,
         direct_io: config.journal_direct_io,
         force_write_thread: config.journal_force_write_thread,
+        sync_data: config.journal_sync_data,
         ..JournalConfig::default()
     };
     let storage = StorageConfig {

@@ -44,6 +44,7 @@ pub(super) const FIELDS: &[(&str, &str)] = &[
         "journalFlushWhenQueueEmpty",
         "journal_flush_when_queue_empty",
     ),
+    ("journalSyncData", "journal_sync_data"),
     ("journalMaxSizeMB", "journal_max_size_mb"),
     ("journalPreAllocSizeMB", "journal_pre_alloc_size_mb"),
     (
@@ -403,7 +404,7 @@ mod tests {
         let (c, ignored) = config(
             "ledgerDirectories=/a,/b\nadvertisedAddress=\ndiskUsageThreshold=0.9\n\
              diskUsageLwmThreshold=0.8\nautoRecoveryDaemonEnabled=TRUE\nbookieId=42\n\
-             journalSyncData=false\nrack=/r/1",
+             journalAdaptiveGroupWrites=false\nrack=/r/1",
         );
         assert_eq!(
             c.ledger_dirs,
@@ -418,7 +419,10 @@ mod tests {
             Some("/r/1"),
             "Folio's own names work too"
         );
-        assert_eq!(ignored, BTreeSet::from(["journalSyncData".to_string()]));
+        assert_eq!(
+            ignored,
+            BTreeSet::from(["journalAdaptiveGroupWrites".to_string()])
+        );
         let e = translate(&settings("bookiePort=http")).unwrap_err();
         assert!(
             e.contains("t.conf") && e.contains("bookiePort") && e.contains("http"),
