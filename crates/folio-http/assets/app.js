@@ -339,9 +339,11 @@ async function autorecovery(main, gen) {
     h("td", {}, h("a", { href: "#/ledger/" + u.ledgerId }, String(u.ledgerId))),
     h("td", { class: "wrap" }, u.missingReplicas.map((b) => h("div", {}, b.id + " ", stateBadge(b.state)))),
     h("td", {}, when(u.markedAt)),
-    h("td", { class: "wrap" }, u.repairing ? "repairing now" : u.stuck ? h("span", { class: "state-gone" },
-      "stuck after " + u.stuck.attempts + " attempt(s): " + u.stuck.reason + " (retry in " +
-      duration(u.stuck.retryInSeconds) + ")") : h("span", { class: "muted" }, "queued"))));
+    h("td", { class: "wrap", "data-locked-by": u.lockedBy || "" }, u.lockedBy || h("span", { class: "muted" }, "nobody")),
+    h("td", { class: "wrap" }, u.repairing ? "repairing now" : u.stuck ? h("span", { class: "state-gone",
+      "data-stuck": u.ledgerId }, "stuck after " + u.stuck.attempts + " attempt(s): " + u.stuck.reason +
+      " (retry in " + duration(u.stuck.retryInSeconds) + ", at " + when(u.stuck.retryAt) + ")") :
+      h("span", { class: "muted" }, u.lockedBy ? "taken by another worker" : "queued"))));
   const w = a.worker;
   fill(main,
     h("h1", {}, "Autorecovery"),
@@ -354,8 +356,9 @@ async function autorecovery(main, gen) {
         " entries, " + bytes(w.bytesWritten) + " copied") : null),
     h("h2", {}, "Queue"),
     h("div", { class: "scroll" }, h("table", { "data-table": "under-replicated" },
-      h("thead", {}, h("tr", {}, ["Ledger", "Missing copies", "Marked", "Status"].map((t) => h("th", {}, t)))),
-      h("tbody", {}, rows.length ? rows : h("tr", {}, h("td", { colspan: 4, class: "muted" },
+      h("thead", {}, h("tr", {}, ["Ledger", "Missing copies", "Marked", "Locked by", "Status"].map((t) =>
+        h("th", {}, t)))),
+      h("tbody", {}, rows.length ? rows : h("tr", {}, h("td", { colspan: 5, class: "muted" },
         "Nothing is under-replicated."))))),
     w ? null : h("p", { class: "muted" }, "No ReplicationWorker runs in this process: a ledger's " +
       "status shows where the worker runs."),

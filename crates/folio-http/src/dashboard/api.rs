@@ -13,8 +13,9 @@
 //! * `GET /ui/api/ledger?ledger_id=N`: the metadata, the fragments (first and last entry id,
 //!   the ensemble with each bookie's state), the LAC, and the ledger's under-replication mark.
 //! * `GET /ui/api/autorecovery`: the switch, the Auditor, the lost-bookie delay, the queue
-//!   (with what this process's ReplicationWorker knows of each ledger: repairing it, or why
-//!   it is stuck), and the recovers and decommissions started here with their progress.
+//!   (each ledger with the holder of its lock, whichever worker it is, and what this
+//!   process's ReplicationWorker knows of it: repairing it, or why it is stuck and when it
+//!   is tried again), and the recovers and decommissions started here with their progress.
 
 #![allow(clippy::result_large_err)] // handlers' parameter checks return the error Response
 
@@ -47,6 +48,8 @@ const SEARCH_LIMIT: usize = 10_000;
 /// The page size unless asked, and the largest one served.
 const PAGE_SIZE: usize = 50;
 const MAX_PAGE_SIZE: usize = 500;
+/// The lock holders of at most this many queued ledgers are read (one metadata read each).
+const LOCK_LOOKUP_LIMIT: usize = 1000;
 /// How long asking the bookies for a ledger's LAC may take.
 const LAC_TIMEOUT: Duration = Duration::from_secs(15);
 
@@ -342,19 +345,27 @@ async fn ledger(State(s): State<AdminState>, Query(p): Params) -> Response {
 
 async fn autorecovery(State(s): State<AdminState>) -> Response {
     let read = with_store(&s, |st| async move {
+        let marks = st.list_underreplicated().await?;
+        // Whose worker holds each ledger (BookKeeper's lock znode names its holder).
+        let mut holders = Vec::new();
+        for mk in marks.iter().take(LOCK_LOOKUP_LIMIT) {
+            holders.push(st.underreplicated_lock_holder(mk.ledger_id).await?);
+        }
         Ok((
             st.is_autorecovery_enabled().await?,
             st.current_auditor().await?,
             st.lost_bookie_recovery_delay().await?,
-            st.list_underreplicated().await?,
+            marks,
+            holders,
             st.list_bookies().await?,
         ))
     })
     .await;
-    let (enabled, auditor, delay, marks, set) = match read {
+    let (enabled, auditor, delay, marks, holders, set) = match read {
         Ok(v) => v,
         Err(r) => return r,
     };
+    let now = now_ms();
     let worker = s.worker.get();
     let (repairing, failures) = match worker {
         Some(w) => (w.in_progress(), w.failures()),
@@ -362,7 +373,8 @@ async fn autorecovery(State(s): State<AdminState>) -> Response {
     };
     let queue: Vec<Value> = marks
         .iter()
-        .map(|mk| {
+        .enumerate()
+        .map(|(i, mk)| {
             let missing: Vec<Value> = mk
                 .missing_replicas
                 .iter()
@@ -380,7 +392,11 @@ async fn autorecovery(State(s): State<AdminState>) -> Response {
                     "reason": f.reason,
                     "attempts": f.attempts,
                     "retryInSeconds": f.retry_in.as_secs(),
+                    "retryAt": now + f.retry_in.as_millis() as i64,
                 })),
+                // The holder of its lock, whichever process's worker it is (none: free;
+                // absent past the first LOCK_LOOKUP_LIMIT marks).
+                "lockedBy": holders.get(i).cloned().flatten(),
             })
         })
         .collect();
@@ -391,7 +407,7 @@ async fn autorecovery(State(s): State<AdminState>) -> Response {
         .map(|r| r.operations())
         .unwrap_or_default()
         .iter()
-        .map(|op| operation(op, now_ms()))
+        .map(|op| operation(op, now))
         .collect();
     reply(json!({
         "enabled": enabled,

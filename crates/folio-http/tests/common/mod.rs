@@ -49,7 +49,16 @@ pub async fn start_alone(config: BookieConfig) -> BookieNode {
 
 /// A bookie with this crate's admin endpoint on the in-memory metadata cluster `cluster`.
 pub async fn start_on_mem(cluster: &str, config: BookieConfig) -> BookieNode {
-    start_bookie(
+    start_on_mem_with_worker(cluster, config, folio_http::WorkerSlot::default()).await
+}
+
+/// [`start_on_mem`] with a [`start_bookie_with_worker`] endpoint.
+pub async fn start_on_mem_with_worker(
+    cluster: &str,
+    config: BookieConfig,
+    worker: folio_http::WorkerSlot,
+) -> BookieNode {
+    start_bookie_with_worker(
         &folio_env::Env::real(),
         config,
         Some(MetadataAccess {
@@ -57,6 +66,7 @@ pub async fn start_on_mem(cluster: &str, config: BookieConfig) -> BookieNode {
             connector: mem_connector(cluster),
             init_cluster_if_missing: true,
         }),
+        worker,
     )
     .await
     .unwrap()
@@ -69,7 +79,17 @@ pub async fn start_bookie(
     config: BookieConfig,
     metadata: Option<MetadataAccess>,
 ) -> Result<BookieNode, String> {
-    let admin = folio_http::BookieAdmin::from_config(&config, None)?;
+    start_bookie_with_worker(env, config, metadata, folio_http::WorkerSlot::default()).await
+}
+
+/// [`start_bookie`], its autorecovery page showing the ReplicationWorker put in `worker`.
+pub async fn start_bookie_with_worker(
+    env: &folio_env::Env,
+    config: BookieConfig,
+    metadata: Option<MetadataAccess>,
+    worker: folio_http::WorkerSlot,
+) -> Result<BookieNode, String> {
+    let admin = folio_http::BookieAdmin::from_config(&config, None)?.with_worker(worker);
     BookieNode::start_with_admin(env, config, metadata, Some(&admin))
         .await
         .map_err(|e| e.to_string())
