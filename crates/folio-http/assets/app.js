@@ -319,12 +319,19 @@ function duration(seconds) {
 }
 
 function operationRow(o) {
+  if (o.error) {
+    return h("tr", { "data-operation": "unreadable" }, h("td", { colspan: 7, class: "wrap state-gone" },
+      "operation record " + o.record + ": " + o.error));
+  }
+  const where = (o.startedBy ? o.startedBy.host + " pid " + o.startedBy.pid : "–") +
+    (o.startedHere ? " (this endpoint)" : "");
   const progress = o.ledgers === null ? "counting ledgers…" : o.done + " of " + o.ledgers + " ledgers";
   const status = o.running ? "running, " + (o.etaSeconds === null ? "no estimate yet" : "about " +
     duration(o.etaSeconds) + " left") : (o.result && o.result.ok ? "done: " + o.result.ok :
     "stopped: " + ((o.result && o.result.error) || "unknown"));
-  return h("tr", { "data-operation": o.kind },
+  return h("tr", { "data-operation": o.kind, "data-record": o.record || "" },
     h("td", {}, o.kind),
+    h("td", { class: "wrap" }, where),
     h("td", { class: "wrap" }, o.bookies.join(", ")),
     h("td", {}, when(o.startedAt)),
     h("td", {}, progress),
@@ -364,11 +371,11 @@ async function autorecovery(main, gen) {
       "status shows where the worker runs."),
     h("h2", {}, "Recovers and decommissions"),
     a.operations.length ? h("div", { class: "scroll" }, h("table", { "data-table": "operations" },
-      h("thead", {}, h("tr", {}, ["Kind", "Bookies", "Started", "Progress", "Status", "Failed"].map((t) =>
+      h("thead", {}, h("tr", {}, ["Kind", "Run by", "Bookies", "Started", "Progress", "Status", "Failed"].map((t) =>
         h("th", {}, t)))),
       h("tbody", {}, a.operations.map(operationRow)))) :
-      h("p", { class: "muted" }, "None started through this endpoint (PUT /api/v1/autorecovery/bookie " +
-        "or /api/v1/autorecovery/decommission)."));
+      h("p", { class: "muted" }, "None running: a recover or decommission shows here wherever it runs " +
+        "(folio shell recover, decommissionbookie, PUT /api/v1/autorecovery/bookie or decommission)."));
 }
 
 // ---- live charts from /metrics ----

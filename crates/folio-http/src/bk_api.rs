@@ -92,7 +92,7 @@ pub trait LedgerReader: Send + Sync {
     }
 }
 
-/// A recover or decommission started through the admin endpoint.
+/// A recover or decommission, started here or read from its operation record.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RecoverProgress {
     pub bookies: Vec<String>,
@@ -107,6 +107,10 @@ pub struct RecoverProgress {
     pub failed: Vec<(i64, String)>,
     /// How it ended (`Err`: why it stopped); `None` while it runs.
     pub finished: Option<Result<String, String>>,
+    /// The process running it.
+    pub origin: Option<crate::operations::Origin>,
+    /// The name of its operation record in the metadata store (crate::operations).
+    pub record: Option<String>,
 }
 
 /// What the cluster routes use; without a store they answer 503.

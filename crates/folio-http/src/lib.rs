@@ -19,6 +19,7 @@ mod bk_api;
 mod bookie_routes;
 mod dashboard;
 mod metrics;
+mod operations;
 mod server;
 mod tls_listener;
 mod token;
@@ -26,5 +27,6 @@ mod token;
 pub use bk_api::{
     LacFuture, LedgerReader, ReadFuture, RecoverProgress, cluster_info_json, ledger_metadata_json,
 };
+pub use operations::{Origin, PUBLISH_INTERVAL, Publisher};
 pub use server::{BookieAdmin, HttpHandle, WorkerSlot, serve_cluster};
 pub use token::read_token_file;

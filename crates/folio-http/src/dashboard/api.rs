@@ -15,7 +15,9 @@
 //! * `GET /ui/api/autorecovery`: the switch, the Auditor, the lost-bookie delay, the queue
 //!   (each ledger with the holder of its lock, whichever worker it is, and what this
 //!   process's ReplicationWorker knows of it: repairing it, or why it is stuck and when it
-//!   is tried again), and the recovers and decommissions started here with their progress.
+//!   is tried again), and the recovers and decommissions with their progress: those started
+//!   here, and those any other process runs (`folio shell recover`, `decommissionbookie`,
+//!   another endpoint), read from their operation records in the metadata store.
 
 #![allow(clippy::result_large_err)] // handlers' parameter checks return the error Response
 
@@ -30,6 +32,7 @@ use axum::response::Response;
 use axum::routing::get;
 use folio_bookie::admin::LocalDisk;
 use folio_metadata::BookieSet;
+use folio_metadata::driver::now_ms;
 use folio_types::BookieId;
 use folio_types::metadata::{LedgerMetadata, LedgerState};
 use serde_json::{Value, json};
@@ -352,16 +355,19 @@ async fn autorecovery(State(s): State<AdminState>) -> Response {
             holders.push(st.underreplicated_lock_holder(mk.ledger_id).await?);
         }
         Ok((
-            st.is_autorecovery_enabled().await?,
-            st.current_auditor().await?,
-            st.lost_bookie_recovery_delay().await?,
+            (
+                st.is_autorecovery_enabled().await?,
+                st.current_auditor().await?,
+                st.lost_bookie_recovery_delay().await?,
+            ),
             marks,
             holders,
             st.list_bookies().await?,
+            st.list_operations().await?,
         ))
     })
     .await;
-    let (enabled, auditor, delay, marks, holders, set) = match read {
+    let ((enabled, auditor, delay), marks, holders, set, records) = match read {
         Ok(v) => v,
         Err(r) => return r,
     };
@@ -400,15 +406,7 @@ async fn autorecovery(State(s): State<AdminState>) -> Response {
             })
         })
         .collect();
-    let operations: Vec<Value> = s
-        .cluster
-        .reader
-        .as_ref()
-        .map(|r| r.operations())
-        .unwrap_or_default()
-        .iter()
-        .map(|op| operation(op, now))
-        .collect();
+    let operations = operations(&s, &records, now);
     reply(json!({
         "enabled": enabled,
         "auditor": auditor.map(|a| a.to_string()),
@@ -422,6 +420,41 @@ async fn autorecovery(State(s): State<AdminState>) -> Response {
         })),
         "operations": operations,
     }))
+}
+
+/// The recovers and decommissions started through this endpoint (finished ones too), then
+/// those other processes run, from their operation records (crate::operations); a record
+/// that cannot be read is shown with why.
+fn operations(s: &AdminState, records: &[(String, Vec<u8>)], now: i64) -> Vec<Value> {
+    let local = s
+        .cluster
+        .reader
+        .as_ref()
+        .map(|r| r.operations())
+        .unwrap_or_default();
+    let published: BTreeSet<&str> = local.iter().filter_map(|op| op.record.as_deref()).collect();
+    let mut out: Vec<Value> = local
+        .iter()
+        .map(|op| {
+            let mut v = operation(op, now);
+            v["startedHere"] = true.into();
+            v
+        })
+        .collect();
+    for (name, data) in records {
+        if published.contains(name.as_str()) {
+            continue;
+        }
+        out.push(match RecoverProgress::from_record(name, data) {
+            Ok(op) => {
+                let mut v = operation(&op, now);
+                v["startedHere"] = false.into();
+                v
+            }
+            Err(why) => json!({ "record": name, "error": why }),
+        });
+    }
+    out
 }
 
 /// A recover or decommission with its progress and, while it runs, an estimate of the time
@@ -453,13 +486,9 @@ fn operation(p: &RecoverProgress, now_ms: i64) -> Value {
             Err(why) => json!({ "error": why }),
         }),
         "etaSeconds": eta_seconds,
+        "startedBy": p.origin.as_ref().map(|o| json!({ "host": o.host, "pid": o.pid })),
+        "record": p.record,
     })
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
 }
 
 #[cfg(test)]

@@ -292,6 +292,22 @@ impl Standalone {
         assert_eq!(self.proc.seen.last().map(String::as_str), Some("stopped"));
     }
 
+    /// `folio ledger write <args>` with `stdin` as its entries: the ledger's id and its
+    /// metadata as `folio ledger meta` prints it.
+    pub fn write_ledger(&self, args: &[&str], stdin: &[u8]) -> (String, serde_json::Value) {
+        let mut all = vec!["ledger", "write"];
+        all.extend_from_slice(args);
+        let text = self.run(&all, stdin).ok().text();
+        let ledger = text
+            .lines()
+            .find_map(|l| l.strip_prefix("ledger "))
+            .expect("ledger write prints the ledger id")
+            .to_owned();
+        let meta = self.run(&["ledger", "meta", &ledger], b"").ok().text();
+        let meta = serde_json::from_str(&meta).unwrap_or_else(|e| panic!("{e}: {meta}"));
+        (ledger, meta)
+    }
+
     /// `folio --metadata <uri> <args>` to completion.
     pub fn run(&self, args: &[&str], stdin: &[u8]) -> Outcome {
         let mut cmd = folio();
