@@ -41,6 +41,9 @@ pub struct BookieConfig {
     pub http_tls_key_file: Option<PathBuf>,
     /// Folio's own: PEM certificate chain (leaf first) of the admin endpoint.
     pub http_tls_certificate_file: Option<PathBuf>,
+    /// Folio's own: PEM CA bundle the dashboard trusts when it reads other bookies' HTTPS
+    /// admin endpoints (their host names verified); unset: `tls_trust_store`, if set.
+    pub http_tls_ca_file: Option<PathBuf>,
     pub data_dir: Option<PathBuf>,
     #[serde(
         alias = "journalDirectory",
@@ -207,6 +210,7 @@ impl Default for BookieConfig {
             http_ledger_read_enabled: false,
             http_tls_key_file: None,
             http_tls_certificate_file: None,
+            http_tls_ca_file: None,
             data_dir: None,
             journal_dirs: Vec::new(),
             ledger_dirs: Vec::new(),
@@ -310,6 +314,9 @@ http_ledger_read_enabled = false
 # neither; reloaded like the bookie port's files (tls_cert_files_refresh_duration_seconds).
 # http_tls_key_file = "/etc/folio/tls/admin.key.pem"
 # http_tls_certificate_file = "/etc/folio/tls/admin.chain.pem"
+# The CA bundle (PEM) the dashboard trusts to read other bookies' HTTPS admin endpoints
+# (host names verified); unset: tls_trust_store, if set.
+# http_tls_ca_file = "/etc/folio/tls/ca.pem"
 
 # One directory for everything: journal in DIR/journal, entry logs in DIR/ledgers, index in
 # DIR/index. The --data-dir flag overrides it. Explicit directories below win over it.
@@ -834,6 +841,7 @@ mod tests {
             "http_auth_token_file",
             "http_tls_key_file",
             "http_tls_certificate_file",
+            "http_tls_ca_file",
             "data_dir",
             "index_dir",
             "rack",

@@ -20,6 +20,7 @@ mod bookie_routes;
 mod dashboard;
 mod metrics;
 mod operations;
+mod peers;
 mod server;
 mod tls_listener;
 mod token;

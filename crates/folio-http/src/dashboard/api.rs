@@ -171,7 +171,7 @@ async fn cluster(State(s): State<AdminState>) -> Response {
                 Ok(own_facts(&s))
             } else {
                 match peer_endpoint(&s, &b).await {
-                    Ok((host, port)) => peer_get(&host, port, BOOKIE_PATH).await,
+                    Ok(peer) => peer_get(&s, &peer, BOOKIE_PATH).await,
                     Err(e) => Err(e),
                 }
             };

@@ -133,6 +133,11 @@ pub async fn http_request(
         .await
         .expect("http response")
         .unwrap();
+    status_and_body(&text)
+}
+
+/// The status code and the body of a whole HTTP/1.1 response.
+fn status_and_body(text: &str) -> (u16, String) {
     let code = text
         .split_whitespace()
         .nth(1)
@@ -150,5 +155,51 @@ pub async fn http(
 ) -> (u16, serde_json::Value) {
     let (code, body) = http_text(addr, method, path).await;
     let v = serde_json::from_str(&body).unwrap_or_else(|e| panic!("{path}: {e}: {body:?}"));
+    (code, v)
+}
+
+/// One request over HTTPS to `addr` (certificate for 127.0.0.1, chaining to the PEM CA
+/// `ca_pem`): the whole response as text.
+pub async fn https_text(addr: std::net::SocketAddr, ca_pem: &str, request: &str) -> String {
+    use rustls_pki_types::pem::PemObject;
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls_pki_types::CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    let client = std::sync::Arc::new(
+        rustls::ClientConfig::builder()
+            .with_root_certificates(roots)
+            .with_no_client_auth(),
+    );
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let name = rustls_pki_types::ServerName::try_from("127.0.0.1").unwrap();
+    let mut tls = tokio_rustls::TlsConnector::from(client)
+        .connect(name, tcp)
+        .await
+        .expect("TLS handshake with the admin endpoint");
+    tls.write_all(request.as_bytes()).await.unwrap();
+    let mut text = String::new();
+    tokio::time::timeout(PATIENCE, tls.read_to_string(&mut text))
+        .await
+        .expect("an answer")
+        .ok();
+    text
+}
+
+/// `GET path` over HTTPS ([`https_text`]): the status and the JSON body.
+pub async fn https_json(
+    addr: std::net::SocketAddr,
+    ca_pem: &str,
+    path: &str,
+) -> (u16, serde_json::Value) {
+    let text = https_text(
+        addr,
+        ca_pem,
+        &format!("GET {path} HTTP/1.1\r\nHost: b\r\nConnection: close\r\n\r\n"),
+    )
+    .await;
+    let (code, body) = status_and_body(&text);
+    let v = serde_json::from_str(&body).unwrap_or_else(|e| panic!("{path}: {e}: {text:?}"));
     (code, v)
 }
