@@ -155,6 +155,10 @@ pub struct BookieConfig {
     /// PEM private key. [tlsKeyStore]
     #[serde(alias = "tlsKeyStore")]
     pub tls_key_store: Option<PathBuf>,
+    /// The file holding the password of an encrypted (PKCS#8) private key.
+    /// [tlsKeyStorePasswordPath]
+    #[serde(alias = "tlsKeyStorePasswordPath")]
+    pub tls_key_store_password_path: Option<PathBuf>,
     /// PEM certificate chain, leaf first. [tlsCertificatePath]
     #[serde(alias = "tlsCertificatePath")]
     pub tls_certificate_path: Option<PathBuf>,
@@ -255,6 +259,7 @@ impl Default for BookieConfig {
             tls_provider_factory_class: None,
             tls_key_store_type: None,
             tls_key_store: None,
+            tls_key_store_password_path: None,
             tls_certificate_path: None,
             tls_trust_store_type: None,
             tls_trust_store: None,
@@ -489,6 +494,10 @@ auditor_periodic_placement_policy_check_interval_s = 0
 # The bookie's private key and its certificate chain, leaf first. [tlsKeyStore, tlsCertificatePath]
 # tls_key_store = "/etc/folio/tls/bookie.key.pem"
 # tls_certificate_path = "/etc/folio/tls/bookie.chain.pem"
+
+# The password of an encrypted private key (PKCS#8, "ENCRYPTED PRIVATE KEY"): the file's
+# content, a trailing line ending ignored. [tlsKeyStorePasswordPath]
+# tls_key_store_password_path = "/etc/folio/tls/bookie.key.password"
 
 # CA bundle that client certificates must chain to. [tlsTrustStore]
 # tls_trust_store = "/etc/folio/tls/clients-ca.pem"
@@ -848,6 +857,7 @@ mod tests {
             "tls_provider_factory_class",
             "tls_key_store_type",
             "tls_key_store",
+            "tls_key_store_password_path",
             "tls_certificate_path",
             "tls_trust_store_type",
             "tls_trust_store",
