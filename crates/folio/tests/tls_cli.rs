@@ -142,6 +142,27 @@ fn ledgers_are_written_and_read_over_mutual_tls_from_the_command_line() {
     let text = run(read, b"").ok().text();
     assert_eq!(text, "0\talpha\n1\tbeta\n2\tgamma\n");
 
+    // BookKeeper's bookieinfo asks each bookie (GetBookieInfo) over the same TLS.
+    let mut info = folio();
+    info.arg("--metadata")
+        .arg(uri)
+        .args(["shell", "bookieinfo"])
+        .env("FOLIO_TLS_CA", bookies_ca_file)
+        .env("FOLIO_TLS_CERT", &cert)
+        .env("FOLIO_TLS_KEY", &key);
+    let o = run(info, b"").ok();
+    let text = o.text();
+    assert_eq!(text.matches("\tFree: ").count(), 3, "{text}");
+    assert!(o.stderr.is_empty(), "{}", o.stderr);
+    let mut plain_info = folio();
+    plain_info
+        .arg("--metadata")
+        .arg(uri)
+        .args(["shell", "bookieinfo"]);
+    let o = run(plain_info, b"");
+    assert!(!o.status.success(), "plaintext bookieinfo: {}", o.text());
+    assert!(o.stderr.contains("unauthorized access"), "{}", o.stderr);
+
     // Without TLS the bookies refuse the client (EUA); with a certificate whose role is not
     // authorized too; each a clean one-line failure.
     let mut plain = folio();
