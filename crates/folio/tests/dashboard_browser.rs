@@ -10,8 +10,9 @@
 //! stuck on a ledger written on all four bookies (none is left to take its copies). Pages
 //! that have not caught up yet are loaded again until a generous deadline.
 //!
-//! Screenshots go to `<target>/tmp/dashboard-browser/`; with `FOLIO_DASHBOARD_DOCS=1` they
-//! are also copied to `docs/dashboard-<page>.png` (how the README's pictures are made).
+//! Screenshots go to `<target>/tmp/dashboard-browser/`; with `FOLIO_DASHBOARD_DOCS=1` one of
+//! each page is also copied to `docs/dashboard-<page>.png` (how the README's pictures are
+//! made; the autorecovery one shows the stuck ledger).
 //! Chromium must be installed (`scripts/test` installs Debian's `chromium`): without it the
 //! test fails saying so, it does not skip.
 
@@ -280,16 +281,20 @@ fn the_dashboard_shows_the_cluster_its_ledgers_and_a_stopped_bookie_in_chromium(
 
     if std::env::var_os("FOLIO_DASHBOARD_DOCS").is_some() {
         let docs = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs");
-        for page in [
-            "cluster",
-            "ledgers",
-            "ledger",
-            "autorecovery",
-            "metrics",
-            "phone-dark",
+        // (screenshot, picture in docs/): the autorecovery picture is the stuck queue.
+        for (shot, page) in [
+            ("cluster", "cluster"),
+            ("ledgers", "ledgers"),
+            ("ledger", "ledger"),
+            ("autorecovery-stuck", "autorecovery"),
+            ("metrics", "metrics"),
+            ("phone-dark", "phone-dark"),
         ] {
-            let name = format!("dashboard-{page}.png");
-            std::fs::copy(out.join(&name), docs.join(&name)).unwrap();
+            std::fs::copy(
+                out.join(format!("dashboard-{shot}.png")),
+                docs.join(format!("dashboard-{page}.png")),
+            )
+            .unwrap();
         }
     }
     eprintln!(
