@@ -2,7 +2,7 @@
 //! certificates made by the test: four bookies on a `mem://` cluster, every admin endpoint
 //! HTTPS. A trusts the CA (`http_tls_ca_file`) and reads B's facts; C's certificate comes
 //! from another CA, so A's row for C names the TLS failure; D trusts no CA, so its row for B
-//! says what to set.
+//! says what to set; E has only the bookie port's trust store (`tlsTrustStore`), and uses it.
 
 mod common;
 
@@ -18,6 +18,7 @@ const A: &str = "bookie-a:3181";
 const B: &str = "bookie-b:3181";
 const C: &str = "bookie-c:3181";
 const D: &str = "bookie-d:3181";
+const E: &str = "bookie-e:3181";
 
 /// A bookie whose admin endpoint serves HTTPS with a certificate for 127.0.0.1 from `ca`,
 /// trusting `trust` for its peers.
@@ -61,10 +62,14 @@ async fn https_peers_are_read_trusting_the_configured_ca_and_refused_otherwise()
         (B, &ca, None),
         (C, &other, None),
         (D, &ca, None),
+        (E, &ca, None),
     ];
     let mut started = Vec::new();
     for (id, issuer, trust) in nodes {
-        let c = https_config(&dir.path().join(id), id, issuer, trust);
+        let mut c = https_config(&dir.path().join(id), id, issuer, trust);
+        if id == E {
+            c.tls_trust_store = Some(ca_file.clone());
+        }
         started.push(start_on_mem(&cluster, c).await);
     }
     let (http_a, http_d) = (
@@ -99,6 +104,9 @@ async fn https_peers_are_read_trusting_the_configured_ca_and_refused_otherwise()
         why.contains("is HTTPS") && why.contains("http_tls_ca_file"),
         "{why}"
     );
+    // E falls back on tlsTrustStore.
+    let (_, c) = https_json(started[4].http_addr().unwrap(), &ca.pem, "/ui/api/cluster").await;
+    assert_eq!(row(&c, B)["facts"]["id"], B, "{c}");
     for node in started {
         node.shutdown().await.unwrap();
     }
