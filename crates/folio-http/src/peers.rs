@@ -77,9 +77,15 @@ async fn ask_peer(s: &AdminState, peer: &Peer, path: &str) -> Result<serde_json:
         return exchange(tcp, host, port, path).await;
     }
     let Some(tls) = &s.peer_tls else {
+        // A bookie's endpoint takes the CA from its config, `folio autorecovery` from --tls-ca.
+        let what = if s.storage.is_some() {
+            "set http_tls_ca_file (or tlsTrustStore)"
+        } else {
+            "start this process with --tls-ca"
+        };
         return Err(format!(
             "its admin endpoint {host}:{port} is HTTPS and this endpoint trusts no CA for it: \
-             set http_tls_ca_file (or tlsTrustStore) to the CA bundle that signed it"
+             {what} to the CA bundle that signed it"
         ));
     };
     let name = rustls::pki_types::ServerName::try_from(host.to_string())

@@ -322,12 +322,7 @@ fn autorecovery_serves_the_dashboard_and_an_open_ledger_shows_its_lac() {
     ]);
     let mut ar = common::Proc::spawn(cmd);
     ar.wait_line(|l| l == "ready");
-    let addr = ar
-        .seen
-        .iter()
-        .find_map(|l| l.strip_prefix("http "))
-        .expect("autorecovery prints its admin endpoint")
-        .to_owned();
+    let addr = ar.printed("http ");
     let (status, page) = http(&addr, "GET", "/");
     assert_eq!(status, 200, "{page}");
     assert!(page.contains("/ui/app.js"), "{page}");

@@ -184,6 +184,16 @@ impl Proc {
         status
     }
 
+    /// The rest of the first stdout line seen so far that starts with `prefix` (what the
+    /// process printed after it, e.g. `http ` and its admin endpoint).
+    pub fn printed(&self, prefix: &str) -> String {
+        self.seen
+            .iter()
+            .find_map(|l| l.strip_prefix(prefix))
+            .unwrap_or_else(|| panic!("no line starting with {prefix:?} in {:?}", self.seen))
+            .to_owned()
+    }
+
     /// Sends SIGTERM.
     pub fn terminate(&self) {
         self.signal("TERM");
@@ -267,12 +277,7 @@ impl Standalone {
 
     /// The first bookie's admin endpoint (`host:port`), as standalone printed it.
     pub fn http_addr(&self) -> String {
-        self.proc
-            .seen
-            .iter()
-            .find_map(|l| l.strip_prefix("http "))
-            .expect("standalone prints its admin endpoint")
-            .to_owned()
+        self.proc.printed("http ")
     }
 
     /// SIGTERM, then a clean exit.
