@@ -346,7 +346,8 @@ async function autorecovery(main, gen) {
     h("td", {}, h("a", { href: "#/ledger/" + u.ledgerId }, String(u.ledgerId))),
     h("td", { class: "wrap" }, u.missingReplicas.map((b) => h("div", {}, b.id + " ", stateBadge(b.state)))),
     h("td", {}, when(u.markedAt)),
-    h("td", { class: "wrap", "data-locked-by": u.lockedBy || "" }, u.lockedBy || h("span", { class: "muted" }, "nobody")),
+    h("td", { class: "wrap", "data-locked-by": u.lockedBy || "" }, u.lockedBy ||
+      h("span", { class: "muted" }, u.lockedBy === undefined ? "not read" : "nobody")),
     h("td", { class: "wrap" }, u.repairing ? "repairing now" : u.stuck ? h("span", { class: "state-gone",
       "data-stuck": u.ledgerId }, "stuck after " + u.stuck.attempts + " attempt(s): " + u.stuck.reason +
       " (retry in " + duration(u.stuck.retryInSeconds) + ", at " + when(u.stuck.retryAt) + ")") :

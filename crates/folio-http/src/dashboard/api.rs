@@ -51,8 +51,9 @@ const SEARCH_LIMIT: usize = 10_000;
 /// The page size unless asked, and the largest one served.
 const PAGE_SIZE: usize = 50;
 const MAX_PAGE_SIZE: usize = 500;
-/// The lock holders of at most this many queued ledgers are read (one metadata read each).
-const LOCK_LOOKUP_LIMIT: usize = 1000;
+/// At most this many queued ledgers (the first listed) have their lock holder read, one
+/// metadata read each, at every refresh of the page.
+const LOCK_LOOKUP_LIMIT: usize = 200;
 /// How long asking the bookies for a ledger's LAC may take.
 const LAC_TIMEOUT: Duration = Duration::from_secs(15);
 
@@ -387,7 +388,7 @@ async fn autorecovery(State(s): State<AdminState>) -> Response {
                 .map(|b| with_state(&set, b))
                 .collect();
             let failure = failures.get(&mk.ledger_id);
-            json!({
+            let mut row = json!({
                 "ledgerId": mk.ledger_id,
                 "missingReplicas": missing,
                 "markedAt": mk.ctime,
@@ -400,10 +401,13 @@ async fn autorecovery(State(s): State<AdminState>) -> Response {
                     "retryInSeconds": f.retry_in.as_secs(),
                     "retryAt": now + f.retry_in.as_millis() as i64,
                 })),
-                // The holder of its lock, whichever process's worker it is (none: free;
-                // absent past the first LOCK_LOOKUP_LIMIT marks).
-                "lockedBy": holders.get(i).cloned().flatten(),
-            })
+            });
+            // The holder of its lock, whichever process's worker it is (null: free; absent
+            // past the first LOCK_LOOKUP_LIMIT marks: not read).
+            if let Some(holder) = holders.get(i) {
+                row["lockedBy"] = holder.clone().into();
+            }
+            row
         })
         .collect();
     let operations = operations(&s, &records, now);
