@@ -163,8 +163,11 @@ impl Origin {
     }
 }
 
-/// `<kind>-<host>-<pid>-<start ms>`, with what a record name may not hold replaced by `_`.
+/// `<kind>-<host>-<pid>-<start ms>-<n>` (`n` counts this process's operations, so two
+/// started in one millisecond differ), with what a record name may not hold replaced by `_`.
 fn record_name(kind: &str, started_ms: i64) -> String {
+    static STARTED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = STARTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let o = Origin::here();
     let host: String = o
         .host
@@ -178,7 +181,7 @@ fn record_name(kind: &str, started_ms: i64) -> String {
         })
         .take(40)
         .collect();
-    format!("{kind}-{host}-{}-{started_ms}", o.pid)
+    format!("{kind}-{host}-{}-{started_ms}-{n}", o.pid)
 }
 
 /// Publishes one operation's progress until [`Publisher::finish`]: the record is written at
@@ -247,6 +250,9 @@ mod tests {
         p.failed.push((7, "no bookie".into()));
         let name = p.record.clone().unwrap();
         assert!(name.starts_with("decommission-"), "{name}");
+        // Two started in the same millisecond have records of their own.
+        let again = RecoverProgress::begin(std::slice::from_ref(&b), true);
+        assert_ne!(again.record, p.record);
         folio_metadata::driver::check_operation_name(&name).unwrap();
         let back = RecoverProgress::from_record(&name, &p.to_record()).unwrap();
         assert_eq!(back, p);
