@@ -47,6 +47,9 @@ pub struct BookieConfig {
     pub http_tls_key_file: Option<PathBuf>,
     /// Folio's own: PEM certificate chain (leaf first) of the admin endpoint.
     pub http_tls_certificate_file: Option<PathBuf>,
+    /// Folio's own: PEM CA bundle the dashboard trusts when it reads other bookies' HTTPS
+    /// admin endpoints (their host names verified); unset: `tls_trust_store`, if set.
+    pub http_tls_ca_file: Option<PathBuf>,
     pub data_dir: Option<PathBuf>,
     #[serde(
         alias = "journalDirectory",
@@ -169,6 +172,10 @@ pub struct BookieConfig {
     /// PEM private key. [tlsKeyStore]
     #[serde(alias = "tlsKeyStore")]
     pub tls_key_store: Option<PathBuf>,
+    /// The file holding the password of an encrypted (PKCS#8) private key.
+    /// [tlsKeyStorePasswordPath]
+    #[serde(alias = "tlsKeyStorePasswordPath")]
+    pub tls_key_store_password_path: Option<PathBuf>,
     /// PEM certificate chain, leaf first. [tlsCertificatePath]
     #[serde(alias = "tlsCertificatePath")]
     pub tls_certificate_path: Option<PathBuf>,
@@ -225,6 +232,7 @@ impl Default for BookieConfig {
             http_ledger_read_enabled: false,
             http_tls_key_file: None,
             http_tls_certificate_file: None,
+            http_tls_ca_file: None,
             data_dir: None,
             journal_dirs: Vec::new(),
             ledger_dirs: Vec::new(),
@@ -272,6 +280,7 @@ impl Default for BookieConfig {
             tls_provider_factory_class: None,
             tls_key_store_type: None,
             tls_key_store: None,
+            tls_key_store_password_path: None,
             tls_certificate_path: None,
             tls_trust_store_type: None,
             tls_trust_store: None,
@@ -336,6 +345,9 @@ http_ledger_read_enabled = false
 # neither; reloaded like the bookie port's files (tls_cert_files_refresh_duration_seconds).
 # http_tls_key_file = "/etc/folio/tls/admin.key.pem"
 # http_tls_certificate_file = "/etc/folio/tls/admin.chain.pem"
+# The CA bundle (PEM) the dashboard trusts to read other bookies' HTTPS admin endpoints
+# (host names verified); unset: tls_trust_store, if set.
+# http_tls_ca_file = "/etc/folio/tls/ca.pem"
 
 # One directory for everything: journal in DIR/journal, entry logs in DIR/ledgers, index in
 # DIR/index. The --data-dir flag overrides it. Explicit directories below win over it.
@@ -522,6 +534,10 @@ auditor_periodic_placement_policy_check_interval_s = 0
 # The bookie's private key and its certificate chain, leaf first. [tlsKeyStore, tlsCertificatePath]
 # tls_key_store = "/etc/folio/tls/bookie.key.pem"
 # tls_certificate_path = "/etc/folio/tls/bookie.chain.pem"
+
+# The password of an encrypted private key (PKCS#8, "ENCRYPTED PRIVATE KEY"): the file's
+# content, a trailing line ending ignored. [tlsKeyStorePasswordPath]
+# tls_key_store_password_path = "/etc/folio/tls/bookie.key.password"
 
 # CA bundle that client certificates must chain to. [tlsTrustStore]
 # tls_trust_store = "/etc/folio/tls/clients-ca.pem"
@@ -874,12 +890,14 @@ mod tests {
             "http_auth_token_file",
             "http_tls_key_file",
             "http_tls_certificate_file",
+            "http_tls_ca_file",
             "data_dir",
             "index_dir",
             "rack",
             "tls_provider_factory_class",
             "tls_key_store_type",
             "tls_key_store",
+            "tls_key_store_password_path",
             "tls_certificate_path",
             "tls_trust_store_type",
             "tls_trust_store",

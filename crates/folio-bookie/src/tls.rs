@@ -19,12 +19,15 @@ use parking_lot::Mutex;
 use rustls::crypto::CryptoProvider;
 use rustls::server::WebPkiClientVerifier;
 use rustls::{RootCertStore, ServerConfig, SupportedProtocolVersion};
+use rustls_pki_types::CertificateDer;
 use rustls_pki_types::pem::PemObject;
-use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use tracing::{info, warn};
 
 use crate::config::BookieConfig;
 use crate::request::Request;
+
+mod key;
+pub use key::load_key;
 
 /// Why TLS could not be set up. Each names the key or the file.
 #[derive(Debug, thiserror::Error)]
@@ -40,6 +43,8 @@ fn err(msg: impl Into<String>) -> TlsError {
 pub struct TlsSettings {
     /// PEM private key (`tlsKeyStore`).
     pub key: PathBuf,
+    /// The file holding the password of an encrypted key (`tlsKeyStorePasswordPath`).
+    pub key_password: Option<PathBuf>,
     /// PEM certificate chain, leaf first (`tlsCertificatePath`).
     pub chain: PathBuf,
     /// PEM CA bundle that client certificates must chain to (`tlsTrustStore`).
@@ -191,6 +196,7 @@ impl TlsSettings {
             .filter(|l| !l.is_empty());
         let settings = TlsSettings {
             key,
+            key_password: config.tls_key_store_password_path.clone(),
             chain,
             trust: config.tls_trust_store.clone(),
             client_auth: config.tls_client_authentication,
@@ -208,9 +214,8 @@ impl TlsSettings {
 
     fn files(&self) -> Vec<&Path> {
         let mut f = vec![self.key.as_path(), self.chain.as_path()];
-        if let Some(t) = &self.trust {
-            f.push(t);
-        }
+        f.extend(self.trust.as_deref());
+        f.extend(self.key_password.as_deref());
         f
     }
 }
@@ -292,18 +297,6 @@ pub fn load_certs(path: &Path, what: &str) -> Result<Vec<CertificateDer<'static>
     Ok(certs)
 }
 
-/// The private key of a PEM file (PKCS#8, PKCS#1 or SEC1, unencrypted).
-pub fn load_key(path: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
-    let bytes = read_pem_file(path, "private key")?;
-    PrivateKeyDer::from_pem_slice(&bytes).map_err(|e| {
-        err(format!(
-            "no usable private key in {} ({e}); an encrypted key must be decrypted first \
-             (openssl pkcs8 -topk8 -nocrypt)",
-            path.display()
-        ))
-    })
-}
-
 /// A CA bundle as a root store.
 pub fn load_roots(path: &Path, what: &str) -> Result<RootCertStore, TlsError> {
     let mut roots = RootCertStore::empty();
@@ -334,7 +327,7 @@ fn build(settings: &TlsSettings) -> Result<Arc<ServerConfig>, TlsError> {
         _ => builder.with_no_client_auth(),
     };
     let chain = load_certs(&settings.chain, "certificate chain (tlsCertificatePath)")?;
-    let key = load_key(&settings.key)?;
+    let key = load_key(&settings.key, settings.key_password.as_deref())?;
     let config = builder.with_single_cert(chain, key).map_err(|e| {
         err(format!(
             "tlsKeyStore {} and tlsCertificatePath {} do not make a usable certificate: {e}",
@@ -386,6 +379,7 @@ impl ServerTls {
         };
         let settings = TlsSettings {
             key: key.clone(),
+            key_password: None,
             chain: chain.clone(),
             trust: None,
             client_auth: false,

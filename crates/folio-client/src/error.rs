@@ -40,7 +40,7 @@ pub enum ClientError {
     },
 
     /// The password does not match the ledger's (client-side check or a bookie's EUA).
-    #[error("unauthorized access to ledger {ledger}{}", bookie_suffix(.bookie))]
+    #[error("unauthorized access{}{}", ledger_suffix(*.ledger), bookie_suffix(.bookie))]
     Unauthorized {
         ledger: LedgerId,
         bookie: Option<BookieId>,
@@ -103,6 +103,15 @@ pub enum ClientError {
     ClientClosed,
 }
 
+/// " to ledger L", or nothing for a request about no ledger (id -1: bookie info, StartTLS).
+fn ledger_suffix(ledger: LedgerId) -> String {
+    if ledger < 0 {
+        String::new()
+    } else {
+        format!(" to ledger {ledger}")
+    }
+}
+
 fn bookie_suffix(bookie: &Option<BookieId>) -> String {
     match bookie {
         Some(b) => format!(" at bookie {b}"),
@@ -160,6 +169,13 @@ mod tests {
             bookie: Some(b),
         };
         assert!(u.to_string().ends_with("at bookie 10.0.0.1:3181"));
+        assert!(u.to_string().contains("to ledger 7"), "{u}");
+        // A request about no ledger (bookie info) names none.
+        let u = ClientError::Unauthorized {
+            ledger: -1,
+            bookie: None,
+        };
+        assert_eq!(u.to_string(), "unauthorized access");
         assert_eq!(
             ClientError::from_metadata(9, MetadataError::not_found("ledger 9")),
             ClientError::NoSuchLedger { ledger: 9 }

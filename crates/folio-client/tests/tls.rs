@@ -719,6 +719,73 @@ async fn a_required_tls_bookie_closes_connections_that_never_start_tls() {
     assert!(closed_by_bookie(&mut big).await);
 }
 
+/// `key_pem` (PKCS#8 PEM) encrypted with `password` (PBES2: PBKDF2-SHA256, AES-256-CBC), as
+/// `openssl pkcs8 -topk8 -v2 aes-256-cbc` writes it.
+fn encrypt_key(key_pem: &str, password: &[u8]) -> String {
+    use pkcs8::der::Decode;
+    use pkcs8::der::pem;
+    let (_, der) = pem::decode_vec(key_pem.as_bytes()).unwrap();
+    let params =
+        pkcs8::pkcs5::pbes2::Parameters::pbkdf2_sha256_aes256cbc(2048, b"test salt", &[9; 16])
+            .unwrap();
+    let encrypted = pkcs8::PrivateKeyInfo::from_der(&der)
+        .unwrap()
+        .encrypt_with_params(params, password)
+        .unwrap();
+    pem::encode_string(
+        "ENCRYPTED PRIVATE KEY",
+        pem::LineEnding::LF,
+        encrypted.as_bytes(),
+    )
+    .unwrap()
+}
+
+/// BookKeeper's `tlsKeyStorePasswordPath`: a bookie whose key is an encrypted PKCS#8 file
+/// serves TLS with the password from that file; a wrong password is refused, naming the key,
+/// the password file and the cause.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_encrypted_key_is_decrypted_with_the_password_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = Ca::new("bookies CA");
+    let ca_file = ca.write(dir.path(), "ca");
+    let leaf = ca.bookie();
+    let tls = BookieTls::new(dir.path(), &leaf);
+    std::fs::write(&tls.key, encrypt_key(&leaf.key_pem, b"correct horse")).unwrap();
+    let password = dir.path().join("key.password");
+    std::fs::write(&password, "correct horse\n").unwrap();
+    let config = BookieConfig {
+        tls_key_store_password_path: Some(password.clone()),
+        ..tls.config()
+    };
+    let load =
+        |config: &BookieConfig| ServerTls::load(TlsSettings::from_config(config).unwrap().unwrap());
+    let server = Arc::new(load(&config).expect("the encrypted key, decrypted"));
+    let md = metadata().await;
+    let _bookie = start_bookie(&md, server, "127.0.0.1").await;
+    let client = Client::connect(md.clone(), tls_config(client_tls(&ca_file, None)))
+        .await
+        .unwrap();
+    let w = client
+        .create_ledger(CreateOptions::default().quorum(1, 1, 1))
+        .await
+        .unwrap();
+    assert_eq!(w.append(b"over TLS".to_vec()).await.unwrap(), 0);
+
+    std::fs::write(&password, "battery staple").unwrap();
+    let e = load(&config).unwrap_err().to_string();
+    assert!(
+        e.contains("wrong password")
+            && e.contains(&password.display().to_string())
+            && e.contains(&tls.key.display().to_string()),
+        "{e}"
+    );
+    let e = load(&tls.config()).unwrap_err().to_string();
+    assert!(
+        e.contains("is encrypted") && e.contains("tlsKeyStorePasswordPath"),
+        "{e}"
+    );
+}
+
 #[test]
 fn keystores_that_are_not_pem_are_refused_with_a_hint() {
     let dir = tempfile::tempdir().unwrap();
@@ -728,6 +795,14 @@ fn keystores_that_are_not_pem_are_refused_with_a_hint() {
     let settings = TlsSettings::from_config(&tls.config()).unwrap().unwrap();
     let e = ServerTls::load(settings).unwrap_err().to_string();
     assert!(e.contains("JKS") && e.contains("convert it to PEM"), "{e}");
+    // A PKCS12 store is DER: refused the same way.
+    std::fs::write(&tls.key, [0x30, 0x82, 0x09, 0x8a, 0x02, 0x01, 0x03]).unwrap();
+    let settings = TlsSettings::from_config(&tls.config()).unwrap().unwrap();
+    let e = ServerTls::load(settings).unwrap_err().to_string();
+    assert!(
+        e.contains("PKCS12") && e.contains("convert it to PEM"),
+        "{e}"
+    );
     let e = TlsSettings::from_config(&BookieConfig {
         tls_key_store_type: Some("JKS".into()),
         ..tls.config()

@@ -319,12 +319,19 @@ function duration(seconds) {
 }
 
 function operationRow(o) {
+  if (o.error) {
+    return h("tr", { "data-operation": "unreadable" }, h("td", { colspan: 7, class: "wrap state-gone" },
+      "operation record " + o.record + ": " + o.error));
+  }
+  const where = (o.startedBy ? o.startedBy.host + " pid " + o.startedBy.pid : "–") +
+    (o.startedHere ? " (this endpoint)" : "");
   const progress = o.ledgers === null ? "counting ledgers…" : o.done + " of " + o.ledgers + " ledgers";
   const status = o.running ? "running, " + (o.etaSeconds === null ? "no estimate yet" : "about " +
     duration(o.etaSeconds) + " left") : (o.result && o.result.ok ? "done: " + o.result.ok :
     "stopped: " + ((o.result && o.result.error) || "unknown"));
-  return h("tr", { "data-operation": o.kind },
+  return h("tr", { "data-operation": o.kind, "data-record": o.record || "" },
     h("td", {}, o.kind),
+    h("td", { class: "wrap" }, where),
     h("td", { class: "wrap" }, o.bookies.join(", ")),
     h("td", {}, when(o.startedAt)),
     h("td", {}, progress),
@@ -339,9 +346,12 @@ async function autorecovery(main, gen) {
     h("td", {}, h("a", { href: "#/ledger/" + u.ledgerId }, String(u.ledgerId))),
     h("td", { class: "wrap" }, u.missingReplicas.map((b) => h("div", {}, b.id + " ", stateBadge(b.state)))),
     h("td", {}, when(u.markedAt)),
-    h("td", { class: "wrap" }, u.repairing ? "repairing now" : u.stuck ? h("span", { class: "state-gone" },
-      "stuck after " + u.stuck.attempts + " attempt(s): " + u.stuck.reason + " (retry in " +
-      duration(u.stuck.retryInSeconds) + ")") : h("span", { class: "muted" }, "queued"))));
+    h("td", { class: "wrap", "data-locked-by": u.lockedBy || "" }, u.lockedBy ||
+      h("span", { class: "muted" }, u.lockedBy === undefined ? "not read" : "nobody")),
+    h("td", { class: "wrap" }, u.repairing ? "repairing now" : u.stuck ? h("span", { class: "state-gone",
+      "data-stuck": u.ledgerId }, "stuck after " + u.stuck.attempts + " attempt(s): " + u.stuck.reason +
+      " (retry in " + duration(u.stuck.retryInSeconds) + ", at " + when(u.stuck.retryAt) + ")") :
+      h("span", { class: "muted" }, u.lockedBy ? "taken by another worker" : "queued"))));
   const w = a.worker;
   fill(main,
     h("h1", {}, "Autorecovery"),
@@ -354,18 +364,19 @@ async function autorecovery(main, gen) {
         " entries, " + bytes(w.bytesWritten) + " copied") : null),
     h("h2", {}, "Queue"),
     h("div", { class: "scroll" }, h("table", { "data-table": "under-replicated" },
-      h("thead", {}, h("tr", {}, ["Ledger", "Missing copies", "Marked", "Status"].map((t) => h("th", {}, t)))),
-      h("tbody", {}, rows.length ? rows : h("tr", {}, h("td", { colspan: 4, class: "muted" },
+      h("thead", {}, h("tr", {}, ["Ledger", "Missing copies", "Marked", "Locked by", "Status"].map((t) =>
+        h("th", {}, t)))),
+      h("tbody", {}, rows.length ? rows : h("tr", {}, h("td", { colspan: 5, class: "muted" },
         "Nothing is under-replicated."))))),
     w ? null : h("p", { class: "muted" }, "No ReplicationWorker runs in this process: a ledger's " +
       "status shows where the worker runs."),
     h("h2", {}, "Recovers and decommissions"),
     a.operations.length ? h("div", { class: "scroll" }, h("table", { "data-table": "operations" },
-      h("thead", {}, h("tr", {}, ["Kind", "Bookies", "Started", "Progress", "Status", "Failed"].map((t) =>
+      h("thead", {}, h("tr", {}, ["Kind", "Run by", "Bookies", "Started", "Progress", "Status", "Failed"].map((t) =>
         h("th", {}, t)))),
       h("tbody", {}, a.operations.map(operationRow)))) :
-      h("p", { class: "muted" }, "None started through this endpoint (PUT /api/v1/autorecovery/bookie " +
-        "or /api/v1/autorecovery/decommission)."));
+      h("p", { class: "muted" }, "None running: a recover or decommission shows here wherever it runs " +
+        "(folio shell recover, decommissionbookie, PUT /api/v1/autorecovery/bookie or decommission)."));
 }
 
 // ---- live charts from /metrics ----

@@ -40,12 +40,12 @@ use bytes::Bytes;
 use folio_metadata::{MetadataError, MetadataStore};
 use folio_types::BookieId;
 use folio_types::metadata::LedgerMetadata;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use folio_bookie::admin::LocalDisk;
 use folio_bookie::registration::Connector;
 
 use crate::bookie_routes::json;
+pub(crate) use crate::peers::{Peer, peer_endpoint, peer_get};
 use crate::server::AdminState;
 
 mod autorecovery;
@@ -54,8 +54,6 @@ pub(crate) use bookie_admin::SANITY_PATH;
 
 /// How long one metadata call may take before the store counts as unreachable.
 const METADATA_TIMEOUT: Duration = Duration::from_secs(15);
-/// How long asking another bookie's admin endpoint may take.
-const PEER_TIMEOUT: Duration = Duration::from_secs(5);
 /// At most this many entries per `ledger/read` (a response is built in memory).
 pub(crate) const MAX_READ_ENTRIES: i64 = 10_000;
 
@@ -105,7 +103,7 @@ pub trait LedgerReader: Send + Sync {
     }
 }
 
-/// A recover or decommission started through the admin endpoint.
+/// A recover or decommission, started here or read from its operation record.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RecoverProgress {
     pub bookies: Vec<String>,
@@ -120,6 +118,10 @@ pub struct RecoverProgress {
     pub failed: Vec<(i64, String)>,
     /// How it ended (`Err`: why it stopped); `None` while it runs.
     pub finished: Option<Result<String, String>>,
+    /// The process running it.
+    pub origin: Option<crate::operations::Origin>,
+    /// The name of its operation record in the metadata store (crate::operations).
+    pub record: Option<String>,
 }
 
 /// What the cluster routes use; without a store they answer 503.
@@ -504,62 +506,11 @@ async fn list_bookies(State(s): State<AdminState>, Query(p): Params) -> Response
 }
 
 /// `GET /api/v1/bookie/info` of another bookie: its (free, total) space.
-async fn peer_info(host: &str, port: u16) -> Result<(u64, u64), String> {
-    let v = peer_get(host, port, "/api/v1/bookie/info").await?;
+async fn peer_info(s: &AdminState, peer: &Peer) -> Result<(u64, u64), String> {
+    let v = peer_get(s, peer, "/api/v1/bookie/info").await?;
     match (v["freeSpace"].as_u64(), v["totalSpace"].as_u64()) {
         (Some(f), Some(t)) => Ok((f, t)),
         _ => Err(format!("no freeSpace/totalSpace in {v}")),
-    }
-}
-
-/// `GET path` of another bookie's admin endpoint over plain HTTP/1.1, as JSON, within
-/// [`PEER_TIMEOUT`].
-pub(crate) async fn peer_get(
-    host: &str,
-    port: u16,
-    path: &str,
-) -> Result<serde_json::Value, String> {
-    tokio::time::timeout(PEER_TIMEOUT, ask_peer(host, port, path))
-        .await
-        .map_err(|_| format!("no answer within {} s", PEER_TIMEOUT.as_secs()))?
-}
-
-async fn ask_peer(host: &str, port: u16, path: &str) -> Result<serde_json::Value, String> {
-    let mut conn = tokio::net::TcpStream::connect((host, port))
-        .await
-        .map_err(|e| format!("cannot connect to {host}:{port}: {e}"))?;
-    let request =
-        format!("GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\nConnection: close\r\n\r\n");
-    conn.write_all(request.as_bytes())
-        .await
-        .map_err(|e| e.to_string())?;
-    let mut response = Vec::new();
-    conn.read_to_end(&mut response)
-        .await
-        .map_err(|e| e.to_string())?;
-    let text = String::from_utf8_lossy(&response);
-    let Some((head, body)) = text.split_once("\r\n\r\n") else {
-        return Err("malformed HTTP response".into());
-    };
-    if !head.starts_with("HTTP/1.1 200") {
-        let status = head.lines().next().unwrap_or_default();
-        return Err(format!("{path} answered {status}: {}", body.trim()));
-    }
-    serde_json::from_str(body.trim()).map_err(|e| format!("malformed JSON: {e}"))
-}
-
-/// The host and port of `bookie`'s published admin endpoint.
-pub(crate) async fn peer_endpoint(
-    s: &AdminState,
-    bookie: &BookieId,
-) -> Result<(String, u16), String> {
-    let b = bookie.clone();
-    match with_store(s, |st| async move { st.bookie_service_info(&b).await }).await {
-        Ok(service) => match service.endpoints.iter().find(|e| e.id == "http") {
-            Some(ep) => Ok((ep.host.clone(), ep.port)),
-            None => Err("the bookie publishes no admin endpoint".into()),
-        },
-        Err(_) => Err("the bookie's service info is unreadable".into()),
     }
 }
 
@@ -579,7 +530,7 @@ async fn list_bookie_info(State(s): State<AdminState>) -> Response {
                 .map_err(|e| e.to_string())
         } else {
             match peer_endpoint(&s, b).await {
-                Ok((host, port)) => peer_info(&host, port).await,
+                Ok(peer) => peer_info(&s, &peer).await,
                 Err(e) => Err(e),
             }
         };

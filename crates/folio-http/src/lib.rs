@@ -20,6 +20,8 @@ mod bookie_routes;
 mod dashboard;
 mod host_metrics;
 mod metrics;
+mod operations;
+mod peers;
 mod server;
 mod tls_listener;
 mod token;
@@ -28,5 +30,6 @@ pub use bk_api::{
     LacFuture, LedgerReader, ReadFuture, RecoverProgress, SanityFuture, cluster_info_json,
     ledger_metadata_json,
 };
+pub use operations::{Origin, PUBLISH_INTERVAL, Publisher};
 pub use server::{BookieAdmin, HttpHandle, WorkerSlot, serve_cluster};
 pub use token::read_token_file;

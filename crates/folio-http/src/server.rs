@@ -52,6 +52,8 @@ pub(crate) struct AdminState {
     pub(crate) config: Option<Arc<parking_lot::Mutex<BookieConfig>>>,
     /// One sanity test at a time (`bookie/sanity`), as BookKeeper's `BookieSanityService`.
     pub(crate) sanity: Arc<tokio::sync::Mutex<()>>,
+    /// Reads other bookies' HTTPS admin endpoints (crate::peers), if a CA is configured.
+    pub(crate) peer_tls: Option<tokio_rustls::TlsConnector>,
 }
 
 /// Where the binary puts its ReplicationWorker's status once autorecovery runs in the
@@ -82,6 +84,7 @@ impl AdminState {
             worker: access.worker.clone(),
             config: None,
             sanity: Arc::default(),
+            peer_tls: access.peer_tls.clone(),
         }
     }
 
@@ -110,6 +113,12 @@ struct Access {
     ledger_read_enabled: bool,
     reader: Option<Arc<dyn LedgerReader>>,
     worker: WorkerSlot,
+    peer_tls: Option<tokio_rustls::TlsConnector>,
+}
+
+/// The TLS client for HTTPS peers, from the PEM CA bundle at `ca` if one is given.
+fn peer_tls(ca: Option<&std::path::Path>) -> Result<Option<tokio_rustls::TlsConnector>, String> {
+    ca.map(crate::peers::peer_connector).transpose()
 }
 
 /// The router alone (the tests drive it without a socket too).
@@ -132,7 +141,9 @@ pub struct BookieAdmin {
 
 impl BookieAdmin {
     /// Reads the admin token file (`http_auth_token_file`) now, before anything starts: a
-    /// missing or empty file is a start-up error, never an endpoint left open.
+    /// missing or empty file is a start-up error, never an endpoint left open. So is an
+    /// unreadable CA bundle for other bookies' HTTPS endpoints (`http_tls_ca_file`, else the
+    /// bookie port's `tlsTrustStore`).
     /// `/api/v1/ledger/read` and the recover routes go through `reader`.
     pub fn from_config(
         config: &BookieConfig,
@@ -142,12 +153,24 @@ impl BookieAdmin {
             (Some(_), Some(path)) => Some(Arc::from(crate::token::read_token_file(path)?)),
             _ => None,
         };
+        let ca = config
+            .http_tls_ca_file
+            .as_deref()
+            .or(config.tls_trust_store.as_deref());
+        let peer_tls = match config.http_port {
+            Some(_) => peer_tls(ca).map_err(|e| match &config.http_tls_ca_file {
+                Some(_) => format!("http_tls_ca_file: {e}"),
+                None => format!("tlsTrustStore (for peers' HTTPS endpoints): {e}"),
+            })?,
+            None => None,
+        };
         Ok(BookieAdmin {
             access: Access {
                 token,
                 ledger_read_enabled: config.http_ledger_read_enabled,
                 reader,
                 worker: WorkerSlot::default(),
+                peer_tls,
             },
         })
     }
@@ -175,7 +198,8 @@ impl AdminServer for BookieAdmin {
 
 /// Serves the cluster routes and the dashboard of a process that is not a bookie (`folio
 /// autorecovery --http-port`) on `addr`, from `metadata`; `id` is the process's election id,
-/// `worker` its ReplicationWorker.
+/// `worker` its ReplicationWorker, `peer_ca` the PEM CA bundle other bookies' HTTPS admin
+/// endpoints are verified against.
 pub async fn serve_cluster(
     addr: &str,
     id: String,
@@ -183,13 +207,16 @@ pub async fn serve_cluster(
     token: Option<String>,
     reader: Option<Arc<dyn LedgerReader>>,
     worker: WorkerSlot,
+    peer_ca: Option<&std::path::Path>,
 ) -> std::io::Result<HttpHandle> {
+    let peer_tls = peer_tls(peer_ca).map_err(std::io::Error::other)?;
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let access = Access {
         token: token.map(Arc::from),
         ledger_read_enabled: false,
         reader,
         worker,
+        peer_tls,
     };
     serve_on(listener, AdminState::new(id, Some(metadata), &access), None)
 }

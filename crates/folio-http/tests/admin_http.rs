@@ -373,33 +373,9 @@ async fn the_admin_endpoint_serves_https_with_pem_files() {
     let node = common::start_alone(c).await;
     let addr = node.http_addr().unwrap();
 
-    let mut roots = rustls::RootCertStore::empty();
-    use rustls_pki_types::pem::PemObject;
-    for cert in rustls_pki_types::CertificateDer::pem_slice_iter(ca.pem.as_bytes()) {
-        roots.add(cert.unwrap()).unwrap();
-    }
-    let client = Arc::new(
-        rustls::ClientConfig::builder()
-            .with_root_certificates(roots)
-            .with_no_client_auth(),
-    );
     let https = |request: String| {
-        let client = client.clone();
-        async move {
-            let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
-            let name = rustls_pki_types::ServerName::try_from("127.0.0.1").unwrap();
-            let mut tls = tokio_rustls::TlsConnector::from(client)
-                .connect(name, tcp)
-                .await
-                .expect("TLS handshake with the admin endpoint");
-            tls.write_all(request.as_bytes()).await.unwrap();
-            let mut text = String::new();
-            tokio::time::timeout(common::PATIENCE, tls.read_to_string(&mut text))
-                .await
-                .expect("an answer")
-                .ok();
-            text
-        }
+        let pem = ca.pem.clone();
+        async move { common::https_text(addr, &pem, &request).await }
     };
     let get = |path: &str, auth: &str| {
         format!("GET {path} HTTP/1.1\r\nHost: b\r\n{auth}Connection: close\r\n\r\n")

@@ -83,6 +83,12 @@ impl Keys {
     pub fn ur_lock(&self, ledger: LedgerId) -> String {
         self.k(&format!("underreplication/locks/{}", ledger_uuid(ledger)))
     }
+    pub fn operations(&self) -> String {
+        self.k(folio_metadata::layout::OPERATIONS_REL)
+    }
+    pub fn operation(&self, name: &str) -> String {
+        format!("{}/{name}", self.operations())
+    }
     pub fn ur_disable(&self) -> String {
         self.k("underreplication/disable")
     }

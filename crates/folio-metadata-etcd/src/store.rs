@@ -482,6 +482,20 @@ impl MetadataStore for EtcdMetadataStore {
         crate::underreplication::lock_next(&self.etcd, holder).await
     }
 
+    async fn publish_operation(&self, name: &str, data: &[u8]) -> Result<()> {
+        folio_metadata::driver::check_operation_name(name)?;
+        crate::underreplication::publish_operation(&self.etcd, name, data).await
+    }
+
+    async fn remove_operation(&self, name: &str) -> Result<()> {
+        folio_metadata::driver::check_operation_name(name)?;
+        crate::underreplication::remove_operation(&self.etcd, name).await
+    }
+
+    async fn list_operations(&self) -> Result<Vec<(String, Vec<u8>)>> {
+        crate::underreplication::list_operations(&self.etcd).await
+    }
+
     async fn underreplicated_lock_holder(&self, ledger: LedgerId) -> Result<Option<String>> {
         check_ledger_id(ledger)?;
         crate::underreplication::lock_holder(&self.etcd, ledger).await

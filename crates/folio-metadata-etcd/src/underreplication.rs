@@ -138,6 +138,42 @@ pub(crate) async fn remove(etcd: &Etcd, ledger: LedgerId) -> Result<()> {
         .await
 }
 
+/// Folio's operation record `name`: `S/underreplication/folio-operations/<name>`, put on
+/// the session lease (so it goes with the session), replacing any earlier value.
+pub(crate) async fn publish_operation(etcd: &Etcd, name: &str, data: &[u8]) -> Result<()> {
+    let key = etcd.keys.operation(name);
+    let mut c = etcd.client()?;
+    let opts = etcd_client::PutOptions::new().with_lease(etcd.lease);
+    etcd.run(
+        &format!("operation record {name}"),
+        c.put(key, data.to_vec(), Some(opts)),
+    )
+    .await?;
+    Ok(())
+}
+
+pub(crate) async fn remove_operation(etcd: &Etcd, name: &str) -> Result<()> {
+    etcd.delete(
+        &etcd.keys.operation(name),
+        &format!("operation record {name}"),
+    )
+    .await
+}
+
+pub(crate) async fn list_operations(etcd: &Etcd) -> Result<Vec<(String, Vec<u8>)>> {
+    let kvs = etcd
+        .children(
+            &etcd.keys.operations(),
+            "the operation records",
+            GetOptions::new(),
+        )
+        .await?;
+    Ok(kvs
+        .iter()
+        .filter_map(|kv| Some((last_component(kv.key())?, kv.value().to_vec())))
+        .collect())
+}
+
 /// Locks, votes and registrations are keys on this session's lease: deleting one deletes
 /// it only while it is still attached to the lease (it is ours).
 #[async_trait]

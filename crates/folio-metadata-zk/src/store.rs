@@ -657,6 +657,20 @@ impl MetadataStore for ZkMetadataStore {
         crate::underreplication::lock_next(&self.zk, holder).await
     }
 
+    async fn publish_operation(&self, name: &str, data: &[u8]) -> Result<()> {
+        folio_metadata::driver::check_operation_name(name)?;
+        crate::underreplication::publish_operation(&self.zk, name, data).await
+    }
+
+    async fn remove_operation(&self, name: &str) -> Result<()> {
+        folio_metadata::driver::check_operation_name(name)?;
+        crate::underreplication::remove_operation(&self.zk, name).await
+    }
+
+    async fn list_operations(&self) -> Result<Vec<(String, Vec<u8>)>> {
+        crate::underreplication::list_operations(&self.zk).await
+    }
+
     async fn underreplicated_lock_holder(&self, ledger: LedgerId) -> Result<Option<String>> {
         check_ledger_id(ledger)?;
         crate::underreplication::lock_holder(&self.zk, ledger).await

@@ -8,11 +8,11 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use folio_metadata::format;
 use folio_metadata::{
     AuditorCheck, MetadataError, Result, UnderreplicatedLedger, UnderreplicationLock, Version,
     Versioned,
 };
+use folio_metadata::{format, layout};
 use folio_types::{BookieId, LedgerId};
 use zookeeper_client as zk;
 
@@ -301,6 +301,58 @@ pub(crate) async fn set_check_ctime(zk: &Zk, check: AuditorCheck, ctime_ms: i64)
     let what = check.record_name();
     let data = format::encode_check_ctime(ctime_ms);
     put_persistent(zk, &format!("{UNDERREPLICATION}/{what}"), &data, what).await
+}
+
+/// Folio's operation record `name`: an ephemeral znode under
+/// `underreplication/folio-operations`, created or, when this session already has it,
+/// rewritten.
+pub(crate) async fn publish_operation(zk: &Zk, name: &str, data: &[u8]) -> Result<()> {
+    let rel = format!("{}/{name}", layout::OPERATIONS_REL);
+    let what = format!("operation record {name}");
+    let client = zk.client()?;
+    for _ in 0..10 {
+        match zk.create_with_parents(&rel, data, &ephemeral()).await? {
+            Ok(_) => {
+                zk.own(&zk.abs(&rel));
+                return Ok(());
+            }
+            Err(zk::Error::NodeExists) => {}
+            Err(e) => return Err(zk.err(e, &what, None)),
+        }
+        match zk.run(client.set_data(&zk.abs(&rel), data, None)).await? {
+            Ok(_) => return Ok(()),
+            // Gone between the two (its session ended): create it again.
+            Err(zk::Error::NoNode) => continue,
+            Err(e) => return Err(zk.err(e, &what, None)),
+        }
+    }
+    Err(MetadataError::Internal(format!(
+        "{what}: kept racing with another writer"
+    )))
+}
+
+pub(crate) async fn remove_operation(zk: &Zk, name: &str) -> Result<()> {
+    let path = zk.abs(&format!("{}/{name}", layout::OPERATIONS_REL));
+    zk.delete_ephemeral(&path, &format!("operation record {name}"))
+        .await
+}
+
+pub(crate) async fn list_operations(zk: &Zk) -> Result<Vec<(String, Vec<u8>)>> {
+    let mut out = Vec::new();
+    for name in zk
+        .children(layout::OPERATIONS_REL, "the operation records")
+        .await?
+    {
+        let what = format!("operation record {name}");
+        // Gone since it was listed: its operation ended.
+        if let Some((data, _)) = zk
+            .get(&format!("{}/{name}", layout::OPERATIONS_REL), &what)
+            .await?
+        {
+            out.push((name, data));
+        }
+    }
+    Ok(out)
 }
 
 /// Locks, votes and registrations are ephemeral znodes this session owns: deleting one

@@ -68,6 +68,7 @@ macro_rules! __with_conformance_properties {
             underreplication_lock_is_exclusive_and_dies_with_session,
             a_remark_during_the_repair_survives_mark_replicated,
             auditor_check_ctimes_are_shared,
+            operation_records_are_shared_and_die_with_their_session,
             autorecovery_settings_are_shared,
             corrupt_record_is_an_error_naming_the_ledger,
             bad_input_is_refused_with_clear_errors;
@@ -873,6 +874,51 @@ pub async fn auditor_check_ctimes_are_shared(h: &dyn Harness) {
             .unwrap(),
         Some(base - 21 * 86_400_000)
     );
+}
+
+/// Folio's operation records: what one session publishes another lists, a republish
+/// replaces it, a removal or the end of the publishing session removes it; bad names are
+/// refused.
+pub async fn operation_records_are_shared_and_die_with_their_session(h: &dyn Harness) {
+    let a = connect(h).await;
+    let b = connect(h).await;
+    ensure_cluster(a.as_ref()).await;
+    let tag = random_bookie("op").to_string().replace(':', "-");
+    let (one, two) = (format!("{tag}-1"), format!("{tag}-2"));
+    let mine = |list: Vec<(String, Vec<u8>)>| -> Vec<(String, Vec<u8>)> {
+        list.into_iter()
+            .filter(|(n, _)| n.starts_with(&tag))
+            .collect()
+    };
+    a.publish_operation(&one, b"{\"done\":0}").await.unwrap();
+    a.publish_operation(&two, b"second").await.unwrap();
+    a.publish_operation(&one, b"{\"done\":1}").await.unwrap();
+    assert_eq!(
+        mine(b.list_operations().await.unwrap()),
+        vec![
+            (one.clone(), b"{\"done\":1}".to_vec()),
+            (two.clone(), b"second".to_vec())
+        ],
+        "a republished record must replace the first, both listed by another session"
+    );
+    a.remove_operation(&two).await.unwrap();
+    a.remove_operation(&two).await.unwrap();
+    assert_eq!(
+        mine(b.list_operations().await.unwrap()),
+        vec![(one.clone(), b"{\"done\":1}".to_vec())]
+    );
+    for bad in ["", "a/b", "..", &"x".repeat(101)] {
+        let e = a.publish_operation(bad, b"x").await.unwrap_err();
+        assert!(
+            matches!(e, MetadataError::InvalidArgument(_)),
+            "{bad:?}: {e}"
+        );
+    }
+    a.close().await.unwrap();
+    eventually("the operation record goes with its session", || async {
+        mine(b.list_operations().await.unwrap()).is_empty()
+    })
+    .await;
 }
 
 async fn loop_until_locked(

@@ -36,6 +36,23 @@ pub fn check_ledger_id(ledger: LedgerId) -> Result<()> {
     Ok(())
 }
 
+/// An operation record's name: 1 to 100 of `[A-Za-z0-9._-]` (a znode, key or row name
+/// in every driver), not `.` or `..`.
+pub fn check_operation_name(name: &str) -> Result<()> {
+    let ok = (1..=100).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+        && name != "."
+        && name != "..";
+    if !ok {
+        return Err(MetadataError::InvalidArgument(format!(
+            "operation record name {name:?} must be 1 to 100 of A-Z a-z 0-9 . _ -"
+        )));
+    }
+    Ok(())
+}
+
 /// A ledger list page needs room for at least one ledger.
 pub fn check_page_limit(limit: usize) -> Result<()> {
     if limit == 0 {

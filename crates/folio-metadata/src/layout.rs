@@ -128,6 +128,11 @@ pub fn underreplication_lock_rel(ledger: LedgerId) -> String {
     format!("underreplication/locks/urL{ledger:010}")
 }
 
+/// Folio's operation records (a recover's or a decommission's progress, for every dashboard;
+/// docs/formats/operations.md), relative to the root: `underreplication/folio-operations`,
+/// beside BookKeeper's autorecovery records, which no BookKeeper code lists.
+pub const OPERATIONS_REL: &str = "underreplication/folio-operations";
+
 /// `<root>/` + [`underreplication_lock_rel`].
 pub fn underreplication_lock_path(root: &str, ledger: LedgerId) -> String {
     format!("{root}/{}", underreplication_lock_rel(ledger))

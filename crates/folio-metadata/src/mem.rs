@@ -60,6 +60,8 @@ struct State {
     /// ledger -> (session, token) of the holder.
     /// Held locks: the session, its token and the holder it named.
     ur_locks: BTreeMap<LedgerId, (SessionId, u64, String)>,
+    /// Folio's operation records: name -> (the session that published it, its data).
+    operations: BTreeMap<String, (SessionId, Vec<u8>)>,
     autorecovery_disabled: bool,
     /// The delay and the revision it was written at.
     lost_bookie_recovery_delay: Option<(u32, i64)>,
@@ -88,6 +90,7 @@ impl State {
         }
         self.bookies.retain(|_, r| r.session != session);
         self.ur_locks.retain(|_, (s, _, _)| *s != session);
+        self.operations.retain(|_, (s, _)| *s != session);
         self.election.retain(|_, c| {
             if c.session == session {
                 c.leader.send_replace(false);
@@ -387,6 +390,7 @@ impl MetadataStore for MemMetadataStore {
             st.ledgers.clear();
             st.underreplicated.clear();
             st.ur_locks.clear();
+            st.operations.clear();
             st.autorecovery_disabled = false;
             st.lost_bookie_recovery_delay = None;
             st.check_ctimes.clear();
@@ -789,6 +793,36 @@ impl MetadataStore for MemMetadataStore {
             st.check_ctimes.insert(check, ctime_ms);
             st.bump();
             Ok(())
+        })
+    }
+
+    async fn publish_operation(&self, name: &str, data: &[u8]) -> Result<()> {
+        crate::driver::check_operation_name(name)?;
+        let session = self.session.id;
+        self.session.with(|st| {
+            st.operations
+                .insert(name.to_string(), (session, data.to_vec()));
+            st.bump();
+            Ok(())
+        })
+    }
+
+    async fn remove_operation(&self, name: &str) -> Result<()> {
+        crate::driver::check_operation_name(name)?;
+        self.session.with(|st| {
+            st.operations.remove(name);
+            st.bump();
+            Ok(())
+        })
+    }
+
+    async fn list_operations(&self) -> Result<Vec<(String, Vec<u8>)>> {
+        self.session.with(|st| {
+            Ok(st
+                .operations
+                .iter()
+                .map(|(n, (_, d))| (n.clone(), d.clone()))
+                .collect())
         })
     }
 

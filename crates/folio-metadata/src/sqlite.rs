@@ -62,6 +62,7 @@ CREATE TABLE IF NOT EXISTS ledgers (id INTEGER PRIMARY KEY, data BLOB NOT NULL, 
 CREATE TABLE IF NOT EXISTS underreplicated (ledger INTEGER PRIMARY KEY, data BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS ur_locks (ledger INTEGER PRIMARY KEY, session INTEGER NOT NULL, token INTEGER NOT NULL, holder TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS election (seq INTEGER PRIMARY KEY AUTOINCREMENT, session INTEGER NOT NULL, candidate TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS operations (name TEXT PRIMARY KEY, session INTEGER NOT NULL, data BLOB NOT NULL);
 ";
 
 /// Rows of live sessions only: `<table>.session IN (LIVE)` with `?1` = now.
@@ -162,6 +163,7 @@ impl Inner {
             c.execute("DELETE FROM bookies WHERE session = ?1", [self.session])?;
             c.execute("DELETE FROM ur_locks WHERE session = ?1", [self.session])?;
             c.execute("DELETE FROM election WHERE session = ?1", [self.session])?;
+            c.execute("DELETE FROM operations WHERE session = ?1", [self.session])?;
             c.execute("DELETE FROM sessions WHERE id = ?1", [self.session])?;
             Ok(())
         })();
@@ -224,6 +226,10 @@ fn purge_expired(tx: &Transaction<'_>, now: i64) -> rusqlite::Result<()> {
     )?;
     tx.execute(
         &format!("DELETE FROM election WHERE session IN ({expired})"),
+        [now],
+    )?;
+    tx.execute(
+        &format!("DELETE FROM operations WHERE session IN ({expired})"),
         [now],
     )?;
     tx.execute("DELETE FROM sessions WHERE expires_at <= ?1", [now])?;
@@ -615,7 +621,8 @@ impl MetadataStore for SqliteMetadataStore {
             .write(|tx, _| {
                 tx.execute_batch(
                     "DELETE FROM cluster; DELETE FROM bookies; DELETE FROM cookies; DELETE FROM ledgers;
-                     DELETE FROM underreplicated; DELETE FROM ur_locks; DELETE FROM election;",
+                     DELETE FROM underreplicated; DELETE FROM ur_locks; DELETE FROM election;
+                     DELETE FROM operations;",
                 )?;
                 let info = ClusterInfo {
                     instance_id: crate::new_instance_id(),
@@ -1077,6 +1084,45 @@ impl MetadataStore for SqliteMetadataStore {
                     |r| r.get(0),
                 )
                 .optional()?)
+            })
+            .await
+    }
+
+    async fn publish_operation(&self, name: &str, data: &[u8]) -> Result<()> {
+        crate::driver::check_operation_name(name)?;
+        let (session, name, data) = (self.inner.session, name.to_owned(), data.to_vec());
+        self.inner
+            .write(move |tx, _| {
+                tx.execute(
+                    "INSERT OR REPLACE INTO operations (name, session, data) VALUES (?1, ?2, ?3)",
+                    params![name, session, data],
+                )?;
+                bump(tx)?;
+                Ok(())
+            })
+            .await
+    }
+
+    async fn remove_operation(&self, name: &str) -> Result<()> {
+        crate::driver::check_operation_name(name)?;
+        let name = name.to_owned();
+        self.inner
+            .write(move |tx, _| {
+                tx.execute("DELETE FROM operations WHERE name = ?1", [name])?;
+                bump(tx)?;
+                Ok(())
+            })
+            .await
+    }
+
+    async fn list_operations(&self) -> Result<Vec<(String, Vec<u8>)>> {
+        self.inner
+            .run(move |c| {
+                let mut q = c.prepare(&format!(
+                    "SELECT name, data FROM operations WHERE session IN ({LIVE}) ORDER BY name"
+                ))?;
+                let rows = q.query_map([now_ms()], |r| Ok((r.get(0)?, r.get(1)?)))?;
+                Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
             })
             .await
     }

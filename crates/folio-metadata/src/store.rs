@@ -394,6 +394,20 @@ pub trait MetadataStore: Send + Sync + fmt::Debug {
     /// with a time far enough back to make the check due).
     async fn set_auditor_check_ctime(&self, check: AuditorCheck, ctime_ms: i64) -> Result<()>;
 
+    // ---- Folio's operation records (not BookKeeper's) ------------------------------
+
+    /// Publishes (creates or replaces) the record `name` of an operation this session runs,
+    /// a recover or a decommission, with its progress as `data` (docs/formats/operations.md):
+    /// every process's dashboard shows it. The record is ephemeral: it goes when this
+    /// session ends, as a lock does. `name` is 1 to 100 of `[A-Za-z0-9._-]`.
+    async fn publish_operation(&self, name: &str, data: &[u8]) -> Result<()>;
+
+    /// Removes the record `name` (the operation ended); an absent one is not an error.
+    async fn remove_operation(&self, name: &str) -> Result<()>;
+
+    /// Every live operation record, by name.
+    async fn list_operations(&self) -> Result<Vec<(String, Vec<u8>)>>;
+
     // ---- Auditor election -------------------------------------------------------
 
     /// Joins the Auditor election as `candidate`. Exactly one live candidate is leader

@@ -283,6 +283,19 @@ impl MetadataStore for FlakyStore {
             .await
     }
 
+    async fn publish_operation(&self, name: &str, data: &[u8]) -> Result<()> {
+        self.changed(self.inner.publish_operation(name, data)).await
+    }
+
+    async fn remove_operation(&self, name: &str) -> Result<()> {
+        self.changed(self.inner.remove_operation(name)).await
+    }
+
+    async fn list_operations(&self) -> Result<Vec<(String, Vec<u8>)>> {
+        self.read()?;
+        self.inner.list_operations().await
+    }
+
     async fn is_autorecovery_enabled(&self) -> Result<bool> {
         self.read()?;
         self.inner.is_autorecovery_enabled().await

@@ -199,6 +199,7 @@ async fn serve_http(
         token,
         Some(reader),
         worker,
+        crate::client_tls::ca_file().as_deref(),
     )
     .await
     .with_context(|| format!("cannot serve the admin endpoint on {addr}"))

@@ -64,6 +64,12 @@ fn load(args: &TlsArgs) -> anyhow::Result<Option<ClientTls>> {
     Ok(Some(ClientTls::from_pem_files(ca, client)?))
 }
 
+/// The CA bundle `--tls-ca` names, if given (also what `folio autorecovery`'s dashboard
+/// trusts for bookies' HTTPS admin endpoints).
+pub fn ca_file() -> Option<PathBuf> {
+    ARGS.get().and_then(|a| a.ca.clone())
+}
+
 /// The client's TLS from the global flags (`None`: plaintext).
 pub fn client_tls() -> anyhow::Result<Option<ClientTls>> {
     let loaded = LOADED.get_or_init(|| {

@@ -423,14 +423,7 @@ impl Operations {
         self.next += 1;
         self.list.push((
             id,
-            folio_http::RecoverProgress {
-                bookies: bookies.iter().map(|b| b.to_string()).collect(),
-                decommission,
-                started_ms: std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(0, |d| d.as_millis() as i64),
-                ..Default::default()
-            },
+            folio_http::RecoverProgress::begin(bookies, decommission),
         ));
         id
     }
@@ -535,6 +528,13 @@ impl folio_http::LedgerReader for ClientLedgerReader {
             .unwrap()
             .begin(&bookies, decommission);
         let operations = self.operations.clone();
+        let first = operations
+            .lock()
+            .unwrap()
+            .list
+            .iter()
+            .find(|(i, _)| *i == id)
+            .map(|(_, op)| op.clone());
         tokio::spawn(async move {
             let update = |f: &mut dyn FnMut(&mut folio_http::RecoverProgress)| {
                 let mut ops = operations.lock().unwrap();
@@ -542,27 +542,18 @@ impl folio_http::LedgerReader for ClientLedgerReader {
                     f(op);
                 }
             };
+            // Other processes' dashboards see it through its operation record.
+            let publisher = first.map(|op| folio_http::Publisher::start(store.clone(), op));
             let result = async {
                 let client =
                     Client::connect(store.clone(), crate::client_tls::client_config()?).await?;
                 let copy = folio_autorecovery::CopyOptions::default();
-                let mut progress =
-                    |n: usize, report: Option<&folio_autorecovery::LedgerReport>| match report {
-                        None => update(&mut |op| op.total = Some(n)),
-                        Some(r) => update(&mut |op| {
-                            op.done += 1;
-                            match &r.outcome {
-                                folio_autorecovery::LedgerOutcome::Failed(why) => {
-                                    op.failed.push((r.ledger, why.clone()));
-                                }
-                                folio_autorecovery::LedgerOutcome::OpenFragmentDamaged(_) => {
-                                    op.failed
-                                        .push((r.ledger, "its open fragment lost a bookie".into()));
-                                }
-                                _ => {}
-                            }
-                        }),
-                    };
+                let mut progress = |n: usize, report: Option<&folio_autorecovery::LedgerReport>| {
+                    update(&mut |op| op.count(n, report));
+                    if let Some(p) = &publisher {
+                        p.update(|op| op.count(n, report));
+                    }
+                };
                 let summary = if decommission {
                     folio_autorecovery::decommission(
                         &client,
@@ -610,6 +601,9 @@ impl folio_http::LedgerReader for ClientLedgerReader {
                 }
             };
             update(&mut |op| op.finished = Some(finished.clone()));
+            if let Some(p) = publisher {
+                p.finish().await;
+            }
         });
         Ok(())
     }

@@ -166,11 +166,14 @@ pub async fn queryautorecoverystatus(
 }
 
 /// Prints what recover and decommission do, a bar on a terminal and a line per ledger
-/// otherwise.
-fn reporter() -> impl FnMut(usize, Option<&LedgerReport>) + Send {
+/// otherwise, and publishes it to every dashboard through `published`'s operation record.
+fn reporter(
+    published: &folio_http::Publisher,
+) -> impl FnMut(usize, Option<&LedgerReport>) + Send + '_ {
     let mut bar = None;
     let mut copied = 0u64;
     move |total, report| {
+        published.update(|op| op.count(total, report));
         let bar = bar.get_or_insert_with(|| crate::progress::bar(total as u64, "ledgers"));
         let Some(r) = report else { return };
         bar.inc(1);
@@ -255,7 +258,14 @@ pub async fn recover_cmd(store: Arc<dyn MetadataStore>, flags: &[String]) -> any
     }
     options.copy = copy_options(rate);
     let client = Client::connect(store.clone(), crate::client_tls::client_config()?).await?;
-    let summary = recover(&client, &sources, &options, &mut reporter()).await?;
+    let bookies: Vec<BookieId> = sources.iter().cloned().collect();
+    let published = folio_http::Publisher::start(
+        store.clone(),
+        folio_http::RecoverProgress::begin(&bookies, false),
+    );
+    let summary = recover(&client, &sources, &options, &mut reporter(&published)).await;
+    published.finish().await;
+    let summary = summary?;
     println!(
         "Recovered {} ledger(s): {} entries, {} bytes copied; {} not recovered",
         summary.ledgers - summary.failed.len(),
@@ -288,9 +298,21 @@ pub async fn decommissionbookie(
             "usage: decommissionbookie -bookieid <host:port> (the bookie must be stopped first)"
         ),
     };
-    let client = Client::connect(store, crate::client_tls::client_config()?).await?;
-    let summary =
-        decommission(&client, &bookie, true, &copy_options(None), &mut reporter()).await?;
+    let client = Client::connect(store.clone(), crate::client_tls::client_config()?).await?;
+    let published = folio_http::Publisher::start(
+        store,
+        folio_http::RecoverProgress::begin(std::slice::from_ref(&bookie), true),
+    );
+    let summary = decommission(
+        &client,
+        &bookie,
+        true,
+        &copy_options(None),
+        &mut reporter(&published),
+    )
+    .await;
+    published.finish().await;
+    let summary = summary?;
     println!(
         "Decommissioned bookie {bookie}: {} ledger(s), {} entries, {} bytes moved; cookie deleted",
         summary.ledgers, summary.entries, summary.bytes

@@ -6,11 +6,13 @@
 //!
 //! Checked: the cluster page lists every bookie as writable; the ledgers page lists the
 //! written ledger and its page shows its ensemble and its first and last entries; the bookie
-//! process, once stopped, shows as gone. Pages that have not caught up yet are loaded again
-//! until a generous deadline.
+//! process, once stopped, shows as gone, and the autorecovery page shows why the worker is
+//! stuck on a ledger written on all four bookies (none is left to take its copies). Pages
+//! that have not caught up yet are loaded again until a generous deadline.
 //!
-//! Screenshots go to `<target>/tmp/dashboard-browser/`; with `FOLIO_DASHBOARD_DOCS=1` they
-//! are also copied to `docs/dashboard-<page>.png` (how the README's pictures are made).
+//! Screenshots go to `<target>/tmp/dashboard-browser/`; with `FOLIO_DASHBOARD_DOCS=1` one of
+//! each page is also copied to `docs/dashboard-<page>.png` (how the README's pictures are
+//! made; the autorecovery one shows the stuck ledger).
 //! Chromium must be installed (`scripts/test` installs Debian's `chromium`): without it the
 //! test fails saying so, it does not skip.
 
@@ -190,18 +192,7 @@ fn the_dashboard_shows_the_cluster_its_ledgers_and_a_stopped_bookie_in_chromium(
     let mut every: Vec<String> = s.bookies.clone();
     every.push(extra_id.clone());
 
-    let written = s.run(
-        &["ledger", "write", "-e", "3", "-w", "2", "-a", "2"],
-        b"one\ntwo\nthree\n",
-    );
-    let text = written.ok().text();
-    let ledger = text
-        .lines()
-        .find_map(|l| l.strip_prefix("ledger "))
-        .expect("ledger write prints the ledger id")
-        .to_owned();
-    let meta: serde_json::Value =
-        serde_json::from_str(&s.run(&["ledger", "meta", &ledger], b"").ok().text()).unwrap();
+    let (ledger, meta) = s.write_ledger(&["-e", "3", "-w", "2", "-a", "2"], b"one\ntwo\nthree\n");
     let ensemble: Vec<String> = meta["ensembles"]["0"]
         .as_array()
         .unwrap()
@@ -209,6 +200,9 @@ fn the_dashboard_shows_the_cluster_its_ledgers_and_a_stopped_bookie_in_chromium(
         .map(|b| b.as_str().unwrap().to_owned())
         .collect();
     assert_eq!(ensemble.len(), 3, "{meta}");
+    // A ledger on all four bookies: once the extra one stops, no bookie is left to take its
+    // copies, and the in-process ReplicationWorker is stuck on it.
+    let (wide, _) = s.write_ledger(&["-e", "4", "-w", "4", "-a", "4"], b"wide\n");
 
     let browser = Browser {
         profiles,
@@ -274,20 +268,33 @@ fn the_dashboard_shows_the_cluster_its_ledgers_and_a_stopped_bookie_in_chromium(
                 && s.bookies.iter().all(|b| bookie_row(dom, b, "writable"))
         },
     );
+    // The autorecovery page shows why the worker cannot repair the wide ledger.
+    let dom = browser.page(
+        "autorecovery",
+        "the wide ledger stuck",
+        "autorecovery-stuck",
+        |dom| dom.contains(&format!("data-stuck=\"{wide}\"")),
+    );
+    let why = format!("no bookie can take the replica of {extra_id}");
+    assert!(dom.contains(&why), "no {why:?} in:\n{dom}");
     s.stop();
 
     if std::env::var_os("FOLIO_DASHBOARD_DOCS").is_some() {
         let docs = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs");
-        for page in [
-            "cluster",
-            "ledgers",
-            "ledger",
-            "autorecovery",
-            "metrics",
-            "phone-dark",
+        // (screenshot, picture in docs/): the autorecovery picture is the stuck queue.
+        for (shot, page) in [
+            ("cluster", "cluster"),
+            ("ledgers", "ledgers"),
+            ("ledger", "ledger"),
+            ("autorecovery-stuck", "autorecovery"),
+            ("metrics", "metrics"),
+            ("phone-dark", "phone-dark"),
         ] {
-            let name = format!("dashboard-{page}.png");
-            std::fs::copy(out.join(&name), docs.join(&name)).unwrap();
+            std::fs::copy(
+                out.join(format!("dashboard-{shot}.png")),
+                docs.join(format!("dashboard-{page}.png")),
+            )
+            .unwrap();
         }
     }
     eprintln!(

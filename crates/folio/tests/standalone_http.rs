@@ -322,12 +322,7 @@ fn autorecovery_serves_the_dashboard_and_an_open_ledger_shows_its_lac() {
     ]);
     let mut ar = common::Proc::spawn(cmd);
     ar.wait_line(|l| l == "ready");
-    let addr = ar
-        .seen
-        .iter()
-        .find_map(|l| l.strip_prefix("http "))
-        .expect("autorecovery prints its admin endpoint")
-        .to_owned();
+    let addr = ar.printed("http ");
     let (status, page) = http(&addr, "GET", "/");
     assert_eq!(status, 200, "{page}");
     assert!(page.contains("/ui/app.js"), "{page}");
@@ -392,6 +387,8 @@ fn autorecovery_serves_the_dashboard_and_an_open_ledger_shows_its_lac() {
         let r = get_json(&bookie_http, "/ui/api/autorecovery");
         let op = r["operations"][0].clone();
         if op["running"] == false {
+            // Its operation record is not shown a second time next to it.
+            assert_eq!(r["operations"].as_array().unwrap().len(), 1, "{r}");
             break op;
         }
         assert!(
@@ -481,5 +478,79 @@ fn bookie_sanity_and_ledger_delete_over_http() {
         http(&addr, "GET", "/api/v1/ledger/delete?ledger_id=1").0,
         405
     );
+    sa.stop();
+}
+
+/// A recover run by `folio shell recover` in a process of its own shows on the dashboard of
+/// another process (the standalone's), from its operation record: who runs it, on which
+/// bookie, how many ledgers; killed, its record goes with its metadata session.
+#[test]
+fn a_recover_run_elsewhere_shows_its_progress_and_goes_with_its_process() {
+    let dir = tempfile::tempdir().unwrap();
+    let sa = Standalone::start(dir.path(), 3);
+    let addr = sa.http_addr();
+    // A ledger on two of the three bookies, so that the third can take a copy; entries of a
+    // kilobyte, so that at a byte a second the copy of the first one takes many minutes.
+    let entries = format!("{}\n{}\n", "a".repeat(1000), "b".repeat(1000));
+    let (_, meta) = sa.write_ledger(&["-e", "2", "-w", "2", "-a", "2"], entries.as_bytes());
+    let source = meta["ensembles"]["0"][0].as_str().unwrap().to_owned();
+    let mut cmd = common::folio();
+    cmd.arg("--metadata")
+        .arg(&sa.uri)
+        .args(["shell", "recover", "-rate", "1", &source]);
+    let mut recover = common::Proc::spawn(cmd);
+    let pid = recover.child.id();
+
+    let deadline = std::time::Instant::now() + common::TIMEOUT;
+    let op = loop {
+        let r = get_json(&addr, "/ui/api/autorecovery");
+        let found = r["operations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|op| op["startedBy"]["pid"] == pid && op["ledgers"] == 1)
+            .cloned();
+        if let Some(op) = found {
+            break op;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the recover of {source} never showed: {r}; its stderr: {}",
+            recover.stderr()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    };
+    assert_eq!(op["kind"], "recover", "{op}");
+    assert_eq!(op["startedHere"], false, "{op}");
+    assert_eq!(op["bookies"], serde_json::json!([source]), "{op}");
+    assert_eq!(
+        (op["done"].clone(), op["running"].clone()),
+        (0.into(), true.into()),
+        "{op}"
+    );
+    assert!(
+        op["startedBy"]["host"]
+            .as_str()
+            .is_some_and(|h| !h.is_empty()),
+        "{op}"
+    );
+    let record = op["record"].as_str().unwrap();
+    assert!(record.starts_with("recover-"), "{op}");
+
+    // Killed mid-copy (no chance to remove its record): the record goes with its session.
+    recover.child.kill().unwrap();
+    recover.child.wait().unwrap();
+    let deadline = std::time::Instant::now() + common::TIMEOUT;
+    loop {
+        let r = get_json(&addr, "/ui/api/autorecovery");
+        if r["operations"].as_array().unwrap().is_empty() {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the killed recover's record stayed: {r}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
     sa.stop();
 }

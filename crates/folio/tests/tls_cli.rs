@@ -142,6 +142,27 @@ fn ledgers_are_written_and_read_over_mutual_tls_from_the_command_line() {
     let text = run(read, b"").ok().text();
     assert_eq!(text, "0\talpha\n1\tbeta\n2\tgamma\n");
 
+    // BookKeeper's bookieinfo asks each bookie (GetBookieInfo) over the same TLS.
+    let mut info = folio();
+    info.arg("--metadata")
+        .arg(uri)
+        .args(["shell", "bookieinfo"])
+        .env("FOLIO_TLS_CA", bookies_ca_file)
+        .env("FOLIO_TLS_CERT", &cert)
+        .env("FOLIO_TLS_KEY", &key);
+    let o = run(info, b"").ok();
+    let text = o.text();
+    assert_eq!(text.matches("\tFree: ").count(), 3, "{text}");
+    assert!(o.stderr.is_empty(), "{}", o.stderr);
+    let mut plain_info = folio();
+    plain_info
+        .arg("--metadata")
+        .arg(uri)
+        .args(["shell", "bookieinfo"]);
+    let o = run(plain_info, b"");
+    assert!(!o.status.success(), "plaintext bookieinfo: {}", o.text());
+    assert!(o.stderr.contains("unauthorized access"), "{}", o.stderr);
+
     // Without TLS the bookies refuse the client (EUA); with a certificate whose role is not
     // authorized too; each a clean one-line failure.
     let mut plain = folio();
@@ -270,4 +291,67 @@ fn autorecovery_heals_a_lost_bookie_over_mutual_tls() {
     let text = run(with(&app, &["ledger", "read", &id]), b"").ok().text();
     let want: String = (0..50).map(|i| format!("{i}\tentry {i}\n")).collect();
     assert_eq!(text, want);
+}
+
+/// `GET path` of a plain HTTP endpoint, as JSON.
+fn get_json(addr: &str, path: &str) -> serde_json::Value {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(common::TIMEOUT)).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut response = String::new();
+    s.read_to_string(&mut response).unwrap();
+    let (head, body) = response.split_once("\r\n\r\n").unwrap();
+    assert!(head.starts_with("HTTP/1.1 200"), "{path}: {response}");
+    serde_json::from_str(body).unwrap_or_else(|e| panic!("{path}: {e}: {body}"))
+}
+
+/// `folio autorecovery --http-port`'s dashboard reads bookies whose admin endpoints are HTTPS,
+/// trusting the CA of the global `--tls-ca`.
+#[test]
+fn autorecoverys_dashboard_reads_https_bookies_with_the_tls_ca() {
+    let pki = Pki::new();
+    let (root, uri, clients, bookies_ca_file) = pki.parts();
+    let (chain, key) = pki.bookies_ca.bookie().write(root, "admin");
+    let extra = format!(
+        "http_port = 0\nhttp_tls_key_file = \"{}\"\nhttp_tls_certificate_file = \"{}\"",
+        key.display(),
+        chain.display()
+    );
+    let bookies = pki.start_bookies(2, &extra);
+    let ids: Vec<String> = bookies
+        .iter()
+        .map(|p| {
+            p.seen
+                .iter()
+                .find_map(|l| l.strip_prefix("bookie ")?.split(' ').next())
+                .expect("a listening line")
+                .to_string()
+        })
+        .collect();
+    let mut cmd = folio();
+    cmd.arg("--metadata")
+        .arg(uri)
+        .args(tls_flags(root, bookies_ca_file, clients, "autorecovery"))
+        .args(["autorecovery", "--id", "127.0.0.1:1", "--http-port"])
+        .arg(common::free_port().to_string());
+    let mut ar = Proc::spawn(cmd);
+    ar.wait_line(|l| l == "ready");
+    let addr = ar.printed("http ");
+    let c = get_json(&addr, "/ui/api/cluster");
+    for id in &ids {
+        let row = c["bookies"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|b| b["id"] == id.as_str())
+            .unwrap_or_else(|| panic!("no {id} in {c}"));
+        assert_eq!(row["facts"]["id"], id.as_str(), "{c}");
+    }
+    ar.terminate();
+    assert!(ar.wait().success(), "{}", ar.stderr());
 }

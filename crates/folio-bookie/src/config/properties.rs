@@ -97,6 +97,7 @@ pub(super) const FIELDS: &[(&str, &str)] = &[
     ("tlsProviderFactoryClass", "tls_provider_factory_class"),
     ("tlsKeyStoreType", "tls_key_store_type"),
     ("tlsKeyStore", "tls_key_store"),
+    ("tlsKeyStorePasswordPath", "tls_key_store_password_path"),
     ("tlsCertificatePath", "tls_certificate_path"),
     ("tlsTrustStoreType", "tls_trust_store_type"),
     ("tlsTrustStore", "tls_trust_store"),

@@ -13,8 +13,11 @@
 //! * `GET /ui/api/ledger?ledger_id=N`: the metadata, the fragments (first and last entry id,
 //!   the ensemble with each bookie's state), the LAC, and the ledger's under-replication mark.
 //! * `GET /ui/api/autorecovery`: the switch, the Auditor, the lost-bookie delay, the queue
-//!   (with what this process's ReplicationWorker knows of each ledger: repairing it, or why
-//!   it is stuck), and the recovers and decommissions started here with their progress.
+//!   (each ledger with the holder of its lock, whichever worker it is, and what this
+//!   process's ReplicationWorker knows of it: repairing it, or why it is stuck and when it
+//!   is tried again), and the recovers and decommissions with their progress: those started
+//!   here, and those any other process runs (`folio shell recover`, `decommissionbookie`,
+//!   another endpoint), read from their operation records in the metadata store.
 
 #![allow(clippy::result_large_err)] // handlers' parameter checks return the error Response
 
@@ -29,6 +32,7 @@ use axum::response::Response;
 use axum::routing::get;
 use folio_bookie::admin::LocalDisk;
 use folio_metadata::BookieSet;
+use folio_metadata::driver::now_ms;
 use folio_types::BookieId;
 use folio_types::metadata::{LedgerMetadata, LedgerState};
 use serde_json::{Value, json};
@@ -47,6 +51,9 @@ const SEARCH_LIMIT: usize = 10_000;
 /// The page size unless asked, and the largest one served.
 const PAGE_SIZE: usize = 50;
 const MAX_PAGE_SIZE: usize = 500;
+/// At most this many queued ledgers (the first listed) have their lock holder read, one
+/// metadata read each, at every refresh of the page.
+const LOCK_LOOKUP_LIMIT: usize = 200;
 /// How long asking the bookies for a ledger's LAC may take.
 const LAC_TIMEOUT: Duration = Duration::from_secs(15);
 
@@ -148,7 +155,7 @@ async fn cluster(State(s): State<AdminState>) -> Response {
                 Ok(own_facts(&s))
             } else {
                 match peer_endpoint(&s, &b).await {
-                    Ok((host, port)) => peer_get(&host, port, BOOKIE_PATH).await,
+                    Ok(peer) => peer_get(&s, &peer, BOOKIE_PATH).await,
                     Err(e) => Err(e),
                 }
             };
@@ -325,19 +332,30 @@ async fn ledger(State(s): State<AdminState>, Query(p): Params) -> Response {
 
 async fn autorecovery(State(s): State<AdminState>) -> Response {
     let read = with_store(&s, |st| async move {
+        let marks = st.list_underreplicated().await?;
+        // Whose worker holds each ledger (BookKeeper's lock znode names its holder).
+        let mut holders = Vec::new();
+        for mk in marks.iter().take(LOCK_LOOKUP_LIMIT) {
+            holders.push(st.underreplicated_lock_holder(mk.ledger_id).await?);
+        }
         Ok((
-            st.is_autorecovery_enabled().await?,
-            st.current_auditor().await?,
-            st.lost_bookie_recovery_delay().await?,
-            st.list_underreplicated().await?,
+            (
+                st.is_autorecovery_enabled().await?,
+                st.current_auditor().await?,
+                st.lost_bookie_recovery_delay().await?,
+            ),
+            marks,
+            holders,
             st.list_bookies().await?,
+            st.list_operations().await?,
         ))
     })
     .await;
-    let (enabled, auditor, delay, marks, set) = match read {
+    let ((enabled, auditor, delay), marks, holders, set, records) = match read {
         Ok(v) => v,
         Err(r) => return r,
     };
+    let now = now_ms();
     let worker = s.worker.get();
     let (repairing, failures) = match worker {
         Some(w) => (w.in_progress(), w.failures()),
@@ -345,14 +363,15 @@ async fn autorecovery(State(s): State<AdminState>) -> Response {
     };
     let queue: Vec<Value> = marks
         .iter()
-        .map(|mk| {
+        .enumerate()
+        .map(|(i, mk)| {
             let missing: Vec<Value> = mk
                 .missing_replicas
                 .iter()
                 .map(|b| with_state(&set, b))
                 .collect();
             let failure = failures.get(&mk.ledger_id);
-            json!({
+            let mut row = json!({
                 "ledgerId": mk.ledger_id,
                 "missingReplicas": missing,
                 "markedAt": mk.ctime,
@@ -363,19 +382,18 @@ async fn autorecovery(State(s): State<AdminState>) -> Response {
                     "reason": f.reason,
                     "attempts": f.attempts,
                     "retryInSeconds": f.retry_in.as_secs(),
+                    "retryAt": now + f.retry_in.as_millis() as i64,
                 })),
-            })
+            });
+            // The holder of its lock, whichever process's worker it is (null: free; absent
+            // past the first LOCK_LOOKUP_LIMIT marks: not read).
+            if let Some(holder) = holders.get(i) {
+                row["lockedBy"] = holder.clone().into();
+            }
+            row
         })
         .collect();
-    let operations: Vec<Value> = s
-        .cluster
-        .reader
-        .as_ref()
-        .map(|r| r.operations())
-        .unwrap_or_default()
-        .iter()
-        .map(|op| operation(op, now_ms()))
-        .collect();
+    let operations = operations(&s, &records, now);
     reply(json!({
         "enabled": enabled,
         "auditor": auditor.map(|a| a.to_string()),
@@ -389,6 +407,41 @@ async fn autorecovery(State(s): State<AdminState>) -> Response {
         })),
         "operations": operations,
     }))
+}
+
+/// The recovers and decommissions started through this endpoint (finished ones too), then
+/// those other processes run, from their operation records (crate::operations); a record
+/// that cannot be read is shown with why.
+fn operations(s: &AdminState, records: &[(String, Vec<u8>)], now: i64) -> Vec<Value> {
+    let local = s
+        .cluster
+        .reader
+        .as_ref()
+        .map(|r| r.operations())
+        .unwrap_or_default();
+    let published: BTreeSet<&str> = local.iter().filter_map(|op| op.record.as_deref()).collect();
+    let mut out: Vec<Value> = local
+        .iter()
+        .map(|op| {
+            let mut v = operation(op, now);
+            v["startedHere"] = true.into();
+            v
+        })
+        .collect();
+    for (name, data) in records {
+        if published.contains(name.as_str()) {
+            continue;
+        }
+        out.push(match RecoverProgress::from_record(name, data) {
+            Ok(op) => {
+                let mut v = operation(&op, now);
+                v["startedHere"] = false.into();
+                v
+            }
+            Err(why) => json!({ "record": name, "error": why }),
+        });
+    }
+    out
 }
 
 /// A recover or decommission with its progress and, while it runs, an estimate of the time
@@ -420,13 +473,9 @@ fn operation(p: &RecoverProgress, now_ms: i64) -> Value {
             Err(why) => json!({ "error": why }),
         }),
         "etaSeconds": eta_seconds,
+        "startedBy": p.origin.as_ref().map(|o| json!({ "host": o.host, "pid": o.pid })),
+        "record": p.record,
     })
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
 }
 
 #[cfg(test)]

@@ -49,7 +49,16 @@ pub async fn start_alone(config: BookieConfig) -> BookieNode {
 
 /// A bookie with this crate's admin endpoint on the in-memory metadata cluster `cluster`.
 pub async fn start_on_mem(cluster: &str, config: BookieConfig) -> BookieNode {
-    start_bookie(
+    start_on_mem_with_worker(cluster, config, folio_http::WorkerSlot::default()).await
+}
+
+/// [`start_on_mem`] with a [`start_bookie_with_worker`] endpoint.
+pub async fn start_on_mem_with_worker(
+    cluster: &str,
+    config: BookieConfig,
+    worker: folio_http::WorkerSlot,
+) -> BookieNode {
+    start_bookie_with_worker(
         &folio_env::Env::real(),
         config,
         Some(MetadataAccess {
@@ -57,6 +66,7 @@ pub async fn start_on_mem(cluster: &str, config: BookieConfig) -> BookieNode {
             connector: mem_connector(cluster),
             init_cluster_if_missing: true,
         }),
+        worker,
     )
     .await
     .unwrap()
@@ -69,7 +79,17 @@ pub async fn start_bookie(
     config: BookieConfig,
     metadata: Option<MetadataAccess>,
 ) -> Result<BookieNode, String> {
-    let admin = folio_http::BookieAdmin::from_config(&config, None)?;
+    start_bookie_with_worker(env, config, metadata, folio_http::WorkerSlot::default()).await
+}
+
+/// [`start_bookie`], its autorecovery page showing the ReplicationWorker put in `worker`.
+pub async fn start_bookie_with_worker(
+    env: &folio_env::Env,
+    config: BookieConfig,
+    metadata: Option<MetadataAccess>,
+    worker: folio_http::WorkerSlot,
+) -> Result<BookieNode, String> {
+    let admin = folio_http::BookieAdmin::from_config(&config, None)?.with_worker(worker);
     BookieNode::start_with_admin(env, config, metadata, Some(&admin))
         .await
         .map_err(|e| e.to_string())
@@ -113,6 +133,11 @@ pub async fn http_request(
         .await
         .expect("http response")
         .unwrap();
+    status_and_body(&text)
+}
+
+/// The status code and the body of a whole HTTP/1.1 response.
+fn status_and_body(text: &str) -> (u16, String) {
     let code = text
         .split_whitespace()
         .nth(1)
@@ -130,5 +155,51 @@ pub async fn http(
 ) -> (u16, serde_json::Value) {
     let (code, body) = http_text(addr, method, path).await;
     let v = serde_json::from_str(&body).unwrap_or_else(|e| panic!("{path}: {e}: {body:?}"));
+    (code, v)
+}
+
+/// One request over HTTPS to `addr` (certificate for 127.0.0.1, chaining to the PEM CA
+/// `ca_pem`): the whole response as text.
+pub async fn https_text(addr: std::net::SocketAddr, ca_pem: &str, request: &str) -> String {
+    use rustls_pki_types::pem::PemObject;
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls_pki_types::CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    let client = std::sync::Arc::new(
+        rustls::ClientConfig::builder()
+            .with_root_certificates(roots)
+            .with_no_client_auth(),
+    );
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let name = rustls_pki_types::ServerName::try_from("127.0.0.1").unwrap();
+    let mut tls = tokio_rustls::TlsConnector::from(client)
+        .connect(name, tcp)
+        .await
+        .expect("TLS handshake with the admin endpoint");
+    tls.write_all(request.as_bytes()).await.unwrap();
+    let mut text = String::new();
+    tokio::time::timeout(PATIENCE, tls.read_to_string(&mut text))
+        .await
+        .expect("an answer")
+        .ok();
+    text
+}
+
+/// `GET path` over HTTPS ([`https_text`]): the status and the JSON body.
+pub async fn https_json(
+    addr: std::net::SocketAddr,
+    ca_pem: &str,
+    path: &str,
+) -> (u16, serde_json::Value) {
+    let text = https_text(
+        addr,
+        ca_pem,
+        &format!("GET {path} HTTP/1.1\r\nHost: b\r\nConnection: close\r\n\r\n"),
+    )
+    .await;
+    let (code, body) = status_and_body(&text);
+    let v = serde_json::from_str(&body).unwrap_or_else(|e| panic!("{path}: {e}: {text:?}"));
     (code, v)
 }

@@ -184,6 +184,16 @@ impl Proc {
         status
     }
 
+    /// The rest of the first stdout line seen so far that starts with `prefix` (what the
+    /// process printed after it, e.g. `http ` and its admin endpoint).
+    pub fn printed(&self, prefix: &str) -> String {
+        self.seen
+            .iter()
+            .find_map(|l| l.strip_prefix(prefix))
+            .unwrap_or_else(|| panic!("no line starting with {prefix:?} in {:?}", self.seen))
+            .to_owned()
+    }
+
     /// Sends SIGTERM.
     pub fn terminate(&self) {
         self.signal("TERM");
@@ -267,12 +277,7 @@ impl Standalone {
 
     /// The first bookie's admin endpoint (`host:port`), as standalone printed it.
     pub fn http_addr(&self) -> String {
-        self.proc
-            .seen
-            .iter()
-            .find_map(|l| l.strip_prefix("http "))
-            .expect("standalone prints its admin endpoint")
-            .to_owned()
+        self.proc.printed("http ")
     }
 
     /// SIGTERM, then a clean exit.
@@ -290,6 +295,22 @@ impl Standalone {
             self.proc.stderr()
         );
         assert_eq!(self.proc.seen.last().map(String::as_str), Some("stopped"));
+    }
+
+    /// `folio ledger write <args>` with `stdin` as its entries: the ledger's id and its
+    /// metadata as `folio ledger meta` prints it.
+    pub fn write_ledger(&self, args: &[&str], stdin: &[u8]) -> (String, serde_json::Value) {
+        let mut all = vec!["ledger", "write"];
+        all.extend_from_slice(args);
+        let text = self.run(&all, stdin).ok().text();
+        let ledger = text
+            .lines()
+            .find_map(|l| l.strip_prefix("ledger "))
+            .expect("ledger write prints the ledger id")
+            .to_owned();
+        let meta = self.run(&["ledger", "meta", &ledger], b"").ok().text();
+        let meta = serde_json::from_str(&meta).unwrap_or_else(|e| panic!("{e}: {meta}"));
+        (ledger, meta)
     }
 
     /// `folio --metadata <uri> <args>` to completion.
