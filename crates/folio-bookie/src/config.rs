@@ -238,7 +238,7 @@ impl Default for BookieConfig {
             ledger_dirs: Vec::new(),
             index_dir: None,
             journal_max_group_wait_ms: 2,
-            journal_buffered_writes_threshold: 512 * 1024,
+            journal_buffered_writes_threshold: 2 * 1024 * 1024,
             journal_buffered_entries_threshold: 0,
             journal_flush_when_queue_empty: true,
             journal_max_size_mb: 2048,
@@ -372,8 +372,9 @@ journal_flush_when_queue_empty = true
 # writes to share its fdatasync (group commit), in ms. [journalMaxGroupWaitMSec]
 journal_max_group_wait_ms = 2
 
-# Bytes queued in the journal that force a sync without waiting. [journalBufferedWritesThreshold]
-journal_buffered_writes_threshold = 524288
+# Bytes queued in the journal that close a group (written and synced at once). Folio's
+# default is 2 MiB, BookKeeper's 512 KiB (docs/performance.md). [journalBufferedWritesThreshold]
+journal_buffered_writes_threshold = 2097152
 
 # Records queued in the journal that force a sync without waiting; 0 = no limit.
 # [journalBufferedEntriesThreshold]

@@ -538,10 +538,17 @@ impl Writer {
     }
 
     /// How many zero-fill pieces may follow one group: with direct I/O each is a
-    /// synchronous device write that the next group waits for, so one (a group is at
-    /// most `max_group_bytes`, half a piece by default, so one piece a group keeps up).
+    /// synchronous device write that the next group waits for, so as few as keep up with
+    /// the largest group (`max_group_bytes`: one piece for groups up to a piece).
     fn pieces_per_group(&self) -> u64 {
-        if self.direct { 1 } else { MAX_PIECES_PER_GROUP }
+        if self.direct {
+            self.cfg
+                .max_group_bytes
+                .div_ceil(PREALLOC_CHUNK)
+                .clamp(1, MAX_PIECES_PER_GROUP)
+        } else {
+            MAX_PIECES_PER_GROUP
+        }
     }
 
     fn poison(&mut self, p: Poison) {
