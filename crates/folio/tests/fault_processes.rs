@@ -14,6 +14,10 @@
 //! - the closed ledger ends at or after the last acknowledged entry, and exactly at the
 //!   writer's `closed N` when it printed one; both reads agree.
 //!
+//! At the end of the fault phase one bookie's disk is wiped: it must be refused by its
+//! cookie, and is then formatted (`bookieformat -deleteCookie`) and started as a new
+//! bookie; what it held is read back from the other copies.
+//!
 //! Power loss for real (`power_loss_run`): three bookies whose data directories are on
 //! `LossyFs` mounts (FUSE; every write not yet fsynced is dropped at a cut, page cache
 //! included) lose power one, two and all three at once under a live writer, restart on
@@ -510,6 +514,48 @@ fn read_ledger(uri: &str, ledger: u64) -> Result<Vec<(i64, String)>, String> {
     Err(last)
 }
 
+/// Bookie `i`'s disk is replaced by an empty one: the bookie must be refused by its cookie
+/// (it would otherwise answer "no such entry" for what it acknowledged), and is then
+/// formatted as a new bookie (`bookieformat -deleteCookie`) and started again. What it
+/// held must still be read back from the other copies.
+fn wipe_and_reformat(cluster: &mut Cluster, i: usize) {
+    cluster.kill(i);
+    let (dir, config) = (
+        cluster.bookies[i].dir.clone(),
+        cluster.bookies[i].config.clone(),
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+    std::fs::create_dir_all(&dir).unwrap();
+    let refused = cluster
+        .try_start(i, 1)
+        .expect_err("a wiped bookie joined as the old one");
+    assert!(refused.to_lowercase().contains("cookie"), "{refused}");
+    let out = folio(&cluster.uri)
+        .args([
+            "shell",
+            "bookieformat",
+            "-nonInteractive",
+            "-force",
+            "-deleteCookie",
+        ])
+        .arg("-datadir")
+        .arg(&dir)
+        .arg("-conf")
+        .arg(&config)
+        .stdin(Stdio::null())
+        .output()
+        .expect("folio shell bookieformat");
+    assert!(
+        out.status.success(),
+        "bookieformat: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    cluster.start(i);
+    println!(
+        "fault_processes: bookie {i} wiped: refused by its cookie, formatted, back as a new bookie"
+    );
+}
+
 /// Reads every ledger twice (recovering and closing it) and judges what was read: every
 /// violation found.
 fn judge_all(uri: &str, written: &[Written]) -> Vec<String> {
@@ -698,6 +744,7 @@ fn acknowledged_entries_survive_sigkills_restarts_and_a_cut_off_bookie() {
         .flat_map(|h| h.join().expect("writer thread"))
         .collect();
     proxy.heal();
+    wipe_and_reformat(&mut cluster, 0);
 
     let acked: usize = written.iter().map(|r| r.acked.len()).sum();
     // Straight to stderr, past the harness's capture: the test command's output shows

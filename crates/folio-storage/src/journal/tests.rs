@@ -163,6 +163,40 @@ fn by_default_a_lone_add_does_not_wait_for_the_group_timer() {
     assert_eq!(st.group_commits, 3, "three lone adds, three groups");
 }
 
+/// Under load (the last group held 32 records or more) the next group waits to fill, even
+/// with `flush_when_queue_empty`: here until it is full (40 records), the timer and the
+/// linger being an hour.
+#[test]
+fn after_a_busy_group_the_next_one_waits_to_fill() {
+    let fs = SimFileSystem::new();
+    let c = JournalConfig {
+        max_group_wait: Duration::from_secs(3600),
+        busy_linger: Duration::from_secs(3600),
+        max_group_entries: 40,
+        prealloc_size: 0, // no preallocation syncs in the count
+        ..cfg(vec![PathBuf::from("/j")])
+    };
+    let (j, _) = open(&sim_env(&fs), &c).unwrap();
+    j.hold_writers(true);
+    let busy: Vec<_> = (0..40).map(|i| append(&j, 1, i, b"x")).collect();
+    j.hold_writers(false);
+    for rx in busy {
+        wait(rx).unwrap();
+    }
+    let first = append(&j, 1, 40, b"x");
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(
+        first.try_recv().is_err(),
+        "a lone add after a busy group was written at once"
+    );
+    let rest: Vec<_> = (41..80).map(|i| append(&j, 1, i, b"x")).collect();
+    wait(first).unwrap();
+    for rx in rest {
+        wait(rx).unwrap();
+    }
+    assert_eq!(j.stats().group_commits, 2, "two full groups of 40");
+}
+
 /// Records queued while the writers are held form one group once released (the
 /// simulator's way to put several requests into one group commit).
 #[test]
