@@ -30,7 +30,7 @@ fn logs_can_be_json_at_the_level_asked() {
     let dir = tempfile::tempdir().unwrap();
     let conf = dir.path().join("bk_server.conf");
     // One BookKeeper key Folio ignores (a warning), and no metadata service (an error after it).
-    std::fs::write(&conf, "journalSyncData=false\n").unwrap();
+    std::fs::write(&conf, "journalAdaptiveGroupWrites=false\n").unwrap();
     let out = run(
         {
             let mut c = folio();
@@ -64,7 +64,7 @@ fn logs_can_be_json_at_the_level_asked() {
     assert!(
         warning["fields"]["message"]
             .as_str()
-            .is_some_and(|m| m.contains("journalSyncData")),
+            .is_some_and(|m| m.contains("journalAdaptiveGroupWrites")),
         "{warning}"
     );
     // --log-level error hides that warning.
@@ -82,7 +82,7 @@ fn logs_can_be_json_at_the_level_asked() {
         b"",
     );
     assert!(
-        !quiet.stderr.contains("journalSyncData"),
+        !quiet.stderr.contains("journalAdaptiveGroupWrites"),
         "{}",
         quiet.stderr
     );
