@@ -57,4 +57,4 @@ pub use folio_types::metadata::DigestType;
 pub use ledger::{AppendFuture, LedgerHandle};
 pub use reader::{LedgerEntry, ReadHandle};
 pub use replica::{BookieInfo, ReplicaAnswer};
-pub use tls::{ClientTls, TlsConfigError};
+pub use tls::{ClientCertFiles, ClientTls, TlsConfigError};

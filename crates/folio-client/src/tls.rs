@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use bytes::BytesMut;
 use folio_proto::pb::{self, OperationType};
+use folio_proto::tls_key::{KeyNames, decode_private_key};
 use folio_proto::{FrameDecoder, Status, v3};
 use folio_types::BookieId;
 use rustls::pki_types::pem::PemObject;
@@ -82,12 +83,55 @@ fn certs(path: &Path, what: &str) -> Result<Vec<CertificateDer<'static>>, TlsCon
     Ok(certs)
 }
 
+/// The client's own certificate, for bookies with `tlsClientAuthentication`: its chain, its
+/// private key (PEM), and the file holding the key's password when the key is an encrypted
+/// PKCS#8 key (BookKeeper's `clientKeyStorePasswordPath`; Folio's `--tls-key-password-file`).
+#[derive(Debug, Clone, Copy)]
+pub struct ClientCertFiles<'a> {
+    pub cert: &'a Path,
+    pub key: &'a Path,
+    pub key_password: Option<&'a Path>,
+}
+
+impl<'a> ClientCertFiles<'a> {
+    /// A certificate and an unencrypted key.
+    pub fn new(cert: &'a Path, key: &'a Path) -> Self {
+        ClientCertFiles {
+            cert,
+            key,
+            key_password: None,
+        }
+    }
+}
+
+/// The client key of `files`, decrypted with its password file when it is encrypted.
+fn client_key(files: &ClientCertFiles<'_>) -> Result<PrivateKeyDer<'static>, TlsConfigError> {
+    let bytes = read_pem(files.key, "client key")?;
+    let decoded = decode_private_key(
+        &bytes,
+        KeyNames {
+            key: files.key,
+            password: files.key_password,
+            password_setting: "--tls-key-password-file",
+        },
+        |p| std::fs::read(p),
+    )
+    .map_err(err)?;
+    if decoded.password_unused {
+        tracing::warn!(
+            "--tls-key-password-file is given but the client key {} is not encrypted",
+            files.key.display()
+        );
+    }
+    Ok(decoded.key)
+}
+
 impl ClientTls {
     /// From PEM files: `ca` (one or more CA certificates), and the client's certificate chain
     /// and private key when the bookies require client certificates.
     pub fn from_pem_files(
         ca: &Path,
-        client: Option<(&Path, &Path)>,
+        client: Option<ClientCertFiles<'_>>,
     ) -> Result<ClientTls, TlsConfigError> {
         let mut roots = RootCertStore::empty();
         for c in certs(ca, "CA file")? {
@@ -102,19 +146,13 @@ impl ClientTls {
             .with_root_certificates(roots);
         let config = match client {
             None => builder.with_no_client_auth(),
-            Some((cert, key)) => {
-                let chain = certs(cert, "client certificate")?;
-                let key_bytes = read_pem(key, "client key")?;
-                let key = PrivateKeyDer::from_pem_slice(&key_bytes).map_err(|e| {
-                    err(format!(
-                        "no usable private key in {} ({e}; an encrypted key must be decrypted first)",
-                        key.display()
-                    ))
-                })?;
+            Some(files) => {
+                let chain = certs(files.cert, "client certificate")?;
+                let key = client_key(&files)?;
                 builder.with_client_auth_cert(chain, key).map_err(|e| {
                     err(format!(
                         "client certificate {} and key do not go together: {e}",
-                        cert.display()
+                        files.cert.display()
                     ))
                 })?
             }

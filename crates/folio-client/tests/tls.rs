@@ -20,7 +20,7 @@ use folio_bookie::server::{BookieServer, ServerConfig, ServerHandle};
 use folio_bookie::tls::{ServerTls, TlsSettings};
 use folio_bookie::{Processor, ProcessorConfig};
 use folio_client::conn::{Bookies, RpcError, TcpConnector, req};
-use folio_client::{Client, ClientConfig, ClientTls, CreateOptions, OpenOptions};
+use folio_client::{Client, ClientCertFiles, ClientConfig, ClientTls, CreateOptions, OpenOptions};
 use folio_metadata::mem::{MemCluster, unique_name};
 use folio_metadata::{BookieMode, BookieRegistration, BookieServiceInfo, MetadataStore};
 use folio_proto::pb::{self, OperationType, StatusCode};
@@ -140,7 +140,8 @@ async fn start_bookie(
 }
 
 fn client_tls(ca: &Path, cert: Option<(&Path, &Path)>) -> ClientTls {
-    ClientTls::from_pem_files(ca, cert).expect("client TLS files")
+    ClientTls::from_pem_files(ca, cert.map(|(c, k)| ClientCertFiles::new(c, k)))
+        .expect("client TLS files")
 }
 
 fn tls_config(tls: ClientTls) -> ClientConfig {
@@ -719,27 +720,6 @@ async fn a_required_tls_bookie_closes_connections_that_never_start_tls() {
     assert!(closed_by_bookie(&mut big).await);
 }
 
-/// `key_pem` (PKCS#8 PEM) encrypted with `password` (PBES2: PBKDF2-SHA256, AES-256-CBC), as
-/// `openssl pkcs8 -topk8 -v2 aes-256-cbc` writes it.
-fn encrypt_key(key_pem: &str, password: &[u8]) -> String {
-    use pkcs8::der::Decode;
-    use pkcs8::der::pem;
-    let (_, der) = pem::decode_vec(key_pem.as_bytes()).unwrap();
-    let params =
-        pkcs8::pkcs5::pbes2::Parameters::pbkdf2_sha256_aes256cbc(2048, b"test salt", &[9; 16])
-            .unwrap();
-    let encrypted = pkcs8::PrivateKeyInfo::from_der(&der)
-        .unwrap()
-        .encrypt_with_params(params, password)
-        .unwrap();
-    pem::encode_string(
-        "ENCRYPTED PRIVATE KEY",
-        pem::LineEnding::LF,
-        encrypted.as_bytes(),
-    )
-    .unwrap()
-}
-
 /// BookKeeper's `tlsKeyStorePasswordPath`: a bookie whose key is an encrypted PKCS#8 file
 /// serves TLS with the password from that file; a wrong password is refused, naming the key,
 /// the password file and the cause.
@@ -750,7 +730,7 @@ async fn an_encrypted_key_is_decrypted_with_the_password_file() {
     let ca_file = ca.write(dir.path(), "ca");
     let leaf = ca.bookie();
     let tls = BookieTls::new(dir.path(), &leaf);
-    std::fs::write(&tls.key, encrypt_key(&leaf.key_pem, b"correct horse")).unwrap();
+    std::fs::write(&tls.key, leaf.encrypted_key_pem(b"correct horse")).unwrap();
     let password = dir.path().join("key.password");
     std::fs::write(&password, "correct horse\n").unwrap();
     let config = BookieConfig {
@@ -782,6 +762,57 @@ async fn an_encrypted_key_is_decrypted_with_the_password_file() {
     let e = load(&tls.config()).unwrap_err().to_string();
     assert!(
         e.contains("is encrypted") && e.contains("tlsKeyStorePasswordPath"),
+        "{e}"
+    );
+}
+
+/// The client's side of the same: an encrypted client key (`--tls-key-password-file`, as
+/// BookKeeper's `clientKeyStorePasswordPath`) gets a client through a bookie requiring client
+/// certificates; without its password, or with a wrong one, the configuration is refused,
+/// naming the key, the password file and the cause.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_encrypted_client_key_is_decrypted_with_its_password_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let bookies_ca = Ca::new("bookies CA");
+    let clients = Ca::new("clients CA");
+    let md = metadata().await;
+    let _bookie = mutual_tls_bookie(dir.path(), &md, &bookies_ca, &clients, &[], &[]).await;
+    let ca_file = bookies_ca.write(dir.path(), "bookies");
+    let leaf = clients.client(None);
+    let (cert, key) = leaf.write(dir.path(), "client");
+    std::fs::write(&key, leaf.encrypted_key_pem(b"client secret")).unwrap();
+    let password = dir.path().join("client.password");
+    std::fs::write(&password, "client secret\n").unwrap();
+    let files = |pw| ClientCertFiles {
+        cert: &cert,
+        key: &key,
+        key_password: pw,
+    };
+
+    let e = ClientTls::from_pem_files(&ca_file, Some(files(None::<&Path>)))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("is encrypted") && e.contains("--tls-key-password-file"),
+        "{e}"
+    );
+    let tls = ClientTls::from_pem_files(&ca_file, Some(files(Some(&password))))
+        .expect("the encrypted client key, decrypted");
+    let client = Client::connect(md.clone(), tls_config(tls)).await.unwrap();
+    let w = client
+        .create_ledger(CreateOptions::default().quorum(1, 1, 1))
+        .await
+        .unwrap();
+    assert_eq!(w.append(b"with a decrypted key".to_vec()).await.unwrap(), 0);
+
+    std::fs::write(&password, "wrong").unwrap();
+    let e = ClientTls::from_pem_files(&ca_file, Some(files(Some(&password))))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("wrong password")
+            && e.contains(&password.display().to_string())
+            && e.contains(&key.display().to_string()),
         "{e}"
     );
 }

@@ -11,6 +11,7 @@
 //!   digests ([`DigestManager`]), and the master key.
 //! * [`availability`]: the entry-list encoding of GetListOfEntriesOfLedger responses.
 //! * [`status`]: v3 status codes, v2 return codes and the protocol-neutral [`Status`].
+//! * `tls_key` (feature `tls-keys`): TLS private keys from PEM, encrypted PKCS#8 included.
 //!
 //! [`decode_request`] / [`decode_response`] combine detection and decoding for one frame.
 
@@ -19,6 +20,8 @@ pub mod digest;
 pub mod error;
 pub mod frame;
 pub mod status;
+#[cfg(feature = "tls-keys")]
+pub mod tls_key;
 pub mod v2;
 pub mod v3;
 

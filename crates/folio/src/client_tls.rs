@@ -1,5 +1,5 @@
-//! The global `--tls-ca`, `--tls-cert`, `--tls-key` flags (or `FOLIO_TLS_CA`, `FOLIO_TLS_CERT`,
-//! `FOLIO_TLS_KEY`): TLS to every bookie a command talks to, through BookKeeper's StartTLS,
+//! The global `--tls-ca`, `--tls-cert`, `--tls-key`, `--tls-key-password-file` flags (or
+//! `FOLIO_TLS_CA`, `FOLIO_TLS_CERT`, `FOLIO_TLS_KEY`, `FOLIO_TLS_KEY_PASSWORD_FILE`): TLS to every bookie a command talks to, through BookKeeper's StartTLS,
 //! hostname verification always on. `main` records the flags; every command that builds a
 //! client takes its configuration from [`client_config`], so no command can forget TLS. The
 //! files are read on first use, so a command that talks to no bookie never fails over them.
@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 
 use anyhow::bail;
-use folio_client::{ClientConfig, ClientTls};
+use folio_client::{ClientCertFiles, ClientConfig, ClientTls};
 
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct TlsArgs {
@@ -28,7 +28,8 @@ pub struct TlsArgs {
         value_name = "FILE"
     )]
     pub cert: Option<PathBuf>,
-    /// The client certificate's private key (PEM, unencrypted).
+    /// The client certificate's private key (PEM; an encrypted PKCS#8 key needs
+    /// --tls-key-password-file).
     #[arg(
         long = "tls-key",
         global = true,
@@ -36,6 +37,15 @@ pub struct TlsArgs {
         value_name = "FILE"
     )]
     pub key: Option<PathBuf>,
+    /// The file holding the password of an encrypted --tls-key (its content; a trailing line
+    /// ending is ignored), as BookKeeper's clientKeyStorePasswordPath.
+    #[arg(
+        long = "tls-key-password-file",
+        global = true,
+        env = "FOLIO_TLS_KEY_PASSWORD_FILE",
+        value_name = "FILE"
+    )]
+    pub key_password: Option<PathBuf>,
 }
 
 static ARGS: OnceLock<TlsArgs> = OnceLock::new();
@@ -48,11 +58,18 @@ pub fn set(args: TlsArgs) {
 
 fn load(args: &TlsArgs) -> anyhow::Result<Option<ClientTls>> {
     let client = match (&args.cert, &args.key) {
-        (Some(c), Some(k)) => Some((c.as_path(), k.as_path())),
+        (Some(c), Some(k)) => Some(ClientCertFiles {
+            cert: c,
+            key: k,
+            key_password: args.key_password.as_deref(),
+        }),
         (None, None) => None,
         (Some(_), None) => bail!("--tls-cert needs --tls-key (the certificate's private key)"),
         (None, Some(_)) => bail!("--tls-key needs --tls-cert (the client certificate)"),
     };
+    if args.key_password.is_some() && client.is_none() {
+        bail!("--tls-key-password-file needs --tls-cert and --tls-key (the key it decrypts)");
+    }
     let Some(ca) = &args.ca else {
         if client.is_some() {
             bail!(
@@ -96,6 +113,7 @@ mod tests {
             ca: ca.then(|| "/nonexistent/ca.pem".into()),
             cert: cert.then(|| "/c.pem".into()),
             key: key.then(|| "/k.pem".into()),
+            key_password: None,
         };
         assert!(load(&args(false, false, false)).unwrap().is_none());
         let e = load(&args(false, true, true)).unwrap_err().to_string();
@@ -104,5 +122,11 @@ mod tests {
         assert!(e.contains("--tls-key"), "{e}");
         let e = load(&args(true, false, false)).unwrap_err().to_string();
         assert!(e.contains("/nonexistent/ca.pem"), "{e}");
+        let alone = TlsArgs {
+            key_password: Some("/pw".into()),
+            ..args(true, false, false)
+        };
+        let e = load(&alone).unwrap_err().to_string();
+        assert!(e.contains("--tls-key-password-file needs"), "{e}");
     }
 }

@@ -1,6 +1,7 @@
 //! TLS through the command line: three `folio bookie` processes configured with BookKeeper's
 //! TLS keys (PEM files, client authentication, authorizedRoles), and `folio ledger` with the
-//! global `--tls-ca`/`--tls-cert`/`--tls-key` flags (and their FOLIO_TLS_* variables); and
+//! global `--tls-ca`/`--tls-cert`/`--tls-key`/`--tls-key-password-file` flags (and their
+//! FOLIO_TLS_* variables); and
 //! `folio autorecovery` healing a lost bookie over the same mutual TLS.
 
 #[path = "../../folio-client/tests/common/tls_certs.rs"]
@@ -198,6 +199,30 @@ fn ledgers_are_written_and_read_over_mutual_tls_from_the_command_line() {
         o.text()
     );
     assert!(o.stderr.contains("unauthorized access"), "{}", o.stderr);
+
+    // An encrypted client key (PKCS#8) with its password file, as BookKeeper's
+    // clientKeyStorePasswordPath; without the password file the command says what is missing.
+    let app = clients.client(Some("0:app"));
+    let (enc_cert, enc_key) = app.write(root, "app-encrypted");
+    std::fs::write(&enc_key, app.encrypted_key_pem(b"app secret")).unwrap();
+    let password = root.join("app.password");
+    std::fs::write(&password, "app secret\n").unwrap();
+    let encrypted = |with_password: bool| {
+        let mut c = folio();
+        c.arg("--metadata")
+            .arg(uri)
+            .args(["ledger", "read", &id, "--no-recovery"])
+            .env("FOLIO_TLS_CA", bookies_ca_file)
+            .env("FOLIO_TLS_CERT", &enc_cert)
+            .env("FOLIO_TLS_KEY", &enc_key);
+        if with_password {
+            c.arg("--tls-key-password-file").arg(&password);
+        }
+        c
+    };
+    let text = run(encrypted(true), b"").ok().text();
+    assert_eq!(text, "0\talpha\n1\tbeta\n2\tgamma\n");
+    run(encrypted(false), b"").fails_with("--tls-key-password-file");
 
     // A CA file that does not exist is named.
     let mut missing = folio();

@@ -30,6 +30,27 @@ impl Leaf {
         std::fs::write(&key, &self.key_pem).unwrap();
         (cert, key)
     }
+
+    /// The key encrypted with `password` (PBES2: PBKDF2-SHA256, AES-256-CBC), as PEM, the way
+    /// `openssl pkcs8 -topk8 -v2 aes-256-cbc` writes it.
+    pub fn encrypted_key_pem(&self, password: &[u8]) -> String {
+        use pkcs8::der::Decode;
+        use pkcs8::der::pem;
+        let (_, der) = pem::decode_vec(self.key_pem.as_bytes()).unwrap();
+        let params =
+            pkcs8::pkcs5::pbes2::Parameters::pbkdf2_sha256_aes256cbc(2048, b"test salt", &[9; 16])
+                .unwrap();
+        let encrypted = pkcs8::PrivateKeyInfo::from_der(&der)
+            .unwrap()
+            .encrypt_with_params(params, password)
+            .unwrap();
+        pem::encode_string(
+            "ENCRYPTED PRIVATE KEY",
+            pem::LineEnding::LF,
+            encrypted.as_bytes(),
+        )
+        .unwrap()
+    }
 }
 
 /// What a leaf certificate should be.
