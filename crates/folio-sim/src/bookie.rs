@@ -42,13 +42,31 @@ pub struct BookieKnobs {
     /// An entry log per ledger (`entryLogPerLedgerEnabled`), two open at most so that
     /// logs are evicted; the scenario draws it per start of a bookie from the seed.
     pub per_ledger_logs: bool,
+    /// The journal's force-write path (BookKeeper's force-write thread) instead of the
+    /// writer's inline fdatasync, stepped by the simulator: a batch's group is written at
+    /// once but made durable, and answered, only at a seeded later moment
+    /// ([`Incarnation::force_write_step`]), so later groups are written while earlier
+    /// ones await their fdatasync, and crashes and checkpoints fall among them. Drawn per
+    /// start of a bookie, like `per_ledger_logs`.
+    pub force_write: bool,
 }
+
+/// Answers waiting for the next force-write step: each request's reply from the
+/// processor, and where the simulated network wants it.
+pub type AwaitingSync = Vec<(
+    tokio::sync::oneshot::Receiver<folio_bookie::Response>,
+    tokio::sync::oneshot::Sender<Option<folio_bookie::Response>>,
+)>;
 
 /// A running incarnation of a bookie: its disk and its processor.
 pub struct Incarnation {
     pub fs: SimFileSystem,
     pub storage: Arc<EngineStorage>,
     pub processor: Processor<Arc<EngineStorage>>,
+    force_write: bool,
+    /// With `force_write`: answers of written groups not yet made durable, and whether a
+    /// step is scheduled for them.
+    pub awaiting_sync: parking_lot::Mutex<(AwaitingSync, bool)>,
 }
 
 const JOURNAL_DIR: &str = "/journal";
@@ -94,9 +112,12 @@ fn storage_config(knobs: BookieKnobs) -> StorageConfig {
             max_group_entries: 0,
             prealloc_size: 4096,
             max_file_size: 64 * 1024,
-            // The writer fdatasyncs inline: a force-write thread would race the writer's
-            // zero fills, and the disk-operation order would depend on OS thread timing.
-            force_write_thread: false,
+            // The writer fdatasyncs inline, or (`force_write`) leaves its groups to the
+            // force-write path, which the simulator steps itself: a real force-write
+            // thread would race the writer's zero fills, and the disk-operation order
+            // would depend on OS thread timing.
+            force_write_thread: knobs.force_write,
+            force_write_by_caller: knobs.force_write,
             sync_data: !knobs.no_sync,
             ..JournalConfig::default()
         },
@@ -157,6 +178,8 @@ impl Incarnation {
             fs,
             storage,
             processor,
+            force_write: knobs.force_write,
+            awaiting_sync: parking_lot::Mutex::new((Vec::new(), false)),
         })
     }
 
@@ -164,8 +187,25 @@ impl Incarnation {
     /// answers nothing more; its journal threads are stopped.
     pub fn crash(&self, mode: CrashMode) -> SimFileSystem {
         let image = self.fs.crash(mode);
+        // Groups awaiting their fdatasync were lost with the power: their requests get
+        // no answer (the halt below syncs them on the old disk, which nobody reads).
+        self.awaiting_sync.lock().0.clear();
         self.storage.halt();
         image
+    }
+
+    /// Whether this incarnation's journal runs the stepped force-write path.
+    pub fn force_write(&self) -> bool {
+        self.force_write
+    }
+
+    /// With `force_write`: makes every written group durable and runs its callbacks, on
+    /// this thread (after the journal's writer is idle). Returns the number of groups.
+    pub fn force_write_step(&self) -> usize {
+        if !self.force_write || self.is_dead() {
+            return 0;
+        }
+        self.storage.engine().force_write_step()
     }
 
     /// Waits (in real time, up to 10 s) until the journal thread is idle; false if it
@@ -178,6 +218,11 @@ impl Incarnation {
     pub fn quiesce(&self) -> bool {
         if self.is_dead() {
             return true;
+        }
+        if self.force_write {
+            // A force request would wait for the next step; the writer's own idleness is
+            // what matters (what it queues for the step touches no file until then).
+            return self.storage.engine().wait_journal_idle();
         }
         let (tx, rx) = std::sync::mpsc::channel();
         self.storage.engine().force_ledger(
@@ -261,6 +306,11 @@ impl Incarnation {
                     }),
                 )
             });
+            // Stepped at once: scratch ledgers are outside the clients' view.
+            if self.force_write {
+                self.quiesce();
+                self.force_write_step();
+            }
             let done = rx.recv_timeout(Duration::from_secs(10));
             // The journal's work after the callbacks must not race the next add (see
             // `quiesce`): the disk operations stay in the seed's order.

@@ -95,6 +95,9 @@ struct State {
     inboxes: BTreeMap<(BookieId, u64), Batch>,
     /// Requests processed in a batch of two or more (sharing a journal group).
     batched_requests: u64,
+    /// Stepped force-write path: steps taken, and the groups they made durable.
+    force_write_steps: u64,
+    force_write_groups: u64,
     /// Per bookie, every add it acknowledged (its last body per entry), for the check
     /// that a restarted bookie still holds them ([`Net::check_acknowledged`]).
     acknowledged: BTreeMap<BookieId, BTreeMap<(i64, i64), Bytes>>,
@@ -251,6 +254,8 @@ impl Net {
         into.slow_writes += s.slow_writes;
         into.store_checkpoints += s.store_checkpoints;
         into.batched_requests += s.batched_requests;
+        into.force_write_steps += s.force_write_steps;
+        into.force_write_groups += s.force_write_groups;
     }
 
     /// Reads back from `inc` every entry `bookie` acknowledged: returns how many were
@@ -566,7 +571,7 @@ async fn process_together(
     net: &Net,
     bookie: &BookieId,
     epoch: u64,
-    inc: &Incarnation,
+    inc: &Arc<Incarnation>,
     request: Request,
 ) -> Option<Response> {
     if matches!(&request, Request::Read(r) if r.previous_lac.is_some()) {
@@ -590,14 +595,22 @@ async fn process_together(
     rx.await.ok().flatten()
 }
 
+/// A request's reply from the processor, and where the simulated network wants it.
+type Pending = (
+    oneshot::Receiver<Response>,
+    oneshot::Sender<Option<Response>>,
+);
+
 /// Runs a batch through the processor with the journal's writer held until every request
 /// is queued (one group commit), then waits for every answer, blocking the runtime thread
-/// (so virtual time stands still) for up to a few real seconds.
-fn process_batch(net: &Net, inc: &Incarnation, batch: Batch) {
+/// (so virtual time stands still) for up to a few real seconds. With the stepped
+/// force-write path the group is only written now; its answers wait for a step
+/// ([`defer_to_step`]).
+fn process_batch(net: &Net, inc: &Arc<Incarnation>, batch: Batch) {
     if batch.len() > 1 {
         net.state.lock().batched_requests += batch.len() as u64;
     }
-    let pending: Vec<_> = inc.held(|| {
+    let pending: Vec<Pending> = inc.held(|| {
         batch
             .into_iter()
             .map(|(request, out)| {
@@ -611,6 +624,23 @@ fn process_batch(net: &Net, inc: &Incarnation, batch: Batch) {
             })
             .collect()
     });
+    if inc.force_write() {
+        return defer_to_step(net, inc, pending);
+    }
+    let late = deliver(pending);
+    if late || !inc.quiesce() {
+        net.state.lock().late_completions += 1;
+    }
+    // The ledger store's own rhythm: a checkpoint once enough is unflushed (its failure
+    // already made the bookie read-only).
+    if inc.after_request().is_some() {
+        net.state.lock().store_checkpoints += 1;
+    }
+}
+
+/// Waits (blocking, up to 10 real seconds) for each answer and hands it on; true if one
+/// came late (then it is handed on whenever the storage gives it).
+fn deliver(pending: Vec<Pending>) -> bool {
     let started = std::time::Instant::now();
     let mut late = false;
     for (mut rx, out) in pending {
@@ -637,13 +667,66 @@ fn process_batch(net: &Net, inc: &Incarnation, batch: Batch) {
             std::thread::sleep(Duration::from_micros(20));
         }
     }
-    if late || !inc.quiesce() {
+    late
+}
+
+/// The stepped force-write path: once the writer is idle (the batch's group written),
+/// what is answered already (reads, refusals) goes now; the rest waits for the next
+/// force-write step, scheduled 0-5 ms (virtual, seeded) later if none is, so that batches
+/// arriving meanwhile write their groups behind this one's before one fdatasync covers
+/// them all. A checkpoint may run meanwhile, with groups written but not durable.
+fn defer_to_step(net: &Net, inc: &Arc<Incarnation>, pending: Vec<Pending>) {
+    if !inc.quiesce() {
         net.state.lock().late_completions += 1;
     }
-    // The ledger store's own rhythm: a checkpoint once enough is unflushed (its failure
-    // already made the bookie read-only).
+    let schedule = {
+        let mut awaiting = inc.awaiting_sync.lock();
+        for (mut rx, out) in pending {
+            match rx.try_recv() {
+                Ok(r) => {
+                    let _ = out.send(Some(r));
+                }
+                Err(oneshot::error::TryRecvError::Closed) => {
+                    let _ = out.send(None);
+                }
+                Err(oneshot::error::TryRecvError::Empty) => awaiting.0.push((rx, out)),
+            }
+        }
+        let schedule = !awaiting.0.is_empty() && !awaiting.1;
+        awaiting.1 |= schedule;
+        schedule
+    };
     if inc.after_request().is_some() {
         net.state.lock().store_checkpoints += 1;
+    }
+    if schedule {
+        let delay = Duration::from_millis(net.rng.below(6));
+        let (net, inc) = (net.clone(), inc.clone());
+        tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            let awaiting = {
+                let mut a = inc.awaiting_sync.lock();
+                a.1 = false;
+                std::mem::take(&mut a.0)
+            };
+            // Empty if the bookie crashed meanwhile (its unsynced groups are lost).
+            if awaiting.is_empty() {
+                return;
+            }
+            let groups = inc.force_write_step();
+            {
+                let mut st = net.state.lock();
+                st.force_write_steps += 1;
+                st.force_write_groups += groups as u64;
+            }
+            let late = deliver(awaiting);
+            if late || !inc.quiesce() {
+                net.state.lock().late_completions += 1;
+            }
+            if inc.after_request().is_some() {
+                net.state.lock().store_checkpoints += 1;
+            }
+        });
     }
 }
 

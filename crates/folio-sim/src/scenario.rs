@@ -93,6 +93,11 @@ pub struct FaultCounts {
     /// Requests that reached a bookie at the same instant as others and shared a journal
     /// group commit with them.
     pub batched_requests: u64,
+    /// Steps of the force-write path (bookies started with `force_write`), and the
+    /// journal groups they made durable (more groups than steps: groups were written
+    /// while earlier ones awaited their fdatasync).
+    pub force_write_steps: u64,
+    pub force_write_groups: u64,
     /// Compaction and garbage collection rounds at seeded moments.
     pub compactions: u64,
     pub gc_rounds: u64,
@@ -168,6 +173,8 @@ impl FaultCounts {
         self.checkpoints += o.checkpoints;
         self.store_checkpoints += o.store_checkpoints;
         self.batched_requests += o.batched_requests;
+        self.force_write_steps += o.force_write_steps;
+        self.force_write_groups += o.force_write_groups;
         self.compactions += o.compactions;
         self.gc_rounds += o.gc_rounds;
         self.compaction_entries_moved += o.compaction_entries_moved;
@@ -200,7 +207,7 @@ impl std::fmt::Display for FaultCounts {
             "crash {}, power-loss {}, restart {}, partition {}, fsync-eio {}, enospc {}, \
              slow-disk {} ({} slow writes), session-expiry {}, metadata-outage {} ({} calls \
              failed, {} applied then failed), wiped-disk {}, checkpoint {} (+{} by the store), \
-             requests processed together {}, \
+             requests processed together {}, force-write steps {} ({} groups), \
              compaction {} ({} entries moved), gc {} ({} logs removed), scratch-ledger {}, mid-op power cut {}, bookie entries checked {}, \
              writer-crash {}, \
              zombie {}, concurrent-recovery {}, dropped-request {}, dropped-response {}, \
@@ -223,6 +230,8 @@ impl std::fmt::Display for FaultCounts {
             self.checkpoints,
             self.store_checkpoints,
             self.batched_requests,
+            self.force_write_steps,
+            self.force_write_groups,
             self.compactions,
             self.compaction_entries_moved,
             self.gc_rounds,
@@ -399,6 +408,7 @@ impl World {
         // generator: a restarted bookie may come back in the other mode and must read
         // every log the earlier one wrote.
         knobs.per_ledger_logs = per_ledger_logs(self.seed, id, start);
+        knobs.force_write = force_write(self.seed, id, start);
         match Incarnation::open(fs, knobs, self.rng.next_u64()) {
             Ok(inc) => {
                 if !inc.quiesce() {
@@ -553,9 +563,18 @@ use folio_env::Rng;
 /// Whether start number `start` of bookie `id` in seed `seed` runs with an entry log per
 /// ledger: a hash (FNV-1a) of the three.
 fn per_ledger_logs(seed: u64, id: &BookieId, start: u64) -> bool {
+    start_hash(seed, id, start) >> 63 == 1
+}
+
+/// Whether that start runs the journal's stepped force-write path (another bit of the
+/// same hash: the two modes vary independently).
+fn force_write(seed: u64, id: &BookieId, start: u64) -> bool {
+    (start_hash(seed, id, start) >> 62) & 1 == 1
+}
+
+fn start_hash(seed: u64, id: &BookieId, start: u64) -> u64 {
     let h = fnv(FNV_START, &seed.to_le_bytes());
-    let h = fnv(fnv(h, id.to_string().as_bytes()), &start.to_le_bytes());
-    h >> 63 == 1
+    fnv(fnv(h, id.to_string().as_bytes()), &start.to_le_bytes())
 }
 
 /// Runs one seed.

@@ -71,6 +71,14 @@ pub struct JournalConfig {
     /// it raised sustained 64 KiB throughput but worsened small-entry latency and CPU per
     /// entry (docs/performance.md, "Direct I/O journal").
     pub force_write_thread: bool,
+    /// For the simulator, with `force_write_thread`: no thread is started; written groups
+    /// wait in the force-write queue until [`crate::Journal::force_write_step`] makes them
+    /// durable on the caller's thread. The simulator picks the moment (seeded), so that
+    /// groups written while an earlier one awaits its fdatasync, and a crash among them,
+    /// happen in one order per seed. Never set it otherwise: nothing is acknowledged
+    /// until someone steps.
+    #[doc(hidden)]
+    pub force_write_by_caller: bool,
     /// `journalSyncData` (true). **Unsafe when false**: adds are acknowledged without an
     /// fdatasync, so a power loss loses acknowledged entries. For benchmarks only.
     pub sync_data: bool,
@@ -94,6 +102,7 @@ impl Default for JournalConfig {
             remove_pages_from_cache: true,
             direct_io: true,
             force_write_thread: false,
+            force_write_by_caller: false,
             sync_data: true,
             unsafe_ack_before_sync: false,
         }

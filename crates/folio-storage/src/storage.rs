@@ -383,6 +383,18 @@ impl Storage {
         self.inner.journal.hold_writers(held);
     }
 
+    /// See [`Journal::force_write_step`] (the simulator, `force_write_by_caller`).
+    #[doc(hidden)]
+    pub fn force_write_step(&self) -> usize {
+        self.inner.journal.force_write_step()
+    }
+
+    /// See [`Journal::wait_writers_idle`] (the simulator).
+    #[doc(hidden)]
+    pub fn wait_journal_idle(&self) -> bool {
+        self.inner.journal.wait_writers_idle()
+    }
+
     /// An entry (`entry == -1`: the last one). Ok(None) only when it is absent.
     pub fn read_entry(&self, ledger: i64, entry: i64) -> Result<Option<Bytes>, StorageError> {
         Ok(self.inner.store.get_entry(ledger, entry)?)

@@ -8,7 +8,8 @@
 //! groups made durable together grow with the backlog, as in BookKeeper, instead of each
 //! waiting for its own fdatasync. Without one (the default, and the simulator, which
 //! needs one disk-operation order per seed) the writer calls the same [`Syncer`] inline
-//! after each write.
+//! after each write. The simulator can also run the force-write path with no thread
+//! (`force_write_by_caller`): groups wait in the [`ForceQueue`] until it steps them.
 //!
 //! Durability rule, the same either way: a callback runs `Ok` only after an fdatasync of
 //! its group's file, issued after its group's write returned, returned `Ok`. A failed
@@ -188,6 +189,12 @@ impl ForceQueue {
     pub(crate) fn push(&self, job: SyncJob) {
         self.state.lock().0.push_back(job);
         self.cv.notify_one();
+    }
+
+    /// Everything queued, for a caller that makes it durable itself
+    /// (`force_write_by_caller`).
+    pub(crate) fn take_all(&self) -> Vec<SyncJob> {
+        self.state.lock().0.drain(..).collect()
     }
 
     /// No more jobs will come: the thread finishes what is queued and returns.

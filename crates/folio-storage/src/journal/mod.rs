@@ -21,6 +21,7 @@ use bytes::Bytes;
 use folio_env::{Clock, Env, FileLock, FileSystem};
 use parking_lot::Mutex;
 
+use force::{ForceQueue, Syncer};
 pub use format::{Position, RecordKind};
 pub use reader::{FileReplay, ReplayRecord, scan_file};
 pub use writer::RequestKind;
@@ -29,6 +30,9 @@ use writer::{DirShared, Request, Writer};
 use crate::config::JournalConfig;
 use crate::error::StorageError;
 use crate::storage::WriteCallback;
+
+/// How long the simulator's steps wait (in real time) for a writer thread to go idle.
+const IDLE_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// What start-up replay found, per journal directory.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -95,6 +99,9 @@ pub struct Journal {
     clock: Arc<dyn Clock>,
     /// Deletes large journal files before the mark in the background.
     reaper: reaper::Reaper,
+    /// With `force_write_by_caller`: each directory's force-write queue and the syncer
+    /// that [`Journal::force_write_step`] runs on the caller's thread (else empty).
+    stepped: Vec<(Arc<ForceQueue>, Mutex<Syncer>)>,
     /// Each directory's `LOCK`, held while the journal is open (dropped last).
     _locks: Vec<FileLock>,
 }
@@ -145,14 +152,20 @@ impl Journal {
         }
         let mut threads = Vec::new();
         let mut dirs = Vec::new();
+        let mut stepped = Vec::new();
         for (i, (shared, next_id)) in prepared.into_iter().enumerate() {
-            let w = Writer::create(
+            let mut w = Writer::create(
                 Arc::clone(&shared),
                 Arc::clone(&env.fs),
                 Arc::clone(&env.clock),
                 cfg.clone(),
                 next_id,
             )?;
+            if cfg.force_write_thread && cfg.force_write_by_caller {
+                let queue = Arc::new(ForceQueue::default());
+                let syncer = w.sync_through(Arc::clone(&queue));
+                stepped.push((queue, Mutex::new(syncer)));
+            }
             let t = std::thread::Builder::new()
                 .name(format!("journal-{i}"))
                 .spawn(move || w.run())
@@ -167,6 +180,7 @@ impl Journal {
                 fs: Arc::clone(&env.fs),
                 clock: Arc::clone(&env.clock),
                 reaper: reaper::Reaper::default(),
+                stepped,
                 _locks: locks,
             },
             stats,
@@ -372,7 +386,36 @@ impl Journal {
         }
     }
 
-    /// Stops the writer threads after they write what is queued.
+    /// With `force_write_by_caller`: waits until every writer thread is idle (what was
+    /// queued is written), then makes every written group durable and runs its callbacks,
+    /// on this thread, as the force-write thread would. Returns the number of groups.
+    #[doc(hidden)]
+    pub fn force_write_step(&self) -> usize {
+        let mut groups = 0;
+        for (d, (queue, syncer)) in self.dirs.iter().zip(&self.stepped) {
+            if !d.wait_idle(IDLE_WAIT) {
+                tracing::error!(dir = %d.dir.display(), "the journal writer did not go idle");
+            }
+            let jobs = queue.take_all();
+            let n = jobs.len();
+            syncer.lock().complete(jobs);
+            d.force_write_queued
+                .fetch_sub(n as u64, std::sync::atomic::Ordering::Relaxed);
+            groups += n;
+        }
+        groups
+    }
+
+    /// Waits (in real time, up to 10 s per directory) until every writer thread waits for
+    /// work with nothing it could take; false if one did not. For the simulator.
+    #[doc(hidden)]
+    pub fn wait_writers_idle(&self) -> bool {
+        self.dirs.iter().all(|d| d.wait_idle(IDLE_WAIT))
+    }
+
+    /// Stops the writer threads after they write what is queued (and, with
+    /// `force_write_by_caller`, makes it durable, as the force-write thread does when it
+    /// is closed).
     pub fn shutdown(&self) {
         self.reaper.shutdown();
         for d in &self.dirs {
@@ -383,6 +426,7 @@ impl Journal {
                 tracing::error!("a journal writer thread panicked");
             }
         }
+        self.force_write_step();
     }
 
     /// The `current/` directories, in configuration order.

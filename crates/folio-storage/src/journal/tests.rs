@@ -1062,6 +1062,76 @@ fn the_force_write_thread_acknowledges_only_what_an_fdatasync_covered() {
     }
 }
 
+/// The force-write path stepped by the caller (`force_write_by_caller`, the simulator's):
+/// groups are written but nothing is acknowledged until a step; a crash before it keeps
+/// none of them (none was fdatasynced), and a step makes every written group durable
+/// with one fdatasync and runs their callbacks in order.
+#[test]
+fn a_stepped_force_write_acknowledges_only_at_the_step() {
+    let fs = SimFileSystem::new();
+    let c = JournalConfig {
+        max_group_entries: 1,
+        force_write_thread: true,
+        force_write_by_caller: true,
+        direct_io: false,
+        ..cfg(vec![PathBuf::from("/j")])
+    };
+    let (j, _) = open(&sim_env(&fs), &c).unwrap();
+    let acked = Arc::new(parking_lot::Mutex::new(Vec::new()));
+    for i in 0..3i64 {
+        let acked = acked.clone();
+        j.append(
+            RecordKind::Add,
+            5,
+            i,
+            Bytes::from(payload(5, i)),
+            Some(Box::new(move |r| acked.lock().push((i, r.is_ok())))),
+        );
+    }
+    assert!(j.wait_writers_idle());
+    assert!(acked.lock().is_empty(), "acknowledged before any fdatasync");
+    assert_eq!(
+        j.force_write_queue_len(),
+        3,
+        "three groups written, waiting"
+    );
+    // Power lost now: the written groups were never synced.
+    let (j2, seen) = open(&sim_env(&fs.crash(folio_env::sim::CrashMode::Clean)), &c).unwrap();
+    drop(j2);
+    assert!(
+        seen.is_empty(),
+        "unsynced groups survived a crash: {}",
+        seen.len()
+    );
+
+    let syncs = j.stats().group_fdatasyncs;
+    assert_eq!(j.force_write_step(), 3);
+    assert_eq!(
+        j.stats().group_fdatasyncs,
+        syncs + 1,
+        "one fdatasync for the three"
+    );
+    assert_eq!(*acked.lock(), vec![(0, true), (1, true), (2, true)]);
+    assert_eq!(j.force_write_queue_len(), 0);
+    let (j2, seen) = open(&sim_env(&fs.crash(folio_env::sim::CrashMode::Clean)), &c).unwrap();
+    drop(j2);
+    assert_eq!(
+        seen.iter().map(|r| r.entry).collect::<Vec<_>>(),
+        vec![0, 1, 2]
+    );
+    // What is written when the journal shuts down is made durable and answered.
+    let last = acked.clone();
+    j.append(
+        RecordKind::Add,
+        5,
+        3,
+        Bytes::from(payload(5, 3)),
+        Some(Box::new(move |r| last.lock().push((3, r.is_ok())))),
+    );
+    drop(j);
+    assert_eq!(acked.lock().last(), Some(&(3, true)));
+}
+
 /// One batch of the force-write thread can hold groups of two files (the writer rolled
 /// while an fdatasync ran): each file is synced, the older first, before any callback.
 #[test]

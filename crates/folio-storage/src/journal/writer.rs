@@ -204,6 +204,9 @@ struct Queue {
     /// The writer takes nothing while set ([`DirShared::hold`]): what is queued meanwhile
     /// forms one group once released.
     held: bool,
+    /// The writer thread is waiting for work (or has exited): nothing of it touches a file
+    /// until it is woken ([`DirShared::wait_idle`]).
+    idle: bool,
 }
 
 /// State shared by a directory's writer thread and the engine.
@@ -212,6 +215,8 @@ pub(crate) struct DirShared {
     pub dir: PathBuf,
     queue: Mutex<Queue>,
     cv: Condvar,
+    /// Signalled when the writer becomes idle.
+    idle_cv: Condvar,
     /// Shared by all directories: one failed write or fdatasync stops them all.
     pub(crate) poison: Arc<Mutex<Option<Poison>>>,
     /// End of the last group made durable: every record before it was applied to the
@@ -231,6 +236,7 @@ impl DirShared {
             dir,
             queue: Mutex::new(Queue::default()),
             cv: Condvar::new(),
+            idle_cv: Condvar::new(),
             poison,
             synced: Mutex::new(mark),
             persisted_mark: Mutex::new(mark),
@@ -287,6 +293,20 @@ impl DirShared {
     pub(crate) fn hold(&self, held: bool) {
         self.queue.lock().held = held;
         self.cv.notify_all();
+    }
+
+    /// Waits (up to `timeout`) until the writer thread waits for work with nothing it
+    /// could take: every request queued before the call written and handed on. For the
+    /// simulator, whose next step must not race the thread's disk operations.
+    pub(crate) fn wait_idle(&self, timeout: std::time::Duration) -> bool {
+        let deadline = std::time::Instant::now() + timeout;
+        let mut q = self.queue.lock();
+        while !(q.idle && (q.reqs.is_empty() || q.held || q.shutdown)) {
+            if self.idle_cv.wait_until(&mut q, deadline).timed_out() {
+                return false;
+            }
+        }
+        true
     }
 }
 
@@ -385,10 +405,21 @@ impl Writer {
         Ok(w)
     }
 
+    /// Hands written groups to `queue` instead of making them durable: the caller steps
+    /// them (`force_write_by_caller`), with the [`Syncer`] this returns.
+    pub(crate) fn sync_through(&mut self, queue: Arc<ForceQueue>) -> Syncer {
+        match std::mem::replace(&mut self.sync, Sync::Thread(queue)) {
+            Sync::Inline(syncer) => syncer,
+            Sync::Thread(_) => unreachable!("the writer starts inline"),
+        }
+    }
+
     /// The thread's loop; returns at shutdown once the queue is drained and every
     /// written group completed. Starts the force-write thread first, if configured.
     pub(crate) fn run(mut self) {
-        if !self.cfg.force_write_thread {
+        // Without a force-write thread, or with its queue handed to the caller
+        // (`sync_through`).
+        if !self.cfg.force_write_thread || matches!(self.sync, Sync::Thread(_)) {
             return self.write_loop();
         }
         let queue = Arc::new(ForceQueue::default());
@@ -433,11 +464,14 @@ impl Writer {
         let shared = Arc::clone(&self.shared);
         let mut q = shared.queue.lock();
         while q.reqs.is_empty() || (q.held && !q.shutdown) {
+            q.idle = true;
+            shared.idle_cv.notify_all();
             if q.shutdown {
                 return false;
             }
             shared.cv.wait(&mut q);
         }
+        q.idle = false;
         let first_enqueued = q.reqs.front().expect("non-empty").enqueued;
         let deadline = first_enqueued + self.cfg.max_group_wait;
         let mut bytes = 0u64;
