@@ -144,6 +144,10 @@ pub trait File: Send + Sync {
 /// A file system.
 pub trait FileSystem: Send + Sync + 'static {
     fn open(&self, path: &Path, opts: OpenOptions) -> io::Result<Arc<dyn File>>;
+    /// Creates the directory and its missing parents, durably: each directory created is
+    /// synced into its parent, and so is the deepest one that already existed (made by an
+    /// operator, or by a run that crashed, just before). Without that a power loss after
+    /// a bookie's first start can take a directory, and the cookie in it, away.
     fn create_dir_all(&self, path: &Path) -> io::Result<()>;
     /// The names (not paths) of the entries of a directory, sorted.
     fn list_dir(&self, path: &Path) -> io::Result<Vec<String>>;
@@ -320,7 +324,37 @@ impl FileSystem for RealFileSystem {
     }
 
     fn create_dir_all(&self, path: &Path) -> io::Result<()> {
-        std::fs::create_dir_all(path).map_err(|e| annotate(e, "create directory", path))
+        let parent_of = |d: &Path| -> PathBuf {
+            match d.parent() {
+                Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+                _ => PathBuf::from("."),
+            }
+        };
+        // The missing directories, deepest first.
+        let mut missing = Vec::new();
+        let mut at = path;
+        while !at.is_dir() {
+            missing.push(at.to_path_buf());
+            match at.parent() {
+                Some(p) if !p.as_os_str().is_empty() => at = p,
+                _ => break,
+            }
+        }
+        // The deepest directory that exists may itself be new (made by an operator or a
+        // previous run just before a crash): its entry is synced into its parent too, if
+        // that parent can be opened (it is not ours: a parent we may not read is left).
+        let _ = self.sync_dir(&parent_of(at));
+        for d in missing.iter().rev() {
+            match std::fs::create_dir(d) {
+                Ok(()) => {}
+                // Created meanwhile by someone else: theirs to make durable, but synced
+                // below all the same.
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists && d.is_dir() => {}
+                Err(e) => return Err(annotate(e, "create directory", d)),
+            }
+            self.sync_dir(&parent_of(d))?;
+        }
+        Ok(())
     }
 
     fn list_dir(&self, path: &Path) -> io::Result<Vec<String>> {

@@ -10,9 +10,13 @@
 //! data of its own that could survive the cut). The test kills the processes using the
 //! mount first (SIGKILL), then cuts the power, then restarts them on the same mount.
 //!
-//! Kinder than Linux in one respect, stated: directory operations (create, mkdir, rename,
-//! unlink, rmdir) reach `backing` at once, as if every one were followed by an fsync of its
-//! directory. Data is the part bookies must fsync, and the part this file system tests.
+//! Directory operations (create, mkdir, rename, unlink, rmdir) are lost the same way: each
+//! is applied to `backing` at once (an unlinked or replaced file kept aside in a trash
+//! directory next to `backing`), and is durable only once every directory it changed was
+//! fsynced after it; a cut undoes the others, newest first (a file created and fsynced
+//! but whose directory never was is gone; a removed file comes back). That is POSIX's
+//! rule, stricter than ext4's ordered journal (where any fsync commits every earlier
+//! directory operation), so a bookie must fsync the directories it changes.
 //!
 //! Needs /dev/fuse and root (the mount is a `mount(2)` call; no fusermount).
 
@@ -56,6 +60,37 @@ pub struct LossyStats {
     /// Pages dropped by power cuts, and the cuts.
     pub pages_dropped: u64,
     pub cuts: u64,
+    /// Directory operations undone by power cuts (never fsynced in their directory).
+    pub dir_ops_undone: u64,
+}
+
+/// How to undo a directory operation at a cut. Paths are relative to `backing`; trash
+/// paths are absolute (outside the mount).
+#[derive(Debug)]
+enum Undo {
+    /// A file created: remove it.
+    Create(PathBuf),
+    /// A directory created: remove it and what is in it.
+    Mkdir(PathBuf),
+    /// A file unlinked (kept in the trash): put it back.
+    Unlink(PathBuf, PathBuf),
+    /// An empty directory removed: create it again.
+    Rmdir(PathBuf),
+    /// A rename: move it back, and put back what it replaced (kept in the trash).
+    Rename {
+        from: PathBuf,
+        to: PathBuf,
+        replaced: Option<PathBuf>,
+    },
+}
+
+/// A directory operation not yet durable.
+#[derive(Debug)]
+struct DirOp {
+    seq: u64,
+    /// The directories it changed: durable once each was fsynced after it.
+    dirs: Vec<PathBuf>,
+    undo: Undo,
 }
 
 #[derive(Default)]
@@ -67,6 +102,14 @@ struct State {
     next_ino: u64,
     pending: HashMap<u64, Pending>,
     stats: LossyStats,
+    /// Directory operations not yet durable, oldest first.
+    dir_ops: Vec<DirOp>,
+    /// Per directory, the sequence number of its last fsync.
+    dir_synced: HashMap<PathBuf, u64>,
+    next_seq: u64,
+    /// Where unlinked and replaced files wait until their removal is durable.
+    trash: PathBuf,
+    next_trash: u64,
 }
 
 impl State {
@@ -95,6 +138,116 @@ impl State {
         self.paths.insert(i, rel.to_path_buf());
         self.inodes.insert(rel.to_path_buf(), i);
         i
+    }
+
+    /// Records a directory operation that changed `dirs`.
+    fn log_dir_op(&mut self, dirs: Vec<PathBuf>, undo: Undo) {
+        self.next_seq += 1;
+        self.dir_ops.push(DirOp {
+            seq: self.next_seq,
+            dirs,
+            undo,
+        });
+    }
+
+    /// Moves the file or empty directory at `rel` into the trash; returns where.
+    fn move_to_trash(&mut self, rel: &Path) -> io::Result<PathBuf> {
+        std::fs::create_dir_all(&self.trash)?;
+        self.next_trash += 1;
+        let at = self.trash.join(self.next_trash.to_string());
+        std::fs::rename(self.full(rel), &at)?;
+        Ok(at)
+    }
+
+    /// An fsync of directory `dir`: every operation whose directories are all synced
+    /// after it is durable (its trash emptied).
+    fn sync_dir(&mut self, dir: &Path) {
+        self.next_seq += 1;
+        self.dir_synced.insert(dir.to_path_buf(), self.next_seq);
+        let synced = &self.dir_synced;
+        let (durable, pending): (Vec<DirOp>, Vec<DirOp>) = std::mem::take(&mut self.dir_ops)
+            .into_iter()
+            .partition(|op| {
+                op.dirs
+                    .iter()
+                    .all(|d| synced.get(d).is_some_and(|&s| s > op.seq))
+            });
+        self.dir_ops = pending;
+        for op in durable {
+            match op.undo {
+                Undo::Unlink(_, trash)
+                | Undo::Rename {
+                    replaced: Some(trash),
+                    ..
+                } => {
+                    let _ = std::fs::remove_file(&trash).or_else(|_| std::fs::remove_dir(&trash));
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Moves the inode numbers of everything at or under `from` to `to`.
+    fn move_paths(&mut self, from: &Path, to: &Path) {
+        let moved: Vec<(PathBuf, u64)> = self
+            .inodes
+            .iter()
+            .filter(|(p, _)| p.starts_with(from))
+            .map(|(p, &i)| (p.clone(), i))
+            .collect();
+        for (old, i) in moved {
+            let under = old.strip_prefix(from).expect("filtered by prefix");
+            // (Joining an empty path would append a '/'.)
+            let new = if under.as_os_str().is_empty() {
+                to.to_path_buf()
+            } else {
+                to.join(under)
+            };
+            self.inodes.remove(&old);
+            self.inodes.insert(new.clone(), i);
+            self.paths.insert(i, new);
+        }
+    }
+
+    /// Forgets the inodes at or under `rel` (removed by an undo).
+    fn forget_tree(&mut self, rel: &Path) {
+        let gone: Vec<PathBuf> = self
+            .inodes
+            .keys()
+            .filter(|p| p.starts_with(rel))
+            .cloned()
+            .collect();
+        for p in gone {
+            self.forget_path(&p);
+        }
+    }
+
+    /// Undoes every directory operation not yet durable, newest first.
+    fn undo_dir_ops(&mut self) -> io::Result<u64> {
+        let ops = std::mem::take(&mut self.dir_ops);
+        let n = ops.len() as u64;
+        for op in ops.into_iter().rev() {
+            match op.undo {
+                Undo::Create(rel) => {
+                    let _ = std::fs::remove_file(self.full(&rel));
+                    self.forget_path(&rel);
+                }
+                Undo::Mkdir(rel) => {
+                    let _ = std::fs::remove_dir_all(self.full(&rel));
+                    self.forget_tree(&rel);
+                }
+                Undo::Unlink(rel, trash) => std::fs::rename(trash, self.full(&rel))?,
+                Undo::Rmdir(rel) => std::fs::create_dir(self.full(&rel))?,
+                Undo::Rename { from, to, replaced } => {
+                    std::fs::rename(self.full(&to), self.full(&from))?;
+                    self.move_paths(&to, &from);
+                    if let Some(trash) = replaced {
+                        std::fs::rename(trash, self.full(&to))?;
+                    }
+                }
+            }
+        }
+        Ok(n)
     }
 
     fn forget_path(&mut self, rel: &Path) {
@@ -256,6 +409,11 @@ impl State {
     }
 }
 
+/// The directory holding `rel` ("" for the root).
+fn parent_of(rel: &Path) -> PathBuf {
+    rel.parent().map(Path::to_path_buf).unwrap_or_default()
+}
+
 /// `len` bytes at `at` of the backing file, zeroes at and past `floor` and past its end.
 fn backing_bytes(file: &File, floor: u64, at: u64, len: u64) -> Result<Vec<u8>, i32> {
     let mut buf = vec![0u8; len as usize];
@@ -364,6 +522,7 @@ impl Filesystem for Fs {
         tri!(reply, std::fs::create_dir(s.full(&rel)).map_err(errno));
         let perm = std::fs::Permissions::from_mode(mode & 0o7777);
         let _ = std::fs::set_permissions(s.full(&rel), perm);
+        s.log_dir_op(vec![parent_of(&rel)], Undo::Mkdir(rel.clone()));
         let attr = tri!(reply, s.attr(&rel));
         reply.entry(&TTL, &attr, 0);
     }
@@ -371,8 +530,13 @@ impl Filesystem for Fs {
     fn unlink(&mut self, _req: &Request<'_>, parent: u64, name: &OsStr, reply: ReplyEmpty) {
         let mut s = self.state();
         let rel = tri!(reply, s.child(parent, name));
-        tri!(reply, std::fs::remove_file(s.full(&rel)).map_err(errno));
+        if std::fs::symlink_metadata(s.full(&rel)).is_ok_and(|m| m.is_dir()) {
+            return reply.error(libc::EISDIR);
+        }
+        // Its pending data is lost with it; its synced bytes wait in the trash.
+        let trash = tri!(reply, s.move_to_trash(&rel).map_err(errno));
         s.forget_path(&rel);
+        s.log_dir_op(vec![parent_of(&rel)], Undo::Unlink(rel, trash));
         reply.ok();
     }
 
@@ -381,6 +545,7 @@ impl Filesystem for Fs {
         let rel = tri!(reply, s.child(parent, name));
         tri!(reply, std::fs::remove_dir(s.full(&rel)).map_err(errno));
         s.forget_path(&rel);
+        s.log_dir_op(vec![parent_of(&rel)], Undo::Rmdir(rel));
         reply.ok();
     }
 
@@ -403,30 +568,26 @@ impl Filesystem for Fs {
         if flags & !libc::RENAME_NOREPLACE != 0 {
             return reply.error(libc::EINVAL);
         }
-        tri!(
-            reply,
-            std::fs::rename(s.full(&from), s.full(&to)).map_err(errno)
-        );
+        // What is at `to` is replaced: kept in the trash until the rename is durable.
+        let replaced = match std::fs::symlink_metadata(s.full(&to)) {
+            Ok(_) if from == to => None,
+            Ok(_) => Some(tri!(reply, s.move_to_trash(&to).map_err(errno))),
+            Err(_) => None,
+        };
+        if let Err(e) = std::fs::rename(s.full(&from), s.full(&to)) {
+            if let Some(t) = &replaced {
+                let _ = std::fs::rename(t, s.full(&to));
+            }
+            return reply.error(errno(e));
+        }
         // What was at `to` is gone; everything at or under `from` moves to `to`.
         s.forget_path(&to);
-        let moved: Vec<(PathBuf, u64)> = s
-            .inodes
-            .iter()
-            .filter(|(p, _)| p.starts_with(&from))
-            .map(|(p, &i)| (p.clone(), i))
-            .collect();
-        for (old, i) in moved {
-            let under = old.strip_prefix(&from).expect("filtered by prefix");
-            // (Joining an empty path would append a '/'.)
-            let new = if under.as_os_str().is_empty() {
-                to.clone()
-            } else {
-                to.join(under)
-            };
-            s.inodes.remove(&old);
-            s.inodes.insert(new.clone(), i);
-            s.paths.insert(i, new);
+        s.move_paths(&from, &to);
+        let mut dirs = vec![parent_of(&from)];
+        if parent_of(&to) != dirs[0] {
+            dirs.push(parent_of(&to));
         }
+        s.log_dir_op(dirs, Undo::Rename { from, to, replaced });
         reply.ok();
     }
 
@@ -451,12 +612,16 @@ impl Filesystem for Fs {
     ) {
         let mut s = self.state();
         let rel = tri!(reply, s.child(parent, name));
+        let existed = std::fs::symlink_metadata(s.full(&rel)).is_ok();
         let mut o = OpenOptions::new();
         o.write(true).create(true);
         if flags & libc::O_EXCL != 0 {
             o.create_new(true);
         }
         tri!(reply, o.open(s.full(&rel)).map_err(errno));
+        if !existed {
+            s.log_dir_op(vec![parent_of(&rel)], Undo::Create(rel.clone()));
+        }
         let perm = std::fs::Permissions::from_mode(mode & 0o7777);
         let _ = std::fs::set_permissions(s.full(&rel), perm);
         let ino = s.ino_for(&rel);
@@ -511,8 +676,11 @@ impl Filesystem for Fs {
         reply.ok();
     }
 
-    fn fsyncdir(&mut self, _req: &Request<'_>, _ino: u64, _fh: u64, _ds: bool, reply: ReplyEmpty) {
-        // Directory operations are applied at once (see the module note).
+    fn fsyncdir(&mut self, _req: &Request<'_>, ino: u64, _fh: u64, _ds: bool, reply: ReplyEmpty) {
+        let mut s = self.state();
+        let rel = tri!(reply, s.path_of(ino));
+        s.stats.fsyncs += 1;
+        s.sync_dir(&rel);
         reply.ok();
     }
 
@@ -602,9 +770,12 @@ pub struct LossyFs {
 impl LossyFs {
     /// Serves `backing` (an existing directory) at `mountpoint` (an existing, empty one).
     pub fn mount(backing: &Path, mountpoint: &Path) -> io::Result<LossyFs> {
+        let mut name = backing.file_name().unwrap_or_default().to_os_string();
+        name.push(".lossyfs-trash");
         let mut state = State {
             backing: backing.to_path_buf(),
             next_ino: fuser::FUSE_ROOT_ID + 1,
+            trash: backing.with_file_name(name),
             ..State::default()
         };
         state.paths.insert(fuser::FUSE_ROOT_ID, PathBuf::new());
@@ -640,6 +811,10 @@ impl LossyFs {
         s.pending.clear();
         s.stats.pages_dropped += dropped;
         s.stats.cuts += 1;
+        match s.undo_dir_ops() {
+            Ok(n) => s.stats.dir_ops_undone += n,
+            Err(e) => panic!("lossyfs: undoing directory operations at a cut: {e}"),
+        }
     }
 
     pub fn stats(&self) -> LossyStats {
@@ -683,6 +858,8 @@ mod tests {
         assert_eq!(std::fs::read(m.join("a")).unwrap(), b"durable and lost");
         let mut g = File::create(m.join("never-synced")).unwrap();
         g.write_all(&[7u8; 10_000]).unwrap();
+        // Both directory entries durable: only data is lost here.
+        File::open(&m).unwrap().sync_all().unwrap();
         drop((f, g));
         fs.cut_power();
         assert_eq!(std::fs::read(m.join("a")).unwrap(), b"durable");
@@ -715,8 +892,76 @@ mod tests {
         std::fs::rename(m.join("x"), m.join("d/y")).unwrap();
         assert_eq!(std::fs::read(m.join("d/y")).unwrap(), want);
         f.sync_data().unwrap();
+        // The create, the mkdir and the rename are durable once both directories are.
+        File::open(&m).unwrap().sync_all().unwrap();
+        File::open(m.join("d")).unwrap().sync_all().unwrap();
         fs.cut_power();
         assert_eq!(std::fs::read(m.join("d/y")).unwrap(), want);
         assert_eq!(std::fs::read(t.path().join("b/d/y")).unwrap(), want);
+        assert_eq!(fs.stats().dir_ops_undone, 0);
+    }
+
+    #[test]
+    fn directory_operations_not_fsynced_in_their_directory_are_undone_at_a_cut() {
+        let (t, fs) = mounted().unwrap();
+        let m = fs.mountpoint().to_path_buf();
+        let sync_dir = |d: &Path| File::open(d).unwrap().sync_all().unwrap();
+        std::fs::create_dir(m.join("d")).unwrap();
+        sync_dir(&m);
+        // Durable: a file whose data and directory entry were both synced.
+        let mut kept = File::create(m.join("d/kept")).unwrap();
+        kept.write_all(b"kept").unwrap();
+        kept.sync_all().unwrap();
+        sync_dir(&m.join("d"));
+        // Its data synced, its directory entry not: gone after the cut.
+        let mut orphan = File::create(m.join("d/orphan")).unwrap();
+        orphan.write_all(b"orphan").unwrap();
+        orphan.sync_all().unwrap();
+        // Removed and renamed without a directory sync: back as they were.
+        std::fs::remove_file(m.join("d/kept")).unwrap();
+        let mut other = File::create(m.join("other")).unwrap();
+        other.write_all(b"other").unwrap();
+        other.sync_all().unwrap();
+        sync_dir(&m);
+        std::fs::rename(m.join("other"), m.join("d/moved")).unwrap();
+        std::fs::create_dir(m.join("d/sub")).unwrap();
+        File::create(m.join("d/sub/deep"))
+            .unwrap()
+            .sync_all()
+            .unwrap();
+        sync_dir(&m.join("d/sub"));
+        assert!(!m.join("d/kept").exists() && m.join("d/moved").exists());
+        drop((kept, orphan, other));
+        fs.cut_power();
+        assert_eq!(std::fs::read(m.join("d/kept")).unwrap(), b"kept");
+        assert!(!m.join("d/orphan").exists(), "an unsynced create survived");
+        assert_eq!(std::fs::read(m.join("other")).unwrap(), b"other");
+        assert!(!m.join("d/moved").exists(), "an unsynced rename survived");
+        assert!(!m.join("d/sub").exists(), "an unsynced mkdir survived");
+        // The create of d/orphan, the unlink, the rename and the mkdir of d/sub (d/sub/deep
+        // was durable in its directory, but that directory goes).
+        assert_eq!(fs.stats().dir_ops_undone, 4, "{:?}", fs.stats());
+        // The trash (outside the mount) is empty once nothing waits in it.
+        let trash = t.path().join("b.lossyfs-trash");
+        assert_eq!(std::fs::read_dir(&trash).map_or(0, |d| d.count()), 0);
+    }
+
+    /// folio-env's `create_dir_all` makes what it creates durable (each directory synced
+    /// into its parent, and the deepest existing one too), so a bookie's directories and
+    /// cookies survive a power loss right after its first start; `std::fs::create_dir_all`
+    /// does not, which this file system shows.
+    #[test]
+    fn the_seams_create_dir_all_survives_a_cut_and_std_s_does_not() {
+        use folio_env::FileSystem as _;
+        let (_t, fs) = mounted().unwrap();
+        let m = fs.mountpoint().to_path_buf();
+        std::fs::create_dir(m.join("data")).unwrap();
+        folio_env::RealFileSystem
+            .create_dir_all(&m.join("data/journal/current"))
+            .unwrap();
+        std::fs::create_dir_all(m.join("other/journal/current")).unwrap();
+        fs.cut_power();
+        assert!(m.join("data/journal/current").is_dir());
+        assert!(!m.join("other").exists());
     }
 }

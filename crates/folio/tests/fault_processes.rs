@@ -807,6 +807,7 @@ struct PowerLossRun {
     acked: usize,
     ledgers: usize,
     pages_dropped: u64,
+    dir_ops_undone: u64,
 }
 
 /// Three bookies, each with its data directory on its own `LossyFs` mount (a FUSE file
@@ -883,6 +884,7 @@ fn power_loss_run(sync: bool) -> PowerLossRun {
         cluster.kill(i);
     }
     let pages_dropped = mounts.iter().map(|m| m.stats().pages_dropped).sum();
+    let dir_ops_undone = mounts.iter().map(|m| m.stats().dir_ops_undone).sum();
     // Unmounted only now that no bookie uses the mounts.
     drop(mounts);
     PowerLossRun {
@@ -890,6 +892,7 @@ fn power_loss_run(sync: bool) -> PowerLossRun {
         acked: written.iter().map(|r| r.acked.len()).sum(),
         ledgers: written.len(),
         pages_dropped,
+        dir_ops_undone,
     }
 }
 
@@ -899,9 +902,10 @@ fn acknowledged_entries_survive_power_loss_of_one_two_and_all_bookies() {
     let _ = writeln!(
         std::io::stderr().lock(),
         "fault_processes: power loss: 4 rounds (one, two, all three bookies twice; bookies 1 \
-         and 2 with the force-write thread), {} pages of unsynced writes dropped; {} ledgers, {} \
-         entries acknowledged",
+         and 2 with the force-write thread), {} pages of unsynced writes dropped and {} \
+         directory operations undone; {} ledgers, {} entries acknowledged",
         run.pages_dropped,
+        run.dir_ops_undone,
         run.ledgers,
         run.acked
     );

@@ -9,8 +9,9 @@
 //! Directory entries follow the same rule one level up: a create, rename or remove
 //! changes the live namespace at once and the durable namespace only when the
 //! parent directory is synced with `sync_dir`. Directories themselves are treated
-//! as durable once created (the storage engine creates them at start-up, before any
-//! acknowledged write).
+//! as durable once created, as the real `create_dir_all` makes them (each synced into
+//! its parent; before it did, a power cut after a bookie's first start took its
+//! `current/` directories and cookies away on the lossy FUSE file system).
 //!
 //! [`SimFileSystem::crash`] returns the file system a power loss would leave: the
 //! durable namespace with durable images, optionally with a torn last write (a
