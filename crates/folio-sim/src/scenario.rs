@@ -131,6 +131,9 @@ pub struct FaultCounts {
     pub autorecovery_heals: u64,
     pub autorecovery_ledgers_repaired: u64,
     pub autorecovery_entries_copied: u64,
+    /// Runs with a lost-bookie delay above 0, and the audits their Auditors delayed.
+    pub autorecovery_delay_runs: u64,
+    pub autorecovery_audits_delayed: u64,
 }
 
 impl FaultCounts {
@@ -197,6 +200,8 @@ impl FaultCounts {
         self.autorecovery_heals += o.autorecovery_heals;
         self.autorecovery_ledgers_repaired += o.autorecovery_ledgers_repaired;
         self.autorecovery_entries_copied += o.autorecovery_entries_copied;
+        self.autorecovery_delay_runs += o.autorecovery_delay_runs;
+        self.autorecovery_audits_delayed += o.autorecovery_audits_delayed;
     }
 }
 
@@ -213,7 +218,7 @@ impl std::fmt::Display for FaultCounts {
              zombie {}, concurrent-recovery {}, dropped-request {}, dropped-response {}, \
              duplicate {}; autorecovery runs {} ({} with two workers, {} healed and checked): \
              auditor-kill {}, worker-kill {}, autorecovery-session-expiry {}, {} ledgers \
-             repaired, {} entries copied",
+             repaired, {} entries copied, {} runs with a lost-bookie delay ({} audits delayed)",
             self.crashes,
             self.power_losses,
             self.restarts,
@@ -252,7 +257,9 @@ impl std::fmt::Display for FaultCounts {
             self.worker_kills,
             self.autorecovery_session_expiries,
             self.autorecovery_ledgers_repaired,
-            self.autorecovery_entries_copied
+            self.autorecovery_entries_copied,
+            self.autorecovery_delay_runs,
+            self.autorecovery_audits_delayed
         )
     }
 }
@@ -615,7 +622,7 @@ pub fn run(seed: u64, cfg: &SimConfig) -> Outcome {
             outage,
             ar: cfg.autorecovery.on(seed).then(|| {
                 Mutex::new(autorecovery::Processes::new(
-                    autorecovery::config(cfg.break_autorecovery_copy),
+                    autorecovery::config(seed, cfg.break_autorecovery_copy),
                     1 + usize::from(SimRng::new(seed ^ 0x776f_726b).chance(1, 2)),
                 ))
             }),

@@ -56,11 +56,20 @@ impl AutoRecoveryRuns {
     }
 }
 
-/// A fast configuration: no lost-bookie delay, short grace period and polls (virtual
-/// time, so they cost little), failed ledgers retried within seconds.
-pub(super) fn config(skip_copy: bool) -> AutoRecoveryConfig {
+/// A fast configuration: short grace period and polls (virtual time, so they cost
+/// little), failed ledgers retried within seconds. The lost-bookie delay is drawn from
+/// the seed (not the run's generator): none in half the runs, else 2, 6 or 20 s, so that
+/// the bookies the injector crashes and restarts are sometimes back within it (the audit
+/// is cancelled) and sometimes not (it runs, naming a bookie that returns meanwhile).
+pub(super) fn config(seed: u64, skip_copy: bool) -> AutoRecoveryConfig {
+    let draw = crate::rng::SimRng::new(seed ^ 0x6465_6c61_7973);
+    let lost_bookie_recovery_delay = if draw.chance(1, 2) {
+        0
+    } else {
+        [2, 6, 20][folio_env::Rng::below(&draw, 3) as usize]
+    };
     AutoRecoveryConfig {
-        lost_bookie_recovery_delay: 0,
+        lost_bookie_recovery_delay,
         open_ledger_grace_period: Duration::from_secs(3),
         poll_interval: Duration::from_millis(300),
         rereplicate_backoff: Duration::from_millis(500),
@@ -99,6 +108,7 @@ pub(super) struct Processes {
     restarts: Vec<(Role, tokio::time::Instant)>,
     incarnation: u64,
     statuses: Vec<Arc<WorkerStatus>>,
+    auditor_statuses: Vec<Arc<AuditorStatus>>,
 }
 
 impl Processes {
@@ -110,6 +120,7 @@ impl Processes {
             restarts: Vec::new(),
             incarnation: 0,
             statuses: Vec::new(),
+            auditor_statuses: Vec::new(),
         }
     }
 
@@ -149,10 +160,9 @@ impl World {
                     old.run.kill();
                 }
                 let id = BookieId::new(format!("auditor-{n}:0")).expect("valid id");
-                p.auditor = Some(Proc {
-                    run: Auditor::start(client, cfg, id),
-                    session,
-                });
+                let run = Auditor::start(client, cfg, id);
+                p.auditor_statuses.push(run.status().clone());
+                p.auditor = Some(Proc { run, session });
             }
             Role::Worker(i) => {
                 if let Some(old) = p.workers[i].take() {
@@ -242,9 +252,16 @@ impl World {
         let Some(ar) = &self.ar else { return };
         let mut p = ar.lock();
         let (l, e) = p.repaired();
+        let delayed: u64 = p
+            .auditor_statuses
+            .iter()
+            .map(|s| s.audits_delayed.load(Ordering::Relaxed))
+            .sum();
         let mut f = self.faults.lock();
         f.autorecovery_ledgers_repaired += l;
         f.autorecovery_entries_copied += e;
+        f.autorecovery_audits_delayed += delayed;
+        f.autorecovery_delay_runs += u64::from(p.cfg.lost_bookie_recovery_delay > 0);
         drop(f);
         if let Some(a) = p.auditor.take() {
             a.run.kill();
