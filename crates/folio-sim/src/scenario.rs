@@ -131,6 +131,9 @@ pub struct FaultCounts {
     pub autorecovery_heals: u64,
     pub autorecovery_ledgers_repaired: u64,
     pub autorecovery_entries_copied: u64,
+    /// Lost bookies restored by the operator's `recover` or `decommissionbookie` (runs
+    /// without autorecovery).
+    pub operator_restores: u64,
     /// Runs with a lost-bookie delay above 0, and the audits their Auditors delayed.
     pub autorecovery_delay_runs: u64,
     pub autorecovery_audits_delayed: u64,
@@ -201,6 +204,7 @@ impl FaultCounts {
         self.autorecovery_ledgers_repaired += o.autorecovery_ledgers_repaired;
         self.autorecovery_entries_copied += o.autorecovery_entries_copied;
         self.autorecovery_delay_runs += o.autorecovery_delay_runs;
+        self.operator_restores += o.operator_restores;
         self.autorecovery_audits_delayed += o.autorecovery_audits_delayed;
     }
 }
@@ -218,7 +222,8 @@ impl std::fmt::Display for FaultCounts {
              zombie {}, concurrent-recovery {}, dropped-request {}, dropped-response {}, \
              duplicate {}; autorecovery runs {} ({} with two workers, {} healed and checked): \
              auditor-kill {}, worker-kill {}, autorecovery-session-expiry {}, {} ledgers \
-             repaired, {} entries copied, {} runs with a lost-bookie delay ({} audits delayed)",
+             repaired, {} entries copied, {} runs with a lost-bookie delay ({} audits delayed); \
+             operator recover/decommission {}",
             self.crashes,
             self.power_losses,
             self.restarts,
@@ -259,7 +264,8 @@ impl std::fmt::Display for FaultCounts {
             self.autorecovery_ledgers_repaired,
             self.autorecovery_entries_copied,
             self.autorecovery_delay_runs,
-            self.autorecovery_audits_delayed
+            self.autorecovery_audits_delayed,
+            self.operator_restores
         )
     }
 }
@@ -321,6 +327,9 @@ struct World {
     /// Bookies lost for good (wiped, not reformatted yet) and the ledgers that named them.
     lost: Mutex<BTreeSet<BookieId>>,
     lost_ledgers: Mutex<BTreeSet<LedgerId>>,
+    /// The (ledger, fragment's first entry, ensemble position) the lost bookies held:
+    /// what the operator's `recover` must restore.
+    lost_positions: Mutex<BTreeSet<(LedgerId, i64, usize)>>,
 }
 
 impl World {
@@ -628,6 +637,7 @@ pub fn run(seed: u64, cfg: &SimConfig) -> Outcome {
             }),
             lost: Mutex::default(),
             lost_ledgers: Mutex::default(),
+            lost_positions: Mutex::default(),
             faults: Mutex::default(),
             history: Mutex::default(),
             next_client: Mutex::new(0),
@@ -1404,8 +1414,13 @@ async fn liveness(w: &Arc<World>) {
                 }
             };
             // Autorecovery heals the lost bookie's ledgers before the operator
-            // reformats it (invariant 10 checked then).
-            w.autorecovery_heals().await;
+            // reformats it (invariant 10 checked then); without autorecovery the
+            // operator restores them with `recover` or `decommissionbookie`.
+            if w.ar.is_some() {
+                w.autorecovery_heals().await;
+            } else {
+                w.operator_restores(&id).await;
+            }
             w.reformat(&id).await;
         }
         for &ledger in &ledgers {

@@ -393,6 +393,22 @@ fn negative_control_autorecovery_without_copies_loses_copies() {
     );
 }
 
+/// The operator's `recover` or `decommissionbookie` (runs without autorecovery) moving
+/// replicas without copying them: the check of the lost bookie's positions finds it.
+#[test]
+fn negative_control_recover_without_copies_loses_copies() {
+    checker_catches(
+        "recover moves replicas without copying them",
+        "copies short of Qw",
+        SimConfig {
+            autorecovery: AutoRecoveryRuns::Off,
+            break_autorecovery_copy: true,
+            ..SimConfig::default()
+        },
+        20,
+    );
+}
+
 fn storage_break(c: NegativeControls) -> SimConfig {
     SimConfig {
         knobs: BookieKnobs {

@@ -275,23 +275,110 @@ impl World {
 
     /// Records the ledgers that name `lost` now: they lost a bookie for good.
     pub(super) async fn record_lost(&self, lost: &BookieId) {
-        if self.ar.is_none() {
-            return;
-        }
         let store = self.cluster.connect();
         let mut named = BTreeSet::new();
+        let mut positions = BTreeSet::new();
         for ledger in all_ledgers(&store).await {
             if let Ok(m) = store.read_ledger(ledger).await
                 && m.value.all_bookies().contains(lost)
             {
                 named.insert(ledger);
+                for f in fragments(&m.value) {
+                    for (position, b) in f.ensemble.iter().enumerate() {
+                        if b == lost {
+                            positions.insert((ledger, f.first, position));
+                        }
+                    }
+                }
             }
         }
+        self.lost_positions.lock().extend(positions);
         self.note(format!(
             "autorecovery: {lost} lost for good; ledgers naming it: {named:?}"
         ));
         self.lost.lock().insert(lost.clone());
         self.lost_ledgers.lock().extend(named);
+    }
+
+    /// A spare bookie stands in for the lost one.
+    async fn spare_joins(&self) {
+        let spare = self.spare_id();
+        if self.net.incarnation(&spare).is_none() {
+            self.note(format!("autorecovery: spare bookie {spare} joins"));
+            self.restart(&spare, folio_env::sim::SimFileSystem::new())
+                .await;
+        }
+    }
+
+    /// At quiescence, in a run without autorecovery: the operator restores the lost
+    /// bookie's copies by hand, with BookKeeper's `recover` or `decommissionbookie` (drawn
+    /// from the seed), onto a spare bookie; then invariant 10 is checked as after
+    /// autorecovery.
+    pub(super) async fn operator_restores(&self, lost: &BookieId) {
+        self.spare_joins().await;
+        let client = self.client();
+        let copy = folio_autorecovery::CopyOptions {
+            skip_copy_for_tests: self.cfg.break_autorecovery_copy,
+            ..folio_autorecovery::CopyOptions::default()
+        };
+        let decommission = crate::rng::SimRng::new(self.seed ^ 0x6465_636f_6d6d).chance(1, 2);
+        let mut quiet = |_: usize, _: Option<&folio_autorecovery::LedgerReport>| {};
+        let outcome = if decommission {
+            folio_autorecovery::decommission(&client, lost, false, &copy, &mut quiet)
+                .await
+                .map_err(|e| e.to_string())
+        } else {
+            let options = folio_autorecovery::RecoverOptions {
+                copy,
+                concurrency: 2,
+                ..folio_autorecovery::RecoverOptions::default()
+            };
+            folio_autorecovery::recover(
+                &client,
+                &BTreeSet::from([lost.clone()]),
+                &options,
+                &mut quiet,
+            )
+            .await
+            .map_err(|e| e.to_string())
+        };
+        let how = if decommission {
+            "decommission"
+        } else {
+            "recover"
+        };
+        match outcome {
+            Ok(summary) => {
+                self.note(format!(
+                    "operator: {how} of {lost}: {} ledgers, {} entries copied, {} left",
+                    summary.ledgers,
+                    summary.entries,
+                    summary.failed.len()
+                ));
+                let mut f = self.faults.lock();
+                f.operator_restores += 1;
+                f.autorecovery_entries_copied += summary.entries;
+                drop(f);
+                if let Some(why) = summary.failure() {
+                    self.history
+                        .lock()
+                        .invariant10
+                        .push(format!("{how} of {lost} left ledgers: {why}"));
+                    return;
+                }
+            }
+            Err(e) => {
+                self.history
+                    .lock()
+                    .invariant10
+                    .push(format!("{how} of {lost} failed: {e}"));
+                return;
+            }
+        }
+        // `recover` restores what the lost bookie held, not holes on live bookies (those
+        // are the Auditor's check of all ledgers' to find): only its positions are asked.
+        let only = self.lost_positions.lock().clone();
+        self.check_every_copy(Some(&only)).await;
     }
 
     /// At quiescence: waits until autorecovery has healed the lost bookie's ledgers
@@ -303,14 +390,8 @@ impl World {
         // Every process runs again, and a spare bookie stands in for the lost one.
         let far = tokio::time::Instant::now() + Duration::from_secs(3600);
         self.restart_processes_due(far);
-        let spare = self.spare_id();
-        if self.net.incarnation(&spare).is_none() {
-            self.note(format!("autorecovery: spare bookie {spare} joins"));
-            self.restart(&spare, folio_env::sim::SimFileSystem::new())
-                .await;
-        }
+        self.spare_joins().await;
         let lost: BTreeSet<BookieId> = self.lost.lock().clone();
-        let lost_ledgers: BTreeSet<LedgerId> = self.lost_ledgers.lock().clone();
         let store = self.cluster.connect();
         let started = tokio::time::Instant::now();
         let bound = Duration::from_secs(600);
@@ -355,6 +436,16 @@ impl World {
             }
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
+        self.check_every_copy(None).await;
+        self.faults.lock().autorecovery_heals += 1;
+    }
+
+    /// Invariant 10: every entry of every fragment of every ledger on every bookie of its
+    /// write set, asked of each bookie; every ledger closed. With `only`, just those
+    /// (ledger, fragment's first entry, position) triples.
+    async fn check_every_copy(&self, only: Option<&BTreeSet<(LedgerId, i64, usize)>>) {
+        let lost_ledgers: BTreeSet<LedgerId> = self.lost_ledgers.lock().clone();
+        let store = self.cluster.connect();
         let client = self.client();
         // Every ledger: those that named the lost bookie (DESIGN's invariant 10), and the
         // others, whose holes (a crash, a dropped add under Qa < Qw) the check of all
@@ -393,6 +484,9 @@ impl World {
             let mut probes = 0u64;
             for f in fragments(&meta) {
                 for (position, bookie) in f.ensemble.iter().enumerate() {
+                    if only.is_some_and(|o| !o.contains(&(ledger, f.first, position))) {
+                        continue;
+                    }
                     for entry in f.entries_of(&q, position) {
                         probes += 1;
                         let mut answer = client.probe_entry(bookie, &digest, entry).await;
@@ -427,7 +521,6 @@ impl World {
                 ));
             }
         }
-        self.faults.lock().autorecovery_heals += 1;
     }
 }
 
