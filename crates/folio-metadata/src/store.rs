@@ -14,6 +14,7 @@
 
 use std::collections::BTreeSet;
 use std::fmt;
+use std::future::Future;
 
 use async_trait::async_trait;
 use folio_types::metadata::LedgerMetadata;
@@ -417,4 +418,55 @@ pub trait MetadataStore: Send + Sync + fmt::Debug {
 
     /// The current Auditor, if any candidate is elected.
     async fn current_auditor(&self) -> Result<Option<BookieId>>;
+}
+
+/// How many ledger ids [`all_ledger_ids`] asks for per page.
+pub const LEDGER_ID_PAGE: usize = 1000;
+
+/// Every ledger id in `store`, ascending, read page by page with
+/// [`MetadataStore::list_ledgers`].
+pub async fn all_ledger_ids(store: &(impl MetadataStore + ?Sized)) -> Result<Vec<LedgerId>> {
+    collect_ledger_ids(|after| store.list_ledgers(after, LEDGER_ID_PAGE)).await
+}
+
+/// The paging loop of [`all_ledger_ids`] over any page source: `page(start_after)` is
+/// called with `None`, then with each page's `next`, until a page says it was the last.
+/// For callers that wrap each call (a deadline, a session re-opened once it expired).
+pub async fn collect_ledger_ids<E, F, Fut>(mut page: F) -> std::result::Result<Vec<LedgerId>, E>
+where
+    F: FnMut(Option<LedgerId>) -> Fut,
+    Fut: Future<Output = std::result::Result<LedgerPage, E>>,
+{
+    let mut ids = Vec::new();
+    let mut after = None;
+    loop {
+        let p = page(after).await?;
+        ids.extend(p.ledgers);
+        match p.next {
+            Some(n) => after = Some(n),
+            None => return Ok(ids),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn paging_follows_next_until_the_last_page() {
+        // Pages of two over 1..=5, as a driver would give them.
+        let asked = std::sync::Mutex::new(Vec::new());
+        let ids = collect_ledger_ids(|after: Option<LedgerId>| {
+            asked.lock().unwrap().push(after);
+            let from = after.map_or(1, |a| a + 1);
+            let ledgers: Vec<LedgerId> = (from..=5).take(2).collect();
+            let next = (ledgers.last() < Some(&5)).then(|| *ledgers.last().unwrap());
+            async move { Ok::<_, crate::MetadataError>(LedgerPage { ledgers, next }) }
+        })
+        .await
+        .unwrap();
+        assert_eq!(ids, [1, 2, 3, 4, 5]);
+        assert_eq!(*asked.lock().unwrap(), [None, Some(2), Some(4)]);
+    }
 }

@@ -31,6 +31,26 @@ pub fn require_uri(metadata: Option<&str>) -> anyhow::Result<&str> {
     })
 }
 
+/// Runs `f` on a session with the metadata service at `uri` (a database that is not there
+/// refused, as [`Missing::Refuse`]), on a runtime of its own, and closes the session after,
+/// whatever `f` returned: for the synchronous shell commands that need the store for one step.
+pub fn with_store<T>(
+    uri: &str,
+    f: impl AsyncFnOnce(Arc<dyn MetadataStore>) -> anyhow::Result<T>,
+) -> anyhow::Result<T> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(async {
+        let store = connect(uri, Missing::Refuse).await?;
+        let result = f(store.clone()).await;
+        let _ = store.close().await;
+        result
+    })
+}
+
 /// Connects to the metadata service at `uri` with the drivers' default session timeout.
 pub async fn connect(uri: &str, missing: Missing) -> anyhow::Result<Arc<dyn MetadataStore>> {
     connect_with(uri, missing, None).await
