@@ -540,6 +540,7 @@ mod tests {
     use crate::storage::{BookieStorage, StorageError};
     use bytes::Bytes;
     use folio_metadata::mem::{MemMetadataStore, unique_name};
+    use folio_metadata::prelude::*;
     use folio_types::BookieId;
     use folio_types::metadata::{DigestType, LedgerMetadata};
     use folio_types::quorum::QuorumConfig;
