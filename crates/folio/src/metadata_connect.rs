@@ -31,11 +31,12 @@ pub fn require_uri(metadata: Option<&str>) -> anyhow::Result<&str> {
     })
 }
 
-/// Runs `f` on a session with the metadata service at `uri` (a database that is not there
-/// refused, as [`Missing::Refuse`]), on a runtime of its own, and closes the session after,
-/// whatever `f` returned: for the synchronous shell commands that need the store for one step.
+/// Runs `f` on a session with the metadata service at `uri` (a missing sqlite database
+/// created or refused as `missing` says), on a runtime of its own, and closes the session
+/// after (best effort), whatever `f` returned: for the synchronous shell commands.
 pub fn with_store<T>(
     uri: &str,
+    missing: Missing,
     f: impl AsyncFnOnce(Arc<dyn MetadataStore>) -> anyhow::Result<T>,
 ) -> anyhow::Result<T> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -44,7 +45,7 @@ pub fn with_store<T>(
         .build()
         .context("starting the async runtime")?;
     runtime.block_on(async {
-        let store = connect(uri, Missing::Refuse).await?;
+        let store = connect(uri, missing).await?;
         let result = f(store.clone()).await;
         let _ = store.close().await;
         result

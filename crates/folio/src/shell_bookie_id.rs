@@ -23,7 +23,7 @@ use folio_metadata::{MetadataError, MetadataStore};
 use folio_storage::cookie::Cookie;
 use folio_types::BookieId;
 
-use crate::metadata_connect;
+use crate::metadata_connect::{self, Missing};
 use crate::shell_ledger::Flags;
 use crate::shell_local::{bookie_config, confirm, contents, lock_bookie_dirs, show_dirs, spec};
 
@@ -58,7 +58,7 @@ fn with_store<T>(
         .map(str::to_owned)
         .or_else(|| config.metadata_service_uri.clone())
         .ok_or_else(|| anyhow!("{cmd}: needs the metadata service: pass --metadata URI"))?;
-    metadata_connect::with_store(&uri, f)
+    metadata_connect::with_store(&uri, Missing::Refuse, f)
 }
 
 /// The bookie's directories the cookie covers, each once (journal, ledger, index).

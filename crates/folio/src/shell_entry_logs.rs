@@ -17,7 +17,7 @@ use anyhow::{Context, anyhow, bail};
 use folio_env::{FileSystem, OpenOptions, RealFileSystem};
 use folio_storage::entry_log::log_file;
 
-use crate::metadata_connect;
+use crate::metadata_connect::{self, Missing};
 use crate::shell_ledger::Flags;
 use crate::shell_local::{bookie_config, entry_log_path, looks_like_path, spec};
 
@@ -135,15 +135,22 @@ pub fn activeledgers(args: &[String], metadata: Option<&str>) -> anyhow::Result<
 
 /// Every ledger id in the metadata store, ascending, listed within `timeout`.
 fn list_all_ledgers(uri: &str, timeout: Duration) -> anyhow::Result<Vec<i64>> {
-    metadata_connect::with_store(uri, async |store| {
-        match tokio::time::timeout(timeout, folio_metadata::all_ledger_ids(store.as_ref())).await {
+    metadata_connect::with_store(
+        uri,
+        Missing::Refuse,
+        async |store| match tokio::time::timeout(
+            timeout,
+            folio_metadata::all_ledger_ids(store.as_ref()),
+        )
+        .await
+        {
             Ok(all) => Ok(all?),
             Err(_) => Err(anyhow!(
                 "reading the ledgers from the metadata store took over {} ms (-timeout)",
                 timeout.as_millis()
             )),
-        }
-    })
+        },
+    )
 }
 
 /// `localconsistencycheck [-datadir DIR | -conf FILE]`.

@@ -24,7 +24,7 @@ use folio_storage::entry_log::log_file;
 use folio_storage::journal::{self, RecordKind, ReplayRecord};
 
 use crate::ledger_cmd::Stdout;
-use crate::metadata_connect;
+use crate::metadata_connect::{self, Missing};
 use crate::shell_ledger::{Flags, Spec};
 
 /// The flags that say which bookie's directories to use.
@@ -514,17 +514,17 @@ pub(crate) fn confirm(question: &str) -> anyhow::Result<bool> {
 
 fn delete_remote_cookie(uri: &str, bookie: &str) -> anyhow::Result<()> {
     let id = folio_types::BookieId::new(bookie)?;
-    metadata_connect::with_store(uri, async |store| match store.read_cookie(&id).await {
-        Ok(c) => {
-            match store.delete_cookie(&id, c.version).await {
+    metadata_connect::with_store(uri, Missing::Refuse, async |store| {
+        match store.read_cookie(&id).await {
+            Ok(c) => match store.delete_cookie(&id, c.version).await {
                 Ok(()) | Err(MetadataError::NotFound { .. }) => Ok(()),
                 Err(e) => Err(anyhow::Error::new(e)
                     .context(format!("cannot delete the cookie of bookie {id}"))),
+            },
+            Err(MetadataError::NotFound { .. }) => Ok(()),
+            Err(e) => {
+                Err(anyhow::Error::new(e).context(format!("cannot read the cookie of bookie {id}")))
             }
-        }
-        Err(MetadataError::NotFound { .. }) => Ok(()),
-        Err(e) => {
-            Err(anyhow::Error::new(e).context(format!("cannot read the cookie of bookie {id}")))
         }
     })
 }
