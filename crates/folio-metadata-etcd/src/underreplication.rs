@@ -165,12 +165,9 @@ impl UnderreplicationManager for EtcdMetadataStore {
         }
     }
 
-    async fn lock_next_underreplicated(
-        &self,
-        holder: &str,
-    ) -> Result<Option<(UnderreplicatedLedger, Box<dyn UnderreplicationLock>)>> {
+    async fn marked_ledgers(&self) -> Result<Vec<LedgerId>> {
         let etcd = &self.etcd;
-        let ids: Vec<LedgerId> = etcd
+        Ok(etcd
             .children(
                 &etcd.keys.ur_ledgers(),
                 "the under-replicated ledger list",
@@ -179,13 +176,7 @@ impl UnderreplicationManager for EtcdMetadataStore {
             .await?
             .iter()
             .filter_map(|kv| last_component(kv.key()).and_then(|n| keys::parse_ledger_uuid(&n)))
-            .collect();
-        driver::lock_first_marked(
-            ids,
-            |id| self.try_lock_underreplicated(id, holder),
-            |id| self.find_underreplicated(id),
-        )
-        .await
+            .collect())
     }
 
     async fn remove_underreplicated(&self, ledger: LedgerId) -> Result<()> {

@@ -263,17 +263,8 @@ impl UnderreplicationManager for ZkMetadataStore {
         }
     }
 
-    async fn lock_next_underreplicated(
-        &self,
-        holder: &str,
-    ) -> Result<Option<(UnderreplicatedLedger, Box<dyn UnderreplicationLock>)>> {
-        let zk = &self.zk;
-        driver::lock_first_marked(
-            marked_ids(zk).await?,
-            |id| self.try_lock_underreplicated(id, holder),
-            |id| self.find_underreplicated(id),
-        )
-        .await
+    async fn marked_ledgers(&self) -> Result<Vec<LedgerId>> {
+        marked_ids(&self.zk).await
     }
 
     async fn remove_underreplicated(&self, ledger: LedgerId) -> Result<()> {

@@ -495,11 +495,31 @@ pub trait UnderreplicationManager: Send + Sync + fmt::Debug {
         holder: &str,
     ) -> Result<Option<Box<dyn UnderreplicationLock>>>;
 
-    /// Locks some marked ledger that nobody holds; `Ok(None)` if there is none.
+    /// Locks some marked ledger that nobody holds; `Ok(None)` if there is none. Provided:
+    /// the first of [`UnderreplicationManager::marked_ledgers`] that can be locked and is
+    /// still marked once locked (a driver that can do it in one step overrides it).
     async fn lock_next_underreplicated(
         &self,
         holder: &str,
-    ) -> Result<Option<(UnderreplicatedLedger, Box<dyn UnderreplicationLock>)>>;
+    ) -> Result<Option<(UnderreplicatedLedger, Box<dyn UnderreplicationLock>)>> {
+        crate::driver::lock_first_marked(
+            self.marked_ledgers().await?,
+            |id| self.try_lock_underreplicated(id, holder),
+            |id| self.find_underreplicated(id),
+        )
+        .await
+    }
+
+    /// The ids of the marked ledgers, ascending (drivers that can list them without their
+    /// marks' contents override it).
+    async fn marked_ledgers(&self) -> Result<Vec<LedgerId>> {
+        Ok(self
+            .list_underreplicated()
+            .await?
+            .into_iter()
+            .map(|m| m.ledger_id)
+            .collect())
+    }
 
     /// Who holds the lock of `ledger`'s mark (the `holder` its worker named), if anyone
     /// (BookKeeper's `getReplicationWorkerIdRereplicatingLedger`).
