@@ -381,7 +381,8 @@ fn mix(mut x: u64) -> u64 {
 mod tests {
     use std::collections::BTreeSet;
 
-    use folio_metadata::MetadataStore;
+    use folio_metadata::prelude::*;
+
     use folio_metadata::mem::{MemCluster, unique_name};
     use folio_types::BookieId;
 

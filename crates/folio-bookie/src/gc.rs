@@ -105,18 +105,11 @@ impl StoreMetadata {
 impl GcMetadata for StoreMetadata {
     fn list_ledgers(&self) -> MetadataFuture<'_, BTreeSet<i64>> {
         Box::pin(async move {
-            let mut all = BTreeSet::new();
-            let mut start = None;
-            loop {
-                let page = self
-                    .call(|s| async move { s.list_ledgers(start, PAGE).await })
-                    .await?;
-                all.extend(page.ledgers);
-                match page.next {
-                    Some(n) => start = Some(n),
-                    None => return Ok(all),
-                }
-            }
+            let all = folio_metadata::collect_ledger_ids(|start| {
+                self.call(move |s| async move { s.list_ledgers(start, PAGE).await })
+            })
+            .await?;
+            Ok(all.into_iter().collect())
         })
     }
 
@@ -547,6 +540,7 @@ mod tests {
     use crate::storage::{BookieStorage, StorageError};
     use bytes::Bytes;
     use folio_metadata::mem::{MemMetadataStore, unique_name};
+    use folio_metadata::prelude::*;
     use folio_types::BookieId;
     use folio_types::metadata::{DigestType, LedgerMetadata};
     use folio_types::quorum::QuorumConfig;

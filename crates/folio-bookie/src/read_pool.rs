@@ -22,9 +22,9 @@ impl ReadPool {
         let rx = Arc::new(Mutex::new(rx));
         for i in 0..threads.max(1) {
             let rx = rx.clone();
-            std::thread::Builder::new()
-                .name(format!("bookie-read-{i}"))
-                .spawn(move || {
+            folio_env::metric_label::spawn(
+                std::thread::Builder::new().name(format!("bookie-read-{i}")),
+                move || {
                     loop {
                         // The lock is held only while waiting for the next job.
                         let job = rx.lock().recv();
@@ -33,7 +33,8 @@ impl ReadPool {
                             Err(_) => return,
                         }
                     }
-                })?;
+                },
+            )?;
         }
         Ok(ReadPool { tx })
     }

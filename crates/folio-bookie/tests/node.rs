@@ -3,6 +3,7 @@
 
 mod common;
 
+use folio_metadata::prelude::*;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;

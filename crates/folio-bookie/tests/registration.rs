@@ -7,6 +7,7 @@
 //! A dead previous process is a session cut off from the service by a proxy: its client can no
 //! longer renew it, exactly as after a SIGKILL, and the service expires it on its own.
 
+use folio_metadata::prelude::*;
 use std::sync::Arc;
 use std::time::Duration;
 

@@ -424,16 +424,7 @@ impl Client {
 
     /// Every ledger id, ascending.
     pub async fn list_ledgers(&self) -> Result<Vec<LedgerId>> {
-        let mut out = Vec::new();
-        let mut after = None;
-        loop {
-            let page = self.inner.metadata.list_ledgers(after, 1000).await?;
-            out.extend(page.ledgers);
-            match page.next {
-                Some(n) => after = Some(n),
-                None => return Ok(out),
-            }
-        }
+        Ok(folio_metadata::all_ledger_ids(self.inner.metadata.as_ref()).await?)
     }
 
     /// A ledger's metadata as stored now.

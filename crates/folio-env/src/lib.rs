@@ -9,6 +9,7 @@
 pub mod aligned;
 pub mod clock;
 pub mod fs;
+pub mod metric_label;
 pub mod rand;
 #[cfg(feature = "sim")]
 pub mod sim;

@@ -317,16 +317,13 @@ pub fn ledger_metadata_json(id: i64, m: &LedgerMetadata) -> serde_json::Value {
 
 /// Every ledger id in the metadata store, in ascending order (page by page).
 pub(crate) async fn all_ledger_ids(s: &AdminState) -> Result<Vec<i64>, Response> {
-    let mut ids = Vec::new();
-    let mut start = None;
-    loop {
-        let page = with_store(s, |st| async move { st.list_ledgers(start, 1000).await }).await?;
-        ids.extend(page.ledgers);
-        match page.next {
-            Some(n) => start = Some(n),
-            None => return Ok(ids),
-        }
-    }
+    // Each page under its own deadline, on a session re-opened if the last one expired.
+    folio_metadata::collect_ledger_ids(|start| {
+        with_store(s, move |st| async move {
+            st.list_ledgers(start, folio_metadata::LEDGER_ID_PAGE).await
+        })
+    })
+    .await
 }
 
 async fn ledger_list(State(s): State<AdminState>, Query(p): Params) -> Response {

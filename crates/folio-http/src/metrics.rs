@@ -1,30 +1,97 @@
 //! `/metrics`: the process-wide Prometheus recorder and its text. Folio's own latency
 //! histograms get buckets; everything else is a summary with BookKeeper's quantiles, so that
-//! dashboards built for BookKeeper's bookie chart a Folio one.
+//! dashboards built for BookKeeper's bookie chart a Folio one. Where one process runs several
+//! bookies (`folio standalone`), each one's metrics carry its `bookie` label and each one's
+//! `/metrics` shows its own series (and the process's unlabelled ones).
 
 use std::sync::OnceLock;
 
 use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use metrics::{
+    Counter, Gauge, Histogram, Key, KeyName, Label, Metadata, Recorder, SharedString, Unit,
+};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use tracing::warn;
 
 use crate::server::AdminState;
 
 /// The process-wide Prometheus recorder (the `metrics` facade has one global recorder, so every
-/// bookie of a process shares it). `None` if something else installed a recorder first.
+/// bookie of a process shares it; each one's metrics carry its `bookie` label where several
+/// run, see [`Labelled`]). `None` if something else installed a recorder first.
 pub(crate) fn prometheus() -> Option<&'static PrometheusHandle> {
     static HANDLE: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
     HANDLE
-        .get_or_init(|| match recorder().install_recorder() {
-            Ok(h) => Some(h),
-            Err(e) => {
-                warn!("metrics recorder not installed: {e}");
-                None
+        .get_or_init(|| {
+            let recorder = recorder().build_recorder();
+            let handle = recorder.handle();
+            match metrics::set_global_recorder(Labelled(recorder)) {
+                Ok(()) => Some(handle),
+                Err(e) => {
+                    warn!("metrics recorder not installed: {e}");
+                    None
+                }
             }
         })
         .as_ref()
+}
+
+/// Adds the `bookie` label of the recording thread (`folio_env::metric_label`: set on the
+/// threads of each bookie of `folio standalone`) to every metric it records, so that the
+/// bookies of one process keep their series apart; unlabelled threads record as they are.
+struct Labelled<R>(R);
+
+impl<R> Labelled<R> {
+    fn key(key: &Key) -> std::borrow::Cow<'_, Key> {
+        match folio_env::metric_label::current() {
+            Some(bookie) => std::borrow::Cow::Owned(
+                key.with_extra_labels(vec![Label::new("bookie", bookie.to_string())]),
+            ),
+            None => std::borrow::Cow::Borrowed(key),
+        }
+    }
+}
+
+impl<R: Recorder> Recorder for Labelled<R> {
+    fn describe_counter(&self, key: KeyName, unit: Option<Unit>, description: SharedString) {
+        self.0.describe_counter(key, unit, description)
+    }
+
+    fn describe_gauge(&self, key: KeyName, unit: Option<Unit>, description: SharedString) {
+        self.0.describe_gauge(key, unit, description)
+    }
+
+    fn describe_histogram(&self, key: KeyName, unit: Option<Unit>, description: SharedString) {
+        self.0.describe_histogram(key, unit, description)
+    }
+
+    fn register_counter(&self, key: &Key, metadata: &Metadata<'_>) -> Counter {
+        self.0.register_counter(&Self::key(key), metadata)
+    }
+
+    fn register_gauge(&self, key: &Key, metadata: &Metadata<'_>) -> Gauge {
+        self.0.register_gauge(&Self::key(key), metadata)
+    }
+
+    fn register_histogram(&self, key: &Key, metadata: &Metadata<'_>) -> Histogram {
+        self.0.register_histogram(&Self::key(key), metadata)
+    }
+}
+
+/// The Prometheus text with the samples of other bookies of this process left out: a bookie
+/// whose metrics are labelled `bookie="<label>"` shows its own and the unlabelled ones.
+fn own_samples(text: &str, label: &str) -> String {
+    let own = format!("bookie=\"{label}\"");
+    let mut out = String::with_capacity(text.len());
+    for line in text.lines() {
+        let other = !line.starts_with('#') && line.contains("bookie=\"") && !line.contains(&own);
+        if !other {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    out
 }
 
 /// Folio's own latency histograms get buckets (seconds, 100 µs to 10 s); everything else
@@ -66,7 +133,10 @@ pub(crate) async fn metrics_text(State(s): State<AdminState>) -> Response {
     match prometheus() {
         Some(h) => (
             [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-            h.render(),
+            match &s.metrics_label {
+                Some(label) => own_samples(&h.render(), label),
+                None => h.render(),
+            },
         )
             .into_response(),
         None => (
@@ -74,5 +144,20 @@ pub(crate) async fn metrics_text(State(s): State<AdminState>) -> Response {
             "metrics recorder not installed\n",
         )
             .into_response(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bookie_shows_its_own_samples_and_the_unlabelled_ones() {
+        let text =
+            "# TYPE c counter\nc{bookie=\"a\"} 1\nc{bookie=\"b\"} 2\nc{bookie=\"ab\"} 3\nu 4\n";
+        assert_eq!(
+            own_samples(text, "a"),
+            "# TYPE c counter\nc{bookie=\"a\"} 1\nu 4\n"
+        );
     }
 }

@@ -54,6 +54,9 @@ pub(crate) struct AdminState {
     pub(crate) sanity: Arc<tokio::sync::Mutex<()>>,
     /// Reads other bookies' HTTPS admin endpoints (crate::peers), if a CA is configured.
     pub(crate) peer_tls: Option<tokio_rustls::TlsConnector>,
+    /// This bookie's `bookie` label on metrics, where one process runs several bookies
+    /// (`folio_env::metric_label`): `/metrics` then shows only its own series.
+    pub(crate) metrics_label: Option<std::sync::Arc<str>>,
 }
 
 /// Where the binary puts its ReplicationWorker's status once autorecovery runs in the
@@ -85,6 +88,7 @@ impl AdminState {
             config: None,
             sanity: Arc::default(),
             peer_tls: access.peer_tls.clone(),
+            metrics_label: None,
         }
     }
 
@@ -191,6 +195,8 @@ impl AdminServer for BookieAdmin {
         state.local = Some(parts.disk);
         state.gc = Some(parts.gc);
         state.health = Some(parts.health);
+        // Served from the bookie's own threads: their label is the bookie's.
+        state.metrics_label = folio_env::metric_label::current();
         let handle = serve_on(parts.listener, state, parts.tls)?;
         Ok(Box::new(handle))
     }

@@ -7,8 +7,8 @@ mod common;
 
 use common::*;
 use folio_bookie::node::BookieNode;
-use folio_metadata::MetadataStore;
 use folio_metadata::mem::{MemMetadataStore, unique_name};
+use folio_metadata::prelude::*;
 use folio_types::BookieId;
 use folio_types::metadata::{DigestType, LedgerMetadata, LedgerState};
 use folio_types::quorum::QuorumConfig;

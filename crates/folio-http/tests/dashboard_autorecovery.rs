@@ -7,12 +7,12 @@
 
 mod common;
 
+use folio_metadata::prelude::*;
 use std::time::Duration;
 
 use common::*;
 use folio_autorecovery::{AutoRecoveryConfig, Worker};
 use folio_client::{Client, ClientConfig, CreateOptions};
-use folio_metadata::MetadataStore;
 use folio_metadata::mem::{MemMetadataStore, unique_name};
 use serde_json::Value;
 

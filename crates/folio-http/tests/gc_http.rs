@@ -5,12 +5,12 @@
 
 mod common;
 
+use folio_metadata::prelude::*;
 use std::time::Duration;
 
 use common::*;
 use folio_bookie::config::BookieConfig;
 use folio_bookie::node::BookieNode;
-use folio_metadata::MetadataStore;
 use folio_metadata::mem::{MemMetadataStore, unique_name};
 use folio_proto::pb::StatusCode;
 use folio_types::BookieId;

@@ -4,6 +4,10 @@
 //! attached to its session lease; the vote with the lowest create revision is the Auditor.
 //! A candidate that is not first watches the vote just before its own.
 
+use async_trait::async_trait;
+use folio_metadata::prelude::AuditorElection;
+
+use crate::store::EtcdMetadataStore;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -36,36 +40,6 @@ async fn votes(etcd: &Etcd) -> Result<(Vec<KeyValue>, i64)> {
 fn parse_vote(kv: &KeyValue) -> Result<BookieId> {
     let name = String::from_utf8_lossy(kv.key());
     text::decode_bookie_id(&format!("Auditor vote {name}"), kv.value())
-}
-
-pub(crate) async fn current(etcd: &Etcd) -> Result<Option<BookieId>> {
-    let (votes, _) = votes(etcd).await?;
-    votes.first().map(parse_vote).transpose()
-}
-
-pub(crate) async fn join(
-    etcd: Arc<Etcd>,
-    candidate: &BookieId,
-) -> Result<Box<dyn LeaderCandidacy>> {
-    let key = etcd
-        .keys
-        .vote(etcd.lease, CANDIDACIES.fetch_add(1, Ordering::Relaxed));
-    let vote = text::encode_bookie_id(candidate.as_str());
-    if etcd
-        .create(&key, &vote, true, "the Auditor election")
-        .await?
-        .is_none()
-    {
-        return Err(MetadataError::Internal(format!(
-            "Auditor vote {key} already exists"
-        )));
-    }
-    let (leader_tx, leader_rx) = watch::channel(false);
-    let leader_tx = Arc::new(leader_tx);
-    let task = tokio::spawn(campaign(etcd.clone(), key.clone(), leader_tx.clone()));
-    Ok(Box::new(EphemeralCandidacy::new(
-        etcd, key, leader_tx, leader_rx, task,
-    )))
 }
 
 /// Follows the election until this vote is gone; keeps `leader` up to date.
@@ -131,5 +105,40 @@ async fn campaign(etcd: Arc<Etcd>, key: String, leader: Arc<watch::Sender<bool>>
                 }
             }
         }
+    }
+}
+
+#[async_trait]
+impl AuditorElection for EtcdMetadataStore {
+    async fn current_auditor(&self) -> Result<Option<BookieId>> {
+        let etcd = &self.etcd;
+        let (votes, _) = votes(etcd).await?;
+        votes.first().map(parse_vote).transpose()
+    }
+
+    async fn join_auditor_election(
+        &self,
+        candidate: &BookieId,
+    ) -> Result<Box<dyn LeaderCandidacy>> {
+        let etcd = self.etcd.clone();
+        let key = etcd
+            .keys
+            .vote(etcd.lease, CANDIDACIES.fetch_add(1, Ordering::Relaxed));
+        let vote = text::encode_bookie_id(candidate.as_str());
+        if etcd
+            .create(&key, &vote, true, "the Auditor election")
+            .await?
+            .is_none()
+        {
+            return Err(MetadataError::Internal(format!(
+                "Auditor vote {key} already exists"
+            )));
+        }
+        let (leader_tx, leader_rx) = watch::channel(false);
+        let leader_tx = Arc::new(leader_tx);
+        let task = tokio::spawn(campaign(etcd.clone(), key.clone(), leader_tx.clone()));
+        Ok(Box::new(EphemeralCandidacy::new(
+            etcd, key, leader_tx, leader_rx, task,
+        )))
     }
 }

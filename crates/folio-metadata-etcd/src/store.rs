@@ -12,11 +12,13 @@ use async_trait::async_trait;
 use etcd_client::{
     Compare, CompareOp, GetOptions, KeyValue, PutOptions, Txn, TxnOp, TxnOpResponse,
 };
-use folio_metadata::driver::{Ephemeral, check_ledger_id, check_page_limit, page};
+use folio_metadata::driver::{
+    EphemeralRegistration, RegistrationOwner, check_ledger_id, check_page_limit, page,
+};
+use folio_metadata::prelude::*;
 use folio_metadata::{
-    AuditorCheck, BookieMode, BookieRegistration, BookieServiceInfo, BookieSet, ClusterInfo,
-    LeaderCandidacy, LedgerPage, MetadataError, MetadataStore, Result, SessionState,
-    UnderreplicatedLedger, UnderreplicationLock, Version, Versioned,
+    BookieMode, BookieRegistration, BookieServiceInfo, BookieSet, ClusterInfo, LedgerPage,
+    MetadataError, RecordWrite, Result, SessionState, Version, Versioned, cookie_what, ledger_what,
 };
 use folio_types::metadata::LedgerMetadata;
 use folio_types::{BookieId, LedgerId};
@@ -62,22 +64,29 @@ impl EtcdMetadataStore {
         self.etcd.client()
     }
 
-    fn keys(&self) -> &Keys {
+    pub(crate) fn keys(&self) -> &Keys {
         &self.etcd.keys
     }
 
     fn bookie_key(&self, bookie: &BookieId, mode: BookieMode) -> String {
-        match mode {
-            BookieMode::Writable => format!("{}/{bookie}", self.keys().writable()),
-            BookieMode::ReadOnly => format!("{}/{bookie}", self.keys().readonly()),
-        }
+        bookie_key(self.keys(), bookie, mode)
     }
+}
 
-    fn versioned_ledger(ledger: LedgerId, kv: &KeyValue) -> Result<Versioned<LedgerMetadata>> {
-        Ok(Versioned {
-            value: folio_metadata::format::decode_ledger_metadata(ledger, kv.value())?,
-            version: Version::from_raw(kv.mod_revision()),
-        })
+/// A bookie's registration key in `mode`.
+fn bookie_key(keys: &Keys, bookie: &BookieId, mode: BookieMode) -> String {
+    match mode {
+        BookieMode::Writable => format!("{}/{bookie}", keys.writable()),
+        BookieMode::ReadOnly => format!("{}/{bookie}", keys.readonly()),
+    }
+}
+
+/// A compare-and-set's outcome as the contract's [`RecordWrite`].
+fn written<T>(r: std::result::Result<T, CasFailure>) -> RecordWrite<T> {
+    match r {
+        Ok(v) => RecordWrite::Done(v),
+        Err(CasFailure::Missing) => RecordWrite::Missing,
+        Err(CasFailure::Changed) => RecordWrite::Changed,
     }
 }
 
@@ -119,7 +128,77 @@ impl MetadataStore for EtcdMetadataStore {
     async fn close(&self) -> Result<()> {
         self.etcd.close().await
     }
+}
 
+#[async_trait]
+impl RegistrationManager for EtcdMetadataStore {
+    async fn register_bookie(
+        &self,
+        bookie: &BookieId,
+        mode: BookieMode,
+        info: &BookieServiceInfo,
+    ) -> Result<Box<dyn BookieRegistration>> {
+        let what = format!("registration of bookie {bookie}");
+        let data = folio_metadata::format::encode_bookie_service_info(info);
+        // Refused at once while any lease holds the id. A key of a dead session vanishes
+        // when its lease expires: the bookie's registrar waits that out (bounded by
+        // `session_timeout`), the same way for every driver.
+        loop {
+            let mut holder = None;
+            for m in [BookieMode::Writable, BookieMode::ReadOnly] {
+                if let Some(kv) = self.etcd.get(&self.bookie_key(bookie, m), &what).await? {
+                    holder = Some(kv.lease());
+                }
+            }
+            match holder {
+                None => {
+                    let key = self.bookie_key(bookie, mode);
+                    if self.etcd.create(&key, &data, true, &what).await?.is_some() {
+                        return Ok(Box::new(EphemeralRegistration::new(
+                            self.etcd.clone(),
+                            bookie.clone(),
+                            mode,
+                            data,
+                            key,
+                        )));
+                    }
+                    // Lost a race with another registration: look again.
+                }
+                Some(lease) => {
+                    let by = if lease == self.etcd.lease {
+                        "this session"
+                    } else {
+                        "another session"
+                    };
+                    return Err(MetadataError::already_exists(format!(
+                        "registration of bookie {bookie} (by {by})"
+                    )));
+                }
+            }
+        }
+    }
+
+    async fn list_bookies(&self) -> Result<BookieSet> {
+        read_bookies(&self.etcd).await
+    }
+
+    async fn bookie_service_info(&self, bookie: &BookieId) -> Result<BookieServiceInfo> {
+        let what = format!("registered bookie {bookie}");
+        for mode in [BookieMode::Writable, BookieMode::ReadOnly] {
+            if let Some(kv) = self.etcd.get(&self.bookie_key(bookie, mode), &what).await? {
+                return folio_metadata::format::decode_bookie_service_info(bookie, kv.value());
+            }
+        }
+        Err(MetadataError::not_found(what))
+    }
+
+    async fn watch_bookies(&self) -> Result<watch::Receiver<BookieSet>> {
+        crate::watches::watch_bookies(self.etcd.clone()).await
+    }
+}
+
+#[async_trait]
+impl ClusterManager for EtcdMetadataStore {
     async fn init_cluster(&self) -> Result<ClusterInfo> {
         let scope = self.keys().scope.clone();
         let instance_id = folio_metadata::new_instance_id();
@@ -184,111 +263,47 @@ impl MetadataStore for EtcdMetadataStore {
         self.init_cluster().await
     }
 
-    async fn register_bookie(
-        &self,
-        bookie: &BookieId,
-        mode: BookieMode,
-        info: &BookieServiceInfo,
-    ) -> Result<Box<dyn BookieRegistration>> {
-        let what = format!("registration of bookie {bookie}");
-        let data = folio_metadata::format::encode_bookie_service_info(info);
-        // Refused at once while any lease holds the id. A key of a dead session vanishes
-        // when its lease expires: the bookie's registrar waits that out (bounded by
-        // `session_timeout`), the same way for every driver.
-        loop {
-            let mut holder = None;
-            for m in [BookieMode::Writable, BookieMode::ReadOnly] {
-                if let Some(kv) = self.etcd.get(&self.bookie_key(bookie, m), &what).await? {
-                    holder = Some(kv.lease());
-                }
-            }
-            match holder {
-                None => {
-                    let key = self.bookie_key(bookie, mode);
-                    if self.etcd.create(&key, &data, true, &what).await?.is_some() {
-                        return Ok(Box::new(EtcdRegistration {
-                            bookie: bookie.clone(),
-                            mode,
-                            data,
-                            node: Ephemeral::new(self.etcd.clone(), key),
-                        }));
-                    }
-                    // Lost a race with another registration: look again.
-                }
-                Some(lease) => {
-                    let by = if lease == self.etcd.lease {
-                        "this session"
-                    } else {
-                        "another session"
-                    };
-                    return Err(MetadataError::already_exists(format!(
-                        "registration of bookie {bookie} (by {by})"
-                    )));
-                }
-            }
-        }
-    }
-
-    async fn list_bookies(&self) -> Result<BookieSet> {
-        read_bookies(&self.etcd).await
-    }
-
-    async fn bookie_service_info(&self, bookie: &BookieId) -> Result<BookieServiceInfo> {
-        let what = format!("registered bookie {bookie}");
-        for mode in [BookieMode::Writable, BookieMode::ReadOnly] {
-            if let Some(kv) = self.etcd.get(&self.bookie_key(bookie, mode), &what).await? {
-                return folio_metadata::format::decode_bookie_service_info(bookie, kv.value());
-            }
-        }
-        Err(MetadataError::not_found(what))
-    }
-
-    async fn watch_bookies(&self) -> Result<watch::Receiver<BookieSet>> {
-        crate::watches::watch_bookies(self.etcd.clone()).await
-    }
-
-    async fn read_cookie(&self, bookie: &BookieId) -> Result<Versioned<Vec<u8>>> {
-        let what = format!("cookie of bookie {bookie}");
+    async fn cookie_record(&self, bookie: &BookieId) -> Result<Option<Versioned<Vec<u8>>>> {
+        let what = cookie_what(bookie);
         let kv = self
             .etcd
             .get(&self.keys().cookie(bookie.as_str()), &what)
-            .await?
-            .ok_or_else(|| MetadataError::not_found(what.clone()))?;
-        Ok(Versioned {
+            .await?;
+        Ok(kv.map(|kv| Versioned {
             value: kv.value().to_vec(),
             version: Version::from_raw(kv.mod_revision()),
-        })
+        }))
     }
 
-    async fn write_cookie(
+    async fn write_cookie_record(
         &self,
         bookie: &BookieId,
         cookie: &[u8],
         expected: Option<Version>,
-    ) -> Result<Version> {
-        let what = format!("cookie of bookie {bookie}");
+    ) -> Result<RecordWrite<Version>> {
+        let what = cookie_what(bookie);
         let key = self.keys().cookie(bookie.as_str());
-        match expected {
+        Ok(match expected {
             None => match self.etcd.create(&key, cookie, false, &what).await? {
-                Some(rev) => Ok(Version::from_raw(rev)),
-                None => Err(MetadataError::already_exists(what)),
+                Some(rev) => RecordWrite::Done(rev),
+                None => RecordWrite::Exists,
             },
-            Some(v) => match self.etcd.cas_put(&key, cookie, v, &what).await? {
-                Ok(rev) => Ok(Version::from_raw(rev)),
-                Err(CasFailure::Missing) => Err(MetadataError::not_found(what)),
-                Err(CasFailure::Changed) => Err(MetadataError::bad_version(what, v)),
-            },
+            Some(v) => written(self.etcd.cas_put(&key, cookie, v, &what).await?),
         }
+        .map(Version::from_raw))
     }
 
-    async fn delete_cookie(&self, bookie: &BookieId, expected: Version) -> Result<()> {
-        let what = format!("cookie of bookie {bookie}");
+    async fn delete_cookie_record(
+        &self,
+        bookie: &BookieId,
+        expected: Version,
+    ) -> Result<RecordWrite<()>> {
         let key = self.keys().cookie(bookie.as_str());
-        match self.etcd.cas_delete(&key, Some(expected), &what).await? {
-            Ok(()) => Ok(()),
-            Err(CasFailure::Missing) => Err(MetadataError::not_found(what)),
-            Err(CasFailure::Changed) => Err(MetadataError::bad_version(what, expected)),
-        }
+        let r = self
+            .etcd
+            .cas_delete(&key, Some(expected), &cookie_what(bookie))
+            .await?;
+        Ok(written(r))
     }
 
     async fn list_cookies(&self) -> Result<Vec<BookieId>> {
@@ -306,7 +321,10 @@ impl MetadataStore for EtcdMetadataStore {
             .filter_map(|n| BookieId::new(n).ok())
             .collect())
     }
+}
 
+#[async_trait]
+impl LedgerManager for EtcdMetadataStore {
     async fn generate_ledger_id(&self) -> Result<LedgerId> {
         // BookKeeper's Etcd64bitIdGenerator: put to a bucket key and read its version back;
         // id = bucket << 56 | version.
@@ -339,70 +357,59 @@ impl MetadataStore for EtcdMetadataStore {
         ))
     }
 
-    async fn create_ledger(&self, ledger: LedgerId, metadata: &LedgerMetadata) -> Result<Version> {
-        check_ledger_id(ledger)?;
-        let what = format!("ledger {ledger}");
-        let data = folio_metadata::driver::encode_ledger_metadata(ledger, metadata)?;
-        let key = self.keys().ledger(ledger);
-        match self.etcd.create(&key, &data, false, &what).await? {
-            Some(rev) => Ok(Version::from_raw(rev)),
-            None => {
-                let existing = self.read_ledger(ledger).await?;
-                if metadata.c_token != 0 && existing.value.c_token == metadata.c_token {
-                    Ok(existing.version)
-                } else {
-                    Err(MetadataError::already_exists(what))
-                }
-            }
-        }
-    }
-
-    async fn read_ledger(&self, ledger: LedgerId) -> Result<Versioned<LedgerMetadata>> {
-        check_ledger_id(ledger)?;
-        let what = format!("ledger {ledger}");
-        let kv = self
-            .etcd
-            .get(&self.keys().ledger(ledger), &what)
-            .await?
-            .ok_or_else(|| MetadataError::not_found(what.clone()))?;
-        Self::versioned_ledger(ledger, &kv)
-    }
-
-    async fn write_ledger(
+    async fn create_ledger_record(
         &self,
         ledger: LedgerId,
-        metadata: &LedgerMetadata,
-        expected: Version,
-    ) -> Result<Version> {
-        check_ledger_id(ledger)?;
-        let what = format!("ledger {ledger}");
-        let data = folio_metadata::driver::encode_ledger_metadata(ledger, metadata)?;
-        match self
-            .etcd
-            .cas_put(&self.keys().ledger(ledger), &data, expected, &what)
-            .await?
-        {
-            Ok(rev) => Ok(Version::from_raw(rev)),
-            Err(CasFailure::Missing) => Err(MetadataError::not_found(what)),
-            Err(CasFailure::Changed) => Err(MetadataError::bad_version(what, expected)),
-        }
-    }
-
-    async fn delete_ledger(&self, ledger: LedgerId, expected: Option<Version>) -> Result<()> {
-        check_ledger_id(ledger)?;
-        let what = format!("ledger {ledger}");
-        match self
-            .etcd
-            .cas_delete(&self.keys().ledger(ledger), expected, &what)
-            .await?
-        {
-            Ok(()) => Ok(()),
-            Err(CasFailure::Missing) => Err(MetadataError::not_found(what)),
-            Err(CasFailure::Changed) => match expected {
-                Some(v) => Err(MetadataError::bad_version(what, v)),
+        data: &[u8],
+    ) -> Result<std::result::Result<Version, Versioned<Vec<u8>>>> {
+        let what = ledger_what(ledger);
+        let key = self.keys().ledger(ledger);
+        match self.etcd.create(&key, data, false, &what).await? {
+            Some(rev) => Ok(Ok(Version::from_raw(rev))),
+            // A retried create finds its own record: the caller compares the cToken.
+            None => match self.ledger_record(ledger).await? {
+                Some(existing) => Ok(Err(existing)),
                 None => Err(MetadataError::not_found(what)),
             },
         }
+    }
+
+    async fn ledger_record(&self, ledger: LedgerId) -> Result<Option<Versioned<Vec<u8>>>> {
+        let kv = self
+            .etcd
+            .get(&self.keys().ledger(ledger), &ledger_what(ledger))
+            .await?;
+        Ok(kv.map(|kv| Versioned {
+            value: kv.value().to_vec(),
+            version: Version::from_raw(kv.mod_revision()),
+        }))
+    }
+
+    async fn write_ledger_record(
+        &self,
+        ledger: LedgerId,
+        data: &[u8],
+        expected: Version,
+    ) -> Result<RecordWrite<Version>> {
+        let key = self.keys().ledger(ledger);
+        let r = self
+            .etcd
+            .cas_put(&key, data, expected, &ledger_what(ledger))
+            .await?;
+        Ok(written(r).map(Version::from_raw))
+    }
+
+    async fn delete_ledger_record(
+        &self,
+        ledger: LedgerId,
+        expected: Option<Version>,
+    ) -> Result<RecordWrite<()>> {
+        let key = self.keys().ledger(ledger);
+        let r = self
+            .etcd
+            .cas_delete(&key, expected, &ledger_what(ledger))
+            .await?;
+        Ok(written(r))
     }
 
     async fn list_ledgers(
@@ -447,146 +454,6 @@ impl MetadataStore for EtcdMetadataStore {
         check_ledger_id(ledger)?;
         crate::watches::watch_ledger(self.etcd.clone(), ledger).await
     }
-
-    async fn mark_underreplicated(&self, ledger: LedgerId, missing: &[BookieId]) -> Result<()> {
-        check_ledger_id(ledger)?;
-        crate::underreplication::mark(&self.etcd, ledger, missing).await
-    }
-
-    async fn list_underreplicated(&self) -> Result<Vec<UnderreplicatedLedger>> {
-        crate::underreplication::list(&self.etcd).await
-    }
-
-    async fn get_underreplicated(&self, ledger: LedgerId) -> Result<UnderreplicatedLedger> {
-        check_ledger_id(ledger)?;
-        crate::underreplication::get(&self.etcd, ledger)
-            .await?
-            .ok_or_else(|| {
-                MetadataError::not_found(folio_metadata::driver::underreplicated_what(ledger))
-            })
-    }
-
-    async fn try_lock_underreplicated(
-        &self,
-        ledger: LedgerId,
-        holder: &str,
-    ) -> Result<Option<Box<dyn UnderreplicationLock>>> {
-        check_ledger_id(ledger)?;
-        crate::underreplication::try_lock(&self.etcd, ledger, holder).await
-    }
-
-    async fn lock_next_underreplicated(
-        &self,
-        holder: &str,
-    ) -> Result<Option<(UnderreplicatedLedger, Box<dyn UnderreplicationLock>)>> {
-        crate::underreplication::lock_next(&self.etcd, holder).await
-    }
-
-    async fn publish_operation(&self, name: &str, data: &[u8]) -> Result<()> {
-        folio_metadata::driver::check_operation_name(name)?;
-        crate::underreplication::publish_operation(&self.etcd, name, data).await
-    }
-
-    async fn remove_operation(&self, name: &str) -> Result<()> {
-        folio_metadata::driver::check_operation_name(name)?;
-        crate::underreplication::remove_operation(&self.etcd, name).await
-    }
-
-    async fn list_operations(&self) -> Result<Vec<(String, Vec<u8>)>> {
-        crate::underreplication::list_operations(&self.etcd).await
-    }
-
-    async fn underreplicated_lock_holder(&self, ledger: LedgerId) -> Result<Option<String>> {
-        check_ledger_id(ledger)?;
-        crate::underreplication::lock_holder(&self.etcd, ledger).await
-    }
-
-    async fn remove_underreplicated(&self, ledger: LedgerId) -> Result<()> {
-        check_ledger_id(ledger)?;
-        crate::underreplication::remove(&self.etcd, ledger).await
-    }
-
-    async fn is_autorecovery_enabled(&self) -> Result<bool> {
-        Ok(self
-            .etcd
-            .get(&self.keys().ur_disable(), "the autorecovery switch")
-            .await?
-            .is_none())
-    }
-
-    async fn set_autorecovery_enabled(&self, enabled: bool) -> Result<()> {
-        let what = "the autorecovery switch";
-        let key = self.keys().ur_disable();
-        if enabled {
-            self.etcd.delete(&key, what).await
-        } else {
-            let mut c = self.etcd.client()?;
-            self.etcd.run(what, c.put(key, Vec::new(), None)).await?;
-            Ok(())
-        }
-    }
-
-    async fn lost_bookie_recovery_delay_versioned(&self) -> Result<Option<Versioned<u32>>> {
-        let what = "lostBookieRecoveryDelay";
-        match self.etcd.get(&self.keys().ur_delay(), what).await? {
-            None => Ok(None),
-            Some(kv) => {
-                let s = String::from_utf8_lossy(kv.value());
-                let version = Version::from_raw(kv.mod_revision());
-                s.trim()
-                    .parse::<u32>()
-                    .map(|value| Some(Versioned { value, version }))
-                    .map_err(|_| {
-                        MetadataError::corrupt(what, format!("{s:?} is not a number of seconds"))
-                    })
-            }
-        }
-    }
-
-    async fn set_lost_bookie_recovery_delay(&self, seconds: u32) -> Result<()> {
-        let mut c = self.etcd.client()?;
-        self.etcd
-            .run(
-                "lostBookieRecoveryDelay",
-                c.put(self.keys().ur_delay(), seconds.to_string(), None),
-            )
-            .await?;
-        Ok(())
-    }
-
-    async fn auditor_check_ctime(&self, check: AuditorCheck) -> Result<Option<i64>> {
-        match self
-            .etcd
-            .get(&self.keys().check_ctime(check), check.record_name())
-            .await?
-        {
-            None => Ok(None),
-            Some(kv) => folio_metadata::format::decode_check_ctime(check, kv.value()),
-        }
-    }
-
-    async fn set_auditor_check_ctime(&self, check: AuditorCheck, ctime_ms: i64) -> Result<()> {
-        let mut c = self.etcd.client()?;
-        let data = folio_metadata::format::encode_check_ctime(ctime_ms);
-        self.etcd
-            .run(
-                check.record_name(),
-                c.put(self.keys().check_ctime(check), data, None),
-            )
-            .await?;
-        Ok(())
-    }
-
-    async fn join_auditor_election(
-        &self,
-        candidate: &BookieId,
-    ) -> Result<Box<dyn LeaderCandidacy>> {
-        crate::election::join(self.etcd.clone(), candidate).await
-    }
-
-    async fn current_auditor(&self) -> Result<Option<BookieId>> {
-        crate::election::current(&self.etcd).await
-    }
 }
 
 /// Deletes `key` only if it is still attached to this session's lease (it is ours).
@@ -609,55 +476,25 @@ pub(crate) fn delete_own_later(etcd: &Arc<Etcd>, key: String) {
     }
 }
 
-/// A bookie's lease-attached registration key.
-#[derive(Debug)]
-struct EtcdRegistration {
-    bookie: BookieId,
-    mode: BookieMode,
-    data: Vec<u8>,
-    node: Ephemeral<Etcd>,
-}
-
 #[async_trait]
-impl BookieRegistration for EtcdRegistration {
-    fn bookie_id(&self) -> &BookieId {
-        &self.bookie
-    }
-
-    fn mode(&self) -> BookieMode {
-        self.mode
-    }
-
-    async fn set_mode(&mut self, mode: BookieMode) -> Result<()> {
-        if mode == self.mode {
-            return Ok(());
-        }
-        let what = format!("registration of bookie {}", self.bookie);
-        let etcd = self.node.owner().clone();
-        let new_key = match mode {
-            BookieMode::Writable => format!("{}/{}", etcd.keys.writable(), self.bookie),
-            BookieMode::ReadOnly => format!("{}/{}", etcd.keys.readonly(), self.bookie),
-        };
-        // Put the new key first, then delete the old one: never absent.
-        let mut c = etcd.client()?;
-        etcd.run(
-            &what,
+impl RegistrationOwner for Etcd {
+    async fn put_registration(
+        &self,
+        bookie: &BookieId,
+        mode: BookieMode,
+        data: &[u8],
+    ) -> Result<String> {
+        let key = bookie_key(&self.keys, bookie, mode);
+        let mut c = self.client()?;
+        self.run(
+            &format!("registration of bookie {bookie}"),
             c.put(
-                new_key.as_str(),
-                self.data.clone(),
-                Some(PutOptions::new().with_lease(etcd.lease)),
+                key.as_str(),
+                data.to_vec(),
+                Some(PutOptions::new().with_lease(self.lease)),
             ),
         )
         .await?;
-        if let Some(old) = self.node.replace(new_key) {
-            delete_own(&etcd, &old, &what).await?;
-        }
-        self.mode = mode;
-        Ok(())
-    }
-
-    async fn unregister(mut self: Box<Self>) -> Result<()> {
-        let what = format!("registration of bookie {}", self.bookie);
-        self.node.delete(&what).await
+        Ok(key)
     }
 }

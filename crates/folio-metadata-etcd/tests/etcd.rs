@@ -2,6 +2,7 @@
 //! registrations, compare-and-set on mod revisions, the under-replication queue and the
 //! Auditor election, and bad input (unreachable server, corrupt record, bad URI).
 
+use folio_metadata::prelude::*;
 use std::time::Duration;
 
 use etcd_client::GetOptions;

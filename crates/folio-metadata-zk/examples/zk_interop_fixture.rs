@@ -10,6 +10,7 @@
 //!   shell wrote (autorecovery disabled, delay 5, a cluster it initialised); exits non-zero
 //!   with the mismatch otherwise.
 
+use folio_metadata::prelude::*;
 use std::process::ExitCode;
 
 use folio_metadata::{BookieMode, BookieServiceInfo, Endpoint, MetadataStore};

@@ -4,6 +4,10 @@
 //! sequence number is the Auditor, which also writes its vote into the
 //! `auditorelection` znode itself. Others watch the vote just before theirs.
 
+use async_trait::async_trait;
+use folio_metadata::prelude::AuditorElection;
+
+use crate::store::ZkMetadataStore;
 use std::sync::Arc;
 
 use folio_metadata::driver::EphemeralCandidacy;
@@ -33,37 +37,6 @@ async fn votes(zk: &Zk) -> Result<Vec<(String, i64)>> {
         .collect();
     v.sort_by_key(|(_, seq)| *seq);
     Ok(v)
-}
-
-pub(crate) async fn current(zk: &Zk) -> Result<Option<BookieId>> {
-    for (name, _) in votes(zk).await? {
-        let rel = format!("{}/{name}", election_rel());
-        // The lowest vote may vanish while we read it: then the next one is the Auditor.
-        let Some((data, _)) = zk.get(&rel, "the Auditor vote").await? else {
-            continue;
-        };
-        return text::decode_bookie_id(&format!("Auditor vote {name}"), &data).map(Some);
-    }
-    Ok(None)
-}
-
-pub(crate) async fn join(zk: Arc<Zk>, candidate: &BookieId) -> Result<Box<dyn LeaderCandidacy>> {
-    let what = "the Auditor election";
-    let vote = text::encode_bookie_id(candidate.as_str());
-    let rel = format!("{}/V_", election_rel());
-    let (_, seq) = zk
-        .create_with_parents(&rel, &vote, &ephemeral_sequential())
-        .await?
-        .map_err(|e| zk.err(e, what, None))?;
-    let name = format!("V_{seq}");
-    let path = zk.abs(&format!("{}/{name}", election_rel()));
-    zk.own(&path);
-    let (leader_tx, leader_rx) = watch::channel(false);
-    let leader_tx = Arc::new(leader_tx);
-    let task = tokio::spawn(campaign(zk.clone(), name, vote, leader_tx.clone()));
-    Ok(Box::new(EphemeralCandidacy::new(
-        zk, path, leader_tx, leader_rx, task,
-    )))
 }
 
 /// Follows the election until this vote is gone; keeps `leader` up to date.
@@ -127,5 +100,44 @@ async fn campaign(zk: Arc<Zk>, name: String, vote: Vec<u8>, leader: Arc<watch::S
                 return;
             }
         }
+    }
+}
+
+#[async_trait]
+impl AuditorElection for ZkMetadataStore {
+    async fn current_auditor(&self) -> Result<Option<BookieId>> {
+        let zk = &self.zk;
+        for (name, _) in votes(zk).await? {
+            let rel = format!("{}/{name}", election_rel());
+            // The lowest vote may vanish while we read it: then the next one is the Auditor.
+            let Some((data, _)) = zk.get(&rel, "the Auditor vote").await? else {
+                continue;
+            };
+            return text::decode_bookie_id(&format!("Auditor vote {name}"), &data).map(Some);
+        }
+        Ok(None)
+    }
+
+    async fn join_auditor_election(
+        &self,
+        candidate: &BookieId,
+    ) -> Result<Box<dyn LeaderCandidacy>> {
+        let zk = self.zk.clone();
+        let what = "the Auditor election";
+        let vote = text::encode_bookie_id(candidate.as_str());
+        let rel = format!("{}/V_", election_rel());
+        let (_, seq) = zk
+            .create_with_parents(&rel, &vote, &ephemeral_sequential())
+            .await?
+            .map_err(|e| zk.err(e, what, None))?;
+        let name = format!("V_{seq}");
+        let path = zk.abs(&format!("{}/{name}", election_rel()));
+        zk.own(&path);
+        let (leader_tx, leader_rx) = watch::channel(false);
+        let leader_tx = Arc::new(leader_tx);
+        let task = tokio::spawn(campaign(zk.clone(), name, vote, leader_tx.clone()));
+        Ok(Box::new(EphemeralCandidacy::new(
+            zk, path, leader_tx, leader_rx, task,
+        )))
     }
 }

@@ -8,7 +8,7 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use folio_metadata::{MetadataError, Result, SessionState, Version};
+use folio_metadata::{MetadataError, RecordWrite, Result, SessionState, Version};
 use tokio::sync::watch;
 use zookeeper_client as zk;
 
@@ -217,6 +217,22 @@ impl Zk {
                 }
             }
             other => MetadataError::Internal(format!("ZooKeeper error on {what}: {other}")),
+        }
+    }
+
+    /// A conditional write's outcome: the failures the contract names (no node, a node
+    /// already there, another version) as a [`RecordWrite`], any other error as [`Zk::err`].
+    pub fn written<T>(
+        &self,
+        r: std::result::Result<T, zk::Error>,
+        what: &str,
+    ) -> Result<RecordWrite<T>> {
+        match r {
+            Ok(v) => Ok(RecordWrite::Done(v)),
+            Err(zk::Error::NoNode) => Ok(RecordWrite::Missing),
+            Err(zk::Error::NodeExists) => Ok(RecordWrite::Exists),
+            Err(zk::Error::BadVersion) => Ok(RecordWrite::Changed),
+            Err(e) => Err(self.err(e, what, None)),
         }
     }
 

@@ -8,11 +8,13 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use folio_metadata::driver::{Ephemeral, EphemeralOwner, check_ledger_id, check_page_limit, page};
+use folio_metadata::driver::{
+    EphemeralRegistration, RegistrationOwner, check_ledger_id, check_page_limit, page,
+};
+use folio_metadata::prelude::*;
 use folio_metadata::{
-    AuditorCheck, BookieMode, BookieRegistration, BookieServiceInfo, BookieSet, ClusterInfo,
-    LeaderCandidacy, LedgerPage, MetadataError, MetadataStore, Result, SessionState,
-    UnderreplicatedLedger, UnderreplicationLock, Version, Versioned,
+    BookieMode, BookieRegistration, BookieServiceInfo, BookieSet, ClusterInfo, LedgerPage,
+    MetadataError, RecordWrite, Result, SessionState, Version, Versioned, cookie_what, ledger_what,
 };
 use folio_types::metadata::LedgerMetadata;
 use folio_types::{BookieId, LedgerId};
@@ -54,10 +56,6 @@ impl ZkMetadataStore {
     /// `SessionExpired` once closed.
     pub fn zookeeper_client(&self) -> Result<zk::Client> {
         self.zk.client()
-    }
-
-    fn ledger_what(ledger: LedgerId) -> String {
-        format!("ledger {ledger}")
     }
 
     pub(crate) fn bookie_rel(bookie: &BookieId, mode: BookieMode) -> String {
@@ -255,7 +253,71 @@ impl MetadataStore for ZkMetadataStore {
         drop(self.zk.take_client());
         Ok(())
     }
+}
 
+#[async_trait]
+impl RegistrationManager for ZkMetadataStore {
+    async fn register_bookie(
+        &self,
+        bookie: &BookieId,
+        mode: BookieMode,
+        info: &BookieServiceInfo,
+    ) -> Result<Box<dyn BookieRegistration>> {
+        let data = folio_metadata::format::encode_bookie_service_info(info);
+        let what = format!("registration of bookie {bookie}");
+        let client = self.zk.client()?;
+        // Refuse if registered in either mode by any session, at once. A node of an older,
+        // dead session vanishes within its session timeout: the bookie's registrar waits
+        // that out (bounded by `session_timeout`), the same way for every driver.
+        for m in [BookieMode::Writable, BookieMode::ReadOnly] {
+            let path = self.zk.abs(&Self::bookie_rel(bookie, m));
+            if let Some(stat) = self
+                .zk
+                .run(client.check_stat(&path))
+                .await?
+                .map_err(|e| self.zk.err(e, &what, None))?
+            {
+                let by = if stat.ephemeral_owner == self.zk.session_id {
+                    "this session"
+                } else {
+                    "another session"
+                };
+                return Err(MetadataError::already_exists(format!(
+                    "registration of bookie {bookie} (by {by})"
+                )));
+            }
+        }
+        let path = self.zk.put_registration(bookie, mode, &data).await?;
+        Ok(Box::new(EphemeralRegistration::new(
+            self.zk.clone(),
+            bookie.clone(),
+            mode,
+            data,
+            path,
+        )))
+    }
+
+    async fn list_bookies(&self) -> Result<BookieSet> {
+        crate::watches::read_bookies(&self.zk).await
+    }
+
+    async fn bookie_service_info(&self, bookie: &BookieId) -> Result<BookieServiceInfo> {
+        let what = format!("registered bookie {bookie}");
+        for mode in [BookieMode::Writable, BookieMode::ReadOnly] {
+            if let Some((data, _)) = self.zk.get(&Self::bookie_rel(bookie, mode), &what).await? {
+                return folio_metadata::format::decode_bookie_service_info(bookie, &data);
+            }
+        }
+        Err(MetadataError::not_found(what))
+    }
+
+    async fn watch_bookies(&self) -> Result<watch::Receiver<BookieSet>> {
+        crate::watches::watch_bookies(self.zk.clone()).await
+    }
+}
+
+#[async_trait]
+impl ClusterManager for ZkMetadataStore {
     async fn init_cluster(&self) -> Result<ClusterInfo> {
         let client = self.zk.client()?;
         let root = self.zk.root.clone();
@@ -367,122 +429,60 @@ impl MetadataStore for ZkMetadataStore {
         self.init_cluster().await
     }
 
-    async fn register_bookie(
-        &self,
-        bookie: &BookieId,
-        mode: BookieMode,
-        info: &BookieServiceInfo,
-    ) -> Result<Box<dyn BookieRegistration>> {
-        let data = folio_metadata::format::encode_bookie_service_info(info);
-        let what = format!("registration of bookie {bookie}");
-        let client = self.zk.client()?;
-        // Refuse if registered in either mode by any session, at once. A node of an older,
-        // dead session vanishes within its session timeout: the bookie's registrar waits
-        // that out (bounded by `session_timeout`), the same way for every driver.
-        for m in [BookieMode::Writable, BookieMode::ReadOnly] {
-            let path = self.zk.abs(&Self::bookie_rel(bookie, m));
-            if let Some(stat) = self
-                .zk
-                .run(client.check_stat(&path))
-                .await?
-                .map_err(|e| self.zk.err(e, &what, None))?
-            {
-                let by = if stat.ephemeral_owner == self.zk.session_id {
-                    "this session"
-                } else {
-                    "another session"
-                };
-                return Err(MetadataError::already_exists(format!(
-                    "registration of bookie {bookie} (by {by})"
-                )));
-            }
-        }
-        let rel = Self::bookie_rel(bookie, mode);
-        self.zk
-            .create_with_parents(&rel, &data, &ephemeral())
-            .await?
-            .map_err(|e| self.zk.err(e, &what, None))?;
-        let path = self.zk.abs(&rel);
-        self.zk.own(&path);
-        Ok(Box::new(ZkRegistration {
-            bookie: bookie.clone(),
-            mode,
-            data,
-            node: Ephemeral::new(self.zk.clone(), path),
+    async fn cookie_record(&self, bookie: &BookieId) -> Result<Option<Versioned<Vec<u8>>>> {
+        let what = cookie_what(bookie);
+        let record = self.zk.get(&format!("{COOKIES}/{bookie}"), &what).await?;
+        Ok(record.map(|(value, stat)| Versioned {
+            value,
+            version: Version::from_raw(stat.version as i64),
         }))
     }
 
-    async fn list_bookies(&self) -> Result<BookieSet> {
-        crate::watches::read_bookies(&self.zk).await
-    }
-
-    async fn bookie_service_info(&self, bookie: &BookieId) -> Result<BookieServiceInfo> {
-        let what = format!("registered bookie {bookie}");
-        for mode in [BookieMode::Writable, BookieMode::ReadOnly] {
-            if let Some((data, _)) = self.zk.get(&Self::bookie_rel(bookie, mode), &what).await? {
-                return folio_metadata::format::decode_bookie_service_info(bookie, &data);
-            }
-        }
-        Err(MetadataError::not_found(what))
-    }
-
-    async fn watch_bookies(&self) -> Result<watch::Receiver<BookieSet>> {
-        crate::watches::watch_bookies(self.zk.clone()).await
-    }
-
-    async fn read_cookie(&self, bookie: &BookieId) -> Result<Versioned<Vec<u8>>> {
-        let what = format!("cookie of bookie {bookie}");
-        let (value, stat) = self
-            .zk
-            .get(&format!("{COOKIES}/{bookie}"), &what)
-            .await?
-            .ok_or_else(|| MetadataError::not_found(what.clone()))?;
-        Ok(Versioned {
-            value,
-            version: Version::from_raw(stat.version as i64),
-        })
-    }
-
-    async fn write_cookie(
+    async fn write_cookie_record(
         &self,
         bookie: &BookieId,
         cookie: &[u8],
         expected: Option<Version>,
-    ) -> Result<Version> {
-        let what = format!("cookie of bookie {bookie}");
+    ) -> Result<RecordWrite<Version>> {
+        let what = cookie_what(bookie);
         let rel = format!("{COOKIES}/{bookie}");
-        match expected {
+        let written = match expected {
             None => {
-                let (stat, _) = self
+                let r = self
                     .zk
                     .create_with_parents(&rel, cookie, &persistent())
-                    .await?
-                    .map_err(|e| self.zk.err(e, &what, None))?;
-                Ok(Version::from_raw(stat.version as i64))
+                    .await?;
+                self.zk.written(r.map(|(stat, _)| stat), &what)?
             }
             Some(v) => {
+                let Ok(version) = i32::try_from(v.raw()) else {
+                    return Ok(RecordWrite::Changed);
+                };
                 let client = self.zk.client()?;
-                let version = i32::try_from(v.raw())
-                    .map_err(|_| MetadataError::bad_version(what.clone(), v))?;
-                let stat = self
+                let r = self
                     .zk
                     .run(client.set_data(&self.zk.abs(&rel), cookie, Some(version)))
-                    .await?
-                    .map_err(|e| self.zk.err(e, &what, Some(v)))?;
-                Ok(Version::from_raw(stat.version as i64))
+                    .await?;
+                self.zk.written(r, &what)?
             }
-        }
+        };
+        Ok(written.map(|stat| Version::from_raw(stat.version as i64)))
     }
 
-    async fn delete_cookie(&self, bookie: &BookieId, expected: Version) -> Result<()> {
-        let what = format!("cookie of bookie {bookie}");
+    async fn delete_cookie_record(
+        &self,
+        bookie: &BookieId,
+        expected: Version,
+    ) -> Result<RecordWrite<()>> {
+        let Ok(version) = i32::try_from(expected.raw()) else {
+            return Ok(RecordWrite::Changed);
+        };
         let client = self.zk.client()?;
-        let version = i32::try_from(expected.raw())
-            .map_err(|_| MetadataError::bad_version(what.clone(), expected))?;
-        self.zk
+        let r = self
+            .zk
             .run(client.delete(&self.zk.abs(&format!("{COOKIES}/{bookie}")), Some(version)))
-            .await?
-            .map_err(|e| self.zk.err(e, &what, Some(expected)))
+            .await?;
+        self.zk.written(r, &cookie_what(bookie))
     }
 
     async fn list_cookies(&self) -> Result<Vec<BookieId>> {
@@ -492,7 +492,10 @@ impl MetadataStore for ZkMetadataStore {
             .filter_map(|n| BookieId::new(n).ok())
             .collect())
     }
+}
 
+#[async_trait]
+impl LedgerManager for ZkMetadataStore {
     async fn generate_ledger_id(&self) -> Result<LedgerId> {
         if !self
             .zk
@@ -515,85 +518,80 @@ impl MetadataStore for ZkMetadataStore {
         self.long_ledger_id().await
     }
 
-    async fn create_ledger(&self, ledger: LedgerId, metadata: &LedgerMetadata) -> Result<Version> {
-        check_ledger_id(ledger)?;
-        let what = Self::ledger_what(ledger);
-        let data = folio_metadata::driver::encode_ledger_metadata(ledger, metadata)?;
+    async fn create_ledger_record(
+        &self,
+        ledger: LedgerId,
+        data: &[u8],
+    ) -> Result<std::result::Result<Version, Versioned<Vec<u8>>>> {
+        let what = ledger_what(ledger);
         let rel = paths::ledger_rel(ledger);
         match self
             .zk
-            .create_with_parents(&rel, &data, &persistent())
+            .create_with_parents(&rel, data, &persistent())
             .await?
         {
-            Ok((stat, _)) => Ok(Version::from_raw(stat.version as i64)),
-            Err(zk::Error::NodeExists) => {
-                // A retried create finds its own record: same cToken means success.
-                let existing = self.read_ledger(ledger).await?;
-                if metadata.c_token != 0 && existing.value.c_token == metadata.c_token {
-                    Ok(existing.version)
-                } else {
-                    Err(MetadataError::already_exists(what))
-                }
-            }
+            Ok((stat, _)) => Ok(Ok(Version::from_raw(stat.version as i64))),
+            // A retried create finds its own record: the caller compares the cToken.
+            Err(zk::Error::NodeExists) => match self.ledger_record(ledger).await? {
+                Some(existing) => Ok(Err(existing)),
+                None => Err(MetadataError::not_found(what)),
+            },
             Err(e) => Err(self.zk.err(e, &what, None)),
         }
     }
 
-    async fn read_ledger(&self, ledger: LedgerId) -> Result<Versioned<LedgerMetadata>> {
-        check_ledger_id(ledger)?;
-        let what = Self::ledger_what(ledger);
-        let (data, stat) = self
-            .zk
-            .get(&paths::ledger_rel(ledger), &what)
-            .await?
-            .ok_or_else(|| MetadataError::not_found(what.clone()))?;
-        Ok(Versioned {
-            value: folio_metadata::format::decode_ledger_metadata(ledger, &data)?,
+    async fn ledger_record(&self, ledger: LedgerId) -> Result<Option<Versioned<Vec<u8>>>> {
+        let what = ledger_what(ledger);
+        let record = self.zk.get(&paths::ledger_rel(ledger), &what).await?;
+        Ok(record.map(|(value, stat)| Versioned {
+            value,
             version: Version::from_raw(stat.version as i64),
-        })
+        }))
     }
 
-    async fn write_ledger(
+    async fn write_ledger_record(
         &self,
         ledger: LedgerId,
-        metadata: &LedgerMetadata,
+        data: &[u8],
         expected: Version,
-    ) -> Result<Version> {
-        check_ledger_id(ledger)?;
-        let what = Self::ledger_what(ledger);
-        let data = folio_metadata::driver::encode_ledger_metadata(ledger, metadata)?;
-        let version = i32::try_from(expected.raw())
-            .map_err(|_| MetadataError::bad_version(what.clone(), expected))?;
+    ) -> Result<RecordWrite<Version>> {
+        let Ok(version) = i32::try_from(expected.raw()) else {
+            return Ok(RecordWrite::Changed);
+        };
         let client = self.zk.client()?;
-        let stat = self
+        let r = self
             .zk
             .run(client.set_data(
                 &self.zk.abs(&paths::ledger_rel(ledger)),
-                &data,
+                data,
                 Some(version),
             ))
-            .await?
-            .map_err(|e| self.zk.err(e, &what, Some(expected)))?;
-        Ok(Version::from_raw(stat.version as i64))
+            .await?;
+        let written = self.zk.written(r, &ledger_what(ledger))?;
+        Ok(written.map(|stat| Version::from_raw(stat.version as i64)))
     }
 
-    async fn delete_ledger(&self, ledger: LedgerId, expected: Option<Version>) -> Result<()> {
-        check_ledger_id(ledger)?;
-        let what = Self::ledger_what(ledger);
-        let version = match expected {
-            Some(v) => Some(
-                i32::try_from(v.raw()).map_err(|_| MetadataError::bad_version(what.clone(), v))?,
-            ),
+    async fn delete_ledger_record(
+        &self,
+        ledger: LedgerId,
+        expected: Option<Version>,
+    ) -> Result<RecordWrite<()>> {
+        let version = match expected.map(|v| i32::try_from(v.raw())) {
+            Some(Ok(v)) => Some(v),
+            Some(Err(_)) => return Ok(RecordWrite::Changed),
             None => None,
         };
         let rel = paths::ledger_rel(ledger);
         let client = self.zk.client()?;
-        self.zk
+        let r = self
+            .zk
             .run(client.delete(&self.zk.abs(&rel), version))
-            .await?
-            .map_err(|e| self.zk.err(e, &what, expected))?;
-        self.zk.delete_empty_parents(&rel, 0).await;
-        Ok(())
+            .await?;
+        let written = self.zk.written(r, &ledger_what(ledger))?;
+        if written == RecordWrite::Done(()) {
+            self.zk.delete_empty_parents(&rel, 0).await;
+        }
+        Ok(written)
     }
 
     async fn list_ledgers(
@@ -622,146 +620,23 @@ impl MetadataStore for ZkMetadataStore {
         check_ledger_id(ledger)?;
         crate::watches::watch_ledger(self.zk.clone(), ledger).await
     }
-
-    async fn mark_underreplicated(&self, ledger: LedgerId, missing: &[BookieId]) -> Result<()> {
-        check_ledger_id(ledger)?;
-        crate::underreplication::mark(&self.zk, ledger, missing).await
-    }
-
-    async fn list_underreplicated(&self) -> Result<Vec<UnderreplicatedLedger>> {
-        crate::underreplication::list(&self.zk).await
-    }
-
-    async fn get_underreplicated(&self, ledger: LedgerId) -> Result<UnderreplicatedLedger> {
-        check_ledger_id(ledger)?;
-        crate::underreplication::get(&self.zk, ledger)
-            .await?
-            .ok_or_else(|| {
-                MetadataError::not_found(folio_metadata::driver::underreplicated_what(ledger))
-            })
-    }
-
-    async fn try_lock_underreplicated(
-        &self,
-        ledger: LedgerId,
-        holder: &str,
-    ) -> Result<Option<Box<dyn UnderreplicationLock>>> {
-        check_ledger_id(ledger)?;
-        crate::underreplication::try_lock(&self.zk, ledger, holder).await
-    }
-
-    async fn lock_next_underreplicated(
-        &self,
-        holder: &str,
-    ) -> Result<Option<(UnderreplicatedLedger, Box<dyn UnderreplicationLock>)>> {
-        crate::underreplication::lock_next(&self.zk, holder).await
-    }
-
-    async fn publish_operation(&self, name: &str, data: &[u8]) -> Result<()> {
-        folio_metadata::driver::check_operation_name(name)?;
-        crate::underreplication::publish_operation(&self.zk, name, data).await
-    }
-
-    async fn remove_operation(&self, name: &str) -> Result<()> {
-        folio_metadata::driver::check_operation_name(name)?;
-        crate::underreplication::remove_operation(&self.zk, name).await
-    }
-
-    async fn list_operations(&self) -> Result<Vec<(String, Vec<u8>)>> {
-        crate::underreplication::list_operations(&self.zk).await
-    }
-
-    async fn underreplicated_lock_holder(&self, ledger: LedgerId) -> Result<Option<String>> {
-        check_ledger_id(ledger)?;
-        crate::underreplication::lock_holder(&self.zk, ledger).await
-    }
-
-    async fn remove_underreplicated(&self, ledger: LedgerId) -> Result<()> {
-        check_ledger_id(ledger)?;
-        crate::underreplication::remove(&self.zk, ledger).await
-    }
-
-    async fn is_autorecovery_enabled(&self) -> Result<bool> {
-        crate::underreplication::is_enabled(&self.zk).await
-    }
-
-    async fn set_autorecovery_enabled(&self, enabled: bool) -> Result<()> {
-        crate::underreplication::set_enabled(&self.zk, enabled).await
-    }
-
-    async fn lost_bookie_recovery_delay_versioned(&self) -> Result<Option<Versioned<u32>>> {
-        crate::underreplication::lost_bookie_recovery_delay(&self.zk).await
-    }
-
-    async fn set_lost_bookie_recovery_delay(&self, seconds: u32) -> Result<()> {
-        crate::underreplication::set_lost_bookie_recovery_delay(&self.zk, seconds).await
-    }
-
-    async fn auditor_check_ctime(&self, check: AuditorCheck) -> Result<Option<i64>> {
-        crate::underreplication::check_ctime(&self.zk, check).await
-    }
-
-    async fn set_auditor_check_ctime(&self, check: AuditorCheck, ctime_ms: i64) -> Result<()> {
-        crate::underreplication::set_check_ctime(&self.zk, check, ctime_ms).await
-    }
-
-    async fn join_auditor_election(
-        &self,
-        candidate: &BookieId,
-    ) -> Result<Box<dyn LeaderCandidacy>> {
-        crate::election::join(self.zk.clone(), candidate).await
-    }
-
-    async fn current_auditor(&self) -> Result<Option<BookieId>> {
-        crate::election::current(&self.zk).await
-    }
-}
-
-/// A bookie's ephemeral registration znode.
-#[derive(Debug)]
-struct ZkRegistration {
-    bookie: BookieId,
-    mode: BookieMode,
-    data: Vec<u8>,
-    node: Ephemeral<Zk>,
 }
 
 #[async_trait]
-impl BookieRegistration for ZkRegistration {
-    fn bookie_id(&self) -> &BookieId {
-        &self.bookie
-    }
-
-    fn mode(&self) -> BookieMode {
-        self.mode
-    }
-
-    async fn set_mode(&mut self, mode: BookieMode) -> Result<()> {
-        if mode == self.mode {
-            return Ok(());
+impl RegistrationOwner for Zk {
+    async fn put_registration(
+        &self,
+        bookie: &BookieId,
+        mode: BookieMode,
+        data: &[u8],
+    ) -> Result<String> {
+        let rel = ZkMetadataStore::bookie_rel(bookie, mode);
+        if let Err(e) = self.create_with_parents(&rel, data, &ephemeral()).await? {
+            return Err(self.err(e, &format!("registration of bookie {bookie}"), None));
         }
-        let what = format!("registration of bookie {}", self.bookie);
-        let zk = self.node.owner().clone();
-        let new_rel = ZkMetadataStore::bookie_rel(&self.bookie, mode);
-        // Create the new node first, then delete the old: never absent (BookKeeper's order).
-        if let Err(e) = zk
-            .create_with_parents(&new_rel, &self.data, &ephemeral())
-            .await?
-        {
-            return Err(zk.err(e, &what, None));
-        }
-        let new_path = zk.abs(&new_rel);
-        zk.own(&new_path);
-        if let Some(old) = self.node.replace(new_path) {
-            zk.delete_ephemeral(&old, &what).await?;
-        }
-        self.mode = mode;
-        Ok(())
-    }
-
-    async fn unregister(mut self: Box<Self>) -> Result<()> {
-        let what = format!("registration of bookie {}", self.bookie);
-        self.node.delete(&what).await
+        let path = self.abs(&rel);
+        self.own(&path);
+        Ok(path)
     }
 }
 

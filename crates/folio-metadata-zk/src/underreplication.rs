@@ -3,8 +3,13 @@
 //! a text-format `UnderreplicatedLedgerFormat`, ephemeral locks at
 //! `underreplication/locks/urL<id>` holding a text `LockDataFormat`, the `disable` switch and
 //! `lostBookieRecoveryDelay`. The layout node `underreplication/LAYOUT` is created on first use,
-//! as BookKeeper's manager does when it starts.
+//! as BookKeeper's manager does when it starts. This module is the driver's
+//! `UnderreplicationManager` (with the Auditor checks' ctimes and Folio's operation records).
 
+use folio_metadata::driver::check_ledger_id;
+use folio_metadata::prelude::UnderreplicationManager;
+
+use crate::store::ZkMetadataStore;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -42,54 +47,6 @@ async fn ensure_layout(zk: &Zk) -> Result<()> {
     Ok(())
 }
 
-pub(crate) async fn mark(zk: &Zk, ledger: LedgerId, missing: &[BookieId]) -> Result<()> {
-    ensure_layout(zk).await?;
-    let what = underreplicated_what(ledger);
-    let rel = paths::underreplicated_rel(ledger);
-    let client = zk.client()?;
-    for _ in 0..100 {
-        match zk.get(&rel, &what).await? {
-            None => {
-                let data = encode_mark(&missing.iter().cloned().collect(), Some(driver::now_ms()));
-                match zk.create_with_parents(&rel, &data, &persistent()).await? {
-                    Ok(_) => return Ok(()),
-                    Err(zk::Error::NodeExists) => continue,
-                    Err(e) => return Err(zk.err(e, &what, None)),
-                }
-            }
-            Some((data, stat)) => {
-                let mut cur = decode_mark(ledger, &data)?;
-                let before = cur.missing_replicas.len();
-                cur.missing_replicas.extend(missing.iter().cloned());
-                if cur.missing_replicas.len() == before {
-                    return Ok(());
-                }
-                // BookKeeper resets ctime when a re-mark adds a bookie.
-                let data = encode_mark(&cur.missing_replicas, Some(driver::now_ms()));
-                match zk
-                    .run(client.set_data(&zk.abs(&rel), &data, Some(stat.version)))
-                    .await?
-                {
-                    Ok(_) => return Ok(()),
-                    Err(zk::Error::BadVersion) | Err(zk::Error::NoNode) => continue,
-                    Err(e) => return Err(zk.err(e, &what, None)),
-                }
-            }
-        }
-    }
-    Err(MetadataError::Internal(format!(
-        "{what}: kept losing concurrent updates"
-    )))
-}
-
-pub(crate) async fn get(zk: &Zk, ledger: LedgerId) -> Result<Option<UnderreplicatedLedger>> {
-    let what = underreplicated_what(ledger);
-    match zk.get(&paths::underreplicated_rel(ledger), &what).await? {
-        Some((data, _)) => Ok(Some(decode_mark(ledger, &data)?)),
-        None => Ok(None),
-    }
-}
-
 /// Ids of every marked ledger, ascending (a walk of the four hex levels).
 async fn marked_ids(zk: &Zk) -> Result<Vec<LedgerId>> {
     let what = "the under-replicated ledger list";
@@ -117,80 +74,6 @@ async fn marked_ids(zk: &Zk) -> Result<Vec<LedgerId>> {
     Ok(ids)
 }
 
-pub(crate) async fn list(zk: &Zk) -> Result<Vec<UnderreplicatedLedger>> {
-    let mut out = Vec::new();
-    for id in marked_ids(zk).await? {
-        // A mark removed between the listing and the read is simply gone.
-        if let Some(m) = get(zk, id).await? {
-            out.push(m);
-        }
-    }
-    Ok(out)
-}
-
-pub(crate) async fn try_lock(
-    zk: &Arc<Zk>,
-    ledger: LedgerId,
-    holder: &str,
-) -> Result<Option<Box<dyn UnderreplicationLock>>> {
-    // The mark's version now: `mark_replicated` deletes the mark only at this version.
-    let Some((_, stat)) = zk
-        .get(
-            &paths::underreplicated_rel(ledger),
-            &underreplicated_what(ledger),
-        )
-        .await?
-    else {
-        return Err(MetadataError::not_found(underreplicated_what(ledger)));
-    };
-    let mark_version = Version::from_raw(i64::from(stat.version));
-    ensure_layout(zk).await?;
-    let rel = paths::underreplication_lock_rel(ledger);
-    let data = text::encode_bookie_id(holder);
-    match zk.create_with_parents(&rel, &data, &ephemeral()).await? {
-        Ok(_) => {
-            let path = zk.abs(&rel);
-            zk.own(&path);
-            Ok(Some(Box::new(EphemeralLock::new(
-                zk.clone(),
-                ledger,
-                mark_version,
-                path,
-            ))))
-        }
-        Err(zk::Error::NodeExists) => Ok(None),
-        Err(e) => Err(zk.err(
-            e,
-            &format!("under-replication lock of ledger {ledger}"),
-            None,
-        )),
-    }
-}
-
-/// The holder named in `ledger`'s lock znode (BookKeeper's `LockDataFormat`), if locked.
-pub(crate) async fn lock_holder(zk: &Arc<Zk>, ledger: LedgerId) -> Result<Option<String>> {
-    let what = format!("under-replication lock of ledger {ledger}");
-    match zk
-        .get(&paths::underreplication_lock_rel(ledger), &what)
-        .await?
-    {
-        None => Ok(None),
-        Some((data, _)) => text::decode_lock_holder(&what, &data).map(Some),
-    }
-}
-
-pub(crate) async fn lock_next(
-    zk: &Arc<Zk>,
-    holder: &str,
-) -> Result<Option<(UnderreplicatedLedger, Box<dyn UnderreplicationLock>)>> {
-    driver::lock_first_marked(
-        marked_ids(zk).await?,
-        |id| try_lock(zk, id, holder),
-        |id| get(zk, id),
-    )
-    .await
-}
-
 /// Deletes the mark (at `seen` only, if given) and its empty parents; a mark at another
 /// version, or already gone, is left as it is.
 async fn delete_mark(zk: &Zk, ledger: LedgerId, seen: Option<Version>) -> Result<()> {
@@ -207,65 +90,7 @@ async fn delete_mark(zk: &Zk, ledger: LedgerId, seen: Option<Version>) -> Result
     Ok(())
 }
 
-pub(crate) async fn remove(zk: &Zk, ledger: LedgerId) -> Result<()> {
-    delete_mark(zk, ledger, None).await
-}
-
-pub(crate) async fn is_enabled(zk: &Zk) -> Result<bool> {
-    Ok(!zk
-        .exists(
-            &format!("{UNDERREPLICATION}/disable"),
-            "the autorecovery switch",
-        )
-        .await?)
-}
-
-pub(crate) async fn set_enabled(zk: &Zk, enabled: bool) -> Result<()> {
-    let what = "the autorecovery switch";
-    let rel = format!("{UNDERREPLICATION}/disable");
-    if enabled {
-        let client = zk.client()?;
-        match zk.run(client.delete(&zk.abs(&rel), None)).await? {
-            Ok(()) | Err(zk::Error::NoNode) => Ok(()),
-            Err(e) => Err(zk.err(e, what, None)),
-        }
-    } else {
-        match zk.create_with_parents(&rel, b"", &persistent()).await? {
-            Ok(_) | Err(zk::Error::NodeExists) => Ok(()),
-            Err(e) => Err(zk.err(e, what, None)),
-        }
-    }
-}
-
 const DELAY: &str = "lostBookieRecoveryDelay";
-
-pub(crate) async fn lost_bookie_recovery_delay(zk: &Zk) -> Result<Option<Versioned<u32>>> {
-    let what = "lostBookieRecoveryDelay";
-    match zk.get(&format!("{UNDERREPLICATION}/{DELAY}"), what).await? {
-        None => Ok(None),
-        Some((data, stat)) => {
-            let s = String::from_utf8_lossy(&data);
-            let version = Version::from_raw(i64::from(stat.version));
-            s.trim()
-                .parse::<u32>()
-                .map(|value| Some(Versioned { value, version }))
-                .map_err(|_| {
-                    MetadataError::corrupt(what, format!("{s:?} is not a number of seconds"))
-                })
-        }
-    }
-}
-
-pub(crate) async fn set_lost_bookie_recovery_delay(zk: &Zk, seconds: u32) -> Result<()> {
-    let rel = format!("{UNDERREPLICATION}/{DELAY}");
-    put_persistent(
-        zk,
-        &rel,
-        seconds.to_string().as_bytes(),
-        "lostBookieRecoveryDelay",
-    )
-    .await
-}
 
 /// Writes `data` into the persistent znode `rel` whatever its version, creating it (and its
 /// parents) if missing: the unversioned settings BookKeeper keeps under `underreplication`.
@@ -286,73 +111,6 @@ async fn put_persistent(zk: &Zk, rel: &str, data: &[u8], what: &str) -> Result<(
     Err(MetadataError::Internal(format!(
         "{what}: kept racing with another writer"
     )))
-}
-
-/// `underreplication/<check>ctime`: binary, as BookKeeper writes it (spec/autorecovery.md §1).
-pub(crate) async fn check_ctime(zk: &Zk, check: AuditorCheck) -> Result<Option<i64>> {
-    let rel = format!("{UNDERREPLICATION}/{}", check.record_name());
-    match zk.get(&rel, check.record_name()).await? {
-        None => Ok(None),
-        Some((data, _)) => format::decode_check_ctime(check, &data),
-    }
-}
-
-pub(crate) async fn set_check_ctime(zk: &Zk, check: AuditorCheck, ctime_ms: i64) -> Result<()> {
-    let what = check.record_name();
-    let data = format::encode_check_ctime(ctime_ms);
-    put_persistent(zk, &format!("{UNDERREPLICATION}/{what}"), &data, what).await
-}
-
-/// Folio's operation record `name`: an ephemeral znode under
-/// `underreplication/folio-operations`, created or, when this session already has it,
-/// rewritten.
-pub(crate) async fn publish_operation(zk: &Zk, name: &str, data: &[u8]) -> Result<()> {
-    let rel = format!("{}/{name}", layout::OPERATIONS_REL);
-    let what = format!("operation record {name}");
-    let client = zk.client()?;
-    for _ in 0..10 {
-        match zk.create_with_parents(&rel, data, &ephemeral()).await? {
-            Ok(_) => {
-                zk.own(&zk.abs(&rel));
-                return Ok(());
-            }
-            Err(zk::Error::NodeExists) => {}
-            Err(e) => return Err(zk.err(e, &what, None)),
-        }
-        match zk.run(client.set_data(&zk.abs(&rel), data, None)).await? {
-            Ok(_) => return Ok(()),
-            // Gone between the two (its session ended): create it again.
-            Err(zk::Error::NoNode) => continue,
-            Err(e) => return Err(zk.err(e, &what, None)),
-        }
-    }
-    Err(MetadataError::Internal(format!(
-        "{what}: kept racing with another writer"
-    )))
-}
-
-pub(crate) async fn remove_operation(zk: &Zk, name: &str) -> Result<()> {
-    let path = zk.abs(&format!("{}/{name}", layout::OPERATIONS_REL));
-    zk.delete_ephemeral(&path, &format!("operation record {name}"))
-        .await
-}
-
-pub(crate) async fn list_operations(zk: &Zk) -> Result<Vec<(String, Vec<u8>)>> {
-    let mut out = Vec::new();
-    for name in zk
-        .children(layout::OPERATIONS_REL, "the operation records")
-        .await?
-    {
-        let what = format!("operation record {name}");
-        // Gone since it was listed: its operation ended.
-        if let Some((data, _)) = zk
-            .get(&format!("{}/{name}", layout::OPERATIONS_REL), &what)
-            .await?
-        {
-            out.push((name, data));
-        }
-    }
-    Ok(out)
 }
 
 /// Locks, votes and registrations are ephemeral znodes this session owns: deleting one
@@ -378,6 +136,268 @@ impl EphemeralOwner for Zk {
 
     async fn remove_underreplicated_at(&self, ledger: LedgerId, seen: Version) -> Result<()> {
         delete_mark(self, ledger, Some(seen)).await
+    }
+}
+
+#[async_trait]
+impl UnderreplicationManager for ZkMetadataStore {
+    async fn mark_underreplicated(&self, ledger: LedgerId, missing: &[BookieId]) -> Result<()> {
+        check_ledger_id(ledger)?;
+        let zk = &self.zk;
+        ensure_layout(zk).await?;
+        let what = underreplicated_what(ledger);
+        let rel = paths::underreplicated_rel(ledger);
+        let client = zk.client()?;
+        for _ in 0..100 {
+            match zk.get(&rel, &what).await? {
+                None => {
+                    let data =
+                        encode_mark(&missing.iter().cloned().collect(), Some(driver::now_ms()));
+                    match zk.create_with_parents(&rel, &data, &persistent()).await? {
+                        Ok(_) => return Ok(()),
+                        Err(zk::Error::NodeExists) => continue,
+                        Err(e) => return Err(zk.err(e, &what, None)),
+                    }
+                }
+                Some((data, stat)) => {
+                    let mut cur = decode_mark(ledger, &data)?;
+                    let before = cur.missing_replicas.len();
+                    cur.missing_replicas.extend(missing.iter().cloned());
+                    if cur.missing_replicas.len() == before {
+                        return Ok(());
+                    }
+                    // BookKeeper resets ctime when a re-mark adds a bookie.
+                    let data = encode_mark(&cur.missing_replicas, Some(driver::now_ms()));
+                    match zk
+                        .run(client.set_data(&zk.abs(&rel), &data, Some(stat.version)))
+                        .await?
+                    {
+                        Ok(_) => return Ok(()),
+                        Err(zk::Error::BadVersion) | Err(zk::Error::NoNode) => continue,
+                        Err(e) => return Err(zk.err(e, &what, None)),
+                    }
+                }
+            }
+        }
+        Err(MetadataError::Internal(format!(
+            "{what}: kept losing concurrent updates"
+        )))
+    }
+
+    async fn list_underreplicated(&self) -> Result<Vec<UnderreplicatedLedger>> {
+        let zk = &self.zk;
+        let mut out = Vec::new();
+        for id in marked_ids(zk).await? {
+            // A mark removed between the listing and the read is simply gone.
+            if let Some(m) = self.find_underreplicated(id).await? {
+                out.push(m);
+            }
+        }
+        Ok(out)
+    }
+
+    async fn find_underreplicated(
+        &self,
+        ledger: LedgerId,
+    ) -> Result<Option<UnderreplicatedLedger>> {
+        let zk = &self.zk;
+        let what = underreplicated_what(ledger);
+        match zk.get(&paths::underreplicated_rel(ledger), &what).await? {
+            Some((data, _)) => Ok(Some(decode_mark(ledger, &data)?)),
+            None => Ok(None),
+        }
+    }
+
+    async fn try_lock_underreplicated(
+        &self,
+        ledger: LedgerId,
+        holder: &str,
+    ) -> Result<Option<Box<dyn UnderreplicationLock>>> {
+        check_ledger_id(ledger)?;
+        let zk = &self.zk;
+        // The mark's version now: `mark_replicated` deletes the mark only at this version.
+        let Some((_, stat)) = zk
+            .get(
+                &paths::underreplicated_rel(ledger),
+                &underreplicated_what(ledger),
+            )
+            .await?
+        else {
+            return Err(MetadataError::not_found(underreplicated_what(ledger)));
+        };
+        let mark_version = Version::from_raw(i64::from(stat.version));
+        ensure_layout(zk).await?;
+        let rel = paths::underreplication_lock_rel(ledger);
+        let data = text::encode_bookie_id(holder);
+        match zk.create_with_parents(&rel, &data, &ephemeral()).await? {
+            Ok(_) => {
+                let path = zk.abs(&rel);
+                zk.own(&path);
+                Ok(Some(Box::new(EphemeralLock::new(
+                    zk.clone(),
+                    ledger,
+                    mark_version,
+                    path,
+                ))))
+            }
+            Err(zk::Error::NodeExists) => Ok(None),
+            Err(e) => Err(zk.err(
+                e,
+                &format!("under-replication lock of ledger {ledger}"),
+                None,
+            )),
+        }
+    }
+
+    /// The holder named in `ledger`'s lock znode (BookKeeper's `LockDataFormat`), if locked.
+    async fn underreplicated_lock_holder(&self, ledger: LedgerId) -> Result<Option<String>> {
+        check_ledger_id(ledger)?;
+        let zk = &self.zk;
+        let what = format!("under-replication lock of ledger {ledger}");
+        match zk
+            .get(&paths::underreplication_lock_rel(ledger), &what)
+            .await?
+        {
+            None => Ok(None),
+            Some((data, _)) => text::decode_lock_holder(&what, &data).map(Some),
+        }
+    }
+
+    async fn marked_ledgers(&self) -> Result<Vec<LedgerId>> {
+        marked_ids(&self.zk).await
+    }
+
+    async fn remove_underreplicated(&self, ledger: LedgerId) -> Result<()> {
+        check_ledger_id(ledger)?;
+        let zk = &self.zk;
+        delete_mark(zk, ledger, None).await
+    }
+
+    async fn is_autorecovery_enabled(&self) -> Result<bool> {
+        let zk = &self.zk;
+        Ok(!zk
+            .exists(
+                &format!("{UNDERREPLICATION}/disable"),
+                "the autorecovery switch",
+            )
+            .await?)
+    }
+
+    async fn set_autorecovery_enabled(&self, enabled: bool) -> Result<()> {
+        let zk = &self.zk;
+        let what = "the autorecovery switch";
+        let rel = format!("{UNDERREPLICATION}/disable");
+        if enabled {
+            let client = zk.client()?;
+            match zk.run(client.delete(&zk.abs(&rel), None)).await? {
+                Ok(()) | Err(zk::Error::NoNode) => Ok(()),
+                Err(e) => Err(zk.err(e, what, None)),
+            }
+        } else {
+            match zk.create_with_parents(&rel, b"", &persistent()).await? {
+                Ok(_) | Err(zk::Error::NodeExists) => Ok(()),
+                Err(e) => Err(zk.err(e, what, None)),
+            }
+        }
+    }
+
+    async fn lost_bookie_recovery_delay_versioned(&self) -> Result<Option<Versioned<u32>>> {
+        let record = self
+            .zk
+            .get(
+                &format!("{UNDERREPLICATION}/{DELAY}"),
+                "lostBookieRecoveryDelay",
+            )
+            .await?;
+        record
+            .map(|(data, stat)| {
+                driver::decode_recovery_delay(&data, Version::from_raw(i64::from(stat.version)))
+            })
+            .transpose()
+    }
+
+    async fn set_lost_bookie_recovery_delay(&self, seconds: u32) -> Result<()> {
+        let zk = &self.zk;
+        let rel = format!("{UNDERREPLICATION}/{DELAY}");
+        put_persistent(
+            zk,
+            &rel,
+            seconds.to_string().as_bytes(),
+            "lostBookieRecoveryDelay",
+        )
+        .await
+    }
+
+    /// `underreplication/<check>ctime`: binary, as BookKeeper writes it (spec/autorecovery.md §1).
+    async fn auditor_check_ctime(&self, check: AuditorCheck) -> Result<Option<i64>> {
+        let zk = &self.zk;
+        let rel = format!("{UNDERREPLICATION}/{}", check.record_name());
+        match zk.get(&rel, check.record_name()).await? {
+            None => Ok(None),
+            Some((data, _)) => format::decode_check_ctime(check, &data),
+        }
+    }
+
+    async fn set_auditor_check_ctime(&self, check: AuditorCheck, ctime_ms: i64) -> Result<()> {
+        let zk = &self.zk;
+        let what = check.record_name();
+        let data = format::encode_check_ctime(ctime_ms);
+        put_persistent(zk, &format!("{UNDERREPLICATION}/{what}"), &data, what).await
+    }
+
+    /// Folio's operation record `name`: an ephemeral znode under
+    /// `underreplication/folio-operations`, created or, when this session already has it,
+    /// rewritten.
+    async fn put_operation_record(&self, name: &str, data: &[u8]) -> Result<()> {
+        let zk = &self.zk;
+        let rel = format!("{}/{name}", layout::OPERATIONS_REL);
+        let what = format!("operation record {name}");
+        let client = zk.client()?;
+        for _ in 0..10 {
+            match zk.create_with_parents(&rel, data, &ephemeral()).await? {
+                Ok(_) => {
+                    zk.own(&zk.abs(&rel));
+                    return Ok(());
+                }
+                Err(zk::Error::NodeExists) => {}
+                Err(e) => return Err(zk.err(e, &what, None)),
+            }
+            match zk.run(client.set_data(&zk.abs(&rel), data, None)).await? {
+                Ok(_) => return Ok(()),
+                // Gone between the two (its session ended): create it again.
+                Err(zk::Error::NoNode) => continue,
+                Err(e) => return Err(zk.err(e, &what, None)),
+            }
+        }
+        Err(MetadataError::Internal(format!(
+            "{what}: kept racing with another writer"
+        )))
+    }
+
+    async fn delete_operation_record(&self, name: &str) -> Result<()> {
+        let zk = &self.zk;
+        let path = zk.abs(&format!("{}/{name}", layout::OPERATIONS_REL));
+        zk.delete_ephemeral(&path, &format!("operation record {name}"))
+            .await
+    }
+
+    async fn list_operations(&self) -> Result<Vec<(String, Vec<u8>)>> {
+        let zk = &self.zk;
+        let mut out = Vec::new();
+        for name in zk
+            .children(layout::OPERATIONS_REL, "the operation records")
+            .await?
+        {
+            let what = format!("operation record {name}");
+            // Gone since it was listed: its operation ended.
+            if let Some((data, _)) = zk
+                .get(&format!("{}/{name}", layout::OPERATIONS_REL), &what)
+                .await?
+            {
+                out.push((name, data));
+            }
+        }
+        Ok(out)
     }
 }
 

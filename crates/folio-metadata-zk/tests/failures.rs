@@ -2,6 +2,7 @@
 //! (never a hang), a corrupt record gives an error naming the ledger, a bad URI is refused,
 //! and an expired session takes its registrations with it.
 
+use folio_metadata::prelude::*;
 use std::time::Duration;
 
 use folio_metadata::conformance::outages;

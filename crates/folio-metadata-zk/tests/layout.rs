@@ -3,6 +3,7 @@
 //! registrations, the metadata header line and protobuf fields, the under-replication
 //! records. Checked with a raw ZooKeeper client against a real server.
 
+use folio_metadata::prelude::*;
 use std::collections::BTreeMap;
 use std::time::Duration;
 

@@ -432,11 +432,22 @@ pub async fn list_ledgers_pages_through_everything(h: &dyn Harness) {
         seen.windows(2).all(|w| w[0] < w[1]),
         "listing is not strictly ascending"
     );
+    let all = crate::all_ledger_ids(s.as_ref()).await.unwrap();
+    assert!(
+        all.windows(2).all(|w| w[0] < w[1]),
+        "all_ledger_ids is not strictly ascending"
+    );
     let seen: BTreeSet<_> = seen.into_iter().collect();
     assert!(
         created.is_subset(&seen),
         "listing missed ledgers {:?}",
         created.difference(&seen).collect::<Vec<_>>()
+    );
+    let all: BTreeSet<_> = all.into_iter().collect();
+    assert!(
+        created.is_subset(&all),
+        "all_ledger_ids missed ledgers {:?}",
+        created.difference(&all).collect::<Vec<_>>()
     );
 }
 

@@ -1,8 +1,10 @@
 //! Small rules every metadata driver applies the same way (mem://, sqlite://, and the zk://
 //! and etcd:// crates): argument checks, the ledger-list page, the ledger-metadata bytes with
-//! the ledger named in errors, the wall clock of under-replication marks; and, for the
-//! networked drivers, the handles of a session's ephemeral records ([`Ephemeral`],
-//! [`EphemeralLock`], [`EphemeralCandidacy`]). One copy here
+//! the ledger named in errors, the wall clock of under-replication marks, the
+//! `lostBookieRecoveryDelay` text; and, for the networked drivers, the handles of a
+//! session's ephemeral records ([`Ephemeral`], [`EphemeralRegistration`], [`EphemeralLock`],
+//! [`EphemeralCandidacy`]). The rules on the contract's own methods are provided methods of
+//! the manager traits (`crate::store`). One copy here
 //! so the drivers cannot drift apart in what they accept or how they say no.
 
 use std::future::Future;
@@ -14,9 +16,11 @@ use folio_types::metadata::LedgerMetadata;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use folio_types::BookieId;
+
 use crate::{
-    LeaderCandidacy, LedgerPage, MetadataError, Result, UnderreplicatedLedger,
-    UnderreplicationLock, Version, format,
+    BookieMode, BookieRegistration, LeaderCandidacy, LedgerPage, MetadataError, Result,
+    UnderreplicatedLedger, UnderreplicationLock, Version, Versioned, format,
 };
 
 /// Milliseconds since the Unix epoch (ctime of under-replication marks, leases).
@@ -188,6 +192,99 @@ impl<O: EphemeralOwner> Drop for Ephemeral<O> {
         if let Some(name) = self.name.take() {
             self.owner.clone().delete_ephemeral_later(name);
         }
+    }
+}
+
+/// Parses BookKeeper's `lostBookieRecoveryDelay` record (seconds as decimal text), read at
+/// `version`.
+pub fn decode_recovery_delay(data: &[u8], version: Version) -> Result<Versioned<u32>> {
+    let s = String::from_utf8_lossy(data);
+    s.trim()
+        .parse::<u32>()
+        .map(|value| Versioned { value, version })
+        .map_err(|_| {
+            MetadataError::corrupt(
+                "lostBookieRecoveryDelay",
+                format!("{s:?} is not a number of seconds"),
+            )
+        })
+}
+
+/// How a networked driver writes a bookie's registration as an ephemeral record of its
+/// session, for [`EphemeralRegistration`].
+#[async_trait]
+pub trait RegistrationOwner: EphemeralOwner {
+    /// Writes the registration of `bookie` in `mode` (BookKeeper's `available/<id>` or
+    /// `available/readonly/<id>`) holding `data`, ephemeral; returns the record's name as
+    /// [`EphemeralOwner::delete_ephemeral`] takes it.
+    async fn put_registration(
+        &self,
+        bookie: &BookieId,
+        mode: BookieMode,
+        data: &[u8],
+    ) -> Result<String>;
+}
+
+/// A bookie's registration held as an ephemeral record of the session.
+#[derive(Debug)]
+pub struct EphemeralRegistration<O: RegistrationOwner> {
+    bookie: BookieId,
+    mode: BookieMode,
+    data: Vec<u8>,
+    node: Ephemeral<O>,
+}
+
+impl<O: RegistrationOwner> EphemeralRegistration<O> {
+    /// The registration `name` (written by the driver) of `bookie` in `mode`, holding `data`.
+    pub fn new(
+        owner: Arc<O>,
+        bookie: BookieId,
+        mode: BookieMode,
+        data: Vec<u8>,
+        name: String,
+    ) -> Self {
+        EphemeralRegistration {
+            bookie,
+            mode,
+            data,
+            node: Ephemeral::new(owner, name),
+        }
+    }
+
+    fn what(&self) -> String {
+        format!("registration of bookie {}", self.bookie)
+    }
+}
+
+#[async_trait]
+impl<O: RegistrationOwner> BookieRegistration for EphemeralRegistration<O> {
+    fn bookie_id(&self) -> &BookieId {
+        &self.bookie
+    }
+
+    fn mode(&self) -> BookieMode {
+        self.mode
+    }
+
+    async fn set_mode(&mut self, mode: BookieMode) -> Result<()> {
+        if mode == self.mode {
+            return Ok(());
+        }
+        let owner = self.node.owner().clone();
+        // The new record first, then the old one deleted: never absent (BookKeeper's order).
+        let name = owner
+            .put_registration(&self.bookie, mode, &self.data)
+            .await?;
+        if let Some(old) = self.node.replace(name) {
+            owner.delete_ephemeral(&old, &self.what()).await?;
+        }
+        self.mode = mode;
+        Ok(())
+    }
+
+    async fn unregister(mut self: Box<Self>) -> Result<()> {
+        let what = self.what();
+        self.node.delete(&what).await
     }
 }
 

@@ -1,5 +1,6 @@
 //! Folio's metadata layer: the contract every metadata service driver implements
-//! ([`MetadataStore`]), BookKeeper's serialization of the records it holds
+//! ([`MetadataStore`], the umbrella of BookKeeper's managers: [`RegistrationManager`],
+//! [`ClusterManager`], [`LedgerManager`], [`UnderreplicationManager`], [`AuditorElection`]), BookKeeper's serialization of the records it holds
 //! ([`mod@format`]), the metadata service URI ([`MetadataUri`]), and the embedded drivers
 //! (`mem://` in [`mem`], `sqlite://` in [`sqlite`]).
 
@@ -24,6 +25,16 @@ use folio_types::metadata::LedgerMetadata;
 pub use error::{MetadataError, Result};
 pub use store::*;
 pub use uri::{MetadataUri, ServiceUri};
+
+/// The metadata contract's traits, for `use folio_metadata::prelude::*`: the methods of
+/// [`MetadataStore`]'s managers are called on an `Arc<dyn MetadataStore>` only with their
+/// trait in scope.
+pub mod prelude {
+    pub use crate::store::{
+        AuditorElection, ClusterManager, LedgerManager, MetadataStore, RegistrationManager,
+        UnderreplicationManager,
+    };
+}
 
 /// Connects to an embedded store (`sqlite://` or `mem://`) with default options.
 /// `zk://` and `etcd://` live in their own crates (`folio-metadata-zk`,
@@ -80,14 +91,12 @@ pub(crate) fn check_limit(limit: usize) -> Result<usize> {
 pub(crate) fn retried_create(
     ledger: LedgerId,
     existing: &[u8],
-    rev: i64,
+    version: Version,
     metadata: &LedgerMetadata,
 ) -> Result<Version> {
     let exists = || MetadataError::already_exists(format!("ledger {ledger}"));
     match format::decode_ledger_metadata(ledger, existing) {
-        Ok(m) if metadata.c_token != 0 && m.c_token == metadata.c_token => {
-            Ok(Version::from_raw(rev))
-        }
+        Ok(m) if metadata.c_token != 0 && m.c_token == metadata.c_token => Ok(version),
         _ => Err(exists()),
     }
 }

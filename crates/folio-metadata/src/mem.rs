@@ -17,7 +17,6 @@ use folio_types::{BookieId, LedgerId};
 use parking_lot::Mutex;
 use tokio::sync::watch;
 
-use crate::format;
 use crate::store::*;
 use crate::{MetadataError, Result};
 
@@ -335,10 +334,6 @@ impl MemMetadataStore {
     }
 }
 
-fn ledger_what(ledger: LedgerId) -> String {
-    format!("ledger {ledger}")
-}
-
 #[async_trait]
 impl MetadataStore for MemMetadataStore {
     fn uri(&self) -> &str {
@@ -360,51 +355,10 @@ impl MetadataStore for MemMetadataStore {
         self.session.end(SessionState::Closed);
         Ok(())
     }
+}
 
-    async fn init_cluster(&self) -> Result<ClusterInfo> {
-        let cluster = &self.session.cluster;
-        self.session.with(|st| {
-            if st.cluster.is_some() {
-                return Err(MetadataError::already_exists("cluster"));
-            }
-            let info = cluster.new_cluster_info();
-            st.cluster = Some(info.clone());
-            st.bump();
-            Ok(info)
-        })
-    }
-
-    async fn read_cluster(&self) -> Result<ClusterInfo> {
-        self.session.with(|st| {
-            st.cluster
-                .clone()
-                .ok_or_else(|| MetadataError::not_found("cluster (not initialised)"))
-        })
-    }
-
-    async fn format_cluster(&self) -> Result<ClusterInfo> {
-        let cluster = &self.session.cluster;
-        self.session.with(|st| {
-            st.bookies.clear();
-            st.cookies.clear();
-            st.ledgers.clear();
-            st.underreplicated.clear();
-            st.ur_locks.clear();
-            st.operations.clear();
-            st.autorecovery_disabled = false;
-            st.lost_bookie_recovery_delay = None;
-            st.check_ctimes.clear();
-            for c in st.election.values() {
-                c.leader.send_replace(false);
-            }
-            st.election.clear();
-            let info = cluster.new_cluster_info();
-            st.cluster = Some(info.clone());
-            st.bump();
-            Ok(info)
-        })
-    }
-
+#[async_trait]
+impl RegistrationManager for MemMetadataStore {
     async fn register_bookie(
         &self,
         bookie: &BookieId,
@@ -455,54 +409,94 @@ impl MetadataStore for MemMetadataStore {
         self.session.with(|_| Ok(()))?;
         Ok(self.session.cluster.follow(State::bookie_set))
     }
+}
 
-    async fn read_cookie(&self, bookie: &BookieId) -> Result<Versioned<Vec<u8>>> {
+#[async_trait]
+impl ClusterManager for MemMetadataStore {
+    async fn init_cluster(&self) -> Result<ClusterInfo> {
+        let cluster = &self.session.cluster;
         self.session.with(|st| {
-            st.cookies
-                .get(bookie)
-                .map(|(v, rev)| Versioned {
-                    value: v.clone(),
-                    version: Version::from_raw(*rev),
-                })
-                .ok_or_else(|| MetadataError::not_found(format!("cookie of bookie {bookie}")))
+            if st.cluster.is_some() {
+                return Err(MetadataError::already_exists("cluster"));
+            }
+            let info = cluster.new_cluster_info();
+            st.cluster = Some(info.clone());
+            st.bump();
+            Ok(info)
         })
     }
 
-    async fn write_cookie(
+    async fn read_cluster(&self) -> Result<ClusterInfo> {
+        self.session.with(|st| {
+            st.cluster
+                .clone()
+                .ok_or_else(|| MetadataError::not_found("cluster (not initialised)"))
+        })
+    }
+
+    async fn format_cluster(&self) -> Result<ClusterInfo> {
+        let cluster = &self.session.cluster;
+        self.session.with(|st| {
+            st.bookies.clear();
+            st.cookies.clear();
+            st.ledgers.clear();
+            st.underreplicated.clear();
+            st.ur_locks.clear();
+            st.operations.clear();
+            st.autorecovery_disabled = false;
+            st.lost_bookie_recovery_delay = None;
+            st.check_ctimes.clear();
+            for c in st.election.values() {
+                c.leader.send_replace(false);
+            }
+            st.election.clear();
+            let info = cluster.new_cluster_info();
+            st.cluster = Some(info.clone());
+            st.bump();
+            Ok(info)
+        })
+    }
+
+    async fn cookie_record(&self, bookie: &BookieId) -> Result<Option<Versioned<Vec<u8>>>> {
+        self.session.with(|st| {
+            Ok(st.cookies.get(bookie).map(|(v, rev)| Versioned {
+                value: v.clone(),
+                version: Version::from_raw(*rev),
+            }))
+        })
+    }
+
+    async fn write_cookie_record(
         &self,
         bookie: &BookieId,
         cookie: &[u8],
         expected: Option<Version>,
-    ) -> Result<Version> {
+    ) -> Result<RecordWrite<Version>> {
         self.session.with(|st| {
-            let what = format!("cookie of bookie {bookie}");
             match (st.cookies.get(bookie), expected) {
-                (Some(_), None) => return Err(MetadataError::already_exists(what)),
-                (None, Some(_)) => return Err(MetadataError::not_found(what)),
-                (Some((_, rev)), Some(v)) if *rev != v.raw() => {
-                    return Err(MetadataError::bad_version(what, v));
-                }
+                (Some(_), None) => return Ok(RecordWrite::Exists),
+                (None, Some(_)) => return Ok(RecordWrite::Missing),
+                (Some((_, rev)), Some(v)) if *rev != v.raw() => return Ok(RecordWrite::Changed),
                 _ => {}
             }
             let rev = st.bump();
             st.cookies.insert(bookie.clone(), (cookie.to_vec(), rev));
-            Ok(Version::from_raw(rev))
+            Ok(RecordWrite::Done(Version::from_raw(rev)))
         })
     }
 
-    async fn delete_cookie(&self, bookie: &BookieId, expected: Version) -> Result<()> {
-        self.session.with(|st| {
-            let what = format!("cookie of bookie {bookie}");
-            match st.cookies.get(bookie) {
-                None => Err(MetadataError::not_found(what)),
-                Some((_, rev)) if *rev != expected.raw() => {
-                    Err(MetadataError::bad_version(what, expected))
-                }
-                Some(_) => {
-                    st.cookies.remove(bookie);
-                    st.bump();
-                    Ok(())
-                }
+    async fn delete_cookie_record(
+        &self,
+        bookie: &BookieId,
+        expected: Version,
+    ) -> Result<RecordWrite<()>> {
+        self.session.with(|st| match st.cookies.get(bookie) {
+            None => Ok(RecordWrite::Missing),
+            Some((_, rev)) if *rev != expected.raw() => Ok(RecordWrite::Changed),
+            Some(_) => {
+                st.cookies.remove(bookie);
+                st.bump();
+                Ok(RecordWrite::Done(()))
             }
         })
     }
@@ -511,7 +505,10 @@ impl MetadataStore for MemMetadataStore {
         self.session
             .with(|st| Ok(st.cookies.keys().cloned().collect()))
     }
+}
 
+#[async_trait]
+impl LedgerManager for MemMetadataStore {
     async fn generate_ledger_id(&self) -> Result<LedgerId> {
         self.session.with(|st| {
             let id = st.next_ledger_id;
@@ -520,63 +517,63 @@ impl MetadataStore for MemMetadataStore {
         })
     }
 
-    async fn create_ledger(&self, ledger: LedgerId, metadata: &LedgerMetadata) -> Result<Version> {
-        crate::driver::check_ledger_id(ledger)?;
-        let bytes = format::encode_ledger_metadata(metadata)?;
-        self.session.with(|st| {
-            if let Some((existing, rev)) = st.ledgers.get(&ledger) {
-                return crate::retried_create(ledger, existing, *rev, metadata);
-            }
-            let rev = st.bump();
-            st.ledgers.insert(ledger, (bytes, rev));
-            Ok(Version::from_raw(rev))
-        })
-    }
-
-    async fn read_ledger(&self, ledger: LedgerId) -> Result<Versioned<LedgerMetadata>> {
-        let (bytes, rev) = self.session.with(|st| {
-            st.ledgers
-                .get(&ledger)
-                .cloned()
-                .ok_or_else(|| MetadataError::not_found(ledger_what(ledger)))
-        })?;
-        Ok(Versioned {
-            value: format::decode_ledger_metadata(ledger, &bytes)?,
-            version: Version::from_raw(rev),
-        })
-    }
-
-    async fn write_ledger(
+    async fn create_ledger_record(
         &self,
         ledger: LedgerId,
-        metadata: &LedgerMetadata,
-        expected: Version,
-    ) -> Result<Version> {
-        let bytes = format::encode_ledger_metadata(metadata)?;
-        self.session.with(|st| match st.ledgers.get(&ledger) {
-            None => Err(MetadataError::not_found(ledger_what(ledger))),
-            Some((_, rev)) if *rev != expected.raw() => {
-                Err(MetadataError::bad_version(ledger_what(ledger), expected))
+        data: &[u8],
+    ) -> Result<std::result::Result<Version, Versioned<Vec<u8>>>> {
+        self.session.with(|st| {
+            if let Some((existing, rev)) = st.ledgers.get(&ledger) {
+                return Ok(Err(Versioned {
+                    value: existing.clone(),
+                    version: Version::from_raw(*rev),
+                }));
             }
+            let rev = st.bump();
+            st.ledgers.insert(ledger, (data.to_vec(), rev));
+            Ok(Ok(Version::from_raw(rev)))
+        })
+    }
+
+    async fn ledger_record(&self, ledger: LedgerId) -> Result<Option<Versioned<Vec<u8>>>> {
+        self.session.with(|st| {
+            Ok(st.ledgers.get(&ledger).map(|(bytes, rev)| Versioned {
+                value: bytes.clone(),
+                version: Version::from_raw(*rev),
+            }))
+        })
+    }
+
+    async fn write_ledger_record(
+        &self,
+        ledger: LedgerId,
+        data: &[u8],
+        expected: Version,
+    ) -> Result<RecordWrite<Version>> {
+        self.session.with(|st| match st.ledgers.get(&ledger) {
+            None => Ok(RecordWrite::Missing),
+            Some((_, rev)) if *rev != expected.raw() => Ok(RecordWrite::Changed),
             Some(_) => {
                 let rev = st.bump();
-                st.ledgers.insert(ledger, (bytes, rev));
-                Ok(Version::from_raw(rev))
+                st.ledgers.insert(ledger, (data.to_vec(), rev));
+                Ok(RecordWrite::Done(Version::from_raw(rev)))
             }
         })
     }
 
-    async fn delete_ledger(&self, ledger: LedgerId, expected: Option<Version>) -> Result<()> {
+    async fn delete_ledger_record(
+        &self,
+        ledger: LedgerId,
+        expected: Option<Version>,
+    ) -> Result<RecordWrite<()>> {
         self.session
             .with(|st| match (st.ledgers.get(&ledger), expected) {
-                (None, _) => Err(MetadataError::not_found(ledger_what(ledger))),
-                (Some((_, rev)), Some(v)) if *rev != v.raw() => {
-                    Err(MetadataError::bad_version(ledger_what(ledger), v))
-                }
+                (None, _) => Ok(RecordWrite::Missing),
+                (Some((_, rev)), Some(v)) if *rev != v.raw() => Ok(RecordWrite::Changed),
                 (Some(_), _) => {
                     st.ledgers.remove(&ledger);
                     st.bump();
-                    Ok(())
+                    Ok(RecordWrite::Done(()))
                 }
             })
     }
@@ -610,14 +607,17 @@ impl MetadataStore for MemMetadataStore {
         Ok(self.session.cluster.follow(move |st| {
             let (bytes, rev) = st.ledgers.get(&ledger)?;
             // A record that cannot be decoded reads as absent here; read_ledger reports it.
-            let value = format::decode_ledger_metadata(ledger, bytes).ok()?;
+            let value = crate::format::decode_ledger_metadata(ledger, bytes).ok()?;
             Some(Versioned {
                 value,
                 version: Version::from_raw(*rev),
             })
         }))
     }
+}
 
+#[async_trait]
+impl UnderreplicationManager for MemMetadataStore {
     async fn mark_underreplicated(&self, ledger: LedgerId, missing: &[BookieId]) -> Result<()> {
         crate::driver::check_ledger_id(ledger)?;
         let now = (self.session.cluster.inner.clock_ms)();
@@ -658,18 +658,19 @@ impl MetadataStore for MemMetadataStore {
         })
     }
 
-    async fn get_underreplicated(&self, ledger: LedgerId) -> Result<UnderreplicatedLedger> {
+    async fn find_underreplicated(
+        &self,
+        ledger: LedgerId,
+    ) -> Result<Option<UnderreplicatedLedger>> {
         self.session.with(|st| {
-            st.underreplicated
+            Ok(st
+                .underreplicated
                 .get(&ledger)
                 .map(|(missing, ctime, _)| UnderreplicatedLedger {
                     ledger_id: ledger,
                     missing_replicas: missing.clone(),
                     ctime: *ctime,
-                })
-                .ok_or_else(|| {
-                    MetadataError::not_found(format!("under-replicated ledger {ledger}"))
-                })
+                }))
         })
     }
 
@@ -796,8 +797,7 @@ impl MetadataStore for MemMetadataStore {
         })
     }
 
-    async fn publish_operation(&self, name: &str, data: &[u8]) -> Result<()> {
-        crate::driver::check_operation_name(name)?;
+    async fn put_operation_record(&self, name: &str, data: &[u8]) -> Result<()> {
         let session = self.session.id;
         self.session.with(|st| {
             st.operations
@@ -807,8 +807,7 @@ impl MetadataStore for MemMetadataStore {
         })
     }
 
-    async fn remove_operation(&self, name: &str) -> Result<()> {
-        crate::driver::check_operation_name(name)?;
+    async fn delete_operation_record(&self, name: &str) -> Result<()> {
         self.session.with(|st| {
             st.operations.remove(name);
             st.bump();
@@ -825,7 +824,10 @@ impl MetadataStore for MemMetadataStore {
                 .collect())
         })
     }
+}
 
+#[async_trait]
+impl AuditorElection for MemMetadataStore {
     async fn join_auditor_election(
         &self,
         candidate: &BookieId,

@@ -551,10 +551,6 @@ async fn heartbeat(weak: Weak<Inner>) {
     }
 }
 
-fn ledger_what(ledger: LedgerId) -> String {
-    format!("ledger {ledger}")
-}
-
 #[async_trait]
 impl MetadataStore for SqliteMetadataStore {
     fn uri(&self) -> &str {
@@ -582,59 +578,10 @@ impl MetadataStore for SqliteMetadataStore {
             .map_err(|e| MetadataError::Internal(format!("sqlite task failed: {e}")))?;
         Ok(())
     }
+}
 
-    async fn init_cluster(&self) -> Result<ClusterInfo> {
-        self.inner
-            .write(|tx, _| {
-                if cluster_get(tx, "instance_id")?.is_some() {
-                    return Err(MetadataError::already_exists("cluster"));
-                }
-                let info = ClusterInfo {
-                    instance_id: crate::new_instance_id(),
-                    layout: EMBEDDED_LAYOUT.to_owned(),
-                };
-                cluster_put(tx, "layout", &info.layout)?;
-                cluster_put(tx, "instance_id", &info.instance_id)?;
-                Ok(info)
-            })
-            .await
-    }
-
-    async fn read_cluster(&self) -> Result<ClusterInfo> {
-        self.inner
-            .run(|c| {
-                let id = cluster_get(c, "instance_id")?;
-                let layout = cluster_get(c, "layout")?;
-                match (id, layout) {
-                    (Some(instance_id), Some(layout)) => Ok(ClusterInfo {
-                        instance_id,
-                        layout,
-                    }),
-                    _ => Err(MetadataError::not_found("cluster (not initialised)")),
-                }
-            })
-            .await
-    }
-
-    async fn format_cluster(&self) -> Result<ClusterInfo> {
-        self.inner
-            .write(|tx, _| {
-                tx.execute_batch(
-                    "DELETE FROM cluster; DELETE FROM bookies; DELETE FROM cookies; DELETE FROM ledgers;
-                     DELETE FROM underreplicated; DELETE FROM ur_locks; DELETE FROM election;
-                     DELETE FROM operations;",
-                )?;
-                let info = ClusterInfo {
-                    instance_id: crate::new_instance_id(),
-                    layout: EMBEDDED_LAYOUT.to_owned(),
-                };
-                cluster_put(tx, "layout", &info.layout)?;
-                cluster_put(tx, "instance_id", &info.instance_id)?;
-                Ok(info)
-            })
-            .await
-    }
-
+#[async_trait]
+impl RegistrationManager for SqliteMetadataStore {
     async fn register_bookie(
         &self,
         bookie: &BookieId,
@@ -697,12 +644,67 @@ impl MetadataStore for SqliteMetadataStore {
         let initial = self.list_bookies().await?;
         Ok(self.follow(initial, false, read_bookie_set))
     }
+}
 
-    async fn read_cookie(&self, bookie: &BookieId) -> Result<Versioned<Vec<u8>>> {
+#[async_trait]
+impl ClusterManager for SqliteMetadataStore {
+    async fn init_cluster(&self) -> Result<ClusterInfo> {
+        self.inner
+            .write(|tx, _| {
+                if cluster_get(tx, "instance_id")?.is_some() {
+                    return Err(MetadataError::already_exists("cluster"));
+                }
+                let info = ClusterInfo {
+                    instance_id: crate::new_instance_id(),
+                    layout: EMBEDDED_LAYOUT.to_owned(),
+                };
+                cluster_put(tx, "layout", &info.layout)?;
+                cluster_put(tx, "instance_id", &info.instance_id)?;
+                Ok(info)
+            })
+            .await
+    }
+
+    async fn read_cluster(&self) -> Result<ClusterInfo> {
+        self.inner
+            .run(|c| {
+                let id = cluster_get(c, "instance_id")?;
+                let layout = cluster_get(c, "layout")?;
+                match (id, layout) {
+                    (Some(instance_id), Some(layout)) => Ok(ClusterInfo {
+                        instance_id,
+                        layout,
+                    }),
+                    _ => Err(MetadataError::not_found("cluster (not initialised)")),
+                }
+            })
+            .await
+    }
+
+    async fn format_cluster(&self) -> Result<ClusterInfo> {
+        self.inner
+            .write(|tx, _| {
+                tx.execute_batch(
+                    "DELETE FROM cluster; DELETE FROM bookies; DELETE FROM cookies; DELETE FROM ledgers;
+                     DELETE FROM underreplicated; DELETE FROM ur_locks; DELETE FROM election;
+                     DELETE FROM operations;",
+                )?;
+                let info = ClusterInfo {
+                    instance_id: crate::new_instance_id(),
+                    layout: EMBEDDED_LAYOUT.to_owned(),
+                };
+                cluster_put(tx, "layout", &info.layout)?;
+                cluster_put(tx, "instance_id", &info.instance_id)?;
+                Ok(info)
+            })
+            .await
+    }
+
+    async fn cookie_record(&self, bookie: &BookieId) -> Result<Option<Versioned<Vec<u8>>>> {
         let b = bookie.clone();
         self.inner
             .run(move |c| {
-                c.query_row(
+                Ok(c.query_row(
                     "SELECT data, version FROM cookies WHERE id = ?1",
                     [b.as_str()],
                     |r| {
@@ -712,22 +714,20 @@ impl MetadataStore for SqliteMetadataStore {
                         })
                     },
                 )
-                .optional()?
-                .ok_or_else(|| MetadataError::not_found(format!("cookie of bookie {b}")))
+                .optional()?)
             })
             .await
     }
 
-    async fn write_cookie(
+    async fn write_cookie_record(
         &self,
         bookie: &BookieId,
         cookie: &[u8],
         expected: Option<Version>,
-    ) -> Result<Version> {
+    ) -> Result<RecordWrite<Version>> {
         let (b, data) = (bookie.clone(), cookie.to_vec());
         self.inner
             .write(move |tx, _| {
-                let what = format!("cookie of bookie {b}");
                 let current: Option<i64> = tx
                     .query_row(
                         "SELECT version FROM cookies WHERE id = ?1",
@@ -736,11 +736,9 @@ impl MetadataStore for SqliteMetadataStore {
                     )
                     .optional()?;
                 match (current, expected) {
-                    (Some(_), None) => return Err(MetadataError::already_exists(what)),
-                    (None, Some(_)) => return Err(MetadataError::not_found(what)),
-                    (Some(cur), Some(v)) if cur != v.raw() => {
-                        return Err(MetadataError::bad_version(what, v));
-                    }
+                    (Some(_), None) => return Ok(RecordWrite::Exists),
+                    (None, Some(_)) => return Ok(RecordWrite::Missing),
+                    (Some(cur), Some(v)) if cur != v.raw() => return Ok(RecordWrite::Changed),
                     _ => {}
                 }
                 let rev = bump(tx)?;
@@ -748,16 +746,19 @@ impl MetadataStore for SqliteMetadataStore {
                     "INSERT OR REPLACE INTO cookies (id, data, version) VALUES (?1, ?2, ?3)",
                     params![b.as_str(), data, rev],
                 )?;
-                Ok(Version::from_raw(rev))
+                Ok(RecordWrite::Done(Version::from_raw(rev)))
             })
             .await
     }
 
-    async fn delete_cookie(&self, bookie: &BookieId, expected: Version) -> Result<()> {
+    async fn delete_cookie_record(
+        &self,
+        bookie: &BookieId,
+        expected: Version,
+    ) -> Result<RecordWrite<()>> {
         let b = bookie.clone();
         self.inner
             .write(move |tx, _| {
-                let what = format!("cookie of bookie {b}");
                 let current: Option<i64> = tx
                     .query_row(
                         "SELECT version FROM cookies WHERE id = ?1",
@@ -766,14 +767,12 @@ impl MetadataStore for SqliteMetadataStore {
                     )
                     .optional()?;
                 match current {
-                    None => Err(MetadataError::not_found(what)),
-                    Some(cur) if cur != expected.raw() => {
-                        Err(MetadataError::bad_version(what, expected))
-                    }
+                    None => Ok(RecordWrite::Missing),
+                    Some(cur) if cur != expected.raw() => Ok(RecordWrite::Changed),
                     Some(_) => {
                         tx.execute("DELETE FROM cookies WHERE id = ?1", [b.as_str()])?;
                         bump(tx)?;
-                        Ok(())
+                        Ok(RecordWrite::Done(()))
                     }
                 }
             })
@@ -796,7 +795,10 @@ impl MetadataStore for SqliteMetadataStore {
             })
             .await
     }
+}
 
+#[async_trait]
+impl LedgerManager for SqliteMetadataStore {
     async fn generate_ledger_id(&self) -> Result<LedgerId> {
         self.inner
             .write(|tx, _| {
@@ -809,45 +811,48 @@ impl MetadataStore for SqliteMetadataStore {
             .await
     }
 
-    async fn create_ledger(&self, ledger: LedgerId, metadata: &LedgerMetadata) -> Result<Version> {
-        crate::driver::check_ledger_id(ledger)?;
-        let bytes = format::encode_ledger_metadata(metadata)?;
-        let metadata = metadata.clone();
+    async fn create_ledger_record(
+        &self,
+        ledger: LedgerId,
+        data: &[u8],
+    ) -> Result<std::result::Result<Version, Versioned<Vec<u8>>>> {
+        let bytes = data.to_vec();
         self.inner
             .write(move |tx, _| {
                 if let Some((existing, rev)) = read_ledger_row(tx, ledger)? {
-                    return crate::retried_create(ledger, &existing, rev, &metadata);
+                    return Ok(Err(Versioned {
+                        value: existing,
+                        version: Version::from_raw(rev),
+                    }));
                 }
                 let rev = bump(tx)?;
                 tx.execute(
                     "INSERT INTO ledgers (id, data, version) VALUES (?1, ?2, ?3)",
                     params![ledger, bytes, rev],
                 )?;
-                Ok(Version::from_raw(rev))
+                Ok(Ok(Version::from_raw(rev)))
             })
             .await
     }
 
-    async fn read_ledger(&self, ledger: LedgerId) -> Result<Versioned<LedgerMetadata>> {
+    async fn ledger_record(&self, ledger: LedgerId) -> Result<Option<Versioned<Vec<u8>>>> {
         self.inner
             .run(move |c| {
-                let (bytes, rev) = read_ledger_row(c, ledger)?
-                    .ok_or_else(|| MetadataError::not_found(ledger_what(ledger)))?;
-                Ok(Versioned {
-                    value: format::decode_ledger_metadata(ledger, &bytes)?,
+                Ok(read_ledger_row(c, ledger)?.map(|(bytes, rev)| Versioned {
+                    value: bytes,
                     version: Version::from_raw(rev),
-                })
+                }))
             })
             .await
     }
 
-    async fn write_ledger(
+    async fn write_ledger_record(
         &self,
         ledger: LedgerId,
-        metadata: &LedgerMetadata,
+        data: &[u8],
         expected: Version,
-    ) -> Result<Version> {
-        let bytes = format::encode_ledger_metadata(metadata)?;
+    ) -> Result<RecordWrite<Version>> {
+        let bytes = data.to_vec();
         self.inner
             .write(move |tx, _| {
                 let current: Option<i64> = tx
@@ -856,24 +861,26 @@ impl MetadataStore for SqliteMetadataStore {
                     })
                     .optional()?;
                 match current {
-                    None => Err(MetadataError::not_found(ledger_what(ledger))),
-                    Some(cur) if cur != expected.raw() => {
-                        Err(MetadataError::bad_version(ledger_what(ledger), expected))
-                    }
+                    None => Ok(RecordWrite::Missing),
+                    Some(cur) if cur != expected.raw() => Ok(RecordWrite::Changed),
                     Some(_) => {
                         let rev = bump(tx)?;
                         tx.execute(
                             "UPDATE ledgers SET data = ?2, version = ?3 WHERE id = ?1",
                             params![ledger, bytes, rev],
                         )?;
-                        Ok(Version::from_raw(rev))
+                        Ok(RecordWrite::Done(Version::from_raw(rev)))
                     }
                 }
             })
             .await
     }
 
-    async fn delete_ledger(&self, ledger: LedgerId, expected: Option<Version>) -> Result<()> {
+    async fn delete_ledger_record(
+        &self,
+        ledger: LedgerId,
+        expected: Option<Version>,
+    ) -> Result<RecordWrite<()>> {
         self.inner
             .write(move |tx, _| {
                 let current: Option<i64> = tx
@@ -882,14 +889,12 @@ impl MetadataStore for SqliteMetadataStore {
                     })
                     .optional()?;
                 match (current, expected) {
-                    (None, _) => Err(MetadataError::not_found(ledger_what(ledger))),
-                    (Some(cur), Some(v)) if cur != v.raw() => {
-                        Err(MetadataError::bad_version(ledger_what(ledger), v))
-                    }
+                    (None, _) => Ok(RecordWrite::Missing),
+                    (Some(cur), Some(v)) if cur != v.raw() => Ok(RecordWrite::Changed),
                     (Some(_), _) => {
                         tx.execute("DELETE FROM ledgers WHERE id = ?1", [ledger])?;
                         bump(tx)?;
-                        Ok(())
+                        Ok(RecordWrite::Done(()))
                     }
                 }
             })
@@ -936,7 +941,10 @@ impl MetadataStore for SqliteMetadataStore {
         let initial = self.inner.run(move |c| compute(c)).await?;
         Ok(self.follow(initial, true, compute))
     }
+}
 
+#[async_trait]
+impl UnderreplicationManager for SqliteMetadataStore {
     async fn mark_underreplicated(&self, ledger: LedgerId, missing: &[BookieId]) -> Result<()> {
         crate::driver::check_ledger_id(ledger)?;
         let missing: Vec<BookieId> = missing.to_vec();
@@ -989,14 +997,11 @@ impl MetadataStore for SqliteMetadataStore {
             .await
     }
 
-    async fn get_underreplicated(&self, ledger: LedgerId) -> Result<UnderreplicatedLedger> {
-        self.inner
-            .run(move |c| {
-                read_ur(c, ledger)?.ok_or_else(|| {
-                    MetadataError::not_found(format!("under-replicated ledger {ledger}"))
-                })
-            })
-            .await
+    async fn find_underreplicated(
+        &self,
+        ledger: LedgerId,
+    ) -> Result<Option<UnderreplicatedLedger>> {
+        self.inner.run(move |c| read_ur(c, ledger)).await
     }
 
     async fn try_lock_underreplicated(
@@ -1088,8 +1093,7 @@ impl MetadataStore for SqliteMetadataStore {
             .await
     }
 
-    async fn publish_operation(&self, name: &str, data: &[u8]) -> Result<()> {
-        crate::driver::check_operation_name(name)?;
+    async fn put_operation_record(&self, name: &str, data: &[u8]) -> Result<()> {
         let (session, name, data) = (self.inner.session, name.to_owned(), data.to_vec());
         self.inner
             .write(move |tx, _| {
@@ -1103,8 +1107,7 @@ impl MetadataStore for SqliteMetadataStore {
             .await
     }
 
-    async fn remove_operation(&self, name: &str) -> Result<()> {
-        crate::driver::check_operation_name(name)?;
+    async fn delete_operation_record(&self, name: &str) -> Result<()> {
         let name = name.to_owned();
         self.inner
             .write(move |tx, _| {
@@ -1219,7 +1222,10 @@ impl MetadataStore for SqliteMetadataStore {
             .write(move |tx, _| cluster_put(tx, check.record_name(), &ctime_ms.to_string()))
             .await
     }
+}
 
+#[async_trait]
+impl AuditorElection for SqliteMetadataStore {
     async fn join_auditor_election(
         &self,
         candidate: &BookieId,

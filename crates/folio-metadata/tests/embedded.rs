@@ -3,6 +3,7 @@
 //! sessions expired by hand.
 
 use folio_metadata::mem::{MemCluster, MemMetadataStore};
+use folio_metadata::prelude::*;
 use folio_metadata::{
     BookieMode, BookieServiceInfo, MetadataError, MetadataStore, SessionState, connect_embedded,
 };

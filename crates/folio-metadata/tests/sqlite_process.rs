@@ -4,12 +4,13 @@
 //! when it is killed with SIGKILL, its session lease runs out and all three are freed
 //! for the survivors.
 
+use folio_metadata::prelude::*;
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use folio_metadata::sqlite::{SqliteMetadataStore, SqliteOptions};
-use folio_metadata::{BookieMode, BookieServiceInfo, MetadataStore};
+use folio_metadata::{BookieMode, BookieServiceInfo};
 use folio_types::BookieId;
 
 const CHILD_DB: &str = "FOLIO_METADATA_TEST_CHILD_DB";

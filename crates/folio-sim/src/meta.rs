@@ -9,9 +9,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use async_trait::async_trait;
 use folio_metadata::mem::MemMetadataStore;
+use folio_metadata::prelude::*;
 use folio_metadata::{
     AuditorCheck, BookieMode, BookieRegistration, BookieServiceInfo, BookieSet, ClusterInfo,
-    LeaderCandidacy, LedgerPage, MetadataError, MetadataStore, Result, SessionState,
+    LeaderCandidacy, LedgerPage, MetadataError, RecordWrite, Result, SessionState,
     UnderreplicatedLedger, UnderreplicationLock, Version, Versioned,
 };
 use folio_types::metadata::LedgerMetadata;
@@ -131,20 +132,10 @@ impl MetadataStore for FlakyStore {
     async fn close(&self) -> Result<()> {
         self.inner.close().await
     }
+}
 
-    async fn init_cluster(&self) -> Result<ClusterInfo> {
-        self.changed(self.inner.init_cluster()).await
-    }
-
-    async fn read_cluster(&self) -> Result<ClusterInfo> {
-        self.read()?;
-        self.inner.read_cluster().await
-    }
-
-    async fn format_cluster(&self) -> Result<ClusterInfo> {
-        self.changed(self.inner.format_cluster()).await
-    }
-
+#[async_trait]
+impl RegistrationManager for FlakyStore {
     async fn register_bookie(
         &self,
         bookie: &BookieId,
@@ -169,24 +160,44 @@ impl MetadataStore for FlakyStore {
         self.read()?;
         self.inner.watch_bookies().await
     }
+}
 
-    async fn read_cookie(&self, bookie: &BookieId) -> Result<Versioned<Vec<u8>>> {
-        self.read()?;
-        self.inner.read_cookie(bookie).await
+#[async_trait]
+impl ClusterManager for FlakyStore {
+    async fn init_cluster(&self) -> Result<ClusterInfo> {
+        self.changed(self.inner.init_cluster()).await
     }
 
-    async fn write_cookie(
+    async fn read_cluster(&self) -> Result<ClusterInfo> {
+        self.read()?;
+        self.inner.read_cluster().await
+    }
+
+    async fn format_cluster(&self) -> Result<ClusterInfo> {
+        self.changed(self.inner.format_cluster()).await
+    }
+
+    async fn cookie_record(&self, bookie: &BookieId) -> Result<Option<Versioned<Vec<u8>>>> {
+        self.read()?;
+        self.inner.cookie_record(bookie).await
+    }
+
+    async fn write_cookie_record(
         &self,
         bookie: &BookieId,
         cookie: &[u8],
         expected: Option<Version>,
-    ) -> Result<Version> {
-        self.changed(self.inner.write_cookie(bookie, cookie, expected))
+    ) -> Result<RecordWrite<Version>> {
+        self.changed(self.inner.write_cookie_record(bookie, cookie, expected))
             .await
     }
 
-    async fn delete_cookie(&self, bookie: &BookieId, expected: Version) -> Result<()> {
-        self.changed(self.inner.delete_cookie(bookie, expected))
+    async fn delete_cookie_record(
+        &self,
+        bookie: &BookieId,
+        expected: Version,
+    ) -> Result<RecordWrite<()>> {
+        self.changed(self.inner.delete_cookie_record(bookie, expected))
             .await
     }
 
@@ -194,33 +205,44 @@ impl MetadataStore for FlakyStore {
         self.read()?;
         self.inner.list_cookies().await
     }
+}
 
+#[async_trait]
+impl LedgerManager for FlakyStore {
     async fn generate_ledger_id(&self) -> Result<LedgerId> {
         self.changed(self.inner.generate_ledger_id()).await
     }
 
-    async fn create_ledger(&self, ledger: LedgerId, metadata: &LedgerMetadata) -> Result<Version> {
-        self.changed(self.inner.create_ledger(ledger, metadata))
-            .await
-    }
-
-    async fn read_ledger(&self, ledger: LedgerId) -> Result<Versioned<LedgerMetadata>> {
-        self.read()?;
-        self.inner.read_ledger(ledger).await
-    }
-
-    async fn write_ledger(
+    async fn create_ledger_record(
         &self,
         ledger: LedgerId,
-        metadata: &LedgerMetadata,
-        expected: Version,
-    ) -> Result<Version> {
-        self.changed(self.inner.write_ledger(ledger, metadata, expected))
+        data: &[u8],
+    ) -> Result<std::result::Result<Version, Versioned<Vec<u8>>>> {
+        self.changed(self.inner.create_ledger_record(ledger, data))
             .await
     }
 
-    async fn delete_ledger(&self, ledger: LedgerId, expected: Option<Version>) -> Result<()> {
-        self.changed(self.inner.delete_ledger(ledger, expected))
+    async fn ledger_record(&self, ledger: LedgerId) -> Result<Option<Versioned<Vec<u8>>>> {
+        self.read()?;
+        self.inner.ledger_record(ledger).await
+    }
+
+    async fn write_ledger_record(
+        &self,
+        ledger: LedgerId,
+        data: &[u8],
+        expected: Version,
+    ) -> Result<RecordWrite<Version>> {
+        self.changed(self.inner.write_ledger_record(ledger, data, expected))
+            .await
+    }
+
+    async fn delete_ledger_record(
+        &self,
+        ledger: LedgerId,
+        expected: Option<Version>,
+    ) -> Result<RecordWrite<()>> {
+        self.changed(self.inner.delete_ledger_record(ledger, expected))
             .await
     }
 
@@ -240,7 +262,10 @@ impl MetadataStore for FlakyStore {
         self.read()?;
         self.inner.watch_ledger(ledger).await
     }
+}
 
+#[async_trait]
+impl UnderreplicationManager for FlakyStore {
     async fn mark_underreplicated(&self, ledger: LedgerId, missing: &[BookieId]) -> Result<()> {
         self.changed(self.inner.mark_underreplicated(ledger, missing))
             .await
@@ -251,9 +276,12 @@ impl MetadataStore for FlakyStore {
         self.inner.list_underreplicated().await
     }
 
-    async fn get_underreplicated(&self, ledger: LedgerId) -> Result<UnderreplicatedLedger> {
+    async fn find_underreplicated(
+        &self,
+        ledger: LedgerId,
+    ) -> Result<Option<UnderreplicatedLedger>> {
         self.read()?;
-        self.inner.get_underreplicated(ledger).await
+        self.inner.find_underreplicated(ledger).await
     }
 
     async fn try_lock_underreplicated(
@@ -283,12 +311,13 @@ impl MetadataStore for FlakyStore {
             .await
     }
 
-    async fn publish_operation(&self, name: &str, data: &[u8]) -> Result<()> {
-        self.changed(self.inner.publish_operation(name, data)).await
+    async fn put_operation_record(&self, name: &str, data: &[u8]) -> Result<()> {
+        self.changed(self.inner.put_operation_record(name, data))
+            .await
     }
 
-    async fn remove_operation(&self, name: &str) -> Result<()> {
-        self.changed(self.inner.remove_operation(name)).await
+    async fn delete_operation_record(&self, name: &str) -> Result<()> {
+        self.changed(self.inner.delete_operation_record(name)).await
     }
 
     async fn list_operations(&self) -> Result<Vec<(String, Vec<u8>)>> {
@@ -325,7 +354,10 @@ impl MetadataStore for FlakyStore {
         self.changed(self.inner.set_auditor_check_ctime(check, ctime_ms))
             .await
     }
+}
 
+#[async_trait]
+impl AuditorElection for FlakyStore {
     async fn join_auditor_election(
         &self,
         candidate: &BookieId,

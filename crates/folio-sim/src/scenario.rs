@@ -1,6 +1,7 @@
 //! One simulated run: start bookies, run writers, recovering readers and the fault
 //! injector concurrently, heal, check liveness, then judge the history.
 
+use folio_metadata::prelude::*;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -10,7 +11,7 @@ use bytes::Bytes;
 use folio_client::{Client, ClientConfig, CreateOptions, OpenOptions};
 use folio_env::sim::{CrashMode, CutAt, Fault, SimFileSystem};
 use folio_metadata::mem::{MemCluster, MemMetadataStore};
-use folio_metadata::{BookieMode, BookieRegistration, BookieServiceInfo, MetadataStore};
+use folio_metadata::{BookieMode, BookieRegistration, BookieServiceInfo};
 use folio_types::{BookieId, LedgerId};
 use parking_lot::Mutex;
 

@@ -185,11 +185,12 @@ impl Storage {
         let weak_store = Arc::downgrade(&store);
         store.set_flush_requester(Arc::new(move || {
             if let Some(s) = weak_store.upgrade() {
-                std::thread::spawn(move || {
+                let flush = folio_env::metric_label::carry(move || {
                     if let Err(e) = s.flush() {
                         tracing::error!("ledger store flush during replay failed: {e}");
                     }
                 });
+                std::thread::spawn(flush);
             }
         }));
         let threshold = config.checkpoint_write_cache_bytes;
@@ -223,10 +224,11 @@ impl Storage {
         }));
         let i = Arc::clone(&inner);
         let checkpointer = Some(
-            std::thread::Builder::new()
-                .name("checkpoint".into())
-                .spawn(move || checkpoint::run_thread(&i))
-                .map_err(|e| StorageError::io("spawn checkpoint thread", "checkpoint", e))?,
+            folio_env::metric_label::spawn(
+                std::thread::Builder::new().name("checkpoint".into()),
+                move || checkpoint::run_thread(&i),
+            )
+            .map_err(|e| StorageError::io("spawn checkpoint thread", "checkpoint", e))?,
         );
         Ok(Storage {
             inner,

@@ -31,6 +31,27 @@ pub fn require_uri(metadata: Option<&str>) -> anyhow::Result<&str> {
     })
 }
 
+/// Runs `f` on a session with the metadata service at `uri` (a missing sqlite database
+/// created or refused as `missing` says), on a runtime of its own, and closes the session
+/// after (best effort), whatever `f` returned: for the synchronous shell commands.
+pub fn with_store<T>(
+    uri: &str,
+    missing: Missing,
+    f: impl AsyncFnOnce(Arc<dyn MetadataStore>) -> anyhow::Result<T>,
+) -> anyhow::Result<T> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(async {
+        let store = connect(uri, missing).await?;
+        let result = f(store.clone()).await;
+        let _ = store.close().await;
+        result
+    })
+}
+
 /// Connects to the metadata service at `uri` with the drivers' default session timeout.
 pub async fn connect(uri: &str, missing: Missing) -> anyhow::Result<Arc<dyn MetadataStore>> {
     connect_with(uri, missing, None).await

@@ -11,7 +11,7 @@
 //! `localconsistencycheck` in `shell_entry_logs`. The metadata store is reached through `metadata_connect`, so
 //! every scheme works here.
 
-use anyhow::{Context, anyhow, bail};
+use anyhow::{anyhow, bail};
 use clap::{Args, Subcommand};
 use folio_metadata::{MetadataError, MetadataStore};
 use folio_types::LedgerId;
@@ -284,46 +284,29 @@ pub fn run(args: ShellArgs, metadata: Option<&str>) -> anyhow::Result<()> {
         command => ShellArgs { command },
     };
     let uri = metadata_connect::require_uri(metadata)?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .context("starting the async runtime")?;
-    runtime.block_on(async {
-        let store = metadata_connect::connect(uri, Missing::Create).await?;
-        let result = match args.command {
-            ShellCommand::ReadLedger { flags } => {
-                shell_ledger::readledger(store.clone(), &flags).await
-            }
-            ShellCommand::SimpleTest { flags } => {
-                shell_ledger::simpletest(store.clone(), &flags).await
-            }
-            ShellCommand::DeleteLedger { flags } => {
-                shell_ledger::deleteledger(store.clone(), &flags).await
-            }
-            ShellCommand::BookieSanity { flags } => {
-                shell_ledger::bookiesanity(store.clone(), &flags).await
-            }
-            ShellCommand::BookieInfo { flags } => {
-                shell_ledger::bookieinfo(store.clone(), &flags).await
-            }
-            ShellCommand::Recover { flags } => {
-                shell_autorecovery::recover_cmd(store.clone(), &flags).await
-            }
-            ShellCommand::DecommissionBookie { flags } => {
-                shell_autorecovery::decommissionbookie(store.clone(), &flags).await
-            }
-            ShellCommand::UpdateBookieInLedger { flags } => {
-                shell_autorecovery::update_bookie_in_ledger(store.clone(), &flags).await
-            }
-            ShellCommand::UpdateLedgers { flags } => {
-                shell_bookie_id::updateledgers(store.clone(), &flags).await
-            }
-            command => execute(command, store.as_ref()).await,
-        };
-        // End the session cleanly, whatever happened (best effort).
-        let _ = store.close().await;
-        result
+    metadata_connect::with_store(uri, Missing::Create, async |store| match args.command {
+        ShellCommand::ReadLedger { flags } => shell_ledger::readledger(store.clone(), &flags).await,
+        ShellCommand::SimpleTest { flags } => shell_ledger::simpletest(store.clone(), &flags).await,
+        ShellCommand::DeleteLedger { flags } => {
+            shell_ledger::deleteledger(store.clone(), &flags).await
+        }
+        ShellCommand::BookieSanity { flags } => {
+            shell_ledger::bookiesanity(store.clone(), &flags).await
+        }
+        ShellCommand::BookieInfo { flags } => shell_ledger::bookieinfo(store.clone(), &flags).await,
+        ShellCommand::Recover { flags } => {
+            shell_autorecovery::recover_cmd(store.clone(), &flags).await
+        }
+        ShellCommand::DecommissionBookie { flags } => {
+            shell_autorecovery::decommissionbookie(store.clone(), &flags).await
+        }
+        ShellCommand::UpdateBookieInLedger { flags } => {
+            shell_autorecovery::update_bookie_in_ledger(store.clone(), &flags).await
+        }
+        ShellCommand::UpdateLedgers { flags } => {
+            shell_bookie_id::updateledgers(store.clone(), &flags).await
+        }
+        command => execute(command, store.as_ref()).await,
     })
 }
 

@@ -58,17 +58,7 @@ fn with_store<T>(
         .map(str::to_owned)
         .or_else(|| config.metadata_service_uri.clone())
         .ok_or_else(|| anyhow!("{cmd}: needs the metadata service: pass --metadata URI"))?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .context("starting the async runtime")?;
-    runtime.block_on(async {
-        let store = metadata_connect::connect(&uri, Missing::Refuse).await?;
-        let result = f(store.clone()).await;
-        let _ = store.close().await;
-        result
-    })
+    metadata_connect::with_store(&uri, Missing::Refuse, f)
 }
 
 /// The bookie's directories the cookie covers, each once (journal, ledger, index).

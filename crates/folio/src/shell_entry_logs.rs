@@ -135,36 +135,22 @@ pub fn activeledgers(args: &[String], metadata: Option<&str>) -> anyhow::Result<
 
 /// Every ledger id in the metadata store, ascending, listed within `timeout`.
 fn list_all_ledgers(uri: &str, timeout: Duration) -> anyhow::Result<Vec<i64>> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("starting the async runtime")?;
-    runtime.block_on(async {
-        let store = metadata_connect::connect(uri, Missing::Refuse).await?;
-        let listing = async {
-            let mut all = Vec::new();
-            let mut start = None;
-            loop {
-                let page = store.list_ledgers(start, 1000).await?;
-                all.extend(page.ledgers);
-                match page.next {
-                    Some(n) => start = Some(n),
-                    None => return anyhow::Ok(all),
-                }
-            }
-        };
-        let result = match tokio::time::timeout(timeout, listing).await {
-            Ok(r) => r,
+    metadata_connect::with_store(
+        uri,
+        Missing::Refuse,
+        async |store| match tokio::time::timeout(
+            timeout,
+            folio_metadata::all_ledger_ids(store.as_ref()),
+        )
+        .await
+        {
+            Ok(all) => Ok(all?),
             Err(_) => Err(anyhow!(
                 "reading the ledgers from the metadata store took over {} ms (-timeout)",
                 timeout.as_millis()
             )),
-        };
-        let _ = store.close().await;
-        let mut all = result?;
-        all.sort_unstable();
-        Ok(all)
-    })
+        },
+    )
 }
 
 /// `localconsistencycheck [-datadir DIR | -conf FILE]`.

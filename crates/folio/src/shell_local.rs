@@ -514,28 +514,18 @@ pub(crate) fn confirm(question: &str) -> anyhow::Result<bool> {
 
 fn delete_remote_cookie(uri: &str, bookie: &str) -> anyhow::Result<()> {
     let id = folio_types::BookieId::new(bookie)?;
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("starting the async runtime")?;
-    runtime.block_on(async {
-        let store = metadata_connect::connect(uri, Missing::Refuse).await?;
-        let result =
-            async {
-                match store.read_cookie(&id).await {
-                    Ok(c) => match store.delete_cookie(&id, c.version).await {
-                        Ok(()) | Err(MetadataError::NotFound { .. }) => Ok(()),
-                        Err(e) => Err(anyhow::Error::new(e)
-                            .context(format!("cannot delete the cookie of bookie {id}"))),
-                    },
-                    Err(MetadataError::NotFound { .. }) => Ok(()),
-                    Err(e) => Err(anyhow::Error::new(e)
-                        .context(format!("cannot read the cookie of bookie {id}"))),
-                }
+    metadata_connect::with_store(uri, Missing::Refuse, async |store| {
+        match store.read_cookie(&id).await {
+            Ok(c) => match store.delete_cookie(&id, c.version).await {
+                Ok(()) | Err(MetadataError::NotFound { .. }) => Ok(()),
+                Err(e) => Err(anyhow::Error::new(e)
+                    .context(format!("cannot delete the cookie of bookie {id}"))),
+            },
+            Err(MetadataError::NotFound { .. }) => Ok(()),
+            Err(e) => {
+                Err(anyhow::Error::new(e).context(format!("cannot read the cookie of bookie {id}")))
             }
-            .await;
-        let _ = store.close().await;
-        result
+        }
     })
 }
 

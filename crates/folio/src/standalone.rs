@@ -4,6 +4,10 @@
 //! `DIR/bookie-<i>`. Starting again on the same directory finds every ledger again: the
 //! bookies replay their journals and keep their ids (and so their cookies).
 //!
+//! Each bookie runs on a runtime of its own whose threads carry its `bookie` label on
+//! metrics (its id; `bookie-<i>` with `--port 0`), so that each bookie's `/metrics` shows its
+//! own series, as a bookie process of its own would.
+//!
 //! Each bookie's metadata session lives the bookie config's `metadata_session_timeout_ms`
 //! (BookKeeper's zkTimeout, 10 s) past its last heartbeat. The first bookie serves the admin
 //! HTTP endpoint, reading ledgers for `/api/v1/ledger/read` through a client.
@@ -126,94 +130,133 @@ pub fn run(metadata: Option<&str>, args: StandaloneArgs) -> anyhow::Result<()> {
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    runtime.block_on(async move {
-        let mut signals = Signals::listen()?;
-        let store = metadata_connect::connect(&uri, Missing::Create).await?;
-        if let Err(e) = store.read_cluster().await {
-            if !e.is_not_found() {
-                return Err(anyhow::Error::new(e).context("cannot read the cluster"));
-            }
-            match store.init_cluster().await {
-                Ok(_) | Err(folio_metadata::MetadataError::AlreadyExists { .. }) => {}
-                Err(e) => {
-                    return Err(anyhow::Error::new(e).context("cannot initialise the cluster"));
-                }
-            }
-        }
-        let mut out = Stdout::new();
-        out.line(format!("metadata {uri}").as_bytes())?;
+    // Each bookie's own runtime (see `bookie_runtime`), shut down once the bookies stopped.
+    let mut bookie_runtimes = Vec::new();
+    let result = runtime.block_on(run_cluster(&args, &dir, &uri, &mut bookie_runtimes));
+    for rt in bookie_runtimes {
+        rt.shutdown_timeout(Duration::from_secs(10));
+    }
+    result
+}
 
-        let mut nodes: Vec<BookieNode> = Vec::new();
-        let db = dir.join("metadata.db");
-        // The first bookie's dashboard shows the in-process worker once it runs.
-        let worker = folio_http::WorkerSlot::default();
-        let started = start_bookies(&args, &dir, &uri, &db, &mut nodes, &mut out, &worker).await;
-        // Autorecovery on its own session, as `folio autorecovery` would run it.
-        let mut autorecovery = None;
-        let started = match started {
+async fn run_cluster(
+    args: &StandaloneArgs,
+    dir: &std::path::Path,
+    uri: &str,
+    bookie_runtimes: &mut Vec<tokio::runtime::Runtime>,
+) -> anyhow::Result<()> {
+    let mut signals = Signals::listen()?;
+    let store = metadata_connect::connect(uri, Missing::Create).await?;
+    if let Err(e) = store.read_cluster().await {
+        if !e.is_not_found() {
+            return Err(anyhow::Error::new(e).context("cannot read the cluster"));
+        }
+        match store.init_cluster().await {
+            Ok(_) | Err(folio_metadata::MetadataError::AlreadyExists { .. }) => {}
+            Err(e) => {
+                return Err(anyhow::Error::new(e).context("cannot initialise the cluster"));
+            }
+        }
+    }
+    let mut out = Stdout::new();
+    out.line(format!("metadata {uri}").as_bytes())?;
+
+    let mut nodes: Vec<(BookieNode, tokio::runtime::Handle)> = Vec::new();
+    // The first bookie's dashboard shows the in-process worker once it runs.
+    let worker = folio_http::WorkerSlot::default();
+    let started = start_bookies(
+        args,
+        dir,
+        uri,
+        &mut nodes,
+        bookie_runtimes,
+        &mut out,
+        &worker,
+    )
+    .await;
+    // Autorecovery on its own session, as `folio autorecovery` would run it.
+    let mut autorecovery = None;
+    let started = match started {
+        Ok(()) => {
+            async {
+                let session = metadata_connect::connect(uri, Missing::Create).await?;
+                let id = folio_types::BookieId::new(format!("localhost:{}", args.port))?;
+                let config = folio_autorecovery::AutoRecoveryConfig {
+                    // In the bookies' process: BookKeeper's embedded names.
+                    metrics_prefix: "replication_".into(),
+                    ..Default::default()
+                };
+                let ar = crate::autorecovery_cmd::AutoRecovery::start(session.clone(), id, config)
+                    .await?;
+                let _ = worker.set(ar.worker.status().clone());
+                autorecovery = Some((ar, session));
+                out.line(b"autorecovery running")
+            }
+            .await
+        }
+        Err(e) => Err(e),
+    };
+    let result = match started {
+        Ok(()) => match out.line(b"ready") {
             Ok(()) => {
-                async {
-                    let session = metadata_connect::connect(&uri, Missing::Create).await?;
-                    let id = folio_types::BookieId::new(format!("localhost:{}", args.port))?;
-                    let config = folio_autorecovery::AutoRecoveryConfig {
-                        // In the bookies' process: BookKeeper's embedded names.
-                        metrics_prefix: "replication_".into(),
-                        ..Default::default()
-                    };
-                    let ar =
-                        crate::autorecovery_cmd::AutoRecovery::start(session.clone(), id, config)
-                            .await?;
-                    let _ = worker.set(ar.worker.status().clone());
-                    autorecovery = Some((ar, session));
-                    out.line(b"autorecovery running")
-                }
-                .await
+                signals.wait().await;
+                Ok(())
             }
             Err(e) => Err(e),
-        };
-        let result = match started {
-            Ok(()) => match out.line(b"ready") {
-                Ok(()) => {
-                    signals.wait().await;
-                    Ok(())
-                }
-                Err(e) => Err(e),
-            },
-            Err(e) => Err(e),
-        };
-        if let Some((ar, session)) = autorecovery.take() {
-            ar.stop().await;
-            let _ = session.close().await;
+        },
+        Err(e) => Err(e),
+    };
+    if let Some((ar, session)) = autorecovery.take() {
+        ar.stop().await;
+        let _ = session.close().await;
+    }
+    // Stop in reverse order of start, whatever happened; report the first failure.
+    let mut stop_error = None;
+    while let Some((node, on)) = nodes.pop() {
+        let id = node.bookie_id().clone();
+        let stopped = on
+            .spawn(node.shutdown())
+            .await
+            .map_err(anyhow::Error::new)
+            .and_then(|r| r.map_err(anyhow::Error::new));
+        if let Err(e) = stopped {
+            stop_error.get_or_insert(e.context(format!("bookie {id}")));
         }
-        // Stop in reverse order of start, whatever happened; report the first failure.
-        let mut stop_error = None;
-        while let Some(node) = nodes.pop() {
-            let id = node.bookie_id().clone();
-            if let Err(e) = node.shutdown().await {
-                stop_error.get_or_insert(anyhow::Error::new(e).context(format!("bookie {id}")));
-            }
-        }
-        let _ = store.close().await;
-        result?;
-        if let Some(e) = stop_error {
-            return Err(e);
-        }
-        out.line(b"stopped")
-    })
+    }
+    let _ = store.close().await;
+    result?;
+    if let Some(e) = stop_error {
+        return Err(e);
+    }
+    out.line(b"stopped")
+}
+
+/// A runtime of its own for bookie `i`, so that its metrics are told apart from the other
+/// bookies' of this process: every thread of it (workers, blocking threads, and the threads
+/// the bookie starts from them) carries the bookie's `bookie` label
+/// (`folio_env::metric_label`), which the metrics recorder adds to what it records there.
+fn bookie_runtime(i: u16, label: Arc<str>) -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name(format!("bookie-{i}"))
+        .on_thread_start(move || folio_env::metric_label::set(Some(label.clone())))
+        .build()
+        .with_context(|| format!("cannot start the runtime of bookie {i}"))
 }
 
 async fn start_bookies(
     args: &StandaloneArgs,
     dir: &std::path::Path,
     uri: &str,
-    db: &std::path::Path,
-    nodes: &mut Vec<BookieNode>,
+    nodes: &mut Vec<(BookieNode, tokio::runtime::Handle)>,
+    runtimes: &mut Vec<tokio::runtime::Runtime>,
     out: &mut Stdout,
     worker: &folio_http::WorkerSlot,
 ) -> anyhow::Result<()> {
     // BK_<key> variables reach every bookie (BK_diskUsageThreshold=0.99 on a full laptop
     // disk, say); the standalone's own settings below win over them.
     let base = crate::bookie_cmd::load_config(None)?;
+    let db = dir.join("metadata.db");
     for i in 0..args.bookies {
         let config = BookieConfig {
             listen_address: "127.0.0.1".into(),
@@ -227,7 +270,7 @@ async fn start_bookies(
             ..base.clone()
         };
         let session_timeout = Duration::from_millis(config.metadata_session_timeout_ms);
-        let session = bookie_session(db, session_timeout)
+        let session = bookie_session(&db, session_timeout)
             .await
             .with_context(|| format!("cannot connect to metadata service {uri}"))?;
         // The first bookie's endpoint (the one a user opens) reads ledgers through a client
@@ -241,23 +284,40 @@ async fn start_bookies(
         let admin = folio_http::BookieAdmin::from_config(&config, reader)
             .map_err(|e| anyhow::anyhow!(e))?
             .with_worker(worker.clone());
-        let node = BookieNode::start_with_admin(
-            &folio_env::Env::real(),
-            config,
-            Some(MetadataAccess {
-                store: session,
-                connector: connector(db.to_owned(), session_timeout),
-                init_cluster_if_missing: true,
-            }),
-            Some(&admin),
-        )
-        .await
-        .with_context(|| format!("cannot start bookie {i}"))?;
+        // Its metrics' `bookie` label: its id, or where that is known only once its port is
+        // bound (`--port 0`), its data directory's name.
+        let label: Arc<str> = if config.port == 0 {
+            format!("bookie-{i}").into()
+        } else {
+            folio_bookie::bookie_address::bookie_id_text(&config, config.port).into()
+        };
+        let runtime = bookie_runtime(i, label)?;
+        let on = runtime.handle().clone();
+        runtimes.push(runtime);
+        let metadata = MetadataAccess {
+            store: session,
+            connector: connector(db.clone(), session_timeout),
+            init_cluster_if_missing: true,
+        };
+        let node = on
+            .spawn(async move {
+                BookieNode::start_with_admin(
+                    &folio_env::Env::real(),
+                    config,
+                    Some(metadata),
+                    Some(&admin),
+                )
+                .await
+            })
+            .await
+            .map_err(anyhow::Error::new)
+            .and_then(|r| r.map_err(anyhow::Error::new))
+            .with_context(|| format!("cannot start bookie {i}"))?;
         out.line(format!("bookie {}", node.bookie_id()).as_bytes())?;
         if let Some(http) = node.http_addr() {
             out.line(format!("http {http}").as_bytes())?;
         }
-        nodes.push(node);
+        nodes.push((node, on));
     }
     Ok(())
 }

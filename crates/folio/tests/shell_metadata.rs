@@ -3,6 +3,7 @@
 //! through the folio-metadata API (the bookie's registration stays alive while this
 //! test's session does).
 
+use folio_metadata::prelude::*;
 use std::process::{Command, Output};
 
 use folio_metadata::sqlite::{SqliteMetadataStore, SqliteOptions};

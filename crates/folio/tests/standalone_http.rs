@@ -554,3 +554,84 @@ fn a_recover_run_elsewhere_shows_its_progress_and_goes_with_its_process() {
     }
     sa.stop();
 }
+
+/// Each `bookie <id>` line standalone printed with the `http <addr>` line after it.
+fn bookie_endpoints(sa: &Standalone) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let mut id = None;
+    for line in &sa.proc.seen {
+        if let Some(b) = line.strip_prefix("bookie ") {
+            id = Some(b.to_owned());
+        } else if let (Some(h), Some(b)) = (line.strip_prefix("http "), id.take()) {
+            out.push((b, h.to_owned()));
+        }
+    }
+    out
+}
+
+/// The successful adds a `/metrics` text counts under BookKeeper's name for `bookie`.
+fn adds_of(metrics: &str, bookie: &str) -> u64 {
+    metrics
+        .lines()
+        .filter(|l| l.starts_with("bookkeeper_server_ADD_ENTRY_REQUEST_count{"))
+        .filter(|l| l.contains(&format!("bookie=\"{bookie}\"")) && l.contains("success=\"true\""))
+        .map(|l| l.rsplit(' ').next().unwrap().parse::<u64>().unwrap())
+        .sum()
+}
+
+#[test]
+fn each_standalone_bookie_shows_its_own_metrics_under_its_label() {
+    let dir = tempfile::tempdir().unwrap();
+    let sa = Standalone::start(dir.path(), 2);
+    let endpoints = bookie_endpoints(&sa);
+    assert_eq!(endpoints.len(), 2, "{:?}", sa.proc.seen);
+    // Three entries on one bookie only.
+    let (_, meta) = sa.write_ledger(&["-e", "1", "-w", "1", "-a", "1"], b"one\ntwo\nthree\n");
+    let (_, ensemble) = meta["ensembles"]
+        .as_object()
+        .and_then(|e| e.iter().next())
+        .unwrap_or_else(|| panic!("{meta}"));
+    let writer = ensemble[0].as_str().unwrap().to_owned();
+    for (bookie, addr) in &endpoints {
+        let (status, metrics) = http(addr, "GET", "/metrics");
+        assert_eq!(status, 200, "{metrics}");
+        // Its own series only, each under its label (from its runtime's threads and from
+        // the threads it starts, such as the journal's); unlabelled are only the process's
+        // in-process autorecovery's.
+        for line in metrics
+            .lines()
+            .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        {
+            if line.contains("bookie=\"") {
+                assert!(
+                    line.contains(&format!("bookie=\"{bookie}\"")),
+                    "bookie {bookie}'s /metrics shows another's series: {line}"
+                );
+            } else {
+                assert!(
+                    line.starts_with("replication_") || line.starts_with("folio_autorecovery_"),
+                    "bookie {bookie}'s /metrics has an unlabelled series: {line}"
+                );
+            }
+        }
+        assert!(
+            metrics.contains(&format!("bookie_SERVER_STATUS{{bookie=\"{bookie}\"}} 1")),
+            "bookie {bookie}: no labelled server status in {metrics}"
+        );
+        let adds = adds_of(&metrics, bookie);
+        if *bookie == writer {
+            assert_eq!(adds, 3, "bookie {bookie} took the ledger's adds: {metrics}");
+            // Recorded on its journal thread.
+            assert!(
+                metrics
+                    .lines()
+                    .any(|l| l.starts_with("bookie_journal_JOURNAL_ADD_ENTRY_count{")
+                        && l.contains(&format!("bookie=\"{bookie}\""))),
+                "bookie {bookie}: no labelled journal adds in {metrics}"
+            );
+        } else {
+            assert_eq!(adds, 0, "bookie {bookie} took no add: {metrics}");
+        }
+    }
+    sa.stop();
+}

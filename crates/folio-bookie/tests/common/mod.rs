@@ -3,6 +3,7 @@
 
 #![allow(dead_code)] // each test binary uses a different subset
 
+use folio_metadata::prelude::*;
 use std::net::SocketAddr;
 use std::time::Duration;
 

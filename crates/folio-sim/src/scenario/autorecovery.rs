@@ -13,6 +13,7 @@
 //! every ledger (those that named the lost bookie and the others) for every entry of every
 //! fragment: each must return it with a valid digest.
 
+use folio_metadata::prelude::*;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -22,7 +23,6 @@ use folio_autorecovery::{
     Auditor, AuditorStatus, AutoRecoveryConfig, Worker, WorkerStatus, fragments,
 };
 use folio_client::ReplicaAnswer;
-use folio_metadata::MetadataStore;
 use folio_metadata::mem::MemMetadataStore;
 use folio_proto::DigestManager;
 use folio_types::metadata::DigestType;

@@ -166,10 +166,11 @@ impl Journal {
                 let syncer = w.sync_through(Arc::clone(&queue));
                 stepped.push((queue, Mutex::new(syncer)));
             }
-            let t = std::thread::Builder::new()
-                .name(format!("journal-{i}"))
-                .spawn(move || w.run())
-                .map_err(|e| StorageError::io("spawn journal thread", shared.dir.clone(), e))?;
+            let t = folio_env::metric_label::spawn(
+                std::thread::Builder::new().name(format!("journal-{i}")),
+                move || w.run(),
+            )
+            .map_err(|e| StorageError::io("spawn journal thread", shared.dir.clone(), e))?;
             threads.push(t);
             dirs.push(shared);
         }

@@ -93,9 +93,9 @@ impl Reaper {
             tracing::error!("a journal file reaper thread panicked");
         }
         let stop = Arc::clone(&self.stop);
-        let spawned = std::thread::Builder::new()
-            .name("journal-reaper".into())
-            .spawn(move || {
+        let spawned = folio_env::metric_label::spawn(
+            std::thread::Builder::new().name("journal-reaper".into()),
+            move || {
                 for p in files {
                     let mut between = || {
                         std::thread::sleep(PAUSE);
@@ -112,7 +112,8 @@ impl Reaper {
                         ),
                     }
                 }
-            });
+            },
+        );
         match spawned {
             Ok(t) => *running = Some(t),
             Err(e) => tracing::warn!("could not start the journal file reaper: {e}"),

@@ -436,7 +436,7 @@ impl Writer {
             let q = Arc::clone(&queue);
             let started = std::thread::Builder::new()
                 .name(name)
-                .spawn_scoped(s, move || q.run(syncer));
+                .spawn_scoped(s, folio_env::metric_label::carry(move || q.run(syncer)));
             if let Err(e) = started {
                 // Without the thread the journal still works, syncing inline.
                 tracing::warn!("cannot start the journal's force-write thread: {e}");
