@@ -186,12 +186,16 @@ impl Run {
 }
 
 /// Runs the seeded workload; returns the run (storage still open).
-/// How many disk operations a fault-free workload takes, to aim faults inside it.
+/// How many disk operations a fault-free workload takes (up to its last answer, not
+/// counting the shutdown's final checkpoint), to aim faults inside it. The count varies
+/// a little from run to run (how adds share group commits depends on thread timing), so
+/// callers aim well inside it.
 fn workload_ops(seed: u64, steps: usize) -> u64 {
     let fs = SimFileSystem::new();
     let run = workload(&fs, seed, steps, config(false, Duration::ZERO));
+    let ops = fs.ops();
     run.storage.shutdown();
-    fs.ops()
+    ops
 }
 
 fn workload(fs: &SimFileSystem, seed: u64, steps: usize, cfg: StorageConfig) -> Run {
@@ -508,7 +512,12 @@ fn periodic_checkpoints_during_the_workload_keep_everything() {
 
 #[test]
 fn after_a_failed_fsync_nothing_more_is_acknowledged() {
-    let total = workload_ops(3, 150);
+    // The fewest operations of a few runs (they vary by 15% or more on a loaded machine:
+    // the faults below once landed past a shorter run's end and never hit).
+    let total = (0..5)
+        .map(|_| workload_ops(3, 150))
+        .min()
+        .expect("five runs");
     // Aimed inside the workload, past the open (creating the index takes syncs too).
     let opened = {
         let fs = SimFileSystem::new();
@@ -516,7 +525,7 @@ fn after_a_failed_fsync_nothing_more_is_acknowledged() {
         fs.ops()
     };
     let work = total - opened;
-    for after in [opened + work / 10, opened + work / 3, opened + work * 2 / 3] {
+    for after in [opened + work / 10, opened + work / 3, opened + work / 2] {
         let fs = SimFileSystem::new();
         fs.capture_every_op(CrashMode::Torn { seed: after });
         fs.inject(Fault::SyncEio { after_ops: after });
