@@ -73,6 +73,8 @@ import org.junit.jupiter.api.TestMethodOrder;
 class AutoRecoveryMixedTest {
     static final int ENTRIES = 300;
     static final String UR = "/underreplication";
+    /** Seconds a repair may take (generous: the machine is shared); lower only to see a failure sooner. */
+    static final int REPAIR_TIMEOUT = Integer.getInteger("folio.repairTimeout", 900);
 
     static Path work;
     static ZooKeeper zk;
@@ -536,7 +538,7 @@ class AutoRecoveryMixedTest {
 
     /** Waits until the ledger's metadata no longer names {@code lost} and its mark is gone. */
     static void waitRepaired(long id, String lost) throws Exception {
-        waitUntil("ledger " + id + " re-replicated off " + lost + " and its mark cleared", 900,
+        waitUntil("ledger " + id + " re-replicated off " + lost + " and its mark cleared", REPAIR_TIMEOUT,
                 () -> !bookiesOf(metadata(id)).contains(lost) && urm.getLedgerUnreplicationInfo(id) == null);
     }
 
@@ -564,6 +566,7 @@ class AutoRecoveryMixedTest {
                         int colon = b.lastIndexOf(':');
                         s = new Socket(b.substring(0, colon), Integer.parseInt(b.substring(colon + 1)));
                         s.setSoTimeout(120_000);
+                        s.setTcpNoDelay(true);
                         sockets.put(b, s);
                     }
                     byte[] body = readFrom(s, id, entry);
@@ -606,7 +609,18 @@ class AutoRecoveryMixedTest {
         r.setHeader().setVersion(ProtocolVersion.VERSION_THREE).setOperation(OperationType.READ_ENTRY)
                 .setTxnId(txn++);
         r.setReadRequest().setLedgerId(ledger).setEntryId(entry);
-        Response resp = MixedClusterTest.exchange(s, r.toByteArray());
+        // One write per frame, no Nagle: thousands of reads back to back.
+        byte[] body = r.toByteArray();
+        java.io.ByteArrayOutputStream frame = new java.io.ByteArrayOutputStream(body.length + 4);
+        new java.io.DataOutputStream(frame).writeInt(body.length);
+        frame.write(body);
+        s.getOutputStream().write(frame.toByteArray());
+        s.getOutputStream().flush();
+        java.io.DataInputStream in = new java.io.DataInputStream(s.getInputStream());
+        byte[] answer = new byte[in.readInt()];
+        in.readFully(answer);
+        Response resp = new Response();
+        resp.parseFrom(answer);
         StatusCode st = resp.getReadResponse().getStatus();
         if (st == StatusCode.ENOENTRY || st == StatusCode.ENOLEDGER) {
             return null;
