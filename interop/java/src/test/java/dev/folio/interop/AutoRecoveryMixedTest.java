@@ -492,7 +492,18 @@ class AutoRecoveryMixedTest {
     // ---------------------------------------------------------------- ledgers and marks
 
     static long write(int entries) throws Exception {
-        LedgerHandle lh = bk.createLedger(3, 2, 2, DigestType.CRC32C, FolioCluster.PASSWORD);
+        // The client learns of a bookie that just registered a little later than the admin saw it.
+        LedgerHandle lh = null;
+        for (int attempt = 0; lh == null; attempt++) {
+            try {
+                lh = bk.createLedger(3, 2, 2, DigestType.CRC32C, FolioCluster.PASSWORD);
+            } catch (org.apache.bookkeeper.client.BKException.BKNotEnoughBookiesException e) {
+                if (attempt >= 300) {
+                    throw e;
+                }
+                Thread.sleep(200);
+            }
+        }
         long id = lh.getId();
         LEDGERS.add(id);
         List<java.util.concurrent.CompletableFuture<Long>> acks = new ArrayList<>();
