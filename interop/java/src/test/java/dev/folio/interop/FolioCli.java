@@ -32,12 +32,21 @@ final class FolioCli implements AutoCloseable {
     }
 
     private FolioCli(String metadataUri, List<String> args) throws IOException {
+        this(metadataUri, args, null, java.util.Map.of());
+    }
+
+    private FolioCli(String metadataUri, List<String> args, java.nio.file.Path stderr,
+            java.util.Map<String, String> env) throws IOException {
         List<String> cmd = new ArrayList<>();
         cmd.add(FolioCluster.folioBin().toString());
         cmd.add("--metadata");
         cmd.add(metadataUri);
         cmd.addAll(args);
-        process = new ProcessBuilder(cmd).redirectError(ProcessBuilder.Redirect.INHERIT).start();
+        ProcessBuilder pb = new ProcessBuilder(cmd);
+        pb.environment().putAll(env);
+        pb.redirectError(stderr == null ? ProcessBuilder.Redirect.INHERIT
+                : ProcessBuilder.Redirect.appendTo(stderr.toFile()));
+        process = pb.start();
         stdin = new BufferedWriter(new OutputStreamWriter(process.getOutputStream(), StandardCharsets.UTF_8));
         Thread reader = new Thread(() -> {
             try (BufferedReader r = new BufferedReader(
@@ -57,6 +66,12 @@ final class FolioCli implements AutoCloseable {
 
     static FolioCli start(String... args) throws IOException {
         return new FolioCli(List.of(args));
+    }
+
+    /** The CLI with extra environment variables, its stderr appended to {@code stderr}. */
+    static FolioCli startLogged(java.nio.file.Path stderr, java.util.Map<String, String> env, String... args)
+            throws IOException {
+        return new FolioCli(FolioCluster.folioMetadataUri(), List.of(args), stderr, env);
     }
 
     /** The CLI against another cluster's metadata ({@code --metadata uri}). */

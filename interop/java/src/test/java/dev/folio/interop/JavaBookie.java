@@ -22,12 +22,16 @@ final class JavaBookie implements AutoCloseable {
     final Path dir;
     final int port;
     final String id;
+    private final String metadataUri;
+    private final List<String> extraConf;
     private Process process;
 
-    private JavaBookie(Path dir, int port) {
+    private JavaBookie(Path dir, int port, String metadataUri, List<String> extraConf) {
         this.dir = dir;
         this.port = port;
         this.id = "127.0.0.1:" + port;
+        this.metadataUri = metadataUri;
+        this.extraConf = extraConf;
     }
 
     static int freePort() throws IOException {
@@ -38,7 +42,12 @@ final class JavaBookie implements AutoCloseable {
 
     /** Writes the bookie's configuration under {@code dir} and starts it; does not wait. */
     static JavaBookie start(Path dir) throws IOException {
-        JavaBookie b = new JavaBookie(dir, freePort());
+        return start(dir, FolioCluster.javaMetadataUri(), List.of());
+    }
+
+    /** As {@link #start(Path)}, on another cluster ({@code zk+null://...}), with extra configuration lines. */
+    static JavaBookie start(Path dir, String metadataUri, List<String> extraConf) throws IOException {
+        JavaBookie b = new JavaBookie(dir, freePort(), metadataUri, extraConf);
         b.launch();
         return b;
     }
@@ -46,12 +55,12 @@ final class JavaBookie implements AutoCloseable {
     private void launch() throws IOException {
         Files.createDirectories(dir.resolve("journal"));
         Files.createDirectories(dir.resolve("ledgers"));
-        String conf = String.join("\n",
+        List<String> lines = new ArrayList<>(List.of(
                 "bookiePort=" + port,
                 "advertisedAddress=127.0.0.1",
                 "allowLoopback=true",
                 "useHostNameAsBookieID=false",
-                "metadataServiceUri=" + FolioCluster.javaMetadataUri(),
+                "metadataServiceUri=" + metadataUri,
                 "zkTimeout=30000",
                 "journalDirectories=" + dir.resolve("journal"),
                 "ledgerDirectories=" + dir.resolve("ledgers"),
@@ -65,8 +74,10 @@ final class JavaBookie implements AutoCloseable {
                 "diskUsageWarnThreshold=0.998",
                 "diskUsageLwmThreshold=0.998",
                 "httpServerEnabled=false",
-                "autoRecoveryDaemonEnabled=false",
-                "");
+                "autoRecoveryDaemonEnabled=false"));
+        lines.addAll(extraConf);
+        lines.add("");
+        String conf = String.join("\n", lines);
         Path confFile = dir.resolve("bk.conf");
         Files.writeString(confFile, conf);
         List<String> cmd = new ArrayList<>();

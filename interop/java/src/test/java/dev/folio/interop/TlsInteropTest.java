@@ -217,4 +217,135 @@ class TlsInteropTest {
             }
         }
     }
+
+    /**
+     * A mixed TLS cluster (issue 19): two Apache BookKeeper 4.18.2 bookies (child JVMs, JDK TLS
+     * provider, PEM key and trust store, {@code tlsClientAuthentication}, {@code BookieAuthZFactory}
+     * with {@code authorizedRoles = app}) and two Folio bookies with the same settings, under a
+     * fresh root. E4/Qw3/Qa2 ledgers span all four: the Java client (v3 wire) and Folio's client
+     * ({@code folio ledger write --tls-*}) each write one, and each reads both back byte for byte.
+     * Without a client certificate, and with an unauthorized one, no add is acknowledged.
+     */
+    @Test
+    void mixedTlsClusterWithClientAuthentication() throws Exception {
+        Path work = FolioCluster.workDir().resolve("tls-mixed-" + System.nanoTime());
+        Path certs = Files.createDirectories(work.resolve("certs"));
+        ca(certs, "bookies-ca");
+        ca(certs, "clients-ca");
+        leaf(certs, "bookies-ca", "bookie", "/CN=127.0.0.1", "IP:127.0.0.1,DNS:localhost");
+        leaf(certs, "clients-ca", "app", "/CN=java-client/OU=0:app", "DNS:java-client");
+        leaf(certs, "clients-ca", "guest", "/CN=guest/OU=0:guest", "DNS:guest");
+        String root = newRoot("tls-mixed");
+        String folioUri = "zk://" + FolioCluster.zk() + root;
+        List<String> javaTls = List.of(
+                "tlsProviderFactoryClass=org.apache.bookkeeper.tls.TLSContextFactory",
+                "tlsProvider=JDK",
+                "tlsKeyStoreType=PEM",
+                "tlsKeyStore=" + certs.resolve("bookie.key"),
+                "tlsCertificatePath=" + certs.resolve("bookie.pem"),
+                "tlsTrustStoreType=PEM",
+                "tlsTrustStore=" + certs.resolve("clients-ca.pem"),
+                "tlsClientAuthentication=true",
+                "bookieAuthProviderFactoryClass=org.apache.bookkeeper.tls.BookieAuthZFactory",
+                "authorizedRoles=app");
+        List<TlsBookie> folio = new ArrayList<>();
+        List<JavaBookie> java = new ArrayList<>();
+        try {
+            for (int i = 1; i <= 2; i++) {
+                folio.add(new TlsBookie(folioUri, work.resolve("folio-bookie" + i),
+                        bookieTls(certs, "bookie", "clients-ca")));
+                java.add(JavaBookie.start(work.resolve("java-bookie" + i), "zk+null://" + FolioCluster.zk() + root,
+                        javaTls));
+            }
+            ClientConfiguration plainAdmin = FolioCluster.conf(false);
+            plainAdmin.setMetadataServiceUri("zk+null://" + FolioCluster.zk() + root);
+            try (org.apache.bookkeeper.client.BookKeeperAdmin admin =
+                    new org.apache.bookkeeper.client.BookKeeperAdmin(plainAdmin)) {
+                for (JavaBookie b : java) {
+                    b.awaitRegistered(admin);
+                }
+            }
+            java.util.Set<String> all = new java.util.HashSet<>();
+            folio.forEach(b -> all.add(b.id));
+            java.forEach(b -> all.add(b.id));
+            String[] tlsFlags = {"--tls-ca", certs.resolve("bookies-ca.pem").toString(),
+                "--tls-cert", certs.resolve("app.pem").toString(),
+                "--tls-key", certs.resolve("app.key").toString()};
+            int count = 200;
+
+            // The Java client writes over TLS to all four.
+            long javaSeed = System.nanoTime();
+            long javaLedger;
+            try (BookKeeper bk = new BookKeeper(tlsConf(root, certs, false, "app"))) {
+                LedgerHandle lh = bk.createLedger(4, 3, 2, DigestType.CRC32C, FolioCluster.PASSWORD);
+                javaLedger = lh.getId();
+                RoundTripTest.appendAll(lh, javaSeed, count);
+                lh.close();
+                assertEquals(all, ensembleOf(bk, javaLedger));
+            }
+
+            // Folio's client writes over TLS to all four.
+            long folioLedger;
+            try (FolioCli w = FolioCli.startOn(folioUri, concat(new String[] {"ledger", "write", "-e", "4", "-w", "3",
+                "-a", "2", "--digest", "crc32c", "--password", FolioCli.PASSWORD, "--hex"}, tlsFlags))) {
+                folioLedger = Long.parseLong(w.expect("ledger"));
+                for (int i = 0; i < count; i++) {
+                    w.writeEntry(FolioCluster.payload(folioLedger, i));
+                }
+                w.stdin.close();
+                for (int i = 0; i < count; i++) {
+                    assertEquals(Integer.toString(i), w.expect("acked"));
+                }
+                assertEquals(Integer.toString(count - 1), w.expect("closed"));
+                assertEquals(0, w.waitFor());
+            }
+
+            // Each client reads both ledgers back over TLS.
+            try (BookKeeper bk = new BookKeeper(tlsConf(root, certs, false, "app"))) {
+                assertEquals(all, ensembleOf(bk, folioLedger));
+                RoundTripTest.readAllBack(bk.openLedger(javaLedger, DigestType.CRC32C, FolioCluster.PASSWORD),
+                        javaSeed, count);
+                RoundTripTest.readAllBack(bk.openLedger(folioLedger, DigestType.CRC32C, FolioCluster.PASSWORD),
+                        folioLedger, count);
+            }
+            for (long[] l : new long[][] {{javaLedger, javaSeed}, {folioLedger, folioLedger}}) {
+                List<byte[]> read = FolioCli.readLedgerOn(folioUri, l[0], tlsFlags);
+                assertEquals(count, read.size());
+                for (int i = 0; i < count; i++) {
+                    assertArrayEquals(FolioCluster.payload(l[1], i), read.get(i), "ledger " + l[0] + " entry " + i);
+                }
+            }
+
+            // The bookies refuse the Java client without an authorized certificate.
+            for (String cert : new String[] {null, "guest"}) {
+                try (BookKeeper bk = new BookKeeper(tlsConf(root, certs, false, cert))) {
+                    LedgerHandle lh = bk.createLedger(4, 3, 2, DigestType.CRC32C, FolioCluster.PASSWORD);
+                    assertThrows(BKException.class, () -> lh.addEntry(new byte[] {1, 2, 3}),
+                            "an add without an authorized client certificate was acknowledged (" + cert + ")");
+                }
+            }
+        } finally {
+            for (TlsBookie b : folio) {
+                b.close();
+            }
+            for (JavaBookie b : java) {
+                b.stop();
+            }
+        }
+    }
+
+    static java.util.Set<String> ensembleOf(BookKeeper bk, long id) throws Exception {
+        java.util.Set<String> s = new java.util.HashSet<>();
+        for (java.util.List<org.apache.bookkeeper.net.BookieId> e
+                : bk.getLedgerManager().readLedgerMetadata(id).get().getValue().getAllEnsembles().values()) {
+            e.forEach(b -> s.add(b.toString()));
+        }
+        return s;
+    }
+
+    static String[] concat(String[] a, String[] b) {
+        String[] out = java.util.Arrays.copyOf(a, a.length + b.length);
+        System.arraycopy(b, 0, out, a.length, b.length);
+        return out;
+    }
 }
