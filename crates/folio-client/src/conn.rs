@@ -138,11 +138,6 @@ struct Conn {
     /// bookie): no more are sent on it. A new connection asks again (the bookie may have
     /// been upgraded meanwhile).
     write_close_unsupported: std::sync::atomic::AtomicBool,
-    /// The bookie left a GetListOfEntriesOfLedger unanswered (or answered EBADREQ) on this
-    /// connection: a Java bookie with DbLedgerStorage, BookKeeper's default storage, never
-    /// answers one (its request thread throws UnsupportedOperationException). No more are
-    /// sent on it; a new connection asks again.
-    entry_lists_unsupported: std::sync::atomic::AtomicBool,
     /// Whole frames, each in one or two pieces (a large add's body is its own piece).
     frames: mpsc::UnboundedSender<FramePieces>,
     reader: JoinHandle<()>,
@@ -354,35 +349,6 @@ impl Bookies {
         }
     }
 
-    /// A GetListOfEntriesOfLedger request (`req`) to `bookie`, as [`Bookies::call`]. A
-    /// bookie that leaves one unanswered within `timeout` (a Java bookie with DbLedgerStorage
-    /// never answers) or answers EBADREQ is remembered on the connection: later ones on it
-    /// fail at once with `Status(BadRequest)`, and the caller falls back to reading entries
-    /// (as BookKeeper's ledger checker does), instead of waiting out the timeout each time.
-    pub async fn entry_list(
-        &self,
-        bookie: &BookieId,
-        req: pb::Request,
-        timeout: Duration,
-    ) -> Result<pb::Response, RpcError> {
-        let ch = self.channel(bookie);
-        let (conn, _) = tokio::time::timeout(timeout, self.connection(&ch))
-            .await
-            .map_err(|_| RpcError::Timeout)??;
-        if conn.entry_lists_unsupported.load(Ordering::Relaxed) {
-            return Err(RpcError::Status(Status::BadRequest));
-        }
-        let r = self.call(bookie, req, timeout).await;
-        if matches!(
-            r,
-            Err(RpcError::Timeout) | Err(RpcError::Status(Status::BadRequest))
-        ) {
-            tracing::debug!(%bookie, "bookie does not answer GetListOfEntriesOfLedger; not asking it again on this connection");
-            conn.entry_lists_unsupported.store(true, Ordering::Relaxed);
-        }
-        r
-    }
-
     /// Sends `req` on `conn` with a new txn id and waits for its response.
     async fn exchange(
         &self,
@@ -524,7 +490,6 @@ fn spawn_conn(stream: Box<dyn Stream>, bookie: BookieId, max_frame: usize) -> Co
     Conn {
         shared,
         write_close_unsupported: std::sync::atomic::AtomicBool::new(false),
-        entry_lists_unsupported: std::sync::atomic::AtomicBool::new(false),
         frames,
         reader,
     }
@@ -785,58 +750,6 @@ mod tests {
         .await;
         assert_eq!(b.write_close(&id, 1, &[0; 20], t).await, Ok(true));
         assert_eq!(b.write_close(&id, 2, &[0; 20], t).await, Ok(true));
-    }
-
-    /// A Java bookie with DbLedgerStorage never answers GetListOfEntriesOfLedger (its request
-    /// thread throws UnsupportedOperationException): the first request times out, the next
-    /// on that connection fails at once without being sent; other requests go on.
-    #[tokio::test]
-    async fn a_bookie_leaving_entry_lists_unanswered_is_not_asked_again() {
-        let seen = Arc::new(AtomicU64::new(0));
-        let counted = seen.clone();
-        let (id, _h) = serve_once(move |r| {
-            if r.get_list_of_entries_of_ledger_request.is_some() {
-                counted.fetch_add(1, Ordering::SeqCst);
-                return None;
-            }
-            Some(ok_add(&r, pb::StatusCode::Eok))
-        })
-        .await;
-        let b = bookies();
-        let list = || {
-            let mut r = pb::Request {
-                header: folio_proto::v3::request_header(
-                    OperationType::GetListOfEntriesOfLedger,
-                    0,
-                    None,
-                ),
-                ..Default::default()
-            };
-            r.get_list_of_entries_of_ledger_request =
-                Some(pb::GetListOfEntriesOfLedgerRequest { ledger_id: 1 });
-            r
-        };
-        let short = Duration::from_millis(300);
-        assert_eq!(
-            b.entry_list(&id, list(), short).await.unwrap_err(),
-            RpcError::Timeout
-        );
-        let started = std::time::Instant::now();
-        assert_eq!(
-            b.entry_list(&id, list(), Duration::from_secs(30))
-                .await
-                .unwrap_err(),
-            RpcError::Status(Status::BadRequest)
-        );
-        assert!(started.elapsed() < Duration::from_secs(5), "not waited out");
-        assert_eq!(seen.load(Ordering::SeqCst), 1, "asked once per connection");
-        b.call(
-            &id,
-            req::add(1, 0, &[0; 20], Bytes::new(), false),
-            Duration::from_secs(30),
-        )
-        .await
-        .unwrap();
     }
 
     #[tokio::test]

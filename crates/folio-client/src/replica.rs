@@ -102,7 +102,7 @@ impl Client {
         let inner = self.inner();
         match inner
             .bookies
-            .entry_list(bookie, r, inner.config.read_timeout)
+            .call(bookie, r, inner.config.read_timeout)
             .await
         {
             Ok(resp) => {
