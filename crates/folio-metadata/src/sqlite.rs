@@ -251,6 +251,17 @@ fn cluster_get(c: &Connection, k: &str) -> Result<Option<String>> {
     )
 }
 
+/// Writes a fresh cluster identity (a new instance id, the embedded layout).
+fn put_new_cluster(tx: &Transaction<'_>) -> Result<ClusterInfo> {
+    let info = ClusterInfo {
+        instance_id: crate::new_instance_id(),
+        layout: EMBEDDED_LAYOUT.to_owned(),
+    };
+    cluster_put(tx, "layout", &info.layout)?;
+    cluster_put(tx, "instance_id", &info.instance_id)?;
+    Ok(info)
+}
+
 fn cluster_put(tx: &Transaction<'_>, k: &str, v: &str) -> Result<()> {
     tx.execute(
         "INSERT OR REPLACE INTO cluster (k, v) VALUES (?1, ?2)",
@@ -654,13 +665,7 @@ impl ClusterManager for SqliteMetadataStore {
                 if cluster_get(tx, "instance_id")?.is_some() {
                     return Err(MetadataError::already_exists("cluster"));
                 }
-                let info = ClusterInfo {
-                    instance_id: crate::new_instance_id(),
-                    layout: EMBEDDED_LAYOUT.to_owned(),
-                };
-                cluster_put(tx, "layout", &info.layout)?;
-                cluster_put(tx, "instance_id", &info.instance_id)?;
-                Ok(info)
+                put_new_cluster(tx)
             })
             .await
     }
@@ -689,13 +694,7 @@ impl ClusterManager for SqliteMetadataStore {
                      DELETE FROM underreplicated; DELETE FROM ur_locks; DELETE FROM election;
                      DELETE FROM operations;",
                 )?;
-                let info = ClusterInfo {
-                    instance_id: crate::new_instance_id(),
-                    layout: EMBEDDED_LAYOUT.to_owned(),
-                };
-                cluster_put(tx, "layout", &info.layout)?;
-                cluster_put(tx, "instance_id", &info.instance_id)?;
-                Ok(info)
+                put_new_cluster(tx)
             })
             .await
     }
