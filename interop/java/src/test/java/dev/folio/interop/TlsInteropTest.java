@@ -47,6 +47,16 @@ class TlsInteropTest {
     }
 
     /** A leaf signed by CA: dir/NAME.pem and dir/NAME.key (PKCS#8). */
+    /** The CAs and leaves of a mutual-TLS cluster: a bookie certificate for 127.0.0.1, and
+     * client certificates with the authorized role "app" and the unauthorized "guest". */
+    static void mutualTlsCerts(Path certs) throws Exception {
+        ca(certs, "bookies-ca");
+        ca(certs, "clients-ca");
+        leaf(certs, "bookies-ca", "bookie", "/CN=127.0.0.1", "IP:127.0.0.1,DNS:localhost");
+        leaf(certs, "clients-ca", "app", "/CN=java-client/OU=0:app", "DNS:java-client");
+        leaf(certs, "clients-ca", "guest", "/CN=guest/OU=0:guest", "DNS:guest");
+    }
+
     static void leaf(Path dir, String ca, String name, String subject, String san) throws Exception {
         openssl(dir, "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
                 "-keyout", name + ".key", "-out", name + ".csr", "-subj", subject);
@@ -138,11 +148,7 @@ class TlsInteropTest {
     void javaClientWritesAndReadsOverMutualTls() throws Exception {
         Path work = FolioCluster.workDir().resolve("tls-" + System.nanoTime());
         Path certs = Files.createDirectories(work.resolve("certs"));
-        ca(certs, "bookies-ca");
-        ca(certs, "clients-ca");
-        leaf(certs, "bookies-ca", "bookie", "/CN=127.0.0.1", "IP:127.0.0.1,DNS:localhost");
-        leaf(certs, "clients-ca", "app", "/CN=java-client/OU=0:app", "DNS:java-client");
-        leaf(certs, "clients-ca", "guest", "/CN=guest/OU=0:guest", "DNS:guest");
+        mutualTlsCerts(certs);
         String root = newRoot("tls");
         List<TlsBookie> bookies = new ArrayList<>();
         try {
@@ -230,11 +236,7 @@ class TlsInteropTest {
     void mixedTlsClusterWithClientAuthentication() throws Exception {
         Path work = FolioCluster.workDir().resolve("tls-mixed-" + System.nanoTime());
         Path certs = Files.createDirectories(work.resolve("certs"));
-        ca(certs, "bookies-ca");
-        ca(certs, "clients-ca");
-        leaf(certs, "bookies-ca", "bookie", "/CN=127.0.0.1", "IP:127.0.0.1,DNS:localhost");
-        leaf(certs, "clients-ca", "app", "/CN=java-client/OU=0:app", "DNS:java-client");
-        leaf(certs, "clients-ca", "guest", "/CN=guest/OU=0:guest", "DNS:guest");
+        mutualTlsCerts(certs);
         String root = newRoot("tls-mixed");
         String folioUri = "zk://" + FolioCluster.zk() + root;
         List<String> javaTls = List.of(
