@@ -31,7 +31,7 @@ pub struct AutoRecoveryConfig {
     pub failed_ledger_max_backoff: Duration,
     /// The wait after a client error such as too few bookies (`rwRereplicateBackoffMs`, 5 s).
     pub rereplicate_backoff: Duration,
-    /// Entries copied at once (`rereplicationEntryBatchSize`, 10).
+    /// Entries being copied at once, a sliding window (`rereplicationEntryBatchSize`, 10).
     pub entry_batch_size: usize,
     /// Bytes per second over all copies of this process (`replicationRateByBytes`, -1 =
     /// unlimited: `None`).

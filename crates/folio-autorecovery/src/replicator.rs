@@ -60,7 +60,8 @@ pub enum RepairError {
 /// How copies are made.
 #[derive(Debug, Clone)]
 pub struct CopyOptions {
-    /// Entries copied at once (BookKeeper's `rereplicationEntryBatchSize`, 10).
+    /// Entries being copied at once, a sliding window (BookKeeper's
+    /// `rereplicationEntryBatchSize`, 10, which it copies in lock-step batches).
     pub batch_size: usize,
     /// Bytes per second, shared by every copy of this process; `None` = unthrottled
     /// (BookKeeper's `replicationRateByBytes`, -1).
@@ -151,9 +152,15 @@ pub async fn repair_replica(
     } else {
         &entries
     };
-    for batch in to_copy.chunks(options.batch_size.max(1)) {
-        let mut copies = JoinSet::new();
-        for &entry in batch {
+    // A sliding window of `batch_size` copies in flight (BookKeeper copies in lock-step
+    // batches and so waits for each batch's slowest copy with nothing else queued on the
+    // target's journal): a copy starts as soon as any earlier one is done.
+    let window = options.batch_size.max(1);
+    let mut copies = JoinSet::new();
+    let mut next = to_copy.iter().copied();
+    loop {
+        while copies.len() < window {
+            let Some(entry) = next.next() else { break };
             let mut sources: Vec<BookieId> = fragment
                 .sources(&quorum, entry, bad.position)
                 .into_iter()
@@ -177,21 +184,22 @@ pub async fn repair_replica(
                 (entry, sources, r)
             });
         }
-        while let Some(joined) = copies.join_next().await {
-            let (entry, sources, result) = joined.map_err(|e| ClientError::MetadataConflict {
-                ledger,
-                reason: format!("copy task failed: {e}"),
-            })?;
-            let bytes = result.map_err(|source| RepairError::Unreadable {
-                entry,
-                sources,
-                source,
-            })?;
-            done.entries += 1;
-            done.bytes += bytes as u64;
-            if let Some(t) = &options.throttle {
-                t.take(bytes as u64).await;
-            }
+        let Some(joined) = copies.join_next().await else {
+            break;
+        };
+        let (entry, sources, result) = joined.map_err(|e| ClientError::MetadataConflict {
+            ledger,
+            reason: format!("copy task failed: {e}"),
+        })?;
+        let bytes = result.map_err(|source| RepairError::Unreadable {
+            entry,
+            sources,
+            source,
+        })?;
+        done.entries += 1;
+        done.bytes += bytes as u64;
+        if let Some(t) = &options.throttle {
+            t.take(bytes as u64).await;
         }
     }
     if !in_place {
