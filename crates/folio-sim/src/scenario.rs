@@ -135,6 +135,9 @@ pub struct FaultCounts {
     /// Lost bookies restored by the operator's `recover` or `decommissionbookie` (runs
     /// without autorecovery).
     pub operator_restores: u64,
+    /// Runs that lost a second bookie for good after the first was restored (and read
+    /// every ledger back after restoring that one too).
+    pub second_losses: u64,
     /// Runs with a lost-bookie delay above 0, and the audits their Auditors delayed.
     pub autorecovery_delay_runs: u64,
     pub autorecovery_audits_delayed: u64,
@@ -206,6 +209,7 @@ impl FaultCounts {
         self.autorecovery_entries_copied += o.autorecovery_entries_copied;
         self.autorecovery_delay_runs += o.autorecovery_delay_runs;
         self.operator_restores += o.operator_restores;
+        self.second_losses += o.second_losses;
         self.autorecovery_audits_delayed += o.autorecovery_audits_delayed;
     }
 }
@@ -224,7 +228,7 @@ impl std::fmt::Display for FaultCounts {
              duplicate {}; autorecovery runs {} ({} with two workers, {} healed and checked): \
              auditor-kill {}, worker-kill {}, autorecovery-session-expiry {}, {} ledgers \
              repaired, {} entries copied, {} runs with a lost-bookie delay ({} audits delayed); \
-             operator recover/decommission {}",
+             operator recover/decommission {}; second bookie lost {}",
             self.crashes,
             self.power_losses,
             self.restarts,
@@ -266,7 +270,8 @@ impl std::fmt::Display for FaultCounts {
             self.autorecovery_entries_copied,
             self.autorecovery_delay_runs,
             self.autorecovery_audits_delayed,
-            self.operator_restores
+            self.operator_restores,
+            self.second_losses
         )
     }
 }
@@ -1370,10 +1375,13 @@ async fn heal(w: &World) {
 }
 
 /// After healing, every ledger recovers, closes and reads in full; then one bookie is
-/// wiped and every ledger still reads in full from the other copies.
+/// wiped and every ledger still reads in full from the other copies; then, once its copies
+/// are restored and it is back empty, a second bookie is lost for good and the same holds
+/// again (a second failure after healing loses nothing: the first repair left Qw copies).
 async fn liveness(w: &Arc<World>) {
     let ledgers = w.history.lock().ledgers.clone();
-    for (round, wipe) in [(0, false), (1, true)] {
+    let mut first_lost: Option<BookieId> = None;
+    for (round, wipe) in [(0, false), (1, true), (2, true)] {
         if wipe {
             // What every bookie holds now explains a violation found so far.
             describe(w).await;
@@ -1392,13 +1400,23 @@ async fn liveness(w: &Arc<World>) {
             // The bookie wiped mid-run, or else one now: refused by its cookie, then
             // reformatted by the operator, it starts empty; every ledger must still read
             // in full from the other copies.
+            if let Some(first) = &first_lost {
+                // The second loss: what the first one left to restore was restored (and
+                // checked); only the second bookie's copies are lost now.
+                w.note(format!(
+                    "wipe: a second bookie is lost for good ({first} was restored and is back empty)"
+                ));
+                w.forget_lost();
+            }
             let wiped = w.wiped.lock().clone();
             let id = match wiped {
                 Some(id) => id,
                 None => {
-                    let id = if w.ar.is_some() {
-                        // Lost for good: one that some ledger names, for autorecovery.
-                        let named = named_bookies(w, &ledgers).await;
+                    let id = if w.ar.is_some() || first_lost.is_some() {
+                        // Lost for good: one that some ledger names, for autorecovery (and
+                        // for the second loss: not the first one again).
+                        let mut named = named_bookies(w, &ledgers).await;
+                        named.retain(|b| Some(b) != first_lost.as_ref());
                         if named.is_empty() {
                             w.ids[w.rng.below(w.ids.len() as u64) as usize].clone()
                         } else {
@@ -1423,6 +1441,10 @@ async fn liveness(w: &Arc<World>) {
                 w.operator_restores(&id).await;
             }
             w.reformat(&id).await;
+            if round == 2 {
+                w.faults.lock().second_losses += 1;
+            }
+            first_lost = Some(id);
         }
         for &ledger in &ledgers {
             let who = format!("final{round}-{ledger}");

@@ -84,8 +84,13 @@ fn seeds_hold(shard: u64) {
             f.autorecovery_runs
         );
         assert_eq!(
-            f.autorecovery_heals, f.autorecovery_runs,
-            "every autorecovery run heals and checks its lost bookie"
+            f.autorecovery_heals,
+            2 * f.autorecovery_runs,
+            "every autorecovery run heals and checks its lost bookie, then a second one"
+        );
+        assert!(
+            f.second_losses >= f.autorecovery_runs,
+            "every autorecovery run loses a second bookie after the first is restored: {f}"
         );
         assert!(f.autorecovery_ledgers_repaired > 0 && f.autorecovery_entries_copied > 0);
         assert!(f.two_worker_runs > 0 && f.auditor_kills + f.worker_kills > 0);
@@ -159,7 +164,8 @@ fn fixed_seeds_hold_the_invariants() {
 
 /// Autorecovery heals the bookie each run loses for good, under kills and session
 /// expiries of its processes: the lost bookie's ledgers end with Qw copies of every entry
-/// (asked of each bookie) and their length unchanged.
+/// (asked of each bookie) and their length unchanged; then it heals a second bookie lost
+/// after the first was restored.
 #[test]
 fn autorecovery_heals_the_lost_bookie() {
     let cfg = SimConfig {
@@ -174,7 +180,9 @@ fn autorecovery_heals_the_lost_bookie() {
     for seed in (1..=8).chain([644]) {
         let o = run_checked(seed, &cfg);
         assert_eq!(o.faults.autorecovery_runs, 1, "{}", o.faults);
-        assert_eq!(o.faults.autorecovery_heals, 1, "{}", report(&o));
+        // The first lost bookie, then a second one lost after the first was restored.
+        assert_eq!(o.faults.autorecovery_heals, 2, "{}", report(&o));
+        assert_eq!(o.faults.second_losses, 1, "{}", report(&o));
         assert!(
             o.trace
                 .iter()

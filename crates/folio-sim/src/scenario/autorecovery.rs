@@ -300,6 +300,14 @@ impl World {
         self.lost_ledgers.lock().extend(named);
     }
 
+    /// Forgets the bookie lost before: its copies were restored and checked, and it is
+    /// back, reformatted, as a new bookie that repairs may now place copies on.
+    pub(super) fn forget_lost(&self) {
+        self.lost.lock().clear();
+        self.lost_ledgers.lock().clear();
+        self.lost_positions.lock().clear();
+    }
+
     /// A spare bookie stands in for the lost one.
     async fn spare_joins(&self) {
         let spare = self.spare_id();
