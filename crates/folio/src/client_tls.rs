@@ -95,9 +95,10 @@ pub fn client_tls() -> anyhow::Result<Option<ClientTls>> {
     loaded.clone().map_err(anyhow::Error::msg)
 }
 
-/// The default client configuration with the global TLS flags applied.
+/// The default client configuration with the global TLS flags applied, and the global
+/// placement flags ([`crate::client_placement`]).
 pub fn client_config() -> anyhow::Result<ClientConfig> {
-    Ok(ClientConfig {
+    crate::client_placement::apply(ClientConfig {
         tls: client_tls()?,
         ..ClientConfig::default()
     })

@@ -5,6 +5,7 @@
 mod autorecovery_cmd;
 mod bench;
 mod bookie_cmd;
+mod client_placement;
 mod client_tls;
 mod ledger_cmd;
 mod metadata_connect;
@@ -36,6 +37,10 @@ struct Cli {
     /// TLS to bookies (DESIGN.md section 4): --tls-ca, --tls-cert, --tls-key.
     #[command(flatten)]
     tls: client_tls::TlsArgs,
+
+    /// Rack-aware placement for every client: --rack-aware, --rack-mapping-file.
+    #[command(flatten)]
+    placement: client_placement::PlacementArgs,
 
     /// Log level on stderr (error, warn, info, debug, trace); FOLIO_LOG, a full filter such as
     /// "folio_bookie=debug,info", wins. Default: warn for servers, error for client commands.
@@ -126,6 +131,7 @@ fn main() {
         LogFormat::Json => logs.json().init(),
     }
     client_tls::set(cli.tls.clone());
+    client_placement::set(cli.placement.clone());
     let result: anyhow::Result<()> = match cli.command {
         Command::Version => {
             println!("folio {}", env!("CARGO_PKG_VERSION"));

@@ -316,3 +316,60 @@ fn bad_input_fails_with_one_clear_line() {
     assert!(!out.text().contains("ready"), "{}", out.text());
     sa.stop();
 }
+
+/// `--rack-mapping-file` makes every client of a command rack-aware: with three of five
+/// bookies on one rack and the other two on racks of their own, every E3/Qw3 ledger takes
+/// both lone bookies (random placement takes both in 3 of 10 ensembles); a file with a bad
+/// line fails the command, naming the file and the line.
+#[test]
+fn a_rack_mapping_file_spreads_ensembles_over_racks() {
+    let dir = tempfile::tempdir().unwrap();
+    let sa = Standalone::start(dir.path(), 5);
+    let map = dir.path().join("racks.txt");
+    let mut text = String::from("# bookie rack\n");
+    for (i, b) in sa.bookies.iter().enumerate() {
+        let rack = match i {
+            3 => "/dc/rack-2",
+            4 => "/dc/rack-3",
+            _ => "/dc/rack-1",
+        };
+        text.push_str(&format!("{b} {rack}\n"));
+    }
+    std::fs::write(&map, text).unwrap();
+    let lone = [&sa.bookies[3], &sa.bookies[4]];
+    let ensemble_of = |args: &[&str]| -> Vec<String> {
+        let mut all = vec!["-e", "3", "-w", "3", "-a", "2"];
+        all.extend_from_slice(args);
+        let (_, meta) = sa.write_ledger(&all, b"x\n");
+        let ensembles = meta["ensembles"].as_object().expect("ensembles").clone();
+        let first = ensembles.values().next().expect("one ensemble").clone();
+        first
+            .as_array()
+            .expect("an array")
+            .iter()
+            .map(|b| b.as_str().expect("a bookie id").to_owned())
+            .collect()
+    };
+    let map_arg = map.to_str().unwrap();
+    for _ in 0..6 {
+        let e = ensemble_of(&["--rack-mapping-file", map_arg]);
+        assert!(
+            lone.iter().all(|b| e.contains(b)),
+            "rack-aware ensemble {e:?} lacks one of the lone racks' bookies {lone:?}"
+        );
+    }
+    // Without the flag placement is random: some of 12 ensembles lack one of them (all 12
+    // having both by chance: 0.3^12, about 5 in 10 million).
+    let random = (0..12)
+        .filter(|_| {
+            let e = ensemble_of(&[]);
+            !lone.iter().all(|b| e.contains(b))
+        })
+        .count();
+    assert!(random > 0, "12 random ensembles all took both lone bookies");
+
+    std::fs::write(&map, format!("{} not-a-rack\n", sa.bookies[0])).unwrap();
+    sa.run(&["ledger", "write", "--rack-mapping-file", map_arg], b"x\n")
+        .fails_with("line 1");
+    sa.stop();
+}

@@ -63,7 +63,8 @@ import org.junit.jupiter.api.TestMethodOrder;
  * (a) one Auditor among both kinds, each kind taking over when the other's Auditor goes, with
  * votes byte-identical in the election znode; (b) BookKeeper's ReplicationWorker, alone,
  * re-replicates a ledger on Folio bookies only after one of them is gone for good; (c) Folio's
- * worker, alone, one on BookKeeper bookies only after one of them is gone; (d) with both kinds
+ * worker, alone, one on BookKeeper bookies only after one of them is gone, copying it to another
+ * BookKeeper bookie; (d) with both kinds
  * running, six ledgers that lose a bookie are repaired by both kinds from the one queue, and a
  * lock znode written in BookKeeper's format (its own {@code getLockData()}) keeps both away from
  * its ledger until it goes. Every repaired ledger is checked on each bookie of every write set
@@ -260,18 +261,30 @@ class AutoRecoveryMixedTest {
 
     /**
      * (c) Folio's worker (and Auditor) alone: a ledger on three BookKeeper bookies loses one for
-     * good; Folio's worker reads the BookKeeper bookies and copies their entries.
+     * good; Folio's worker reads the BookKeeper bookies and copies their entries to a fourth
+     * BookKeeper bookie, which its rack-aware placement ({@code --rack-mapping-file}: the
+     * fourth is the only bookie on a rack of its own that the ledger's write sets do not use)
+     * picks.
      */
     @Test
     @Order(3)
     void foliosWorkerRepairsALedgerOnBookKeeperBookies() throws Exception {
-        for (int i = 1; i <= 3; i++) {
+        for (int i = 1; i <= 4; i++) {
             JAVA.add(JavaBookie.start(work.resolve("java-bookie" + i)));
         }
         for (JavaBookie b : JAVA) {
             b.awaitRegistered(admin);
         }
-        FolioAutoRecovery folio = startFolioAutoRecovery("folio-autorecovery2");
+        // Folio's bookies publish no rack, so only a mapped bookie on a rack the write sets do
+        // not use is preferred: the fourth BookKeeper bookie.
+        Path racks = work.resolve("racks.txt");
+        StringBuilder map = new StringBuilder();
+        for (int i = 0; i < 4; i++) {
+            map.append(JAVA.get(i).id).append(" /dc/rack-").append(i + 1).append('\n');
+        }
+        Files.writeString(racks, map.toString());
+        FolioAutoRecovery folio = startFolioAutoRecovery("folio-autorecovery2", "--rack-mapping-file",
+                racks.toString());
         for (JavaAutoRecovery a : JAVA_AR) {
             a.stop();
         }
@@ -292,9 +305,9 @@ class AutoRecoveryMixedTest {
         assertTrue(repairedBy(folio).contains(id), "Folio's worker logs the repair");
         Set<String> targets = new HashSet<>(now);
         targets.removeAll(ensemble);
+        assertEquals(Set.of(JAVA.get(3).id), targets, "Folio's worker copies to the fourth BookKeeper bookie");
         System.err.println("AutoRecoveryMixedTest (c): Folio's worker re-replicated ledger " + id
-                + " from BookKeeper bookies to " + targets
-                + (FolioCluster.bookies().containsAll(targets) ? " (a Folio bookie)" : " (a BookKeeper bookie)"));
+                + " from BookKeeper bookies to the BookKeeper bookie " + targets);
     }
 
     /**
@@ -309,8 +322,7 @@ class AutoRecoveryMixedTest {
     void bothWorkersShareOneQueueAndHonourLocks() throws Exception {
         FolioAutoRecovery folio = FOLIO_AR.get(FOLIO_AR.size() - 1);
         assertTrue(folio.cli.process.isAlive(), "Folio's autorecovery from (c) is running");
-        JAVA.add(JavaBookie.start(work.resolve("java-bookie4")));
-        JAVA.get(3).awaitRegistered(admin);
+        assertEquals(4, JAVA.size(), "the BookKeeper bookies of (c)");
         JavaAutoRecovery java = startJavaAutoRecovery("java-autorecovery3");
         waitUntil("both kinds in the election", 300, () -> votes().size() == 2);
         assertEquals(folio.id, auditor());
@@ -405,12 +417,14 @@ class AutoRecoveryMixedTest {
         return a;
     }
 
-    static FolioAutoRecovery startFolioAutoRecovery(String name) throws Exception {
+    static FolioAutoRecovery startFolioAutoRecovery(String name, String... extra) throws Exception {
         String id = "127.0.0.1:" + JavaBookie.freePort();
         Path log = work.resolve(name + ".log");
+        List<String> args = new ArrayList<>(List.of("autorecovery", "--id", id,
+                "--open-ledger-grace-period-ms", "5000", "--check-all-ledgers-interval", "0"));
+        args.addAll(List.of(extra));
         FolioCli cli = FolioCli.startLogged(log, Map.of("FOLIO_LOG", "folio_autorecovery=info,warn"),
-                "autorecovery", "--id", id, "--open-ledger-grace-period-ms", "5000",
-                "--check-all-ledgers-interval", "0");
+                args.toArray(new String[0]));
         FolioAutoRecovery a = new FolioAutoRecovery(cli, id, log);
         FOLIO_AR.add(a);
         String l;
