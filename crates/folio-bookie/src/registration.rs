@@ -237,9 +237,14 @@ fn write_to_dirs(env: &Env, cookie: &Cookie, dirs: &[PathBuf]) -> Result<(), Coo
 
 pub use folio_types::rack::RACK_PROPERTY;
 
-/// The properties a bookie publishes in its registration: its `rack` if configured.
+/// The properties a bookie publishes in its registration: Folio's version (which tells
+/// clients it is a Folio bookie, `folio_types::service`), and its `rack` if configured.
 pub fn service_properties(config: &BookieConfig) -> BTreeMap<String, String> {
     let mut p = BTreeMap::new();
+    p.insert(
+        folio_types::service::FOLIO_VERSION_PROPERTY.to_string(),
+        env!("CARGO_PKG_VERSION").to_string(),
+    );
     if let Some(rack) = &config.rack {
         p.insert(RACK_PROPERTY.to_string(), rack.clone());
     }

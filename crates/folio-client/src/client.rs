@@ -89,6 +89,10 @@ pub(crate) struct Inner {
     pub stats: Stats,
     /// The last rack mapping file that read and parsed well (see [`Inner::racks`]).
     pub rack_mapping: parking_lot::Mutex<Racks>,
+    /// Bookies that are not Folio bookies and left a GetListOfEntriesOfLedger unanswered,
+    /// with when to ask them again (see `Client::entries_on_bookie`).
+    pub no_entry_lists:
+        parking_lot::Mutex<std::collections::BTreeMap<folio_types::BookieId, std::time::Instant>>,
 }
 
 /// Counters kept by a client (read with [`Client::stats`]).
@@ -284,6 +288,7 @@ impl Client {
                 clock,
                 stats: Stats::default(),
                 rack_mapping: parking_lot::Mutex::new(Racks::new()),
+                no_entry_lists: parking_lot::Mutex::default(),
             }),
         }
     }

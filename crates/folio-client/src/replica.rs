@@ -42,6 +42,10 @@ pub struct BookieInfo {
     pub total_disk_capacity: u64,
 }
 
+/// How long a bookie that is not a Folio bookie and left a GetListOfEntriesOfLedger
+/// unanswered is not asked again ([`Client::entries_on_bookie`]).
+pub const NO_ENTRY_LISTS_FOR: std::time::Duration = std::time::Duration::from_secs(1800);
+
 impl Client {
     /// Asks `bookie` for its free and total disk space (BookKeeper's `getBookieInfo`, as
     /// `bookieinfo` and disk-weighted placement use it).
@@ -88,18 +92,38 @@ impl Client {
 
     /// The entries of `ledger` that `bookie` holds, as its GetListOfEntriesOfLedger answer
     /// says. A bookie that does not know the ledger at all answers with an empty list.
+    ///
+    /// A BookKeeper bookie with DbLedgerStorage leaves this request unanswered, so every
+    /// ask would cost the read timeout. When the request times out on a bookie whose
+    /// registration does not say it is a Folio bookie (`folio_types::service`), the bookie
+    /// is not asked again for [`NO_ENTRY_LISTS_FOR`]: this fails at once meanwhile, and the
+    /// caller checks that bookie's replicas as BookKeeper does (first and last entries). A
+    /// Folio bookie is always asked: a lost message must not weaken the check of its
+    /// replicas.
     pub async fn entries_on_bookie(
         &self,
         bookie: &BookieId,
         ledger: LedgerId,
     ) -> Result<AvailabilityOfEntries> {
+        let inner = self.inner();
+        let now = inner.clock.now();
+        if inner
+            .no_entry_lists
+            .lock()
+            .get(bookie)
+            .is_some_and(|until| now < *until)
+        {
+            return Err(ClientError::BookieUnreachable {
+                bookie: bookie.clone(),
+                reason: "it left GetListOfEntriesOfLedger unanswered recently".into(),
+            });
+        }
         let mut r = pb::Request {
             header: request_header(OperationType::GetListOfEntriesOfLedger, 0, None),
             ..Default::default()
         };
         r.get_list_of_entries_of_ledger_request =
             Some(pb::GetListOfEntriesOfLedgerRequest { ledger_id: ledger });
-        let inner = self.inner();
         match inner
             .bookies
             .call(bookie, r, inner.config.read_timeout)
@@ -118,6 +142,31 @@ impl Client {
             Err(RpcError::Status(Status::NoLedger)) => Ok(
                 AvailabilityOfEntries::from_sorted_entries(std::iter::empty()),
             ),
+            Err(RpcError::Timeout) => {
+                let folio = inner
+                    .metadata
+                    .bookie_service_info(bookie)
+                    .await
+                    .is_ok_and(|info| {
+                        info.properties
+                            .contains_key(folio_types::service::FOLIO_VERSION_PROPERTY)
+                    });
+                if !folio {
+                    tracing::info!(
+                        %bookie,
+                        "GetListOfEntriesOfLedger unanswered by a bookie that is not a Folio \
+                         bookie (BookKeeper's DbLedgerStorage does not answer it): its \
+                         replicas are checked by their first and last entries for the next \
+                         {} s",
+                        NO_ENTRY_LISTS_FOR.as_secs()
+                    );
+                    inner
+                        .no_entry_lists
+                        .lock()
+                        .insert(bookie.clone(), inner.clock.now() + NO_ENTRY_LISTS_FOR);
+                }
+                Err(rpc_error(ledger, -1, bookie, RpcError::Timeout))
+            }
             Err(e) => Err(rpc_error(ledger, -1, bookie, e)),
         }
     }

@@ -383,7 +383,16 @@ impl World {
     async fn register(&self, id: &BookieId, mode: BookieMode) {
         let store = self.cluster.connect();
         let reg = store
-            .register_bookie(id, mode, &BookieServiceInfo::default())
+            .register_bookie(
+                id,
+                mode,
+                &BookieServiceInfo {
+                    properties: folio_bookie::registration::service_properties(
+                        &folio_bookie::config::BookieConfig::default(),
+                    ),
+                    ..BookieServiceInfo::default()
+                },
+            )
             .await;
         match reg {
             Ok(r) => {

@@ -9,6 +9,7 @@
 pub mod metadata;
 pub mod quorum;
 pub mod rack;
+pub mod service;
 
 use std::fmt;
 

@@ -157,10 +157,14 @@ impl Cluster {
             (Store::Engine(storage), server, Some(dir))
         };
         let id = BookieId::new(server.local_addr().to_string()).unwrap();
-        let mut info = BookieServiceInfo::default();
-        if let Some(rack) = rack {
-            info.properties.insert("rack".into(), rack.into());
-        }
+        // What a `folio bookie` publishes (its version, its rack if given).
+        let info = BookieServiceInfo {
+            properties: folio_bookie::registration::service_properties(&BookieConfig {
+                rack: rack.map(str::to_owned),
+                ..BookieConfig::default()
+            }),
+            ..BookieServiceInfo::default()
+        };
         let registration = self
             .metadata
             .register_bookie(&id, BookieMode::Writable, &info)
