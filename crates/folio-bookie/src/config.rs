@@ -105,6 +105,9 @@ pub struct BookieConfig {
     /// With a log per ledger: a log not appended to for this long (s) is rotated.
     #[serde(alias = "entrylogMapAccessExpiryTimeInSeconds")]
     pub entry_log_access_expiry_s: u64,
+    /// Entry logs written with direct I/O, past the page cache.
+    #[serde(alias = "dbStorage_directIOEntryLogger")]
+    pub entry_log_direct_io: bool,
     pub write_cache_bytes: u64,
     #[serde(alias = "nettyMaxFrameSizeBytes")]
     pub max_frame_size: usize,
@@ -252,6 +255,7 @@ impl Default for BookieConfig {
             entry_log_per_ledger_enabled: false,
             max_active_entry_logs: 500,
             entry_log_access_expiry_s: 300,
+            entry_log_direct_io: false,
             write_cache_bytes: 64 << 20,
             max_frame_size: 5 * 1024 * 1024,
             max_pending_adds: 10_000,
@@ -427,6 +431,12 @@ max_active_entry_logs = 500
 # With a log per ledger: a log not written for this many seconds is rotated at the next
 # checkpoint. [entrylogMapAccessExpiryTimeInSeconds]
 entry_log_access_expiry_s = 300
+
+# Write entry logs with direct I/O: a checkpoint's records go to the device from one aligned
+# buffer instead of being copied into the page cache and written back from there (the larger
+# part of a checkpoint's CPU); reads of flushed entries then come from the device, not the page
+# cache. [dbStorage_directIOEntryLogger]
+entry_log_direct_io = false
 
 # Bound on entry bytes held in memory before they are flushed to the entry logs.
 write_cache_bytes = 67108864

@@ -58,6 +58,7 @@ pub fn storage_config(config: &BookieConfig) -> (StorageConfig, LedgerStoreConfi
     store.entry_log_per_ledger = config.entry_log_per_ledger_enabled;
     store.max_active_entry_logs = config.max_active_entry_logs;
     store.entry_log_access_expiry = Duration::from_secs(config.entry_log_access_expiry_s);
+    store.entry_log_direct_io = config.entry_log_direct_io;
     store.write_cache_bytes = config.write_cache_bytes;
     (storage, store)
 }

@@ -46,6 +46,7 @@ fn main() {
             // Chosen per bookie from the seed by the scenario.
             per_ledger_logs: false,
             force_write: false,
+            direct_entry_logs: false,
         },
         breaks: folio_sim::ProtocolBreaks {
             unfenced_recovery_reads: std::env::var_os("FOLIO_SIM_BREAK_UNFENCED_READS").is_some(),

@@ -49,6 +49,11 @@ pub struct BookieKnobs {
     /// ones await their fdatasync, and crashes and checkpoints fall among them. Drawn per
     /// start of a bookie, like `per_ledger_logs`.
     pub force_write: bool,
+    /// Entry logs written with direct I/O (`dbStorage_directIOEntryLogger`): whole
+    /// aligned blocks, the last partial one rewritten by the next flush, so crashes and
+    /// torn writes land on rewrites of blocks that hold synced records. Drawn per start
+    /// of a bookie, like `per_ledger_logs`.
+    pub direct_entry_logs: bool,
 }
 
 /// Answers waiting for the next force-write step: each request's reply from the
@@ -134,6 +139,7 @@ fn store_config(knobs: BookieKnobs) -> LedgerStoreConfig {
     c.journal_dirs = vec![PathBuf::from(JOURNAL_DIR)];
     c.entry_log_size_limit = ENTRY_LOG_SIZE_LIMIT;
     c.write_cache_bytes = WRITE_CACHE_BYTES;
+    c.entry_log_direct_io = knobs.direct_entry_logs;
     if knobs.per_ledger_logs {
         c.entry_log_per_ledger = true;
         c.max_active_entry_logs = 2;

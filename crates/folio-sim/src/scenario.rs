@@ -440,6 +440,7 @@ impl World {
         // every log the earlier one wrote.
         knobs.per_ledger_logs = per_ledger_logs(self.seed, id, start);
         knobs.force_write = force_write(self.seed, id, start);
+        knobs.direct_entry_logs = direct_entry_logs(self.seed, id, start);
         match Incarnation::open(fs, knobs, self.rng.next_u64()) {
             Ok(inc) => {
                 if !inc.quiesce() {
@@ -601,6 +602,12 @@ fn per_ledger_logs(seed: u64, id: &BookieId, start: u64) -> bool {
 /// same hash: the two modes vary independently).
 fn force_write(seed: u64, id: &BookieId, start: u64) -> bool {
     (start_hash(seed, id, start) >> 62) & 1 == 1
+}
+
+/// Whether that start writes its entry logs with direct I/O (a third bit: a log written
+/// by one mode is read, garbage collected and compacted by an incarnation of the other).
+fn direct_entry_logs(seed: u64, id: &BookieId, start: u64) -> bool {
+    (start_hash(seed, id, start) >> 61) & 1 == 1
 }
 
 fn start_hash(seed: u64, id: &BookieId, start: u64) -> u64 {

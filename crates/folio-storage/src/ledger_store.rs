@@ -59,6 +59,9 @@ pub struct LedgerStoreConfig {
     /// `entrylogMapAccessExpiryTimeInSeconds` (300 s): with a log per ledger, a log not
     /// appended to for this long is rotated at the next flush.
     pub entry_log_access_expiry: std::time::Duration,
+    /// `dbStorage_directIOEntryLogger`: entry log records are written with direct I/O,
+    /// past the page cache.
+    pub entry_log_direct_io: bool,
 }
 
 impl LedgerStoreConfig {
@@ -73,6 +76,7 @@ impl LedgerStoreConfig {
             entry_log_per_ledger: false,
             max_active_entry_logs: crate::entry_log::per_ledger::DEFAULT_MAX_ACTIVE_ENTRY_LOGS,
             entry_log_access_expiry: crate::entry_log::per_ledger::DEFAULT_ACCESS_EXPIRY,
+            entry_log_direct_io: false,
         }
     }
 }
@@ -341,7 +345,8 @@ impl LedgerStore {
             config.entry_log_size_limit,
             placement,
             per_ledger,
-        )?;
+        )?
+        .with_direct_io(config.entry_log_direct_io);
         let index_dir = config.index_dir.join("current");
         check_index_not_lost(env, &config, &logs, &index_dir)?;
         env.fs

@@ -37,8 +37,8 @@ fn config(unsafe_ack: bool, flush_interval: Duration) -> StorageConfig {
     config_io(unsafe_ack, flush_interval, true)
 }
 
-/// `direct_io`: the journal's direct-I/O writer (whole blocks, the last one rewritten)
-/// or its buffered one.
+/// `direct_io`: the journal's and the entry logs' direct-I/O writers (whole blocks, the
+/// last one rewritten) or their buffered ones.
 fn config_io(unsafe_ack: bool, flush_interval: Duration, direct_io: bool) -> StorageConfig {
     StorageConfig {
         journal: JournalConfig {
@@ -87,6 +87,9 @@ fn open_as(
     store_cfg.write_cache_bytes = 1 << 20;
     store_cfg.entry_log_per_ledger = matches!(layout, Layout::PerLedger(_));
     store_cfg.max_active_entry_logs = 2;
+    // The entry logs follow the journal: direct I/O (whole blocks, the last partial one
+    // rewritten at the next flush, here with logs smaller than a block) or buffered.
+    store_cfg.entry_log_direct_io = cfg.journal.direct_io;
     let store = LedgerStore::open(&env(fs), store_cfg).map_err(|e| format!("store: {e}"))?;
     let store = Arc::new(store);
     if let Layout::PerLedger(c) = layout {

@@ -63,6 +63,7 @@ pub(super) const FIELDS: &[(&str, &str)] = &[
         "entrylogMapAccessExpiryTimeInSeconds",
         "entry_log_access_expiry_s",
     ),
+    ("dbStorage_directIOEntryLogger", "entry_log_direct_io"),
     ("nettyMaxFrameSizeBytes", "max_frame_size"),
     ("maxPendingAddRequestsPerThread", "max_pending_adds"),
     ("maxPendingReadRequestsPerThread", "max_pending_reads"),

@@ -72,6 +72,9 @@ pub struct EntryLogs {
     stats: EntryLogStats,
     /// Every known log file (open lazily), by log id.
     files: RwLock<HashMap<u64, LogFile>>,
+    /// `dbStorage_directIOEntryLogger`: new logs are written with direct I/O; turned off
+    /// for good (with a warning) when the file system refuses it.
+    direct_io: std::sync::atomic::AtomicBool,
     /// Negative control (`NegativeControls::skip_entry_log_sync`): `sync` writes the
     /// buffers but skips the fdatasync.
     pub(crate) skip_sync_for_tests: std::sync::atomic::AtomicBool,
@@ -165,9 +168,18 @@ impl EntryLogs {
             write_closed: Mutex::new(Default::default()),
             stats: EntryLogStats::default(),
             files: RwLock::new(files),
+            direct_io: std::sync::atomic::AtomicBool::new(false),
             skip_sync_for_tests: std::sync::atomic::AtomicBool::new(false),
             skip_rotation_sync_for_tests: std::sync::atomic::AtomicBool::new(false),
         })
+    }
+
+    /// Writes new logs' records with direct I/O (`dbStorage_directIOEntryLogger`), where
+    /// the file system has it.
+    pub fn with_direct_io(self, on: bool) -> Self {
+        self.direct_io
+            .store(on, std::sync::atomic::Ordering::Relaxed);
+        self
     }
 
     /// Buffers a record for `ledger`/`entry`, rotating the slot's log first if the record
@@ -200,7 +212,16 @@ impl EntryLogs {
             // not trip over a file left behind).
             w.next_log_id += 1;
             let dir = self.dir_for_new_log(&w, id);
-            let writer = LogWriter::create(&*self.fs, dir, id)?;
+            let direct = self.direct_io.load(std::sync::atomic::Ordering::Relaxed);
+            let writer = LogWriter::create(&*self.fs, dir, id, direct)?;
+            if direct && !writer.is_direct() {
+                self.direct_io
+                    .store(false, std::sync::atomic::Ordering::Relaxed);
+                tracing::warn!(
+                    dir = %dir.display(),
+                    "entry log direct I/O unavailable, writing through the page cache"
+                );
+            }
             self.files.write().insert(
                 id,
                 LogFile {

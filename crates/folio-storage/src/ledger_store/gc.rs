@@ -192,7 +192,7 @@ impl LedgerStore {
                 // Not rotated (the bookie stopped while writing it): read its records.
                 let scan = self.logs.scan(id)?;
                 let len = self.logs.file_len(id)?;
-                if scan.end == len {
+                if scan.end == len || scan.padded {
                     LogContents::Ledgers(scan.ledgers.into_iter().map(|(l, _)| l).collect())
                 } else {
                     tracing::info!(
@@ -256,6 +256,7 @@ mod tests {
             entry_log_per_ledger: false,
             max_active_entry_logs: 500,
             entry_log_access_expiry: std::time::Duration::from_secs(300),
+            entry_log_direct_io: false,
         }
     }
 

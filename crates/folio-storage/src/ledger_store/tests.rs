@@ -27,6 +27,7 @@ fn dirs(limit: u64, cache: u64) -> Dirs {
         entry_log_per_ledger: false,
         max_active_entry_logs: 500,
         entry_log_access_expiry: std::time::Duration::from_secs(300),
+        entry_log_direct_io: false,
     };
     Dirs { _tmp: tmp, config }
 }

@@ -56,6 +56,9 @@ pub struct JournalArgs {
     /// A log per ledger (entryLogPerLedgerEnabled) instead of one interleaved entry log.
     #[arg(long)]
     pub entry_log_per_ledger: bool,
+    /// `dbStorage_directIOEntryLogger`: entry logs written with direct I/O.
+    #[arg(long, value_name = "BOOL", action = clap::ArgAction::Set)]
+    pub entry_log_direct_io: Option<bool>,
     /// `journalMaxGroupWaitMSec` in microseconds (the bookie's default is 2 ms).
     #[arg(long, value_name = "US")]
     pub max_group_wait_us: Option<u64>,
@@ -144,6 +147,9 @@ fn bench(a: &JournalArgs, work: &Path) -> anyhow::Result<String> {
     let env = Env::real();
     let mut store_cfg = LedgerStoreConfig::new(vec![work.join("ledgers")], work.join("index"));
     store_cfg.entry_log_per_ledger = a.entry_log_per_ledger;
+    if let Some(d) = a.entry_log_direct_io {
+        store_cfg.entry_log_direct_io = d;
+    }
     let store = LedgerStore::open(&env, store_cfg)
         .with_context(|| format!("cannot open the ledger store in {}", work.display()))?;
     let journal_dirs = (0..a.journal_dirs)
@@ -242,6 +248,7 @@ fn bench(a: &JournalArgs, work: &Path) -> anyhow::Result<String> {
         extra.insert("ledgers".into(), json!(a.ledgers));
         extra.insert("sync".into(), json!(!a.no_sync));
         extra.insert("entry_log_per_ledger".into(), json!(a.entry_log_per_ledger));
+        extra.insert("entry_log_direct_io".into(), json!(a.entry_log_direct_io));
         extra.insert("max_group_wait_us".into(), json!(a.max_group_wait_us));
         extra.insert(
             "flush_when_queue_empty".into(),
