@@ -108,6 +108,11 @@ pub struct BookieConfig {
     /// Entry logs written with direct I/O, past the page cache.
     #[serde(alias = "dbStorage_directIOEntryLogger")]
     pub entry_log_direct_io: bool,
+    /// Bound on entries read ahead of catch-up readers (0: no read-ahead).
+    pub read_ahead_cache_bytes: u64,
+    /// Entries read ahead after a read that missed every cache.
+    #[serde(alias = "dbStorage_readAheadCacheBatchSize")]
+    pub read_ahead_batch_size: usize,
     pub write_cache_bytes: u64,
     #[serde(alias = "nettyMaxFrameSizeBytes")]
     pub max_frame_size: usize,
@@ -256,6 +261,8 @@ impl Default for BookieConfig {
             max_active_entry_logs: 500,
             entry_log_access_expiry_s: 300,
             entry_log_direct_io: false,
+            read_ahead_cache_bytes: 64 << 20,
+            read_ahead_batch_size: 100,
             write_cache_bytes: 64 << 20,
             max_frame_size: 5 * 1024 * 1024,
             max_pending_adds: 10_000,
@@ -437,6 +444,15 @@ entry_log_access_expiry_s = 300
 # part of a checkpoint's CPU); reads of flushed entries then come from the device, not the page
 # cache. [dbStorage_directIOEntryLogger]
 entry_log_direct_io = false
+
+# Bound on entries read ahead of catch-up readers: a read that misses the caches also reads the
+# ledger's following entries in the same read of the entry log (at most 1 MiB) and keeps them
+# here for the reads that follow. 0 turns read-ahead off. (BookKeeper's
+# dbStorage_readAheadCacheMaxSizeMb, in bytes.)
+read_ahead_cache_bytes = 67108864
+
+# Entries read ahead after such a miss. [dbStorage_readAheadCacheBatchSize]
+read_ahead_batch_size = 100
 
 # Bound on entry bytes held in memory before they are flushed to the entry logs.
 write_cache_bytes = 67108864

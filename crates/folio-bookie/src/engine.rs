@@ -59,6 +59,8 @@ pub fn storage_config(config: &BookieConfig) -> (StorageConfig, LedgerStoreConfi
     store.max_active_entry_logs = config.max_active_entry_logs;
     store.entry_log_access_expiry = Duration::from_secs(config.entry_log_access_expiry_s);
     store.entry_log_direct_io = config.entry_log_direct_io;
+    store.read_ahead_cache_bytes = config.read_ahead_cache_bytes;
+    store.read_ahead_batch_size = config.read_ahead_batch_size;
     store.write_cache_bytes = config.write_cache_bytes;
     (storage, store)
 }

@@ -5,7 +5,8 @@
 //! [`LedgerStore::flush`]: it writes the cached entries to the entry logs in (ledger,
 //! entry) order, fdatasyncs them, and only then commits the index durably, so the index
 //! never points at bytes a crash could lose. The journal (not here) makes puts durable
-//! before that. Reads look in the cache first, then the index and the entry logs; a read
+//! before that. Reads look in the write cache first, then the read-ahead cache
+//! (`crate::read_cache`), then the index and the entry logs; a read
 //! that fails on disk is an error, never "no such entry" (DESIGN invariant 5).
 
 use std::collections::{BTreeSet, HashMap};
@@ -18,9 +19,10 @@ use folio_env::Env;
 use parking_lot::{Condvar, Mutex, MutexGuard, RwLock};
 
 use crate::entry_log::{
-    EntryLogPlacement, EntryLogs, PerLedgerConfig, PerLedgerEntryLog, SharedEntryLog,
+    EntryLogPlacement, EntryLogs, Location, PerLedgerConfig, PerLedgerEntryLog, SharedEntryLog,
 };
 use crate::index::{IndexBatch, LedgerIndex};
+use crate::read_cache::ReadCache;
 use crate::write_cache::WriteCache;
 
 pub use crate::index::LedgerInfo;
@@ -62,7 +64,22 @@ pub struct LedgerStoreConfig {
     /// `dbStorage_directIOEntryLogger`: entry log records are written with direct I/O,
     /// past the page cache.
     pub entry_log_direct_io: bool,
+    /// Bound on entries read ahead from the entry logs (`crate::read_cache`); 0 turns
+    /// read-ahead off.
+    pub read_ahead_cache_bytes: u64,
+    /// `dbStorage_readAheadCacheBatchSize` (100): entries read ahead after a miss, in
+    /// one read of at most `read_ahead_batch_bytes`.
+    pub read_ahead_batch_size: usize,
+    /// `dbStorage_readAheadCacheBatchBytesSize`: the largest read-ahead read.
+    pub read_ahead_batch_bytes: usize,
 }
+
+/// The default read-ahead bound: the write cache's.
+pub const DEFAULT_READ_AHEAD_CACHE_BYTES: u64 = 64 << 20;
+/// BookKeeper's `dbStorage_readAheadCacheBatchSize`.
+pub const DEFAULT_READ_AHEAD_BATCH_SIZE: usize = 100;
+/// One read-ahead read: 1 MiB (BookKeeper bounds it by the entry count only).
+pub const DEFAULT_READ_AHEAD_BATCH_BYTES: usize = 1 << 20;
 
 impl LedgerStoreConfig {
     /// A configuration with BookKeeper's default sizes.
@@ -77,6 +94,9 @@ impl LedgerStoreConfig {
             max_active_entry_logs: crate::entry_log::per_ledger::DEFAULT_MAX_ACTIVE_ENTRY_LOGS,
             entry_log_access_expiry: crate::entry_log::per_ledger::DEFAULT_ACCESS_EXPIRY,
             entry_log_direct_io: false,
+            read_ahead_cache_bytes: DEFAULT_READ_AHEAD_CACHE_BYTES,
+            read_ahead_batch_size: DEFAULT_READ_AHEAD_BATCH_SIZE,
+            read_ahead_batch_bytes: DEFAULT_READ_AHEAD_BATCH_BYTES,
         }
     }
 }
@@ -278,6 +298,10 @@ pub struct LedgerStore {
     cache_limit: u64,
     /// What garbage collection remembers of finished entry logs.
     gc: gc::GcCache,
+    /// Entries read ahead of catch-up readers, and how far to read ahead.
+    read_cache: Mutex<ReadCache>,
+    read_ahead_batch_size: usize,
+    read_ahead_batch_bytes: usize,
     /// Negative control (`NegativeControls::index_before_entry_log_sync`).
     index_first_for_tests: std::sync::atomic::AtomicBool,
     /// Each ledger directory's and the index directory's `LOCK` (dropped last).
@@ -378,6 +402,9 @@ impl LedgerStore {
             used: std::sync::atomic::AtomicU64::new(0),
             cache_limit: config.write_cache_bytes,
             gc: gc::GcCache::default(),
+            read_cache: Mutex::new(ReadCache::new(config.read_ahead_cache_bytes)),
+            read_ahead_batch_size: config.read_ahead_batch_size,
+            read_ahead_batch_bytes: config.read_ahead_batch_bytes,
             index_first_for_tests: std::sync::atomic::AtomicBool::new(false),
             _locks: locks,
         })
@@ -465,6 +492,7 @@ impl LedgerStore {
             );
         }
         st.cache.insert(ledger, entry, data);
+        self.read_cache.lock().remove(ledger, entry);
         self.mirror_cache(&st);
         let info = st.ledgers.entry(ledger).or_default();
         info.last_entry_id = info.last_entry_id.max(Some(entry));
@@ -497,7 +525,17 @@ impl LedgerStore {
             if let Some(data) = st.cache.get(ledger, entry) {
                 return Ok(Some(data));
             }
-            entry
+            (entry, st.cache.flushes())
+        };
+        let (entry, flushes) = entry;
+        // Checked after the deletion check above; `delete_ledger` empties it of the
+        // ledger under the state lock.
+        let read_ahead = {
+            let mut rc = self.read_cache.lock();
+            if let Some(data) = rc.get(ledger, entry) {
+                return Ok(Some(data));
+            }
+            rc.enabled()
         };
         // The flush that removed the entry from the cache committed the index first.
         let found = self.index.get(ledger, entry)?;
@@ -507,7 +545,7 @@ impl LedgerStore {
         }
         match found {
             None => Ok(None),
-            Some(loc) => match self.logs.read(loc, ledger, entry) {
+            Some(loc) => match self.read_from_log(loc, ledger, entry, read_ahead, flushes) {
                 Ok(data) => Ok(Some(data)),
                 // Compaction may have moved the entry and removed its old log between
                 // the lookup and the read: the index then has the new location.
@@ -528,6 +566,59 @@ impl LedgerStore {
                 },
             },
         }
+    }
+
+    /// Reads the entry at `loc`, and with `read_ahead` the run of the ledger's next
+    /// entries after it, which go to the read cache unless the ledger was deleted
+    /// meanwhile or a flush finished since the write cache showed `flushes` (a put
+    /// flushed since then would have a newer copy than the index said).
+    fn read_from_log(
+        &self,
+        loc: Location,
+        ledger: i64,
+        entry: i64,
+        read_ahead: bool,
+        flushes: u64,
+    ) -> Result<Bytes, LedgerStoreError> {
+        if !read_ahead {
+            return self.logs.read(loc, ledger, entry);
+        }
+        let record = (crate::entry_log::format::RECORD_HEADER_LEN + loc.len as usize) as u64;
+        let bytes = record
+            .saturating_mul(self.read_ahead_batch_size as u64 + 1)
+            .min(self.read_ahead_batch_bytes as u64) as usize;
+        let (data, run) =
+            self.logs
+                .read_run(loc, ledger, entry, bytes, self.read_ahead_batch_size)?;
+        // Only copies the index points at: the log may hold older ones (a failed flush
+        // rewrites its entries elsewhere, a compaction cut short by a crash leaves both).
+        let mut live = Vec::with_capacity(run.len());
+        for (e, at, d) in run {
+            if self.index.get(ledger, e)? != Some(at) {
+                break;
+            }
+            live.push((e, d));
+        }
+        if !live.is_empty() {
+            let st = self.state.lock();
+            if st.cache.flushes() == flushes && st.ledgers.get(&ledger).is_some_and(|i| !i.deleted)
+            {
+                let mut rc = self.read_cache.lock();
+                for (e, d) in live {
+                    // A put since the index lookup has the newer copy, still in the
+                    // write cache (no flush finished), which reads look at first.
+                    if !st.cache.contains(ledger, e) {
+                        rc.insert(ledger, e, d);
+                    }
+                }
+            }
+        }
+        Ok(data)
+    }
+
+    /// Reads served by the read-ahead cache since the store opened.
+    pub fn read_ahead_hits(&self) -> u64 {
+        self.read_cache.lock().hits()
     }
 
     /// The ledger's state, if the store knows the ledger (a deleted one included).
@@ -567,6 +658,7 @@ impl LedgerStore {
         Self::check_poisoned(&st)?;
         st.ledgers.entry(ledger).or_default().deleted = true;
         st.cache.remove_ledger(ledger);
+        self.read_cache.lock().remove_ledger(ledger);
         self.mirror_cache(&st);
         st.dirty.insert(ledger);
         st.deleted_pending.insert(ledger);

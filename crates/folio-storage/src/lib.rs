@@ -23,6 +23,7 @@ pub mod cookie;
 pub mod entry_log;
 pub mod index;
 pub mod ledger_store;
+pub mod read_cache;
 pub mod write_cache;
 
 pub use config::{JournalConfig, StorageConfig};

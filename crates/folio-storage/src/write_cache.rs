@@ -24,6 +24,8 @@ pub struct WriteCache {
     active_bytes: u64,
     flushing: Arc<EntryMap>,
     flushing_bytes: u64,
+    /// Flushes finished so far (see [`WriteCache::flushes`]).
+    flushes: u64,
 }
 
 fn bytes_of(m: &EntryMap) -> u64 {
@@ -38,6 +40,7 @@ impl WriteCache {
             active_bytes: 0,
             flushing: Arc::new(EntryMap::new()),
             flushing_bytes: 0,
+            flushes: 0,
         }
     }
 
@@ -80,6 +83,17 @@ impl WriteCache {
             .get(&(ledger, entry))
             .or_else(|| self.flushing.get(&(ledger, entry)))
             .cloned()
+    }
+
+    /// Whether either generation holds the entry.
+    pub fn contains(&self, ledger: i64, entry: i64) -> bool {
+        self.active.contains_key(&(ledger, entry)) || self.flushing.contains_key(&(ledger, entry))
+    }
+
+    /// How many flushes finished: a reader that saw none finish while it read the index
+    /// and the logs knows that every put since is still here.
+    pub fn flushes(&self) -> u64 {
+        self.flushes
     }
 
     /// Entry ids of `ledger` held in either generation (ascending, may repeat ids the
@@ -131,6 +145,7 @@ impl WriteCache {
     pub fn finish_flush(&mut self) {
         self.flushing = Arc::new(EntryMap::new());
         self.flushing_bytes = 0;
+        self.flushes += 1;
     }
 }
 

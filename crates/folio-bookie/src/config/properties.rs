@@ -64,6 +64,7 @@ pub(super) const FIELDS: &[(&str, &str)] = &[
         "entry_log_access_expiry_s",
     ),
     ("dbStorage_directIOEntryLogger", "entry_log_direct_io"),
+    ("dbStorage_readAheadCacheBatchSize", "read_ahead_batch_size"),
     ("nettyMaxFrameSizeBytes", "max_frame_size"),
     ("maxPendingAddRequestsPerThread", "max_pending_adds"),
     ("maxPendingReadRequestsPerThread", "max_pending_reads"),

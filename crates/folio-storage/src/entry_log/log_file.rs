@@ -468,6 +468,84 @@ pub fn read_record(
     format::decode_record(buf.freeze(), ledger, entry).map_err(|r| corrupt(path, loc.offset, r))
 }
 
+/// One entry of a run read ahead: its id, where it is, its payload.
+pub type RunEntry = (i64, Location, Bytes);
+
+/// Reads the record at `loc` (checked as [`read_record`] does) and, in the same read of
+/// up to `max_bytes`, the records that follow it while they are `ledger`'s next entries
+/// (`entry + 1`, `entry + 2`, ...), at most `max_entries` of them, each checked the same
+/// way; the first record that is another ledger's, another entry's, cut off by the end
+/// of the read or damaged ends the run quietly (it is not what was asked for). Each
+/// entry of the run comes with its location: a log can hold an older copy of an entry
+/// (a flush that failed, a compaction cut short), so only the index says which is live.
+pub fn read_run(
+    file: &dyn File,
+    path: &Path,
+    loc: Location,
+    ledger: i64,
+    entry: i64,
+    max_bytes: usize,
+    max_entries: usize,
+) -> Result<(Bytes, Vec<RunEntry>), LedgerStoreError> {
+    let record_len = RECORD_HEADER_LEN + loc.len as usize;
+    if record_len >= max_bytes || max_entries == 0 {
+        return read_record(file, path, loc, ledger, entry).map(|p| (p, Vec::new()));
+    }
+    let mut buf = BytesMut::zeroed(max_bytes);
+    let mut got = 0;
+    while got < buf.len() {
+        match file.read_at(&mut buf[got..], loc.offset + got as u64) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => {
+                return Err(io_error(
+                    "read entry log",
+                    path.parent().unwrap_or(path),
+                    path,
+                    Some(loc.offset + got as u64),
+                    e,
+                ));
+            }
+        }
+    }
+    if got < record_len {
+        return Err(corrupt(
+            path,
+            loc.offset,
+            format!("file ends inside the record ({record_len} bytes expected)"),
+        ));
+    }
+    buf.truncate(got);
+    let chunk = buf.freeze();
+    let first = format::decode_record(chunk.slice(..record_len), ledger, entry)
+        .map_err(|r| corrupt(path, loc.offset, r))?;
+    let mut run = Vec::new();
+    let mut at = record_len;
+    while run.len() < max_entries && at + RECORD_HEADER_LEN <= chunk.len() {
+        let len = u32::from_le_bytes(chunk[at..at + 4].try_into().expect("4 bytes")) as usize;
+        let end = at + RECORD_HEADER_LEN + len;
+        if end > chunk.len() {
+            break;
+        }
+        let next = entry + 1 + run.len() as i64;
+        match format::decode_record(chunk.slice(at..end), ledger, next) {
+            Ok(p) => run.push((
+                next,
+                Location {
+                    log_id: loc.log_id,
+                    offset: loc.offset + at as u64,
+                    len: len as u32,
+                },
+                p,
+            )),
+            Err(_) => break,
+        }
+        at = end;
+    }
+    Ok((first, run))
+}
+
 /// Reads a file's header.
 pub fn read_header(file: &dyn File, path: &Path) -> Result<format::Header, LedgerStoreError> {
     let mut h = [0u8; HEADER_LEN];

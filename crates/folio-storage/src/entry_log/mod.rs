@@ -336,6 +336,20 @@ impl EntryLogs {
         log_file::read_record(&*file, &path, loc, ledger, entry)
     }
 
+    /// Reads the record at `loc` and the run of `ledger`'s next entries that follow it
+    /// in the same read (see [`log_file::read_run`]).
+    pub fn read_run(
+        &self,
+        loc: Location,
+        ledger: i64,
+        entry: i64,
+        max_bytes: usize,
+        max_entries: usize,
+    ) -> Result<(Bytes, Vec<log_file::RunEntry>), LedgerStoreError> {
+        let (path, file) = self.file(loc.log_id)?;
+        log_file::read_run(&*file, &path, loc, ledger, entry, max_bytes, max_entries)
+    }
+
     /// The ledgers map of log `log_id`: `Ok(None)` if that log was not rotated.
     pub fn ledgers_map(&self, log_id: u64) -> Result<Option<Vec<(i64, u64)>>, LedgerStoreError> {
         let (path, file) = self.file(log_id)?;

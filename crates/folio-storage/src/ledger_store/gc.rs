@@ -257,6 +257,9 @@ mod tests {
             max_active_entry_logs: 500,
             entry_log_access_expiry: std::time::Duration::from_secs(300),
             entry_log_direct_io: false,
+            read_ahead_cache_bytes: crate::ledger_store::DEFAULT_READ_AHEAD_CACHE_BYTES,
+            read_ahead_batch_size: crate::ledger_store::DEFAULT_READ_AHEAD_BATCH_SIZE,
+            read_ahead_batch_bytes: crate::ledger_store::DEFAULT_READ_AHEAD_BATCH_BYTES,
         }
     }
 

@@ -28,6 +28,9 @@ fn dirs(limit: u64, cache: u64) -> Dirs {
         max_active_entry_logs: 500,
         entry_log_access_expiry: std::time::Duration::from_secs(300),
         entry_log_direct_io: false,
+        read_ahead_cache_bytes: crate::ledger_store::DEFAULT_READ_AHEAD_CACHE_BYTES,
+        read_ahead_batch_size: crate::ledger_store::DEFAULT_READ_AHEAD_BATCH_SIZE,
+        read_ahead_batch_bytes: crate::ledger_store::DEFAULT_READ_AHEAD_BATCH_BYTES,
     };
     Dirs { _tmp: tmp, config }
 }
@@ -779,4 +782,99 @@ fn a_lost_index_is_refused_while_entry_logs_or_a_journal_mark_say_there_was_data
     let msg = err.to_string();
     assert!(msg.contains(&journal.display().to_string()), "{msg}");
     assert!(msg.contains("checkpoint mark"), "{msg}");
+}
+
+/// A miss reads the ledger's following entries ahead, and the reads after it come from
+/// the read cache, each the entry asked for: a gap in the entry ids, another ledger's
+/// records in between and a deleted ledger all end the run or empty the cache, with
+/// entry logs written through the page cache or with direct I/O.
+#[test]
+fn read_ahead_serves_the_next_entries_of_the_ledger_and_nothing_else() {
+    for direct in [false, true] {
+        let mut d = dirs(1 << 30, 64 << 20);
+        d.config.entry_log_direct_io = direct;
+        let s = open(&d);
+        for e in (0..60).filter(|&e| e != 51) {
+            s.put_entry(1, e, data(1, e)).unwrap();
+            s.put_entry(2, e, data(2, e)).unwrap();
+            if e == 30 {
+                // Two flushes: ledger 1's entries are in two runs with ledger 2's between.
+                s.flush().unwrap();
+            }
+        }
+        s.flush().unwrap();
+        assert_eq!(s.read_ahead_hits(), 0);
+        for e in 0..51 {
+            assert_eq!(
+                s.get_entry(1, e).unwrap(),
+                Some(data(1, e)),
+                "direct {direct}"
+            );
+        }
+        // 0 and 31 were misses (each starts a run); the rest were read ahead.
+        assert_eq!(s.read_ahead_hits(), 49, "direct {direct}");
+        assert_eq!(s.get_entry(1, 51).unwrap(), None, "the gap is not filled");
+        for e in 0..60 {
+            let want = (e != 51).then(|| data(2, e));
+            assert_eq!(s.get_entry(2, e).unwrap(), want, "direct {direct}");
+        }
+        assert_eq!(s.get_entry(1, 52).unwrap(), Some(data(1, 52)));
+        let hits = s.read_ahead_hits();
+        s.delete_ledger(1).unwrap();
+        assert_eq!(s.get_entry(1, 53).unwrap(), None, "deleted");
+        assert_eq!(s.read_ahead_hits(), hits);
+        s.close().unwrap();
+    }
+}
+
+/// With the bound at zero nothing is read ahead, and every read still returns its entry.
+#[test]
+fn read_ahead_can_be_turned_off() {
+    let mut d = dirs(1 << 30, 64 << 20);
+    d.config.read_ahead_cache_bytes = 0;
+    let s = open(&d);
+    for e in 0..20 {
+        s.put_entry(1, e, data(1, e)).unwrap();
+    }
+    s.flush().unwrap();
+    for e in 0..20 {
+        assert_eq!(s.get_entry(1, e).unwrap(), Some(data(1, e)));
+    }
+    assert_eq!(s.read_ahead_hits(), 0);
+}
+
+/// An entry put again with other bytes (as a journal replay or a second recovery may)
+/// is read as the new copy: the put drops the copy read ahead, and a read ahead of the
+/// old copy still in an earlier run of the log keeps only what the index points at.
+#[test]
+fn read_ahead_never_serves_an_older_copy_of_an_entry() {
+    let d = dirs(1 << 30, 64 << 20);
+    let v2 = |e: i64| Bytes::from(format!("second copy of {e}"));
+    {
+        let s = open(&d);
+        for e in 0..10 {
+            s.put_entry(1, e, data(1, e)).unwrap();
+        }
+        s.flush().unwrap();
+        assert_eq!(s.get_entry(1, 0).unwrap(), Some(data(1, 0)));
+        assert!(s.read_cache.lock().used() > 0, "1..9 read ahead");
+        s.put_entry(1, 5, v2(5)).unwrap();
+        s.flush().unwrap();
+        assert_eq!(
+            s.get_entry(1, 5).unwrap(),
+            Some(v2(5)),
+            "the put dropped the old copy"
+        );
+        s.close().unwrap();
+    }
+    let s = open(&d);
+    assert_eq!(s.get_entry(1, 4).unwrap(), Some(data(1, 4)));
+    assert_eq!(
+        s.get_entry(1, 5).unwrap(),
+        Some(v2(5)),
+        "the log's older copy is not live"
+    );
+    for e in (0..10).filter(|&e| e != 5) {
+        assert_eq!(s.get_entry(1, e).unwrap(), Some(data(1, e)));
+    }
 }
