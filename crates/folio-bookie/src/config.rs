@@ -261,7 +261,7 @@ impl Default for BookieConfig {
             max_active_entry_logs: 500,
             entry_log_access_expiry_s: 300,
             entry_log_direct_io: false,
-            read_ahead_cache_bytes: 64 << 20,
+            read_ahead_cache_bytes: 0,
             read_ahead_batch_size: 100,
             write_cache_bytes: 64 << 20,
             max_frame_size: 5 * 1024 * 1024,
@@ -447,9 +447,10 @@ entry_log_direct_io = false
 
 # Bound on entries read ahead of catch-up readers: a read that misses the caches also reads the
 # ledger's following entries in the same read of the entry log (at most 1 MiB) and keeps them
-# here for the reads that follow. 0 turns read-ahead off. (BookKeeper's
-# dbStorage_readAheadCacheMaxSizeMb, in bytes.)
-read_ahead_cache_bytes = 67108864
+# here for the reads that follow. 0 (the default) turns read-ahead off: with the entry logs in the
+# page cache it only costs (a reader with several reads in flight has each of them read ahead);
+# it pays with entry_log_direct_io. (BookKeeper's dbStorage_readAheadCacheMaxSizeMb, in bytes.)
+read_ahead_cache_bytes = 0
 
 # Entries read ahead after such a miss. [dbStorage_readAheadCacheBatchSize]
 read_ahead_batch_size = 100

@@ -47,6 +47,7 @@ fn main() {
             per_ledger_logs: false,
             force_write: false,
             direct_entry_logs: false,
+            read_ahead: false,
         },
         breaks: folio_sim::ProtocolBreaks {
             unfenced_recovery_reads: std::env::var_os("FOLIO_SIM_BREAK_UNFENCED_READS").is_some(),

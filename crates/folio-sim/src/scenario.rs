@@ -441,6 +441,7 @@ impl World {
         knobs.per_ledger_logs = per_ledger_logs(self.seed, id, start);
         knobs.force_write = force_write(self.seed, id, start);
         knobs.direct_entry_logs = direct_entry_logs(self.seed, id, start);
+        knobs.read_ahead = (start_hash(self.seed, id, start) >> 60) & 1 == 1;
         match Incarnation::open(fs, knobs, self.rng.next_u64()) {
             Ok(inc) => {
                 if !inc.quiesce() {

@@ -74,8 +74,11 @@ pub struct LedgerStoreConfig {
     pub read_ahead_batch_bytes: usize,
 }
 
-/// The default read-ahead bound: the write cache's.
-pub const DEFAULT_READ_AHEAD_CACHE_BYTES: u64 = 64 << 20;
+/// The default read-ahead bound: none. Measured (docs/performance.md, "Direct I/O and
+/// read-ahead"), read-ahead slowed autorecovery's copies to less than half: a reader
+/// with several sequential reads in flight (the replicator keeps 10) has each of them
+/// miss at once and read ahead the same run, while the page cache already held it.
+pub const DEFAULT_READ_AHEAD_CACHE_BYTES: u64 = 0;
 /// BookKeeper's `dbStorage_readAheadCacheBatchSize`.
 pub const DEFAULT_READ_AHEAD_BATCH_SIZE: usize = 100;
 /// One read-ahead read: 1 MiB (BookKeeper bounds it by the entry count only).

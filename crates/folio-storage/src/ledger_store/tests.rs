@@ -793,6 +793,7 @@ fn read_ahead_serves_the_next_entries_of_the_ledger_and_nothing_else() {
     for direct in [false, true] {
         let mut d = dirs(1 << 30, 64 << 20);
         d.config.entry_log_direct_io = direct;
+        d.config.read_ahead_cache_bytes = 64 << 20;
         let s = open(&d);
         for e in (0..60).filter(|&e| e != 51) {
             s.put_entry(1, e, data(1, e)).unwrap();
@@ -827,11 +828,12 @@ fn read_ahead_serves_the_next_entries_of_the_ledger_and_nothing_else() {
     }
 }
 
-/// With the bound at zero nothing is read ahead, and every read still returns its entry.
+/// With the bound at zero (the default) nothing is read ahead, and every read still
+/// returns its entry.
 #[test]
 fn read_ahead_can_be_turned_off() {
-    let mut d = dirs(1 << 30, 64 << 20);
-    d.config.read_ahead_cache_bytes = 0;
+    let d = dirs(1 << 30, 64 << 20);
+    assert_eq!(d.config.read_ahead_cache_bytes, 0);
     let s = open(&d);
     for e in 0..20 {
         s.put_entry(1, e, data(1, e)).unwrap();
@@ -848,7 +850,8 @@ fn read_ahead_can_be_turned_off() {
 /// old copy still in an earlier run of the log keeps only what the index points at.
 #[test]
 fn read_ahead_never_serves_an_older_copy_of_an_entry() {
-    let d = dirs(1 << 30, 64 << 20);
+    let mut d = dirs(1 << 30, 64 << 20);
+    d.config.read_ahead_cache_bytes = 64 << 20;
     let v2 = |e: i64| Bytes::from(format!("second copy of {e}"));
     {
         let s = open(&d);
