@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use bytes::Bytes;
 use clap::Args;
+use folio_bookie::config::BookieConfig;
 use folio_bookie::engine::EngineStorage;
 use folio_env::Env;
 use folio_storage::StorageError;
@@ -70,6 +71,33 @@ pub struct FillArgs {
 }
 
 pub fn run(a: FillArgs) -> anyhow::Result<()> {
+    let mut config = crate::bookie_cmd::load_config(a.config.as_deref())?;
+    if let Some(d) = &a.data_dir {
+        config.data_dir = Some(d.clone());
+    }
+    config.validate()?;
+    let filled = fill(&a, &config)?;
+    println!("{}", filled.report(&a));
+    if a.no_checkpoint {
+        // Every add is fdatasynced; leave without the checkpoint a clean stop would run
+        // (dropping the engine would not run one either, but exiting here says so plainly).
+        std::process::exit(0);
+    }
+    Ok(())
+}
+
+/// What a fill did.
+struct Filled {
+    summary: Summary,
+    open_seconds: f64,
+    close_seconds: f64,
+    checkpoints: u64,
+    journal_bytes: u64,
+}
+
+/// Writes the ledgers into the engine `config` names, then checkpoints and stops it, or with
+/// `--no-checkpoint` leaves it unstopped (the caller exits; dropped, it stops without one).
+fn fill(a: &FillArgs, config: &BookieConfig) -> anyhow::Result<Filled> {
     if a.entry_size < MIN_ENTRY_SIZE {
         bail!(
             "--entry-size {} is below {MIN_ENTRY_SIZE} bytes",
@@ -85,14 +113,9 @@ pub fn run(a: FillArgs) -> anyhow::Result<()> {
             bail!("{name} must be at least 1");
         }
     }
-    let mut config = crate::bookie_cmd::load_config(a.config.as_deref())?;
-    if let Some(d) = &a.data_dir {
-        config.data_dir = Some(d.clone());
-    }
-    config.validate()?;
     let env = Env::real();
     let opened = Instant::now();
-    let storage = EngineStorage::open(&env, &config).context("cannot open the bookie's storage")?;
+    let storage = EngineStorage::open(&env, config).context("cannot open the bookie's storage")?;
     let open_seconds = opened.elapsed().as_secs_f64();
     let engine = storage.engine();
 
@@ -139,49 +162,114 @@ pub fn run(a: FillArgs) -> anyhow::Result<()> {
     if !a.no_checkpoint {
         storage.shutdown().context("the final checkpoint failed")?;
     }
-    let close_seconds = closing.elapsed().as_secs_f64();
-    let summary = Summary {
-        entries: total,
-        bytes: total * a.entry_size as u64,
-        elapsed,
-        latencies,
-    };
-    let out = if a.json {
-        let mut extra = Map::new();
-        extra.insert("bench".into(), json!("fill"));
-        extra.insert("ledgers".into(), json!(a.ledgers));
-        extra.insert("entries_per_ledger".into(), json!(a.entries_per_ledger));
-        extra.insert("entry_size".into(), json!(a.entry_size));
-        extra.insert("first_ledger".into(), json!(a.first_ledger));
-        extra.insert("in_flight".into(), json!(a.in_flight));
-        extra.insert("open_seconds".into(), json!(open_seconds));
-        extra.insert("close_seconds".into(), json!(close_seconds));
-        extra.insert("checkpoints_during".into(), json!(checkpoints));
-        extra.insert("final_checkpoint".into(), json!(!a.no_checkpoint));
-        extra.insert("journal_bytes".into(), json!(journal.bytes));
-        summary.to_json(extra).to_string()
-    } else {
+    Ok(Filled {
+        summary: Summary {
+            entries: total,
+            bytes: total * a.entry_size as u64,
+            elapsed,
+            latencies,
+        },
+        open_seconds,
+        close_seconds: closing.elapsed().as_secs_f64(),
+        checkpoints,
+        journal_bytes: journal.bytes,
+    })
+}
+
+impl Filled {
+    fn report(&self, a: &FillArgs) -> String {
+        let Filled {
+            summary,
+            open_seconds,
+            close_seconds,
+            checkpoints,
+            journal_bytes,
+        } = self;
+        if a.json {
+            let mut extra = Map::new();
+            extra.insert("bench".into(), json!("fill"));
+            extra.insert("ledgers".into(), json!(a.ledgers));
+            extra.insert("entries_per_ledger".into(), json!(a.entries_per_ledger));
+            extra.insert("entry_size".into(), json!(a.entry_size));
+            extra.insert("first_ledger".into(), json!(a.first_ledger));
+            extra.insert("in_flight".into(), json!(a.in_flight));
+            extra.insert("open_seconds".into(), json!(open_seconds));
+            extra.insert("close_seconds".into(), json!(close_seconds));
+            extra.insert("checkpoints_during".into(), json!(checkpoints));
+            extra.insert("final_checkpoint".into(), json!(!a.no_checkpoint));
+            extra.insert("journal_bytes".into(), json!(journal_bytes));
+            return summary.to_json(extra).to_string();
+        }
         format!(
-            "folio bench fill: {} ledgers x {} entries of {} B from ledger {} (opened in {open_seconds:.1} s)\n{}\n\
-             {} journal bytes, {checkpoints} checkpoints during the fill, {}",
+            "folio bench fill: {} ledgers x {} entries of {} B from ledger {} (opened in \
+             {open_seconds:.1} s)\n{}\n{journal_bytes} journal bytes, {checkpoints} checkpoints \
+             during the fill, {}",
             a.ledgers,
             a.entries_per_ledger,
             a.entry_size,
             a.first_ledger,
             summary.to_text(),
-            journal.bytes,
             if a.no_checkpoint {
                 "no final checkpoint: the next start replays the journal".to_string()
             } else {
                 format!("final checkpoint {close_seconds:.1} s")
             }
         )
-    };
-    println!("{out}");
-    if a.no_checkpoint {
-        // Every add is fdatasynced; leave without the checkpoint a clean stop would run
-        // (dropping the engine would not run one either, but exiting here says so plainly).
-        std::process::exit(0);
     }
-    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(no_checkpoint: bool) -> FillArgs {
+        FillArgs {
+            data_dir: None,
+            config: None,
+            ledgers: 300,
+            entries_per_ledger: 2,
+            entry_size: 100,
+            first_ledger: 1 << 40,
+            in_flight: 64,
+            no_checkpoint,
+            json: true,
+        }
+    }
+
+    /// The bookie's engine, opened again on a filled data directory, holds every ledger and
+    /// entry: from the index after the final checkpoint, from the journal's replay without it
+    /// (the state a SIGKILL leaves, which the replay benchmark depends on).
+    #[test]
+    fn the_bookie_engine_reopens_a_filled_data_dir_with_every_entry() {
+        for no_checkpoint in [false, true] {
+            let dir = tempfile::tempdir().unwrap();
+            let config = BookieConfig {
+                data_dir: Some(dir.path().to_path_buf()),
+                ..BookieConfig::default()
+            };
+            let a = args(no_checkpoint);
+            let filler: Vec<u8> = (0..a.entry_size).map(|i| i as u8).collect();
+            let filled = fill(&a, &config).unwrap();
+            assert_eq!(filled.summary.entries, 600);
+            let storage = EngineStorage::open(&Env::real(), &config).unwrap();
+            let engine = storage.engine();
+            if no_checkpoint {
+                assert!(engine.replay_stats().records >= 600, "{no_checkpoint}");
+            }
+            for l in [0, 1, 299] {
+                let ledger = a.first_ledger + l;
+                for e in 0..2 {
+                    let got = engine.read_entry(ledger, e).unwrap().expect("stored");
+                    assert_eq!(got, entry_bytes(ledger, e, &filler), "{no_checkpoint}");
+                }
+            }
+            assert!(
+                engine
+                    .read_entry(a.first_ledger + 300, 0)
+                    .unwrap()
+                    .is_none()
+            );
+            storage.shutdown().unwrap();
+        }
+    }
 }
