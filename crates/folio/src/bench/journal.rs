@@ -25,7 +25,7 @@ use serde_json::{Map, json};
 use super::report::{Latencies, Summary};
 
 /// An entry must hold the entry header the engine checks (ledger, entry, LAC, length).
-const MIN_ENTRY_SIZE: usize = 32;
+pub(super) const MIN_ENTRY_SIZE: usize = 32;
 /// The master key every benchmark ledger uses.
 const MASTER_KEY: [u8; 20] = [0x42; 20];
 /// How long without any completion before the benchmark gives up.
@@ -304,7 +304,7 @@ fn bench(a: &JournalArgs, work: &Path) -> anyhow::Result<String> {
 
 /// An entry as a client would send it: ledger, entry, LAC (entry - 1), length, then
 /// filler up to `filler.len()` bytes in total.
-fn entry_bytes(ledger: i64, entry: i64, filler: &[u8]) -> Bytes {
+pub(super) fn entry_bytes(ledger: i64, entry: i64, filler: &[u8]) -> Bytes {
     let mut b = BytesMut::with_capacity(filler.len());
     b.put_i64(ledger);
     b.put_i64(entry);

@@ -3,6 +3,7 @@
 //! holds what they all print.
 
 pub mod bookie;
+pub mod fill;
 pub mod journal;
 pub mod read;
 pub mod reclaim;
@@ -24,6 +25,9 @@ pub enum BenchCommand {
     /// Adds through the storage engine alone (journal with fdatasync, ledger store; no
     /// network), like BookKeeper's `bkperf journal append`.
     Journal(journal::JournalArgs),
+    /// Writes many ledgers (default a million) into a stopped bookie's data directory through
+    /// its storage engine, for a bookie to start on (no metadata, no network).
+    Fill(fill::FillArgs),
     /// Adds to one bookie over the wire, like BookKeeper's `benchmark bookie`.
     Bookie(bookie::BookieBenchArgs),
     /// Appends through the client to the cluster of --metadata, like `benchmark writes`.
@@ -45,6 +49,7 @@ pub enum BenchCommand {
 pub fn run(args: BenchArgs, metadata: Option<String>) -> anyhow::Result<()> {
     match args.command {
         BenchCommand::Journal(a) => journal::run(a),
+        BenchCommand::Fill(a) => fill::run(a),
         BenchCommand::Bookie(a) => bookie::run(a),
         BenchCommand::Write(a) => write::run(a, metadata),
         BenchCommand::Read(a) => read::run(a, metadata),
