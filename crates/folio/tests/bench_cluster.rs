@@ -304,6 +304,15 @@ fn bench_tail_delivers_every_entry_to_every_tailing_reader() {
     assert_eq!(v["readers"], 2);
     assert_eq!(v["delivered"], 500);
     assert_eq!(v["delivered_per_reader"], serde_json::json!([250, 250]));
+    // The writer kept appending past the measured entries until the readers had them all.
+    assert!(v["written"].as_u64().unwrap() >= 250, "{v}");
+    assert!(v["written"].as_u64().unwrap() <= 500, "{v}");
+    assert_eq!(v["latency_from"], "ack");
+    // Each entry's end-to-end latency is its append latency plus its delivery latency.
+    for p in ["p50", "p99", "max"] {
+        let (d, e) = (&v["latency_ms"][p], &v["e2e_latency_ms"][p]);
+        assert!(d.as_f64().unwrap() <= e.as_f64().unwrap(), "{p}: {v}");
+    }
     let a = &v["append_latency_ms"];
     assert!(a["p50"].as_f64().unwrap() > 0.0, "{v}");
     assert!(

@@ -1,19 +1,23 @@
 //! `folio bench tail`: one writer and `--readers` tailing readers on one ledger, like
-//! BookKeeper's `benchmark reads -listen`, measuring end-to-end latency.
+//! BookKeeper's `benchmark reads -listen`, measuring how soon a reader has each entry.
 //!
 //! The writer appends with `--in-flight` appends outstanding until `--entries` are
-//! acknowledged or `--seconds` have passed, then closes the ledger. Each reader has its
-//! own client (its own connections, as a separate process would), opens the ledger
-//! without recovery before the first append, and follows it: it long-polls the bookies
-//! for an LAC beyond what it has read, reads the newly confirmed entries, and stops once
-//! the ledger is closed and it has read the last entry. An entry's end-to-end latency
-//! runs from the writer's `append` call to a reader holding the verified entry; a reader
-//! learns of entry e only once the LAC covers it (piggybacked on a later add, an explicit
-//! LAC, or the close), so this is the latency a tailing consumer sees. The ledger is
-//! deleted afterwards unless `--keep` is given.
+//! acknowledged or `--seconds` have passed: those are the measured entries. Each reader
+//! has its own client (its own connections, as a separate process would), opens the ledger
+//! without recovery before the first append, and follows it: it long-polls the bookies for
+//! an LAC beyond what it has read, reads the newly confirmed entries, and stops once it has
+//! every measured entry. A reader learns of entry e only once the LAC covers it, which
+//! BookKeeper's protocol piggybacks on a later add; so the writer keeps appending
+//! (unmeasured, at most as many entries again) until every reader has the measured ones,
+//! instead of leaving the last of them to wait for the close, and closes the ledger after.
+//! The delivery latency runs from the writer's acknowledgement of an entry to a reader
+//! holding it verified (the tailing path alone: LAC carried by the next add, long poll,
+//! read); the end-to-end latency from the `append` call. Writer and readers share one
+//! process, so one clock. The ledger is deleted afterwards unless `--keep` is given.
 
 use std::collections::VecDeque;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -82,9 +86,6 @@ fn validate(a: &TailBenchArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// When each entry was handed to `append`, by entry id (the writer appends in id order).
-type SentAt = Arc<Mutex<Vec<Instant>>>;
-
 async fn bench(a: &TailBenchArgs, uri: &str) -> anyhow::Result<String> {
     let store =
         crate::metadata_connect::connect(uri, crate::metadata_connect::Missing::Refuse).await?;
@@ -112,20 +113,15 @@ async fn bench(a: &TailBenchArgs, uri: &str) -> anyhow::Result<String> {
         let _ = client.delete_ledger(id).await;
     }
     client.close();
-    let (written, append_latencies, deliveries, e2e, elapsed) = result?;
-    let summary = Summary {
-        entries: written,
-        bytes: written * a.shape.entry_size as u64,
-        elapsed,
-        latencies: e2e,
+    let o = result?;
+    let bytes = o.measured * a.shape.entry_size as u64;
+    let summary = |latencies| Summary {
+        entries: o.measured,
+        bytes,
+        elapsed: o.elapsed,
+        latencies,
     };
-    let appends = Summary {
-        entries: written,
-        bytes: written * a.shape.entry_size as u64,
-        elapsed,
-        latencies: append_latencies,
-    };
-    let delivered: u64 = deliveries.iter().sum();
+    let (delivery, e2e, appends) = (summary(o.delivery), summary(o.e2e), summary(o.appends));
     if a.json {
         let mut extra = Map::new();
         extra.insert("bench".into(), json!("tail"));
@@ -137,44 +133,90 @@ async fn bench(a: &TailBenchArgs, uri: &str) -> anyhow::Result<String> {
         extra.insert("readers".into(), json!(a.readers));
         extra.insert("explicit_lac_ms".into(), json!(a.explicit_lac_ms));
         extra.insert("ledger_id".into(), json!(id));
-        extra.insert("delivered".into(), json!(delivered));
-        extra.insert("delivered_per_reader".into(), json!(deliveries));
+        extra.insert("latency_from".into(), json!("ack"));
+        extra.insert("written".into(), json!(o.written));
+        extra.insert("delivered".into(), json!(o.measured * a.readers));
+        // Every reader delivered exactly the measured entries (checked in `run_ledger`).
+        extra.insert(
+            "delivered_per_reader".into(),
+            json!(vec![o.measured; a.readers as usize]),
+        );
+        let e2e = e2e.to_json(Map::new());
+        extra.insert("e2e_latency_ms".into(), e2e["latency_ms"].clone());
         let append = appends.to_json(Map::new());
         extra.insert("append_latency_ms".into(), append["latency_ms"].clone());
-        return Ok(summary.to_json(extra).to_string());
+        return Ok(delivery.to_json(extra).to_string());
     }
-    let l = &appends.latencies;
+    let line = |name: &str, l: &Latencies| {
+        format!(
+            "{name} latency ms: p50 {:.3}  p99 {:.3}  p99.9 {:.3}  max {:.3}",
+            l.quantile_ms(0.50),
+            l.quantile_ms(0.99),
+            l.quantile_ms(0.999),
+            l.max_ms(),
+        )
+    };
     Ok(format!(
         "folio bench tail: E{} Qw{} Qa{}, {} B entries, {} in flight, {} tailing reader(s)\n{}\n\
-         (latency: append to delivery at a reader; {delivered} deliveries)\n\
-         append latency ms: p50 {:.3}  p99 {:.3}  p99.9 {:.3}  max {:.3}",
+         (latency: the writer's acknowledgement to delivery at a reader; {} entries written \
+         in all, the measured {} and a cool-down)\n{}\n{}",
         a.shape.ensemble,
         a.shape.write_quorum,
         a.shape.ack_quorum,
         a.shape.entry_size,
         a.in_flight,
         a.readers,
-        summary.to_text(),
-        l.quantile_ms(0.50),
-        l.quantile_ms(0.99),
-        l.quantile_ms(0.999),
-        l.max_ms(),
+        delivery.to_text(),
+        o.written,
+        o.measured,
+        line("end-to-end (append call to delivery)", &e2e.latencies),
+        line("append", &appends.latencies),
     ))
 }
 
-type Outcome = (u64, Latencies, Vec<u64>, Latencies, Duration);
+/// What a run measured, over the measured entries only.
+struct Outcome {
+    /// Entries the writer reached its limit with: the ones measured.
+    measured: u64,
+    /// Entries written in all, the cool-down included.
+    written: u64,
+    appends: Latencies,
+    delivery: Latencies,
+    e2e: Latencies,
+    /// First append to the last reader holding the last measured entry.
+    elapsed: Duration,
+}
 
-/// Starts the readers, runs the writer, closes the ledger and waits for the readers to
-/// reach its end. Returns entries written, append latencies, entries each reader
-/// delivered, end-to-end latencies and the elapsed time (first append to last delivery).
+/// The writer's side of what readers need to know while the run goes on.
+struct Progress {
+    /// Entries measured, once the writer has reached its limit (`u64::MAX` until then).
+    measured: AtomicU64,
+    /// Readers that have stopped (done or failed): the writer's cool-down ends with them.
+    stopped: AtomicU64,
+}
+
+/// Counts a reader as stopped however its task ends, so a failed reader cannot leave the
+/// writer appending through its whole cool-down.
+struct Stopped(Arc<Progress>);
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        self.0.stopped.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// Starts the readers, runs the writer, closes the ledger once the readers have the
+/// measured entries, and turns the instants into latencies.
 async fn run_ledger(
     a: &TailBenchArgs,
     store: &Arc<dyn MetadataStore>,
     writer: Arc<LedgerHandle>,
 ) -> anyhow::Result<Outcome> {
     let id = writer.id();
-    let sent: SentAt = Arc::new(Mutex::new(Vec::new()));
-    let e2e = Arc::new(Mutex::new(Latencies::new()));
+    let progress = Arc::new(Progress {
+        measured: AtomicU64::new(u64::MAX),
+        stopped: AtomicU64::new(0),
+    });
     let mut readers = Vec::new();
     let mut clients = Vec::new();
     for _ in 0..a.readers {
@@ -191,23 +233,22 @@ async fn run_ledger(
     let start = Instant::now();
     let tasks: Vec<_> = readers
         .into_iter()
-        .map(|h| tokio::spawn(tail_loop(h, Arc::clone(&sent), Arc::clone(&e2e))))
+        .map(|h| tokio::spawn(tail_loop(h, Arc::clone(&progress))))
         .collect();
     let limit = match a.seconds {
         Some(s) => Limit::Until(start + Duration::from_secs_f64(s)),
         None => Limit::Entries(a.entries.unwrap_or(10_000)),
     };
-    let mut append_latencies = Latencies::new();
     let written = append_loop(
         &writer,
         payload(a.shape.entry_size),
         limit,
         a.in_flight,
-        &sent,
-        &mut append_latencies,
+        a.readers,
+        &progress,
     )
     .await;
-    // The close makes the last entries visible to the readers (and ends their tails).
+    // Ends the readers' tails if the cool-down ran out before they had every entry.
     let closed = writer
         .close()
         .await
@@ -217,51 +258,104 @@ async fn run_ledger(
             t.abort();
         }
     }
-    let written = written?;
+    let w = written?;
     closed?;
+    let measured = w.measured;
     let mut deliveries = Vec::new();
     for t in tasks {
         deliveries.push(t.await.context("a reader task panicked")??);
     }
-    let elapsed = start.elapsed();
     for c in clients {
         c.close();
     }
-    for (i, &d) in deliveries.iter().enumerate() {
-        if d != written {
-            bail!("reader {i} delivered {d} entries of ledger {id}, the writer wrote {written}");
-        }
+    if measured == 0 {
+        bail!("no entry was appended to ledger {id}");
     }
-    let e2e = std::mem::take(&mut *e2e.lock().expect("latency lock"));
-    Ok((written, append_latencies, deliveries, e2e, elapsed))
+    let (mut delivery, mut e2e) = (Latencies::new(), Latencies::new());
+    let mut last = start;
+    for (i, got) in deliveries.iter().enumerate() {
+        if (got.len() as u64) < measured {
+            bail!(
+                "reader {i} delivered {} entries of ledger {id}, the writer measured {measured}",
+                got.len()
+            );
+        }
+        for (e, &at) in got.iter().take(measured as usize).enumerate() {
+            // A delivery before the writer's own task saw the acknowledgement counts as 0.
+            delivery.record(at.saturating_duration_since(w.acked[e]));
+            e2e.record(at.saturating_duration_since(w.sent[e]));
+        }
+        last = last.max(got[measured as usize - 1]);
+    }
+    Ok(Outcome {
+        measured,
+        written: w.written,
+        appends: w.latencies,
+        delivery,
+        e2e,
+        elapsed: last - start,
+    })
 }
 
-/// The writer: up to `window` appends outstanding until `limit`; records each entry's
-/// send time before handing it to the client. Returns how many were acknowledged.
+/// What the writer did: the measured count, all appends, and each entry's instants.
+struct Written {
+    measured: u64,
+    written: u64,
+    /// When each entry was handed to `append`, by entry id.
+    sent: Vec<Instant>,
+    /// When the writer saw each entry acknowledged, by entry id.
+    acked: Vec<Instant>,
+    /// Append latencies of the measured entries.
+    latencies: Latencies,
+}
+
+/// The writer: up to `window` appends outstanding until `limit` (the measured entries),
+/// then the same until every reader has stopped or as many entries again are written.
 async fn append_loop(
     ledger: &LedgerHandle,
     payload: Bytes,
     limit: Limit,
     window: u64,
-    sent: &SentAt,
-    latencies: &mut Latencies,
-) -> anyhow::Result<u64> {
+    readers: u64,
+    progress: &Progress,
+) -> anyhow::Result<Written> {
+    let mut w = Written {
+        measured: 0,
+        written: 0,
+        sent: Vec::new(),
+        acked: Vec::new(),
+        latencies: Latencies::new(),
+    };
     let mut pending = VecDeque::new();
-    let (mut n, mut acked) = (0u64, 0u64);
+    let mut measured: Option<u64> = None;
     loop {
-        let more = match limit {
-            Limit::Entries(total) => n < total,
-            Limit::Until(t) => Instant::now() < t,
+        let n = w.sent.len() as u64;
+        if measured.is_none() {
+            let reached = match limit {
+                Limit::Entries(total) => n >= total,
+                Limit::Until(t) => Instant::now() >= t,
+            };
+            if reached {
+                measured = Some(n);
+                progress.measured.store(n, Ordering::SeqCst);
+            }
+        }
+        let more = match measured {
+            None => true,
+            // The cool-down: later adds carry the LAC that makes the measured entries
+            // visible to the readers.
+            Some(m) => progress.stopped.load(Ordering::SeqCst) < readers && n < 2 * m,
         };
         if more && (pending.len() as u64) < window {
             let t0 = Instant::now();
-            sent.lock().expect("send-time lock").push(t0);
+            w.sent.push(t0);
             pending.push_back((t0, n as i64, ledger.append(payload.clone())));
-            n += 1;
             continue;
         }
         let Some((t0, want, fut)) = pending.pop_front() else {
-            return Ok(acked);
+            w.measured = measured.unwrap_or(n);
+            w.written = n;
+            return Ok(w);
         };
         let got = fut
             .await
@@ -272,22 +366,25 @@ async fn append_loop(
                 ledger.id()
             );
         }
-        latencies.record(t0.elapsed());
-        acked += 1;
+        w.acked.push(Instant::now());
+        if measured.is_none_or(|m| (got as u64) < m) {
+            w.latencies.record(t0.elapsed());
+        }
     }
 }
 
-/// One tailing reader: follows the LAC with long polls and reads every confirmed entry
-/// in order until the ledger is closed and its last entry read. Returns how many entries
-/// it delivered, each checked to be the next in sequence.
-async fn tail_loop(
-    reader: ReadHandle,
-    sent: SentAt,
-    e2e: Arc<Mutex<Latencies>>,
-) -> anyhow::Result<u64> {
+/// One tailing reader: follows the LAC with long polls and reads every confirmed entry in
+/// order until it has every measured entry (or the ledger is closed below them). Returns
+/// when it held each entry it delivered, by entry id, each checked to be the next.
+async fn tail_loop(reader: ReadHandle, progress: Arc<Progress>) -> anyhow::Result<Vec<Instant>> {
+    let _stopped = Stopped(Arc::clone(&progress));
     let id = reader.id();
-    let mut next: i64 = 0;
+    let mut delivered = Vec::new();
     loop {
+        let next = delivered.len() as i64;
+        if next as u64 >= progress.measured.load(Ordering::SeqCst) {
+            return Ok(delivered);
+        }
         let lac = reader.last_add_confirmed();
         if lac >= next {
             let end = lac.min(next + READ_CHUNK - 1);
@@ -296,25 +393,20 @@ async fn tail_loop(
                 .await
                 .with_context(|| format!("tailing read of ledger {id} entries {next}..={end}"))?;
             let now = Instant::now();
-            let sent = sent.lock().expect("send-time lock");
-            let mut e2e = e2e.lock().expect("latency lock");
             for e in entries {
-                if e.entry_id != next {
+                if e.entry_id != delivered.len() as i64 {
                     bail!(
-                        "tailing ledger {id}: expected entry {next}, got {}",
+                        "tailing ledger {id}: expected entry {}, got {}",
+                        delivered.len(),
                         e.entry_id
                     );
                 }
-                let Some(t0) = sent.get(next as usize) else {
-                    bail!("tailing ledger {id}: entry {next} was read before it was appended");
-                };
-                e2e.record(now.saturating_duration_since(*t0));
-                next += 1;
+                delivered.push(now);
             }
             continue;
         }
         if reader.is_closed() {
-            return Ok(next as u64);
+            return Ok(delivered);
         }
         reader
             .wait_for_lac_beyond(next - 1, POLL)
