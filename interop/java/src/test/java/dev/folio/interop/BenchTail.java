@@ -38,7 +38,8 @@ import org.apache.bookkeeper.conf.ClientConfiguration;
  *
  * <pre>java -cp CLASSPATH dev.folio.interop.BenchTail --metadata zk+null://HOST:PORT/ROOT
  *     [-e 3] [-w 3] [-a 2] [--entry-size 1024] [--entries 10000] [--in-flight 16]
- *     [--readers 1] [--poll-ms 1000] [--warmup 1]</pre>
+ *     [--readers 1] [--poll-ms 1000] [--warmup 1] [--parallel false]</pre>
+ * {@code --parallel true} long-polls every bookie of the write set at once instead of one.
  */
 public final class BenchTail {
     private BenchTail() {}
@@ -59,6 +60,7 @@ public final class BenchTail {
         int readers = 1;
         long pollMs = 1000;
         int warmup = 1;
+        boolean parallel = false;
         for (int i = 0; i < args.length; i++) {
             String v = i + 1 < args.length ? args[i + 1] : null;
             switch (args[i]) {
@@ -72,6 +74,7 @@ public final class BenchTail {
                 case "--readers" -> readers = Integer.parseInt(v);
                 case "--poll-ms" -> pollMs = Long.parseLong(v);
                 case "--warmup" -> warmup = Integer.parseInt(v);
+                case "--parallel" -> parallel = Boolean.parseBoolean(v);
                 default -> {
                     System.err.println("BenchTail: unknown argument " + args[i]);
                     System.exit(2);
@@ -95,9 +98,9 @@ public final class BenchTail {
                 clients.add(new BookKeeper(conf));
             }
             if (warmup > 0) {
-                run(writer, clients, e, qw, qa, payload, Math.max(1, entries / 10), inFlight, pollMs);
+                run(writer, clients, e, qw, qa, payload, Math.max(1, entries / 10), inFlight, pollMs, parallel);
             }
-            Run run = run(writer, clients, e, qw, qa, payload, entries, inFlight, pollMs);
+            Run run = run(writer, clients, e, qw, qa, payload, entries, inFlight, pollMs, parallel);
             long[] d = run.delivery;
             long[] x = run.e2e;
             long[] a = run.appends;
@@ -131,7 +134,7 @@ public final class BenchTail {
     record Run(long[] delivery, long[] e2e, long[] appends, double seconds, long written, long ledger) {}
 
     static Run run(BookKeeper writerClient, List<BookKeeper> readerClients, int e, int qw, int qa, byte[] payload,
-            int entries, int inFlight, long pollMs) throws Exception {
+            int entries, int inFlight, long pollMs, boolean parallel) throws Exception {
         LedgerHandle w = writerClient.createLedger(e, qw, qa, DigestType.CRC32C, PASSWORD);
         // Each entry's add call and callback, by entry id; the cool-down writes at most `entries` more.
         int cap = 2 * entries;
@@ -149,7 +152,7 @@ public final class BenchTail {
             CompletableFuture<long[]> f = new CompletableFuture<>();
             Thread t = new Thread(() -> {
                 try {
-                    f.complete(tail(r, entries, pollMs, payload.length));
+                    f.complete(tail(r, entries, pollMs, payload.length, parallel));
                 } catch (Throwable x) {
                     f.completeExceptionally(x);
                 } finally {
@@ -215,14 +218,14 @@ public final class BenchTail {
      * One tailing reader: returns when it held each of the first {@code entries} entries
      * (System.nanoTime), each checked to be the next in order and {@code size} bytes long.
      */
-    static long[] tail(LedgerHandle r, int entries, long pollMs, int size) throws Exception {
+    static long[] tail(LedgerHandle r, int entries, long pollMs, int size, boolean parallel) throws Exception {
         long[] at = new long[entries];
         int next = 0;
         while (next < entries) {
             long lac;
             LastConfirmedAndEntry lce;
             try {
-                lce = r.readLastAddConfirmedAndEntryAsync(next, pollMs, false)
+                lce = r.readLastAddConfirmedAndEntryAsync(next, pollMs, parallel)
                         .get(pollMs + 60_000, TimeUnit.MILLISECONDS);
             } catch (ExecutionException x) {
                 // Until the first add reaches them the bookies know no such ledger and answer
