@@ -17,25 +17,20 @@
 //! that is every entry written.
 
 use std::path::PathBuf;
-use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::{Context, bail};
-use bytes::Bytes;
 use clap::Args;
 use folio_bookie::config::BookieConfig;
 use folio_bookie::engine::EngineStorage;
 use folio_env::Env;
-use folio_storage::StorageError;
 use serde_json::{Map, json};
 
-use super::journal::{MIN_ENTRY_SIZE, entry_bytes};
-use super::report::{Latencies, Summary};
+use super::journal::{Adds, MIN_ENTRY_SIZE, drive_adds};
+use super::report::Summary;
 
 /// The master key of every filled ledger (no client ever writes to them).
 const MASTER_KEY: [u8; 20] = [0x46; 20];
-/// How long without any completion before the fill gives up.
-const STALL_TIMEOUT: Duration = Duration::from_secs(300);
 
 #[derive(Args, Debug, Clone)]
 pub struct FillArgs {
@@ -120,41 +115,18 @@ fn fill(a: &FillArgs, config: &BookieConfig) -> anyhow::Result<Filled> {
     let engine = storage.engine();
 
     let total = a.ledgers * a.entries_per_ledger;
-    let filler = Bytes::from((0..a.entry_size).map(|i| i as u8).collect::<Vec<u8>>());
-    let (tx, rx) = mpsc::channel::<Result<Duration, StorageError>>();
-    let mut latencies = Latencies::new();
     let journal_before = engine.journal_stats();
     let checkpoints_before = engine.checkpoints();
     let start = Instant::now();
-    let (mut sent, mut done) = (0u64, 0u64);
-    while done < total {
-        while sent < total && sent - done < a.in_flight {
-            let ledger = a.first_ledger + (sent % a.ledgers) as i64;
-            let entry = (sent / a.ledgers) as i64;
-            let tx = tx.clone();
-            let t0 = Instant::now();
-            engine.add_entry(
-                ledger,
-                entry,
-                &MASTER_KEY,
-                entry_bytes(ledger, entry, &filler),
-                false,
-                Box::new(move |r| {
-                    let _ = tx.send(r.map(|()| t0.elapsed()));
-                }),
-            );
-            sent += 1;
-        }
-        match rx.recv_timeout(STALL_TIMEOUT) {
-            Ok(Ok(d)) => latencies.record(d),
-            Ok(Err(e)) => return Err(e).context(format!("add {done} of {total} failed")),
-            Err(_) => bail!(
-                "no add completed for {} s ({done} of {total} done)",
-                STALL_TIMEOUT.as_secs()
-            ),
-        }
-        done += 1;
-    }
+    let adds = Adds {
+        first_ledger: a.first_ledger,
+        ledgers: a.ledgers,
+        total,
+        in_flight: a.in_flight,
+        entry_size: a.entry_size,
+        master_key: &MASTER_KEY,
+    };
+    let latencies = drive_adds(engine, &adds, || {})?;
     let elapsed = start.elapsed();
     let journal = engine.journal_stats() - journal_before;
     let checkpoints = engine.checkpoints() - checkpoints_before;
@@ -221,6 +193,7 @@ impl Filled {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bench::journal::entry_bytes;
 
     fn args(no_checkpoint: bool) -> FillArgs {
         FillArgs {

@@ -178,55 +178,24 @@ fn bench(a: &JournalArgs, work: &Path) -> anyhow::Result<String> {
         ProgressBar::hidden()
     };
 
-    let filler = Bytes::from((0..a.entry_size).map(|i| i as u8).collect::<Vec<u8>>());
-    let (tx, rx) = mpsc::channel::<Result<Duration, StorageError>>();
-    let mut latencies = Latencies::new();
     let before = storage.journal_stats();
     let checkpoints_before = storage.checkpoints();
     let start = Instant::now();
-    let (mut sent, mut done) = (0u64, 0u64);
-    let outcome: anyhow::Result<()> = loop {
-        if done == a.entries {
-            break Ok(());
-        }
-        while sent < a.entries && sent - done < a.in_flight {
-            let ledger = (sent % a.ledgers) as i64;
-            let entry = (sent / a.ledgers) as i64;
-            let data = entry_bytes(ledger, entry, &filler);
-            let tx = tx.clone();
-            let t0 = Instant::now();
-            storage.add_entry(
-                ledger,
-                entry,
-                &MASTER_KEY,
-                data,
-                false,
-                Box::new(move |r| {
-                    let _ = tx.send(r.map(|()| t0.elapsed()));
-                }),
-            );
-            sent += 1;
-        }
-        match rx.recv_timeout(STALL_TIMEOUT) {
-            Ok(Ok(d)) => latencies.record(d),
-            Ok(Err(e)) => break Err(e).context(format!("add {done} of {} failed", a.entries)),
-            Err(_) => {
-                break Err(anyhow::anyhow!(
-                    "no add completed for {} s ({done} of {} done)",
-                    STALL_TIMEOUT.as_secs(),
-                    a.entries
-                ));
-            }
-        }
-        done += 1;
-        progress.inc(1);
+    let adds = Adds {
+        first_ledger: 0,
+        ledgers: a.ledgers,
+        total: a.entries,
+        in_flight: a.in_flight,
+        entry_size: a.entry_size,
+        master_key: &MASTER_KEY,
     };
+    let outcome = drive_adds(&storage, &adds, || progress.inc(1));
     let elapsed = start.elapsed();
     let stats = storage.journal_stats() - before;
     let checkpoints = storage.checkpoints() - checkpoints_before;
     progress.finish_and_clear();
     storage.shutdown();
-    outcome?;
+    let latencies = outcome?;
 
     let summary = Summary {
         entries: a.entries,
@@ -304,6 +273,62 @@ fn bench(a: &JournalArgs, work: &Path) -> anyhow::Result<String> {
 
 /// An entry as a client would send it: ledger, entry, LAC (entry - 1), length, then
 /// filler up to `filler.len()` bytes in total.
+/// What [`drive_adds`] writes: `total` adds of `entry_size` bytes, round robin over
+/// `ledgers` ledgers from `first_ledger`, `in_flight` outstanding at once.
+pub(super) struct Adds<'a> {
+    pub first_ledger: i64,
+    pub ledgers: u64,
+    pub total: u64,
+    pub in_flight: u64,
+    pub entry_size: usize,
+    pub master_key: &'a [u8],
+}
+
+/// Runs the adds through the engine (`folio bench journal` and `folio bench fill`),
+/// calling `on_done` after each completion; the latency of every add, or the first
+/// failure, or an error once no add completed for [`STALL_TIMEOUT`].
+pub(super) fn drive_adds(
+    storage: &Storage,
+    a: &Adds,
+    mut on_done: impl FnMut(),
+) -> anyhow::Result<Latencies> {
+    let filler = Bytes::from((0..a.entry_size).map(|i| i as u8).collect::<Vec<u8>>());
+    let (tx, rx) = mpsc::channel::<Result<Duration, StorageError>>();
+    let mut latencies = Latencies::new();
+    let (mut sent, mut done) = (0u64, 0u64);
+    while done < a.total {
+        while sent < a.total && sent - done < a.in_flight {
+            let ledger = a.first_ledger + (sent % a.ledgers) as i64;
+            let entry = (sent / a.ledgers) as i64;
+            let tx = tx.clone();
+            let t0 = Instant::now();
+            storage.add_entry(
+                ledger,
+                entry,
+                a.master_key,
+                entry_bytes(ledger, entry, &filler),
+                false,
+                Box::new(move |r| {
+                    let _ = tx.send(r.map(|()| t0.elapsed()));
+                }),
+            );
+            sent += 1;
+        }
+        match rx.recv_timeout(STALL_TIMEOUT) {
+            Ok(Ok(d)) => latencies.record(d),
+            Ok(Err(e)) => return Err(e).context(format!("add {done} of {} failed", a.total)),
+            Err(_) => bail!(
+                "no add completed for {} s ({done} of {} done)",
+                STALL_TIMEOUT.as_secs(),
+                a.total
+            ),
+        }
+        done += 1;
+        on_done();
+    }
+    Ok(latencies)
+}
+
 pub(super) fn entry_bytes(ledger: i64, entry: i64, filler: &[u8]) -> Bytes {
     let mut b = BytesMut::with_capacity(filler.len());
     b.put_i64(ledger);
