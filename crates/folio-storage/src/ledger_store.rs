@@ -301,8 +301,11 @@ pub struct LedgerStore {
     cache_limit: u64,
     /// What garbage collection remembers of finished entry logs.
     gc: gc::GcCache,
-    /// Entries read ahead of catch-up readers, and how far to read ahead.
+    /// Entries read ahead of catch-up readers, and how far to read ahead. `read_ahead`
+    /// is the bound's being non-zero, fixed at open: with it off (the default) neither
+    /// the add path nor the read path takes the cache's lock.
     read_cache: Mutex<ReadCache>,
+    read_ahead: bool,
     read_ahead_batch_size: usize,
     read_ahead_batch_bytes: usize,
     /// Negative control (`NegativeControls::index_before_entry_log_sync`).
@@ -381,6 +384,7 @@ impl LedgerStore {
             .map_err(|e| io_error("create directory", &index_dir, &index_dir, None, e))?;
         let index = LedgerIndex::open(&*env.fs, &index_dir)?;
         let ledgers = index.ledger_infos()?.into_iter().collect();
+        let read_cache = ReadCache::new(config.read_ahead_cache_bytes);
         Ok(LedgerStore {
             logs,
             index,
@@ -405,7 +409,8 @@ impl LedgerStore {
             used: std::sync::atomic::AtomicU64::new(0),
             cache_limit: config.write_cache_bytes,
             gc: gc::GcCache::default(),
-            read_cache: Mutex::new(ReadCache::new(config.read_ahead_cache_bytes)),
+            read_ahead: read_cache.enabled(),
+            read_cache: Mutex::new(read_cache),
             read_ahead_batch_size: config.read_ahead_batch_size,
             read_ahead_batch_bytes: config.read_ahead_batch_bytes,
             index_first_for_tests: std::sync::atomic::AtomicBool::new(false),
@@ -495,7 +500,9 @@ impl LedgerStore {
             );
         }
         st.cache.insert(ledger, entry, data);
-        self.read_cache.lock().remove(ledger, entry);
+        if self.read_ahead {
+            self.read_cache.lock().remove(ledger, entry);
+        }
         self.mirror_cache(&st);
         let info = st.ledgers.entry(ledger).or_default();
         info.last_entry_id = info.last_entry_id.max(Some(entry));
@@ -533,13 +540,12 @@ impl LedgerStore {
         let (entry, flushes) = entry;
         // Checked after the deletion check above; `delete_ledger` empties it of the
         // ledger under the state lock.
-        let read_ahead = {
-            let mut rc = self.read_cache.lock();
-            if let Some(data) = rc.get(ledger, entry) {
-                return Ok(Some(data));
-            }
-            rc.enabled()
-        };
+        if self.read_ahead
+            && let Some(data) = self.read_cache.lock().get(ledger, entry)
+        {
+            return Ok(Some(data));
+        }
+        let read_ahead = self.read_ahead;
         // The flush that removed the entry from the cache committed the index first.
         let found = self.index.get(ledger, entry)?;
         #[cfg(test)]
@@ -662,7 +668,9 @@ impl LedgerStore {
         Self::check_poisoned(&st)?;
         st.ledgers.entry(ledger).or_default().deleted = true;
         st.cache.remove_ledger(ledger);
-        self.read_cache.lock().remove_ledger(ledger);
+        if self.read_ahead {
+            self.read_cache.lock().remove_ledger(ledger);
+        }
         self.mirror_cache(&st);
         st.dirty.insert(ledger);
         st.deleted_pending.insert(ledger);
