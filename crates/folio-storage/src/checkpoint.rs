@@ -24,7 +24,7 @@ pub(crate) fn checkpoint(inner: &Inner) -> Result<(), StorageError> {
         // Marks stay where they are. The store is still flushed when it asks for room,
         // so that a put blocked on a full write cache is released (flushing only adds
         // durability; a store whose own fsync failed refuses it by itself).
-        if let Err(e) = inner.store.flush() {
+        if let Err(e) = flush_store(inner) {
             tracing::warn!("ledger store flush while read-only failed: {e}");
         }
         return Err(StorageError::ReadOnly { reason });
@@ -43,7 +43,7 @@ pub(crate) fn checkpoint(inner: &Inner) -> Result<(), StorageError> {
             }
         }
     }
-    if let Err(e) = inner.store.flush() {
+    if let Err(e) = flush_store(inner) {
         let e = StorageError::from(e);
         if matches!(e, StorageError::NoSpace { .. }) {
             // A full disk refused the entry-log writes: nothing fsync'd failed and the
@@ -67,6 +67,16 @@ pub(crate) fn checkpoint(inner: &Inner) -> Result<(), StorageError> {
     }
     inner.checkpoints.fetch_add(1, Ordering::Relaxed);
     Ok(())
+}
+
+/// The ledger store's flush, numbered for the deferred-sync adds it makes durable.
+fn flush_store(inner: &Inner) -> Result<(), crate::error::BackendError> {
+    let k = inner.deferred.flush_started();
+    let r = inner.store.flush();
+    inner
+        .deferred
+        .flush_finished(k, r.as_ref().map(|_| ()).map_err(|e| e.to_string()));
+    r
 }
 
 fn poison(inner: &Inner, e: &StorageError) {

@@ -11,6 +11,7 @@ mod bk_stats;
 pub mod checkpoint;
 pub mod config;
 pub mod consistency;
+mod deferred;
 pub mod dir_lock;
 pub mod error;
 pub mod journal;

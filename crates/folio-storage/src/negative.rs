@@ -24,4 +24,8 @@ pub struct NegativeControls {
     /// gets its ledgers map but no fdatasync: the flush then commits an index pointing
     /// at its records, and the journal mark moves past them, while they may be lost.
     pub skip_rotated_entry_log_sync: bool,
+    /// A ForceLedger of a ledger with deferred-sync recovery adds answers after the
+    /// journal's fdatasync alone, without waiting for a ledger-store flush: a
+    /// re-replicating copier then names this bookie while its copies are only in memory.
+    pub deferred_force_skips_flush: bool,
 }

@@ -17,6 +17,7 @@ use parking_lot::{Condvar, Mutex};
 
 use crate::checkpoint;
 use crate::config::StorageConfig;
+use crate::deferred::Deferred;
 use crate::error::{BackendError, StorageError};
 use crate::journal::{Journal, JournalStats, RecordKind, ReplayRecord, ReplayStats};
 use crate::ledger_store::EntryLogGcStats;
@@ -158,6 +159,13 @@ pub(crate) struct Inner {
     pub(crate) checkpoints: std::sync::atomic::AtomicU64,
     /// Negative control (`NegativeControls::delete_journal_before_flush`).
     pub(crate) delete_journal_before_flush_for_tests: std::sync::atomic::AtomicBool,
+    /// Negative control (`NegativeControls::deferred_force_skips_flush`).
+    deferred_force_skips_flush_for_tests: std::sync::atomic::AtomicBool,
+    /// Deferred-sync recovery adds not yet flushed, and the forces waiting for them.
+    pub(crate) deferred: Deferred,
+    /// A force waiting for a flush takes the checkpoint on its own thread (the
+    /// simulator) instead of asking the checkpoint thread.
+    force_checkpoints_inline: std::sync::atomic::AtomicBool,
     pub(crate) stop_cv: Condvar,
     pub(crate) config: StorageConfig,
     pub(crate) env: Env,
@@ -212,6 +220,9 @@ impl Storage {
             checkpoints: std::sync::atomic::AtomicU64::new(0),
             checkpoint_wakeups: std::sync::atomic::AtomicU64::new(0),
             delete_journal_before_flush_for_tests: std::sync::atomic::AtomicBool::new(false),
+            deferred_force_skips_flush_for_tests: std::sync::atomic::AtomicBool::new(false),
+            deferred: Deferred::default(),
+            force_checkpoints_inline: std::sync::atomic::AtomicBool::new(false),
             stop_cv: Condvar::new(),
             config,
             env: env.clone(),
@@ -243,6 +254,10 @@ impl Storage {
     pub fn set_negative_controls_for_tests(&self, c: crate::NegativeControls) {
         self.inner.delete_journal_before_flush_for_tests.store(
             c.delete_journal_before_flush,
+            std::sync::atomic::Ordering::Relaxed,
+        );
+        self.inner.deferred_force_skips_flush_for_tests.store(
+            c.deferred_force_skips_flush,
             std::sync::atomic::Ordering::Relaxed,
         );
         self.inner.store.set_negative_controls_for_tests(c);
@@ -297,6 +312,40 @@ impl Storage {
                     .append(RecordKind::Add, ledger, entry, data, Some(done));
                 drop(guard);
                 checkpoint::request_if_due(&self.inner);
+            }
+            Err(e) => done(Err(e)),
+        }
+    }
+
+    /// A recovery add with DEFERRED_SYNC (an entry a re-replicating client copies here):
+    /// stored without a journal record, and `done` runs at once. It is durable only once
+    /// a [`Storage::force_ledger`] of its ledger, asked after `done` ran, completed Ok:
+    /// that force waits for a flush of the ledger store (see `deferred`). A process that
+    /// stops before then may lose it, as the client that asked for deferred sync allowed.
+    pub fn add_recovery_entry_deferred(
+        &self,
+        ledger: i64,
+        entry: i64,
+        master_key: &[u8],
+        data: Bytes,
+        done: WriteCallback,
+    ) {
+        if let Err(e) = check_entry(ledger, entry, &data) {
+            return done(Err(e));
+        }
+        if let Some(e) = self.inner.journal.poison_error(ledger) {
+            return done(Err(e));
+        }
+        let r = self.with_ledger(ledger, master_key, |inner, _| {
+            inner.store.put_entry(ledger, entry, data)?;
+            Ok(())
+        });
+        match r {
+            Ok(((), guard)) => {
+                drop(guard);
+                self.inner.deferred.put_done(ledger);
+                checkpoint::request_if_due(&self.inner);
+                done(Ok(()))
             }
             Err(e) => done(Err(e)),
         }
@@ -373,9 +422,39 @@ impl Storage {
         }
     }
 
-    /// `done` runs once every write queued before for the ledger is durable.
+    /// `done` runs once every write queued before for the ledger is durable: its journal
+    /// records, and its deferred-sync recovery adds, for which it asks for a checkpoint
+    /// and waits for its flush.
     pub fn force_ledger(&self, ledger: i64, done: WriteCallback) {
-        self.inner.journal.force(ledger, done);
+        use std::sync::atomic::Ordering::Relaxed;
+        if self
+            .inner
+            .deferred_force_skips_flush_for_tests
+            .load(Relaxed)
+        {
+            return self.inner.journal.force(ledger, done);
+        }
+        let (journal_done, flush_done) = both(done);
+        self.inner.journal.force(ledger, journal_done);
+        if let Err(flush_done) = self.inner.deferred.wait(ledger, flush_done) {
+            return flush_done(Ok(()));
+        }
+        if self.inner.force_checkpoints_inline.load(Relaxed) {
+            // A failure fails the waiters (or leaves them to the next flush) by itself.
+            let _ = checkpoint::checkpoint(&self.inner);
+        } else {
+            checkpoint::request(&self.inner);
+        }
+    }
+
+    /// A force waiting for a flush takes the checkpoint on the calling thread instead of
+    /// asking the checkpoint thread: the simulator's, whose checkpoints run on its own
+    /// thread so that the disk's image does not depend on OS thread timing.
+    #[doc(hidden)]
+    pub fn set_force_checkpoints_inline(&self, inline: bool) {
+        self.inner
+            .force_checkpoints_inline
+            .store(inline, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Holds or releases the journal's writer threads ([`Journal::hold_writers`]): the
@@ -598,6 +677,9 @@ impl Storage {
         {
             tracing::error!("final checkpoint failed: {e}");
         }
+        self.inner
+            .deferred
+            .fail_all("the bookie stopped before a flush covered the deferred-sync adds");
     }
 
     fn stop(&self) {
@@ -829,4 +911,27 @@ impl From<crate::ledger_store::LedgerStoreError> for BackendError {
             other => BackendError::Other(Box::new(other)),
         }
     }
+}
+
+/// Two callbacks that together complete `done` once: with the first error, else Ok.
+fn both(done: WriteCallback) -> (WriteCallback, WriteCallback) {
+    type Pending = (Option<WriteCallback>, u8, Result<(), StorageError>);
+    let state: Arc<Mutex<Pending>> = Arc::new(Mutex::new((Some(done), 2, Ok(()))));
+    let half = || -> WriteCallback {
+        let state = Arc::clone(&state);
+        Box::new(move |r| {
+            let mut s = state.lock();
+            if s.2.is_ok() {
+                s.2 = r;
+            }
+            s.1 -= 1;
+            if s.1 == 0 {
+                let done = s.0.take().expect("completed once");
+                let r = std::mem::replace(&mut s.2, Ok(()));
+                drop(s);
+                done(r);
+            }
+        })
+    };
+    (half(), half())
 }

@@ -180,6 +180,27 @@ impl Run {
         })
     }
 
+    /// A ForceLedger of `ledger`: once it answers, `covered` (its deferred adds made
+    /// before) are acknowledged as of then.
+    fn force(&mut self, ledger: i64, covered: Vec<Op>) {
+        let (tx, rx) = mpsc::channel();
+        self.pending.push(rx);
+        let (acks, fs) = (Arc::clone(&self.acks), self.fs.clone());
+        self.storage.force_ledger(
+            ledger,
+            Box::new(move |r: Result<(), StorageError>| {
+                let ops_at = fs.ops();
+                let result = r.map_err(|e| e.to_string());
+                acks.lock().extend(covered.into_iter().map(|op| Ack {
+                    op,
+                    ops_at,
+                    result: result.clone(),
+                }));
+                let _ = tx.send(());
+            }),
+        );
+    }
+
     fn wait_all(&mut self) {
         for rx in self.pending.drain(..) {
             rx.recv_timeout(Duration::from_secs(120))
@@ -220,7 +241,32 @@ fn workload_as(
     base: i64,
     layout: Layout,
 ) -> Run {
+    workload_with(
+        fs,
+        seed,
+        steps,
+        cfg,
+        base,
+        layout,
+        NegativeControls::default(),
+    )
+}
+
+/// [`workload_as`] with the engine's `controls` set.
+fn workload_with(
+    fs: &SimFileSystem,
+    seed: u64,
+    steps: usize,
+    cfg: StorageConfig,
+    base: i64,
+    layout: Layout,
+    controls: NegativeControls,
+) -> Run {
     let (storage, store) = open_as(fs, cfg, layout).unwrap();
+    if controls != NegativeControls::default() {
+        // (Also sets the store's, which `open_as` may have set for the layout.)
+        storage.set_negative_controls_for_tests(controls);
+    }
     let per_ledger = layout != Layout::Shared;
     let mut run = Run {
         fs: fs.clone(),
@@ -233,6 +279,12 @@ fn workload_as(
     let mut next_entry = [0i64; LEDGERS as usize];
     let mut fenced = [false; LEDGERS as usize];
     let mut lac = [0i64; LEDGERS as usize];
+    // Deferred-sync recovery adds per ledger not yet covered by a ForceLedger: they count
+    // as acknowledged only once a force asked after them answers Ok.
+    let mut deferred: Vec<Vec<Op>> = vec![Vec::new(); LEDGERS as usize];
+    // Their choices come from a second generator, so the rest of each seed's workload
+    // (which the negative controls' seeds were picked on) stays as it was.
+    let copies = SystemRng::with_seed(seed ^ 0xdef0);
     for _ in 0..steps {
         let li = rng.below(LEDGERS as u64) as usize;
         let l = base + li as i64;
@@ -265,6 +317,26 @@ fn workload_as(
                         ),
                         "{r:?}"
                     );
+                    continue;
+                }
+                if recovery && copies.below(3) == 0 {
+                    // A re-replicating copy: no journal record; durable at a force.
+                    let (tx, rx) = mpsc::channel();
+                    run.storage.add_recovery_entry_deferred(
+                        l,
+                        e,
+                        &key(l),
+                        data,
+                        Box::new(move |r| tx.send(r).unwrap()),
+                    );
+                    match rx.recv_timeout(Duration::from_secs(60)).unwrap() {
+                        Ok(()) => deferred[li].push(op),
+                        Err(StorageError::ReadOnly { .. }) => {}
+                        Err(e) => panic!("deferred add {l}/{e}: {e}"),
+                    }
+                    if copies.below(3) == 0 {
+                        run.force(l, std::mem::take(&mut deferred[li]));
+                    }
                     continue;
                 }
                 let cb = run.callback(op);
@@ -337,6 +409,11 @@ fn workload_as(
                     "{r:?}"
                 );
             }
+        }
+    }
+    for (li, covered) in deferred.into_iter().enumerate() {
+        if !covered.is_empty() {
+            run.force(base + li as i64, covered);
         }
     }
     run.wait_all();
@@ -421,6 +498,25 @@ fn crash_everywhere_as(
     unsafe_ack: bool,
     layout: Layout,
 ) -> Vec<String> {
+    crash_everywhere_with(
+        seed,
+        steps,
+        mode,
+        unsafe_ack,
+        layout,
+        NegativeControls::default(),
+    )
+}
+
+/// [`crash_everywhere_as`] with the engine's `controls` set during the workload.
+fn crash_everywhere_with(
+    seed: u64,
+    steps: usize,
+    mode: CrashMode,
+    unsafe_ack: bool,
+    layout: Layout,
+    controls: NegativeControls,
+) -> Vec<String> {
     let fs = SimFileSystem::new();
     fs.capture_every_op(mode);
     let direct_io = seed % 2 == 1;
@@ -428,7 +524,7 @@ fn crash_everywhere_as(
     // Seeds 2, 3, 6, 7, 10, 11, 14, 15: the writer fdatasyncs inline; the others
     // through the force-write thread.
     cfg.journal.force_write_thread = (seed / 2) % 2 == 1;
-    let run = workload_as(&fs, seed, steps, cfg, 0, layout);
+    let run = workload_with(&fs, seed, steps, cfg, 0, layout, controls);
     assert_eq!(fs.direct_writes() > 0, direct_io, "seed {seed}");
     run.storage.shutdown();
     if layout != Layout::Shared {
@@ -495,6 +591,26 @@ fn the_checker_catches_acknowledging_before_the_fdatasync() {
     assert!(
         !bad.is_empty(),
         "acknowledging before fdatasync must lose acknowledged writes at some crash point"
+    );
+}
+
+#[test]
+fn the_checker_catches_a_force_that_does_not_wait_for_the_flush() {
+    // Deferred-sync recovery adds are durable only through a ledger-store flush: a
+    // ForceLedger that answers after the journal alone acknowledges them too early.
+    let broken = NegativeControls {
+        deferred_force_skips_flush: true,
+        ..NegativeControls::default()
+    };
+    let caught = (1..=4)
+        .map(|seed| {
+            crash_everywhere_with(seed, 300, CrashMode::Clean, false, Layout::Shared, broken)
+        })
+        .filter(|bad| bad.iter().any(|b| b.contains("acknowledged entry")))
+        .count();
+    assert!(
+        caught > 0,
+        "a force that skips the flush must lose a forced copy"
     );
 }
 
