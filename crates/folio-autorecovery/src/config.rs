@@ -36,6 +36,10 @@ pub struct AutoRecoveryConfig {
     /// Bytes per second over all copies of this process (`replicationRateByBytes`, -1 =
     /// unlimited: `None`).
     pub replication_rate_bytes: Option<u64>,
+    /// Copies go with deferred sync, made durable by one ForceLedger per replica before
+    /// the metadata changes (Folio's; BookKeeper journals every copy): a Folio target
+    /// then writes each copied byte once instead of twice. See `CopyOptions`.
+    pub deferred_sync_copies: bool,
     /// Ledgers one worker repairs at once. BookKeeper repairs one per worker; several
     /// keep every bookie busy while one ledger waits on a slow copy.
     pub worker_concurrency: usize,
@@ -67,6 +71,7 @@ impl Default for AutoRecoveryConfig {
             rereplicate_backoff: Duration::from_secs(5),
             entry_batch_size: 10,
             replication_rate_bytes: None,
+            deferred_sync_copies: true,
             worker_concurrency: 4,
             poll_interval: Duration::from_secs(1),
             metrics_prefix: String::new(),

@@ -3,9 +3,12 @@
 //! copy went to a new bookie, replaces the old one in the ledger's metadata by
 //! compare-and-set.
 //!
-//! The order is what keeps entries safe: every entry is acknowledged by the target (in its
-//! journal) before the metadata names the target, so a reader directed there always finds
-//! the copy. The metadata change touches only this fragment's position and only if the
+//! The order is what keeps entries safe: every entry is durable on the target before the
+//! metadata names the target, so a reader directed there always finds the copy. Copies
+//! go with deferred sync ([`CopyOptions::deferred_sync`]): the target acknowledges each
+//! before it is durable, and one ForceLedger, on the connection that carried them all,
+//! makes them durable before the metadata changes (a replica repaired in place is
+//! forced too before the repair counts). The metadata change touches only this fragment's position and only if the
 //! old bookie is still there; on a version conflict (a live writer changed its ensemble,
 //! closed the ledger, or another repair landed) it re-reads and re-applies, so neither
 //! change is lost. A bookie that is up, writable and merely missing entries is repaired
@@ -66,6 +69,11 @@ pub struct CopyOptions {
     /// Bytes per second, shared by every copy of this process; `None` = unthrottled
     /// (BookKeeper's `replicationRateByBytes`, -1).
     pub throttle: Option<Arc<Throttle>>,
+    /// Copies go with deferred sync and are made durable by one ForceLedger before the
+    /// metadata names the target (default on; BookKeeper's worker journals every copy).
+    /// A Folio bookie then writes each copied byte once, to its entry log, instead of to
+    /// its journal and then its entry log; a BookKeeper bookie journals them anyway.
+    pub deferred_sync: bool,
     /// NEGATIVE CONTROL FOR TESTS ONLY, off by default: a replica moved to a new bookie
     /// gets the metadata change without its entries being copied, a replica repaired in
     /// place gets nothing, and the repair of the ledger is not checked after (see
@@ -79,6 +87,7 @@ impl Default for CopyOptions {
         CopyOptions {
             batch_size: 10,
             throttle: None,
+            deferred_sync: true,
             skip_copy_for_tests: false,
         }
     }
@@ -156,6 +165,9 @@ pub async fn repair_replica(
     // batches and so waits for each batch's slowest copy with nothing else queued on the
     // target's journal): a copy starts as soon as any earlier one is done.
     let window = options.batch_size.max(1);
+    let deferred = options
+        .deferred_sync
+        .then(|| Arc::new(folio_client::DeferredCopies::default()));
     let mut copies = JoinSet::new();
     let mut next = to_copy.iter().copied();
     loop {
@@ -171,15 +183,16 @@ pub async fn repair_replica(
             if !in_place && !unavailable.contains(&bad.bookie) {
                 sources.push(bad.bookie.clone());
             }
-            let (client, digest, key, target) = (
+            let (client, digest, key, target, deferred) = (
                 client.clone(),
                 digest.clone(),
                 master_key.to_vec(),
                 target.clone(),
+                deferred.clone(),
             );
             copies.spawn(async move {
                 let r = client
-                    .copy_entry(&digest, &key, entry, &sources, &target)
+                    .copy_entry(&digest, &key, entry, &sources, &target, deferred.as_deref())
                     .await;
                 (entry, sources, r)
             });
@@ -201,6 +214,11 @@ pub async fn repair_replica(
         if let Some(t) = &options.throttle {
             t.take(bytes as u64).await;
         }
+    }
+    if let Some(deferred) = &deferred
+        && done.entries > 0
+    {
+        client.force_copies(ledger, &target, deferred).await?;
     }
     if !in_place {
         replace_in_metadata(

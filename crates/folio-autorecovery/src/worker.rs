@@ -106,6 +106,7 @@ impl Worker {
             throttle: config
                 .replication_rate_bytes
                 .map(|r| Arc::new(Throttle::new(r))),
+            deferred_sync: config.deferred_sync_copies,
             skip_copy_for_tests: config.skip_copy_for_tests,
         };
         let shared = Arc::new(Slot {

@@ -282,15 +282,15 @@ fn completion(done: WriteCallback) -> folio_storage::WriteCallback {
     Box::new(move |result| done(result.map_err(engine_error)))
 }
 
-impl BookieStorage for EngineStorage {
-    fn add_entry(
+impl EngineStorage {
+    /// An add through `put` (the engine's journaled or deferred add): raises the known LAC
+    /// once it is done, and runs `put` where it may wait for write-cache room.
+    fn add_with(
         &self,
         ledger: LedgerId,
-        entry: EntryId,
-        master_key: Bytes,
-        body: Bytes,
-        recovery: bool,
+        body: &Bytes,
         done: WriteCallback,
+        put: impl FnOnce(folio_storage::WriteCallback),
     ) {
         let lac = body
             .get(16..24)
@@ -303,10 +303,7 @@ impl BookieStorage for EngineStorage {
             done(result)
         });
         let would_block = self.storage.add_would_block(body.len());
-        let add = || {
-            self.storage
-                .add_entry(ledger, entry, &master_key, body, recovery, completion(done))
-        };
+        let add = || put(completion(done));
         // Adds run on the connection's task. One that must wait for write-cache room
         // (a flush is behind) would hold a runtime worker, and with both workers held no
         // connection is served, reads included: tell tokio, which moves this worker's
@@ -319,6 +316,37 @@ impl BookieStorage for EngineStorage {
         } else {
             add()
         }
+    }
+}
+
+impl BookieStorage for EngineStorage {
+    fn add_entry(
+        &self,
+        ledger: LedgerId,
+        entry: EntryId,
+        master_key: Bytes,
+        body: Bytes,
+        recovery: bool,
+        done: WriteCallback,
+    ) {
+        self.add_with(ledger, &body.clone(), done, |done| {
+            self.storage
+                .add_entry(ledger, entry, &master_key, body, recovery, done)
+        })
+    }
+
+    fn add_recovery_entry_deferred(
+        &self,
+        ledger: LedgerId,
+        entry: EntryId,
+        master_key: Bytes,
+        body: Bytes,
+        done: WriteCallback,
+    ) {
+        self.add_with(ledger, &body.clone(), done, |done| {
+            self.storage
+                .add_recovery_entry_deferred(ledger, entry, &master_key, body, done)
+        })
     }
 
     fn fence(&self, ledger: LedgerId, master_key: Bytes, done: WriteCallback) {

@@ -30,7 +30,7 @@ use crate::request::{
     AUTH_DISABLED_PLUGIN, AddRequest, AuthMessage, BOOKIE_INFO_FREE_DISK_SPACE,
     BOOKIE_INFO_TOTAL_DISK_CAPACITY, ReadRequest, Request, Response, Status,
 };
-use crate::storage::{BookieStorage, StorageError};
+use crate::storage::{BookieStorage, StorageError, WriteCallback};
 use folio_proto::availability::AvailabilityOfEntries;
 
 /// Delivers the one response to a request. Called exactly once (dropping a processor with pending
@@ -484,28 +484,27 @@ impl<S: BookieStorage> Processor<S> {
         };
         let this = self.clone();
         let (ledger, entry) = (add.ledger, add.entry);
-        self.shared.storage.add_entry(
-            ledger,
-            entry,
-            add.master_key,
-            add.body,
-            add.recovery,
-            Box::new(move |result| {
-                drop(slot);
-                let status = match &result {
-                    Ok(()) => Status::Ok,
-                    Err(e) => write_status(e),
-                };
-                reply(Response::Add {
-                    status,
-                    ledger,
-                    entry,
-                });
-                if result.is_ok() {
-                    this.lac_may_have_moved(ledger);
-                }
-            }),
-        );
+        let done: WriteCallback = Box::new(move |result| {
+            drop(slot);
+            let status = match &result {
+                Ok(()) => Status::Ok,
+                Err(e) => write_status(e),
+            };
+            reply(Response::Add {
+                status,
+                ledger,
+                entry,
+            });
+            if result.is_ok() {
+                this.lac_may_have_moved(ledger);
+            }
+        });
+        let storage = &self.shared.storage;
+        if add.recovery && add.deferred_sync {
+            storage.add_recovery_entry_deferred(ledger, entry, add.master_key, add.body, done);
+        } else {
+            storage.add_entry(ledger, entry, add.master_key, add.body, add.recovery, done);
+        }
     }
 
     fn read(&self, conn: ConnectionId, read: ReadRequest, reply: Reply) -> Option<LongPollTimer> {

@@ -42,6 +42,7 @@ fn add(ledger: i64, entry: i64, lac: i64, key: &[u8]) -> Request {
         body: entry_body(ledger, entry, lac, format!("payload {entry}").as_bytes()),
         recovery: false,
         high_priority: false,
+        deferred_sync: false,
     })
 }
 

@@ -74,6 +74,10 @@ pub struct AddRequest {
     pub recovery: bool,
     /// v3 `priority > 0` or v2 FLAG_HIGH_PRIORITY: accepted by a read-only bookie.
     pub high_priority: bool,
+    /// v3 `writeFlags` DEFERRED_SYNC: the client makes the entry durable with a later
+    /// ForceLedger. Honoured for recovery adds (re-replicating copies, stored without a
+    /// journal record); other adds are journaled as usual.
+    pub deferred_sync: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -50,6 +50,20 @@ pub trait BookieStorage: Send + Sync + 'static {
         done: WriteCallback,
     );
 
+    /// A recovery add with DEFERRED_SYNC (a re-replicating copy): `done` may run before the
+    /// entry is durable; a `force_ledger` of the ledger asked after `done` ran makes it so.
+    /// The default journals it as any recovery add (durable at `done`, more than asked).
+    fn add_recovery_entry_deferred(
+        &self,
+        ledger: LedgerId,
+        entry: EntryId,
+        master_key: Bytes,
+        body: Bytes,
+        done: WriteCallback,
+    ) {
+        self.add_entry(ledger, entry, master_key, body, true, done)
+    }
+
     /// Fences `ledger` durably (creating its state with `master_key` if the ledger is unknown);
     /// `Unauthorized` if the ledger has another master key. `done` runs once the fence is durable.
     fn fence(&self, ledger: LedgerId, master_key: Bytes, done: WriteCallback);
@@ -116,6 +130,16 @@ impl<S: BookieStorage + ?Sized> BookieStorage for std::sync::Arc<S> {
         done: WriteCallback,
     ) {
         (**self).add_entry(ledger, entry, master_key, body, recovery, done)
+    }
+    fn add_recovery_entry_deferred(
+        &self,
+        ledger: LedgerId,
+        entry: EntryId,
+        master_key: Bytes,
+        body: Bytes,
+        done: WriteCallback,
+    ) {
+        (**self).add_recovery_entry_deferred(ledger, entry, master_key, body, done)
     }
     fn fence(&self, ledger: LedgerId, master_key: Bytes, done: WriteCallback) {
         (**self).fence(ledger, master_key, done)

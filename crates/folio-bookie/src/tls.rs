@@ -724,6 +724,7 @@ mod tests {
             body: Bytes::new(),
             recovery: false,
             high_priority: false,
+            deferred_sync: false,
         });
         assert_eq!(access.check(&read), Verdict::Allow);
         assert!(matches!(access.check(&fence), Verdict::Deny(_)));

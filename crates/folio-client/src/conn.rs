@@ -57,6 +57,43 @@ impl Connector for TcpConnector {
     }
 }
 
+/// Binds requests to one connection (see [`Bookies::call_pinned`]).
+#[derive(Debug, Default)]
+pub struct ConnectionPin(Mutex<Option<u64>>);
+
+impl ConnectionPin {
+    fn is_bound(&self) -> bool {
+        self.0.lock().is_some()
+    }
+
+    fn check(&self, bookie: &BookieId, conn: u64) -> Result<(), RpcError> {
+        match *self.0.lock() {
+            Some(bound) if bound != conn => Err(Self::replaced(bookie)),
+            _ => Ok(()),
+        }
+    }
+
+    /// Binds to `conn` if unbound; an error if bound to another (it broke while the
+    /// answer came on a new one).
+    fn bind(&self, bookie: &BookieId, conn: u64) -> Result<(), RpcError> {
+        let mut bound = self.0.lock();
+        match *bound {
+            Some(b) if b != conn => Err(Self::replaced(bookie)),
+            _ => {
+                *bound = Some(conn);
+                Ok(())
+            }
+        }
+    }
+
+    fn replaced(bookie: &BookieId) -> RpcError {
+        RpcError::Unreachable(format!(
+            "the connection to {bookie} was replaced by another: what it acknowledged \
+             without making durable may be lost (a restart loses it)"
+        ))
+    }
+}
+
 /// Why a request got no usable response.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RpcError {
@@ -133,6 +170,8 @@ impl Drop for WaitGuard<'_> {
 }
 
 struct Conn {
+    /// Unique among the process's connections (a [`ConnectionPin`] compares them).
+    id: u64,
     shared: Arc<Shared>,
     /// The bookie answered a write close (BP-32) on this connection with EBADREQ (a Java
     /// bookie): no more are sent on it. A new connection asks again (the bookie may have
@@ -281,8 +320,32 @@ impl Bookies {
     pub async fn call(
         &self,
         bookie: &BookieId,
+        req: pb::Request,
+        timeout: Duration,
+    ) -> Result<pb::Response, RpcError> {
+        self.call_on(bookie, req, timeout, None).await
+    }
+
+    /// [`Bookies::call`], answered on the connection `pin` is bound to (the first request
+    /// made through it binds it): if that connection broke and another replaced it, the
+    /// request fails without being sent. Deferred-sync copies need this: a bookie that
+    /// restarted lost what was not forced, and only a broken connection tells.
+    pub async fn call_pinned(
+        &self,
+        bookie: &BookieId,
+        req: pb::Request,
+        timeout: Duration,
+        pin: &ConnectionPin,
+    ) -> Result<pb::Response, RpcError> {
+        self.call_on(bookie, req, timeout, Some(pin)).await
+    }
+
+    async fn call_on(
+        &self,
+        bookie: &BookieId,
         mut req: pb::Request,
         timeout: Duration,
+        pin: Option<&ConnectionPin>,
     ) -> Result<pb::Response, RpcError> {
         let ch = self.channel(bookie);
         let deadline = tokio::time::Instant::now() + timeout;
@@ -291,16 +354,28 @@ impl Bookies {
             let (conn, fresh) = tokio::time::timeout_at(deadline, self.connection(&ch))
                 .await
                 .map_err(|_| RpcError::Timeout)??;
+            if let Some(pin) = pin {
+                pin.check(bookie, conn.id)?;
+            }
             match self.exchange(&conn, bookie, &mut req, deadline).await {
                 // A pooled connection the bookie had already closed (it restarted, or
                 // dropped idle connections) is noticed only when used: try once more on a
                 // new connection. Every request the client sends may be repeated (adds
-                // of the same entry, reads, fences, LAC writes).
-                Err(RpcError::Unreachable(reason)) if !fresh && !retried => {
+                // of the same entry, reads, fences, LAC writes). Not once a pin is bound
+                // (the new connection could not serve it).
+                Err(RpcError::Unreachable(reason))
+                    if !fresh && !retried && pin.is_none_or(|p| !p.is_bound()) =>
+                {
                     tracing::debug!(%bookie, "stale connection ({reason}); reconnecting");
                     retried = true;
                 }
-                other => break other?,
+                other => {
+                    let resp = other?;
+                    if let Some(pin) = pin {
+                        pin.bind(bookie, conn.id)?;
+                    }
+                    break resp;
+                }
             }
         };
         if resp.header.operation != req.header.operation {
@@ -487,7 +562,9 @@ fn spawn_conn(stream: Box<dyn Stream>, bookie: BookieId, max_frame: usize) -> Co
             }
         }
     });
+    static NEXT_CONN: AtomicU64 = AtomicU64::new(1);
     Conn {
+        id: NEXT_CONN.fetch_add(1, Ordering::Relaxed),
         shared,
         write_close_unsupported: std::sync::atomic::AtomicBool::new(false),
         frames,
@@ -567,6 +644,24 @@ pub mod req {
             body,
             write_flags: None,
         });
+        r
+    }
+
+    /// A deferred-sync recovery add (a re-replicating copy, made durable by
+    /// [`force_ledger`]).
+    pub fn add_deferred(ledger: i64, entry: i64, master_key: &[u8], body: Bytes) -> pb::Request {
+        let mut r = add(ledger, entry, master_key, body, true);
+        if let Some(a) = r.add_request.as_mut() {
+            a.write_flags = Some(v3::WRITE_FLAG_DEFERRED_SYNC);
+        }
+        r
+    }
+
+    /// ForceLedger: answered once everything the bookie acknowledged for the ledger is
+    /// durable.
+    pub fn force_ledger(ledger: i64) -> pb::Request {
+        let mut r = request(OperationType::ForceLedger, true);
+        r.force_ledger_request = Some(pb::ForceLedgerRequest { ledger_id: ledger });
         r
     }
 
@@ -750,6 +845,55 @@ mod tests {
         .await;
         assert_eq!(b.write_close(&id, 1, &[0; 20], t).await, Ok(true));
         assert_eq!(b.write_close(&id, 2, &[0; 20], t).await, Ok(true));
+    }
+
+    /// A bookie that restarts after every answer: each connection serves one add, then
+    /// closes (as a bookie process that died and came back).
+    async fn serve_one_add_per_connection() -> BookieId {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let id = BookieId::new(l.local_addr().unwrap().to_string()).unwrap();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = l.accept().await {
+                let mut dec = FrameDecoder::new();
+                let mut buf = vec![0u8; 4096];
+                'conn: loop {
+                    if let Ok(Some(f)) = dec.next_frame() {
+                        let r = v3::decode_request(f).unwrap();
+                        let mut out = BytesMut::new();
+                        v3::encode_response_frame(&ok_add(&r, pb::StatusCode::Eok), &mut out);
+                        let _ = s.write_all(&out).await;
+                        break 'conn;
+                    }
+                    match s.read(&mut buf).await {
+                        Ok(0) | Err(_) => break 'conn,
+                        Ok(n) => dec.feed(&buf[..n]),
+                    }
+                }
+            }
+        });
+        id
+    }
+
+    /// Deferred-sync copies lose what was not forced if the bookie restarts: a pinned
+    /// request never goes over a connection other than the one that answered the first
+    /// (an unpinned one simply reconnects).
+    #[tokio::test]
+    async fn a_pinned_request_fails_once_its_connection_was_replaced() {
+        let id = serve_one_add_per_connection().await;
+        let b = bookies();
+        let t = Duration::from_secs(30);
+        let add = |e| req::add_deferred(1, e, &[0; 20], Bytes::new());
+        let pin = ConnectionPin::default();
+        b.call_pinned(&id, add(0), t, &pin).await.unwrap();
+        let r = b.call_pinned(&id, add(1), t, &pin).await;
+        // ("replaced", or "connection lost" if the close is seen only on this request.)
+        assert!(matches!(&r, Err(RpcError::Unreachable(_))), "{r:?}");
+        // Unpinned, the same request reconnects and is answered.
+        b.call(&id, add(1), t).await.unwrap();
+        // A new pin binds to whatever connection answers first.
+        b.call_pinned(&id, add(2), t, &ConnectionPin::default())
+            .await
+            .unwrap();
     }
 
     #[tokio::test]

@@ -56,5 +56,5 @@ pub use error::{ClientError, Result};
 pub use folio_types::metadata::DigestType;
 pub use ledger::{AppendFuture, LedgerHandle};
 pub use reader::{LedgerEntry, ReadHandle};
-pub use replica::{BookieInfo, ReplicaAnswer};
+pub use replica::{BookieInfo, DeferredCopies, ReplicaAnswer};
 pub use tls::{ClientCertFiles, ClientTls, TlsConfigError};

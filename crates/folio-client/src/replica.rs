@@ -23,6 +23,16 @@ use crate::ensemble::replace_bookies;
 use crate::error::{ClientError, Result};
 use crate::reader::rpc_error;
 
+/// Copies to one bookie with deferred sync ([`Client::copy_entry`]): each is acknowledged
+/// before it is durable (a Folio bookie stores it without a journal record, so it is
+/// written once), and [`Client::force_copies`] makes them durable together. Every request
+/// goes over one connection: a bookie that restarted in between lost what was not forced,
+/// and the broken connection makes the rest of the copies and the force fail.
+#[derive(Debug, Default)]
+pub struct DeferredCopies {
+    pin: crate::conn::ConnectionPin,
+}
+
 /// What one bookie said about an entry it should hold.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ReplicaAnswer {
@@ -195,6 +205,7 @@ impl Client {
         entry: EntryId,
         sources: &[BookieId],
         target: &BookieId,
+        deferred: Option<&DeferredCopies>,
     ) -> Result<usize> {
         let ledger = digest.ledger_id();
         let mut last = None;
@@ -213,16 +224,44 @@ impl Client {
         };
         let len = body.len();
         let inner = self.inner();
+        let timeout = inner.config.add_entry_timeout;
+        match deferred {
+            None => {
+                let add = req::add(ledger, entry, master_key, body, true);
+                inner.bookies.call(target, add, timeout).await
+            }
+            Some(d) => {
+                let add = req::add_deferred(ledger, entry, master_key, body);
+                inner
+                    .bookies
+                    .call_pinned(target, add, timeout, &d.pin)
+                    .await
+            }
+        }
+        .map_err(|e| rpc_error(ledger, entry, target, e))?;
+        Ok(len)
+    }
+
+    /// Makes the copies made to `target` through `deferred` durable (ForceLedger, on
+    /// their connection); only then may the metadata name `target` for them.
+    pub async fn force_copies(
+        &self,
+        ledger: LedgerId,
+        target: &BookieId,
+        deferred: &DeferredCopies,
+    ) -> Result<()> {
+        let inner = self.inner();
         inner
             .bookies
-            .call(
+            .call_pinned(
                 target,
-                req::add(ledger, entry, master_key, body, true),
+                req::force_ledger(ledger),
                 inner.config.add_entry_timeout,
+                &deferred.pin,
             )
             .await
-            .map_err(|e| rpc_error(ledger, entry, target, e))?;
-        Ok(len)
+            .map_err(|e| rpc_error(ledger, -1, target, e))?;
+        Ok(())
     }
 
     /// The stored bytes of `entry` on `bookie`, digest verified.

@@ -42,6 +42,8 @@ fn main() {
                     "FOLIO_SIM_BREAK_ROTATED_LOG_NO_SYNC",
                 )
                 .is_some(),
+                deferred_force_skips_flush: std::env::var_os("FOLIO_SIM_BREAK_FORCE_SKIPS_FLUSH")
+                    .is_some(),
             },
             // Chosen per bookie from the seed by the scenario.
             per_ledger_logs: false,

@@ -184,6 +184,9 @@ impl Incarnation {
         let storage = EngineStorage::open_with(&env, storage_config(knobs), store_config(knobs))
             .map_err(|e| format!("open the storage engine: {e}"))?;
         storage.set_ignore_fence_for_tests(knobs.ignore_fence);
+        // A ForceLedger of deferred-sync copies waits for a checkpoint the simulator takes
+        // (`checkpoint_for_forces`), on its thread with the journal idle, as its others.
+        storage.engine().set_force_checkpoints_by_caller(true);
         storage.set_negative_controls_for_tests(knobs.storage);
         let storage = Arc::new(storage);
         let processor = Processor::new(storage.clone(), ProcessorConfig::default());
@@ -238,7 +241,7 @@ impl Incarnation {
             return self.storage.engine().wait_journal_idle();
         }
         let (tx, rx) = std::sync::mpsc::channel();
-        self.storage.engine().force_ledger(
+        self.storage.engine().force_journal(
             0,
             Box::new(move |_| {
                 let _ = tx.send(());
@@ -254,6 +257,15 @@ impl Incarnation {
             .engine()
             .checkpoint()
             .map_err(|e| e.to_string())
+    }
+
+    /// With the journal idle: the checkpoint a ForceLedger of deferred-sync copies waits
+    /// for, if one does. Returns whether one was taken and how it went.
+    pub fn checkpoint_for_forces(&self) -> Option<Result<(), String>> {
+        if self.is_dead() || !self.storage.engine().forces_wait_for_flush() {
+            return None;
+        }
+        Some(self.checkpoint())
     }
 
     /// After each request (its journal work done): a checkpoint when enough is

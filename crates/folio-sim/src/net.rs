@@ -101,6 +101,11 @@ struct State {
     /// Per bookie, every add it acknowledged (its last body per entry), for the check
     /// that a restarted bookie still holds them ([`Net::check_acknowledged`]).
     acknowledged: BTreeMap<BookieId, BTreeMap<(i64, i64), Bytes>>,
+    /// Per bookie, deferred-sync recovery adds it acknowledged that no ForceLedger has
+    /// covered yet: owed only once one answers OK (they move to `acknowledged` then), and
+    /// forgotten when the bookie goes down (a restart may lose them; the copier sees the
+    /// connection break and copies again).
+    unforced: BTreeMap<BookieId, BTreeMap<(i64, i64), Bytes>>,
 }
 
 /// FNV-1a over `bytes`, continuing from `h`.
@@ -184,6 +189,7 @@ impl Net {
             slot.1 += 1;
             slot.0.take()
         });
+        s.unforced.remove(bookie);
         s.conns.retain(|c| {
             if &c.bookie == bookie {
                 let _ = c.kill.send(true);
@@ -511,25 +517,68 @@ async fn handle(
         None => inc,
     };
     let add = match &request {
-        Request::Add(a) => Some((a.ledger, a.entry, a.body.clone())),
+        Request::Add(a) => Some((
+            a.ledger,
+            a.entry,
+            a.body.clone(),
+            a.recovery && a.deferred_sync,
+        )),
         _ => None,
+    };
+    // What a ForceLedger covers: the deferred adds acknowledged before it arrived.
+    let forced: Vec<((i64, i64), Bytes)> = match &request {
+        Request::ForceLedger { ledger } => net
+            .state
+            .lock()
+            .unforced
+            .get(&bookie)
+            .map(|m| {
+                m.range((*ledger, i64::MIN)..=(*ledger, i64::MAX))
+                    .map(|(k, v)| (*k, v.clone()))
+                    .collect()
+            })
+            .unwrap_or_default(),
+        _ => Vec::new(),
     };
     let response = process_together(&net, &bookie, epoch, &inc, request).await;
     let Some(response) = response else { return };
-    if let (
-        Some((ledger, entry, body)),
-        Response::Add {
-            status: folio_proto::Status::Ok,
-            ..
-        },
-    ) = (add, &response)
-    {
-        net.state
-            .lock()
-            .acknowledged
-            .entry(bookie.clone())
-            .or_default()
-            .insert((ledger, entry), body);
+    match (add, &response) {
+        (
+            Some((ledger, entry, body, deferred)),
+            Response::Add {
+                status: folio_proto::Status::Ok,
+                ..
+            },
+        ) => {
+            let mut s = net.state.lock();
+            let owed = if deferred {
+                &mut s.unforced
+            } else {
+                &mut s.acknowledged
+            };
+            owed.entry(bookie.clone())
+                .or_default()
+                .insert((ledger, entry), body);
+        }
+        (
+            _,
+            Response::ForceLedger {
+                status: folio_proto::Status::Ok,
+                ..
+            },
+        ) if !forced.is_empty() => {
+            let mut s = net.state.lock();
+            if let Some(m) = s.unforced.get_mut(&bookie) {
+                for (k, _) in &forced {
+                    m.remove(k);
+                }
+            }
+            s.acknowledged
+                .entry(bookie.clone())
+                .or_default()
+                .extend(forced);
+        }
+        _ => {}
     }
     // With the bookie's disk operation count: the digest then also covers the disk.
     net.record(format_args!(
@@ -627,6 +676,12 @@ fn process_batch(net: &Net, inc: &Arc<Incarnation>, batch: Batch) {
     if inc.force_write() {
         return defer_to_step(net, inc, pending);
     }
+    if inc.storage.engine().forces_wait_for_flush() {
+        if !inc.quiesce() {
+            net.state.lock().late_completions += 1;
+        }
+        checkpoint_for_forces(net, inc);
+    }
     let late = deliver(pending);
     if late || !inc.quiesce() {
         net.state.lock().late_completions += 1;
@@ -634,6 +689,14 @@ fn process_batch(net: &Net, inc: &Arc<Incarnation>, batch: Batch) {
     // The ledger store's own rhythm: a checkpoint once enough is unflushed (its failure
     // already made the bookie read-only).
     if inc.after_request().is_some() {
+        net.state.lock().store_checkpoints += 1;
+    }
+}
+
+/// The checkpoint a ForceLedger of deferred-sync copies waits for, if one does (the
+/// journal idle; its failure already made the bookie read-only).
+fn checkpoint_for_forces(net: &Net, inc: &Incarnation) {
+    if inc.checkpoint_for_forces().is_some() {
         net.state.lock().store_checkpoints += 1;
     }
 }
@@ -679,6 +742,7 @@ fn defer_to_step(net: &Net, inc: &Arc<Incarnation>, pending: Vec<Pending>) {
     if !inc.quiesce() {
         net.state.lock().late_completions += 1;
     }
+    checkpoint_for_forces(net, inc);
     let schedule = {
         let mut awaiting = inc.awaiting_sync.lock();
         for (mut rx, out) in pending {

@@ -465,17 +465,19 @@ fn negative_control_rotated_entry_logs_without_fsync_lose_acknowledged_entries()
 /// journal mark has not moved, replay puts the entries back), fatal in compaction, whose
 /// old copies go: a power cut between the index commit and the copies' fdatasync loses
 /// entries no journal holds any more. Seeds 1-500: 20 caught, at 7, 51, 112, 152, ... (a
-/// power cut must land in that window of a compaction that moves entries).
+/// power cut must land in that window of a compaction that moves entries). Since
+/// autorecovery copies with deferred sync (its forces add checkpoints), none below 183:
+/// the search starts at 170.
 #[test]
 fn negative_control_index_before_entry_log_sync_loses_compacted_entries() {
-    checker_catches(
+    checker_catches_in(
         "index committed before the entry logs' fdatasync",
         "durability",
         storage_break(NegativeControls {
             index_before_entry_log_sync: true,
             ..NegativeControls::default()
         }),
-        60,
+        170..=500,
     );
 }
 
@@ -492,5 +494,21 @@ fn negative_control_journal_deleted_before_its_checkpoint_loses_entries() {
             ..NegativeControls::default()
         }),
         40,
+    );
+}
+
+/// Deferred-sync copies (autorecovery's) acknowledged by a ForceLedger that did not wait
+/// for the ledger-store flush: a power cut of the target then loses copies the metadata
+/// already names it for.
+#[test]
+fn negative_control_a_force_that_skips_the_flush_loses_copies() {
+    checker_catches(
+        "ForceLedger answered before the flush covering deferred-sync copies",
+        "durability",
+        storage_break(NegativeControls {
+            deferred_force_skips_flush: true,
+            ..NegativeControls::default()
+        }),
+        200,
     );
 }

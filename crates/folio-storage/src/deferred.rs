@@ -57,7 +57,6 @@ impl Deferred {
     }
 
     /// Whether a force waits for a flush.
-    #[cfg(test)]
     pub(crate) fn has_waiters(&self) -> bool {
         !self.state.lock().waiters.is_empty()
     }

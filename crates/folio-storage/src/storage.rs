@@ -163,9 +163,8 @@ pub(crate) struct Inner {
     deferred_force_skips_flush_for_tests: std::sync::atomic::AtomicBool,
     /// Deferred-sync recovery adds not yet flushed, and the forces waiting for them.
     pub(crate) deferred: Deferred,
-    /// A force waiting for a flush takes the checkpoint on its own thread (the
-    /// simulator) instead of asking the checkpoint thread.
-    force_checkpoints_inline: std::sync::atomic::AtomicBool,
+    /// A force waiting for a flush leaves the checkpoint to the caller (the simulator).
+    force_checkpoints_by_caller: std::sync::atomic::AtomicBool,
     pub(crate) stop_cv: Condvar,
     pub(crate) config: StorageConfig,
     pub(crate) env: Env,
@@ -222,7 +221,7 @@ impl Storage {
             delete_journal_before_flush_for_tests: std::sync::atomic::AtomicBool::new(false),
             deferred_force_skips_flush_for_tests: std::sync::atomic::AtomicBool::new(false),
             deferred: Deferred::default(),
-            force_checkpoints_inline: std::sync::atomic::AtomicBool::new(false),
+            force_checkpoints_by_caller: std::sync::atomic::AtomicBool::new(false),
             stop_cv: Condvar::new(),
             config,
             env: env.clone(),
@@ -439,22 +438,32 @@ impl Storage {
         if let Err(flush_done) = self.inner.deferred.wait(ledger, flush_done) {
             return flush_done(Ok(()));
         }
-        if self.inner.force_checkpoints_inline.load(Relaxed) {
-            // A failure fails the waiters (or leaves them to the next flush) by itself.
-            let _ = checkpoint::checkpoint(&self.inner);
-        } else {
+        if !self.inner.force_checkpoints_by_caller.load(Relaxed) {
             checkpoint::request(&self.inner);
         }
     }
 
-    /// A force waiting for a flush takes the checkpoint on the calling thread instead of
-    /// asking the checkpoint thread: the simulator's, whose checkpoints run on its own
-    /// thread so that the disk's image does not depend on OS thread timing.
+    /// A force waiting for a flush does not ask the checkpoint thread for one: the caller
+    /// takes it ([`Storage::checkpoint`] when [`Storage::forces_wait_for_flush`]). The
+    /// simulator's way: its checkpoints run on its own thread with the journal idle, so
+    /// that the disk's image does not depend on OS thread timing.
     #[doc(hidden)]
-    pub fn set_force_checkpoints_inline(&self, inline: bool) {
+    pub fn set_force_checkpoints_by_caller(&self, by_caller: bool) {
         self.inner
-            .force_checkpoints_inline
-            .store(inline, std::sync::atomic::Ordering::Relaxed);
+            .force_checkpoints_by_caller
+            .store(by_caller, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Whether a ForceLedger waits for the next flush of the ledger store.
+    pub fn forces_wait_for_flush(&self) -> bool {
+        self.inner.deferred.has_waiters()
+    }
+
+    /// The journal's part of [`Storage::force_ledger`] alone: `done` runs once every
+    /// journal record queued before is durable (the simulator's wait for an idle journal).
+    #[doc(hidden)]
+    pub fn force_journal(&self, ledger: i64, done: WriteCallback) {
+        self.inner.journal.force(ledger, done);
     }
 
     /// Holds or releases the journal's writer threads ([`Journal::hold_writers`]): the

@@ -22,6 +22,10 @@ pub struct RereplicateArgs {
     /// Ledgers repaired at once.
     #[arg(long, default_value_t = 4)]
     pub concurrency: usize,
+    /// Copy through the targets' journals, as BookKeeper's worker does, instead of with
+    /// deferred sync and one ForceLedger per replica (the default).
+    #[arg(long)]
+    pub journal_copies: bool,
     /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,
@@ -39,6 +43,10 @@ pub fn run(args: RereplicateArgs, metadata: Option<String>) -> anyhow::Result<()
         let client = Client::connect(store.clone(), crate::client_tls::client_config()?).await?;
         let options = RecoverOptions {
             concurrency: args.concurrency.max(1),
+            copy: folio_autorecovery::CopyOptions {
+                deferred_sync: !args.journal_copies,
+                ..Default::default()
+            },
             ..RecoverOptions::default()
         };
         let started = Instant::now();
@@ -57,6 +65,7 @@ pub fn run(args: RereplicateArgs, metadata: Option<String>) -> anyhow::Result<()
                 serde_json::json!({
                     "bookie": bookie.to_string(),
                     "concurrency": options.concurrency,
+                    "deferred_sync": options.copy.deferred_sync,
                     "ledgers": summary.ledgers,
                     "entries": summary.entries,
                     "bytes": summary.bytes,
