@@ -42,6 +42,11 @@ impl Deferred {
         *n = (*n).max(need);
     }
 
+    /// Whether `ledger` has deferred puts no finished flush is known to cover.
+    pub(crate) fn is_pending(&self, ledger: i64) -> bool {
+        self.state.lock().need.contains_key(&ledger)
+    }
+
     /// Runs `done` once every deferred put of `ledger` made before the call is durable;
     /// returns false (and keeps nothing) if it has none pending: then `done` is returned
     /// to the caller untouched.

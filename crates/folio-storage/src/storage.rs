@@ -430,7 +430,9 @@ impl Storage {
             .inner
             .deferred_force_skips_flush_for_tests
             .load(Relaxed)
+            || !self.inner.deferred.is_pending(ledger)
         {
+            // Nothing deferred (every force but a copier's): the journal's force alone.
             return self.inner.journal.force(ledger, done);
         }
         let (journal_done, flush_done) = both(done);
