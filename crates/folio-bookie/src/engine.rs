@@ -372,6 +372,16 @@ impl BookieStorage for EngineStorage {
         }
     }
 
+    fn read_entry_nowait(&self, ledger: LedgerId, entry: EntryId) -> Option<Bytes> {
+        self.check_alive().ok()?;
+        self.storage.read_entry_nowait(ledger, entry)
+    }
+
+    fn known_lac(&self, ledger: LedgerId) -> Option<EntryId> {
+        self.check_alive().ok()?;
+        self.lacs.get(ledger)
+    }
+
     fn last_add_confirmed(&self, ledger: LedgerId) -> Result<EntryId, StorageError> {
         self.check_alive()?;
         if let Some(lac) = self.lacs.get(ledger) {
@@ -547,6 +557,82 @@ mod tests {
         }
         probe.abort();
         fs.set_sync_delay(Duration::ZERO);
+        s.shutdown().unwrap();
+    }
+
+    /// A read the connection's task answers itself (`Processor::read_without_blocking`) is
+    /// answered exactly as the read threads would answer it, and only a plain read of an
+    /// entry the bookie holds is: fence reads, long polls, unknown ledgers and entries, a
+    /// deleted ledger and a halted bookie are left to the read threads.
+    #[test]
+    fn a_read_answered_without_blocking_is_the_read_threads_answer() {
+        use crate::processor::{Processor, ProcessorConfig};
+        use crate::request::{ReadRequest, Request, Response};
+        let tmp = tempfile::tempdir().unwrap();
+        let config = BookieConfig {
+            data_dir: Some(tmp.path().to_path_buf()),
+            disk_usage_threshold: 0.999,
+            disk_usage_lwm_threshold: 0.998,
+            ..BookieConfig::default()
+        };
+        let s = Arc::new(EngineStorage::open(&Env::real(), &config).unwrap());
+        for e in 0..20 {
+            add(&s, e).unwrap();
+        }
+        let p = Processor::new(s.clone(), ProcessorConfig::default());
+        let answer = |request: Request| {
+            let (tx, rx) = std::sync::mpsc::channel();
+            let timer = p.process(request, Box::new(move |r| tx.send(r).unwrap()));
+            assert!(timer.is_none());
+            rx.recv_timeout(Duration::from_secs(60)).unwrap()
+        };
+        let read = |entry| Request::Read(ReadRequest::entry(1, entry));
+        let check = |label: &str| {
+            for e in [0, 7, 19, -1] {
+                // The read threads' answer first: it learns the ledger's LAC, which a read
+                // without blocking only takes from memory.
+                let threads = answer(read(e));
+                let inline = p.read_without_blocking(&read(e));
+                assert_eq!(inline, Some(threads), "{label}: entry {e}");
+                assert!(matches!(inline, Some(Response::Read { body: Some(_), .. })));
+            }
+        };
+        check("in the write cache");
+        s.storage.checkpoint().unwrap();
+        check("flushed to the entry log, in the page cache");
+        assert_eq!(p.read_without_blocking(&read(20)), None, "no such entry");
+        assert_eq!(
+            p.read_without_blocking(&Request::Read(ReadRequest::entry(2, 0))),
+            None
+        );
+        let mut fence = ReadRequest::entry(1, 3);
+        fence.fence = true;
+        fence.master_key = Some(Bytes::from_static(&[1; 20]));
+        assert_eq!(p.read_without_blocking(&Request::Read(fence)), None);
+        let mut poll = ReadRequest::entry(1, -1);
+        poll.previous_lac = Some(5);
+        poll.timeout_ms = Some(1000);
+        assert_eq!(p.read_without_blocking(&Request::Read(poll)), None);
+        assert_eq!(
+            p.read_without_blocking(&Request::ReadLac { ledger: 1 }),
+            None
+        );
+        // The simulator's crash: a dead bookie answers nothing, on no path.
+        s.halt();
+        assert_eq!(p.read_without_blocking(&read(3)), None, "a halted bookie");
+        drop(p);
+        drop(s);
+        let s = Arc::new(EngineStorage::open(&Env::real(), &config).unwrap());
+        let p = Processor::new(s.clone(), ProcessorConfig::default());
+        let (tx, rx) = std::sync::mpsc::channel();
+        p.process(read(3), Box::new(move |r| tx.send(r).unwrap()));
+        rx.recv_timeout(Duration::from_secs(60)).unwrap();
+        assert!(
+            p.read_without_blocking(&read(3)).is_some(),
+            "after a restart"
+        );
+        s.delete_ledger(1).unwrap();
+        assert_eq!(p.read_without_blocking(&read(3)), None, "a deleted ledger");
         s.shutdown().unwrap();
     }
 

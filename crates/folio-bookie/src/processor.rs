@@ -507,6 +507,30 @@ impl<S: BookieStorage> Processor<S> {
         }
     }
 
+    /// The answer to a plain read (no fence, no long poll) if storage has the entry and its
+    /// LAC without waiting for the disk: the caller (the connection's task) then answers it
+    /// itself, where a read thread would cost two thread hand-offs. `None`: process the
+    /// request as usual, on a read thread; that also answers every error. The answer is the
+    /// one the read thread would give.
+    pub fn read_without_blocking(&self, request: &Request) -> Option<Response> {
+        let Request::Read(read) = request else {
+            return None;
+        };
+        if read.fence || read.piggyback || read.previous_lac.is_some() {
+            return None;
+        }
+        let storage = &self.shared.storage;
+        let max_lac = storage.known_lac(read.ledger)?;
+        let body = storage.read_entry_nowait(read.ledger, read.entry)?;
+        Some(Response::Read {
+            status: Status::Ok,
+            ledger: read.ledger,
+            entry: read.entry,
+            body: Some(body),
+            max_lac: Some(max_lac),
+        })
+    }
+
     fn read(&self, conn: ConnectionId, read: ReadRequest, reply: Reply) -> Option<LongPollTimer> {
         let max = self.shared.config.max_pending_reads;
         let Some(slot) = self.admit(|s| &s.pending_reads, max) else {

@@ -589,7 +589,8 @@ impl<S: BookieStorage> Conn<S> {
 }
 
 /// Hands one request to the processor. Reads may block on disk, so they run on the read
-/// threads; writes only queue work for the journal and run inline.
+/// threads, unless storage has the entry in memory or the page cache; writes only queue
+/// work for the journal and run inline.
 #[allow(clippy::too_many_arguments)]
 fn dispatch<S: BookieStorage>(
     processor: &Processor<S>,
@@ -625,6 +626,10 @@ fn dispatch<S: BookieStorage>(
             | Request::BatchRead { .. }
     );
     if blocking {
+        if let Some(response) = processor.read_without_blocking(&request) {
+            reply(response);
+            return;
+        }
         let p = processor.clone();
         let pool = reads.clone();
         let runtime = tokio::runtime::Handle::current();

@@ -71,6 +71,20 @@ pub trait BookieStorage: Send + Sync + 'static {
     /// Reads an entry; `entry == -1` means the last entry stored for the ledger.
     fn read_entry(&self, ledger: LedgerId, entry: EntryId) -> Result<Bytes, StorageError>;
 
+    /// `read_entry` only if it cannot wait for the disk (the entry is in memory or the page
+    /// cache), so that the connection's task can answer it itself instead of handing it to
+    /// a read thread. `None` when it would wait, and when `read_entry` would fail: the read
+    /// threads then answer, with the error. Default: always `None`.
+    fn read_entry_nowait(&self, _ledger: LedgerId, _entry: EntryId) -> Option<Bytes> {
+        None
+    }
+
+    /// The LAC if it is known without reading storage (see `last_add_confirmed`); `None`
+    /// otherwise. Default: `None`.
+    fn known_lac(&self, _ledger: LedgerId) -> Option<EntryId> {
+        None
+    }
+
     /// The highest LAC the bookie knows for the ledger: the larger of the LAC carried by the
     /// entries it stored and the explicit LAC last written. `-1` if none. `NoLedger` if unknown.
     fn last_add_confirmed(&self, ledger: LedgerId) -> Result<EntryId, StorageError>;
@@ -146,6 +160,12 @@ impl<S: BookieStorage + ?Sized> BookieStorage for std::sync::Arc<S> {
     }
     fn read_entry(&self, ledger: LedgerId, entry: EntryId) -> Result<Bytes, StorageError> {
         (**self).read_entry(ledger, entry)
+    }
+    fn read_entry_nowait(&self, ledger: LedgerId, entry: EntryId) -> Option<Bytes> {
+        (**self).read_entry_nowait(ledger, entry)
+    }
+    fn known_lac(&self, ledger: LedgerId) -> Option<EntryId> {
+        (**self).known_lac(ledger)
     }
     fn last_add_confirmed(&self, ledger: LedgerId) -> Result<EntryId, StorageError> {
         (**self).last_add_confirmed(ledger)

@@ -74,6 +74,15 @@ pub type FileLock = Box<dyn std::any::Any + Send + Sync>;
 pub trait File: Send + Sync {
     /// Reads up to `buf.len()` bytes at `offset`; returns how many were read (0 at end).
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize>;
+    /// [`File::read_at`] only if it cannot block on the device: Linux's `preadv2` with
+    /// `RWF_NOWAIT`, which reads what the page cache holds and fails with `WouldBlock`
+    /// where it would have to wait for the disk. It may read less than asked (the rest is
+    /// not cached). For a bookie serving a read on the connection's own task, leaving the
+    /// read threads the reads that go to the disk. Files without such a call always fail
+    /// with `WouldBlock`: a caller then takes the blocking path.
+    fn read_at_nowait(&self, _buf: &mut [u8], _offset: u64) -> io::Result<usize> {
+        Err(io::ErrorKind::WouldBlock.into())
+    }
     /// Writes all of `buf` at `offset`.
     fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()>;
     /// Writes `bufs` back to back from `offset`, as `pwritev` does: one system call for
@@ -229,6 +238,24 @@ struct RealFile(std::fs::File);
 impl File for RealFile {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
         self.0.read_at(buf, offset)
+    }
+
+    fn read_at_nowait(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        let mut bufs = [io::IoSliceMut::new(buf)];
+        match rustix::io::preadv2(
+            &self.0,
+            &mut bufs,
+            offset,
+            rustix::io::ReadWriteFlags::NOWAIT,
+        ) {
+            Ok(n) => Ok(n),
+            // EAGAIN: not in the page cache. EOPNOTSUPP: a file system without RWF_NOWAIT
+            // for buffered reads. Either way the caller takes the blocking path.
+            Err(rustix::io::Errno::AGAIN) | Err(rustix::io::Errno::OPNOTSUPP) => {
+                Err(io::ErrorKind::WouldBlock.into())
+            }
+            Err(e) => Err(e.into()),
+        }
     }
 
     fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
@@ -423,6 +450,37 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_read_that_cannot_block_reads_the_page_cache_and_nothing_else() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("a");
+        let f = RealFileSystem.open(&p, OpenOptions::create_new()).unwrap();
+        let data: Vec<u8> = (0..16384u32).map(|i| (i % 251) as u8).collect();
+        f.write_all_at(&data, 0).unwrap();
+        f.sync_data().unwrap();
+        // Just written: in the page cache.
+        let mut buf = vec![0u8; 8192];
+        let n = f.read_at_nowait(&mut buf, 4096).unwrap();
+        assert!(n > 0);
+        assert_eq!(&buf[..n], &data[4096..4096 + n]);
+        // Clean pages dropped from the page cache: the read would wait for the disk. Only
+        // file systems with a page cache of their own drop them (tmpfs keeps its pages), so
+        // the refusal is required where the test's directory is on ext4.
+        f.drop_cache(0, data.len() as u64).unwrap();
+        let on_ext4 =
+            rustix::fs::fstatfs(std::fs::File::open(&p).unwrap()).is_ok_and(|s| s.f_type == 0xEF53);
+        match f.read_at_nowait(&mut buf, 4096) {
+            Err(e) => assert_eq!(e.kind(), io::ErrorKind::WouldBlock),
+            Ok(n) => {
+                assert!(!on_ext4, "an evicted page was read without waiting on ext4");
+                assert_eq!(&buf[..n], &data[4096..4096 + n]);
+            }
+        }
+        // The blocking read still reads it.
+        f.read_exact_at(&mut buf, 4096).unwrap();
+        assert_eq!(&buf[..], &data[4096..4096 + 8192]);
+    }
+
+    #[test]
     fn write_read_sync_and_atomic_replace() {
         let dir = tempfile::tempdir().unwrap();
         let fs = RealFileSystem;
@@ -489,7 +547,7 @@ mod tests {
         f.write_back(u64::MAX - 1, 1).unwrap();
         f.sync_data().unwrap();
         f.drop_cache(0, 2 << 20).unwrap();
-        f.drop_cache(0, 0).unwrap();
+        f.drop_cache(0, data.len() as u64).unwrap();
         let mut back = vec![0u8; data.len()];
         f.read_exact_at(&mut back, 0).unwrap();
         assert!(back == data, "write-back changed the file's bytes");

@@ -95,6 +95,8 @@ struct State {
     inboxes: BTreeMap<(BookieId, u64), Batch>,
     /// Requests processed in a batch of two or more (sharing a journal group).
     batched_requests: u64,
+    /// Reads answered by `Processor::read_without_blocking`.
+    reads_without_blocking: u64,
     /// Stepped force-write path: steps taken, and the groups they made durable.
     force_write_steps: u64,
     force_write_groups: u64,
@@ -260,6 +262,7 @@ impl Net {
         into.slow_writes += s.slow_writes;
         into.store_checkpoints += s.store_checkpoints;
         into.batched_requests += s.batched_requests;
+        into.reads_without_blocking += s.reads_without_blocking;
         into.force_write_steps += s.force_write_steps;
         into.force_write_groups += s.force_write_groups;
     }
@@ -668,7 +671,7 @@ fn process_batch(net: &Net, inc: &Arc<Incarnation>, batch: Batch) {
                     let _ = tx.send(r);
                 });
                 // Not a long poll (those run alone), so no timer.
-                let _ = inc.processor.process(request, reply);
+                let _ = process_as_a_bookie(net, &inc.processor, request, reply);
                 (rx, out)
             })
             .collect()
@@ -794,6 +797,22 @@ fn defer_to_step(net: &Net, inc: &Arc<Incarnation>, pending: Vec<Pending>) {
     }
 }
 
+/// What a bookie's connection does with a request (folio-bookie's `dispatch`): a read that
+/// storage can serve without the disk is answered at once, anything else is processed.
+fn process_as_a_bookie(
+    net: &Net,
+    processor: &folio_bookie::Processor<Arc<folio_bookie::engine::EngineStorage>>,
+    request: Request,
+    reply: Reply,
+) -> Option<folio_bookie::LongPollTimer> {
+    if let Some(response) = processor.read_without_blocking(&request) {
+        net.state.lock().reads_without_blocking += 1;
+        reply(response);
+        return None;
+    }
+    processor.process(request, reply)
+}
+
 /// Runs the request through the processor and waits for its answer, blocking the runtime
 /// thread (so virtual time stands still) for up to a few real seconds.
 async fn process(net: &Net, inc: &Incarnation, request: Request) -> Option<Response> {
@@ -802,7 +821,7 @@ async fn process(net: &Net, inc: &Incarnation, request: Request) -> Option<Respo
     let reply: Reply = Box::new(move |r| {
         let _ = tx.send(r);
     });
-    let timer = inc.processor.process(request, reply);
+    let timer = process_as_a_bookie(net, &inc.processor, request, reply);
     if let Some(t) = timer {
         let p = inc.processor.clone();
         tokio::spawn(async move {

@@ -273,6 +273,18 @@ struct State {
     last_flush_error: String,
 }
 
+/// What [`LedgerStore::find_in_memory`] found.
+enum InMemory {
+    Absent,
+    Found(Bytes),
+    /// Not in memory: `entry` (resolved from -1) is in the index, or nowhere, as the
+    /// write cache stood after `flushes` flushes.
+    OnDisk {
+        entry: i64,
+        flushes: u64,
+    },
+}
+
 /// Entry logs + ledger index + write cache. `Send + Sync`; all methods take `&self`.
 pub struct LedgerStore {
     logs: EntryLogs,
@@ -510,41 +522,70 @@ impl LedgerStore {
         Ok(())
     }
 
-    /// Reads an entry; `entry == -1` means the last entry stored. `Ok(None)` only when
-    /// the entry is absent; a failed or corrupt read is `Err`.
-    pub fn get_entry(&self, ledger: i64, entry: i64) -> Result<Option<Bytes>, LedgerStoreError> {
+    /// Where a read finds an entry before going to the index: absent, in memory, or
+    /// (with the entry id resolved and the write cache's flush count seen) on disk.
+    fn find_in_memory(&self, ledger: i64, entry: i64) -> Result<InMemory, LedgerStoreError> {
         if entry < -1 {
             return Err(LedgerStoreError::InvalidEntryId { ledger, entry });
         }
-        let entry = {
+        let (entry, flushes) = {
             let st = self.state.lock();
             let Some(info) = st.ledgers.get(&ledger) else {
-                return Ok(None);
+                return Ok(InMemory::Absent);
             };
             if info.deleted {
-                return Ok(None);
+                return Ok(InMemory::Absent);
             }
             let entry = if entry == -1 {
                 match info.last_entry_id {
                     Some(last) => last,
-                    None => return Ok(None),
+                    None => return Ok(InMemory::Absent),
                 }
             } else {
                 entry
             };
             if let Some(data) = st.cache.get(ledger, entry) {
-                return Ok(Some(data));
+                return Ok(InMemory::Found(data));
             }
             (entry, st.cache.flushes())
         };
-        let (entry, flushes) = entry;
         // Checked after the deletion check above; `delete_ledger` empties it of the
         // ledger under the state lock.
         if self.read_ahead
             && let Some(data) = self.read_cache.lock().get(ledger, entry)
         {
-            return Ok(Some(data));
+            return Ok(InMemory::Found(data));
         }
+        Ok(InMemory::OnDisk { entry, flushes })
+    }
+
+    /// [`LedgerStore::get_entry`] only if it cannot wait for the disk: the entry is in
+    /// the write cache or the read-ahead cache, or (without read-ahead, which reads runs
+    /// on the blocking path) the entry log's bytes are in the page cache. `None` when the
+    /// read would block, and also when the entry is absent or the read would fail: the
+    /// blocking path then answers, with its error. The index lookup is made here: redb
+    /// keeps the pages it reads in its own cache, and the index file is small next to the
+    /// entry logs.
+    pub fn get_entry_nowait(&self, ledger: i64, entry: i64) -> Option<Bytes> {
+        match self.find_in_memory(ledger, entry).ok()? {
+            InMemory::Found(data) => Some(data),
+            InMemory::Absent => None,
+            InMemory::OnDisk { .. } if self.read_ahead => None,
+            InMemory::OnDisk { entry, .. } => {
+                let loc = self.index.get(ledger, entry).ok()??;
+                self.logs.read_nowait(loc, ledger, entry)
+            }
+        }
+    }
+
+    /// Reads an entry; `entry == -1` means the last entry stored. `Ok(None)` only when
+    /// the entry is absent; a failed or corrupt read is `Err`.
+    pub fn get_entry(&self, ledger: i64, entry: i64) -> Result<Option<Bytes>, LedgerStoreError> {
+        let (entry, flushes) = match self.find_in_memory(ledger, entry)? {
+            InMemory::Found(data) => return Ok(Some(data)),
+            InMemory::Absent => return Ok(None),
+            InMemory::OnDisk { entry, flushes } => (entry, flushes),
+        };
         let read_ahead = self.read_ahead;
         // The flush that removed the entry from the cache committed the index first.
         let found = self.index.get(ledger, entry)?;

@@ -45,6 +45,12 @@ pub trait LedgerBackend: Send + Sync + 'static {
     fn put_entry(&self, ledger: i64, entry: i64, data: Bytes) -> Result<(), BackendError>;
     /// `entry == -1`: the last entry. Ok(None) only when the entry is absent.
     fn get_entry(&self, ledger: i64, entry: i64) -> Result<Option<Bytes>, BackendError>;
+    /// `get_entry` only if it cannot wait for the disk; `None` when it would, or when
+    /// the entry is absent or the read would fail (the blocking `get_entry` then answers).
+    /// Default: always `None`.
+    fn get_entry_nowait(&self, _ledger: i64, _entry: i64) -> Option<Bytes> {
+        None
+    }
     fn ledger(&self, ledger: i64) -> Result<Option<StoredLedger>, BackendError>;
     fn set_master_key(&self, ledger: i64, key: Bytes) -> Result<(), BackendError>;
     fn set_fenced(&self, ledger: i64) -> Result<(), BackendError>;
@@ -291,21 +297,8 @@ impl Storage {
         recovery: bool,
         done: WriteCallback,
     ) {
-        if let Err(e) = check_entry(ledger, entry, &data) {
-            return done(Err(e));
-        }
-        if let Some(e) = self.inner.journal.poison_error(ledger) {
-            return done(Err(e));
-        }
-        let r = self.with_ledger(ledger, master_key, |inner, st| {
-            if st.fenced && !recovery {
-                return Err(StorageError::Fenced { ledger });
-            }
-            inner.store.put_entry(ledger, entry, data.clone())?;
-            Ok(())
-        });
-        match r {
-            Ok(((), guard)) => {
+        match self.put_checked(ledger, entry, master_key, data.clone(), recovery) {
+            Ok(guard) => {
                 self.inner
                     .journal
                     .append(RecordKind::Add, ledger, entry, data, Some(done));
@@ -329,18 +322,8 @@ impl Storage {
         data: Bytes,
         done: WriteCallback,
     ) {
-        if let Err(e) = check_entry(ledger, entry, &data) {
-            return done(Err(e));
-        }
-        if let Some(e) = self.inner.journal.poison_error(ledger) {
-            return done(Err(e));
-        }
-        let r = self.with_ledger(ledger, master_key, |inner, _| {
-            inner.store.put_entry(ledger, entry, data)?;
-            Ok(())
-        });
-        match r {
-            Ok(((), guard)) => {
+        match self.put_checked(ledger, entry, master_key, data, true) {
+            Ok(guard) => {
                 drop(guard);
                 self.inner.deferred.put_done(ledger);
                 checkpoint::request_if_due(&self.inner);
@@ -490,6 +473,13 @@ impl Storage {
     /// An entry (`entry == -1`: the last one). Ok(None) only when it is absent.
     pub fn read_entry(&self, ledger: i64, entry: i64) -> Result<Option<Bytes>, StorageError> {
         Ok(self.inner.store.get_entry(ledger, entry)?)
+    }
+
+    /// [`Storage::read_entry`] only if it cannot wait for the disk (the entry is in
+    /// memory or the page cache): `None` when it would, and when the entry is absent or
+    /// the read would fail, for `read_entry` to answer.
+    pub fn read_entry_nowait(&self, ledger: i64, entry: i64) -> Option<Bytes> {
+        self.inner.store.get_entry_nowait(ledger, entry)
     }
 
     /// Whether the bookie holds any state for the ledger.
@@ -704,6 +694,31 @@ impl Storage {
         self.inner.journal.shutdown();
     }
 
+    /// An add's checks and its write-cache put: the entry itself, a poisoned journal, the
+    /// master key and, unless `recovery`, the fence. The guard returned lets the caller
+    /// queue its journal record, if it writes one, before another writer of the ledger can.
+    fn put_checked(
+        &self,
+        ledger: i64,
+        entry: i64,
+        master_key: &[u8],
+        data: Bytes,
+        recovery: bool,
+    ) -> Result<parking_lot::MutexGuard<'_, HashMap<i64, LedgerState>>, StorageError> {
+        check_entry(ledger, entry, &data)?;
+        if let Some(e) = self.inner.journal.poison_error(ledger) {
+            return Err(e);
+        }
+        let ((), guard) = self.with_ledger(ledger, master_key, |inner, st| {
+            if st.fenced && !recovery {
+                return Err(StorageError::Fenced { ledger });
+            }
+            inner.store.put_entry(ledger, entry, data)?;
+            Ok(())
+        })?;
+        Ok(guard)
+    }
+
     /// Runs `f` with the ledger's state locked, after checking `master_key` (or
     /// recording it, journaled, for a new ledger). Returns the shard guard so the
     /// caller queues its journal record before another writer of the ledger can.
@@ -816,6 +831,10 @@ impl LedgerBackend for crate::ledger_store::LedgerStore {
         Ok(crate::ledger_store::LedgerStore::get_entry(
             self, ledger, entry,
         )?)
+    }
+
+    fn get_entry_nowait(&self, ledger: i64, entry: i64) -> Option<Bytes> {
+        crate::ledger_store::LedgerStore::get_entry_nowait(self, ledger, entry)
     }
 
     fn ledger(&self, ledger: i64) -> Result<Option<StoredLedger>, BackendError> {

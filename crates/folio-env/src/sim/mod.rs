@@ -510,6 +510,17 @@ impl File for SimFile {
         })
     }
 
+    /// The simulated disk has no page cache: a buffered read "is cached" or "would block"
+    /// by a fixed rule of the file and offset (a third of the 4 KiB pages would block), so
+    /// that both of a caller's paths run, the same way in every replay. Direct handles
+    /// always would block, as O_DIRECT reads bypass the page cache.
+    fn read_at_nowait(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        if self.direct || (offset / 4096 + self.ino).is_multiple_of(3) {
+            return Err(io::ErrorKind::WouldBlock.into());
+        }
+        self.read_at(buf, offset)
+    }
+
     fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
         self.check_writable()?;
         self.check_aligned("write", buf, offset)?;

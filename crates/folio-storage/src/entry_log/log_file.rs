@@ -468,6 +468,34 @@ pub fn read_record(
     format::decode_record(buf.freeze(), ledger, entry).map_err(|r| corrupt(path, loc.offset, r))
 }
 
+/// [`read_record`] only if the bytes are in the page cache ([`File::read_at_nowait`]):
+/// `None` when any part of the read would wait for the disk, and also on anything
+/// [`read_record`] would report as an error (a short file, a damaged record, an I/O error),
+/// so that the blocking path reads again and names the cause. `Some` holds a checked
+/// payload.
+pub fn read_record_nowait(
+    file: &dyn File,
+    loc: Location,
+    ledger: i64,
+    entry: i64,
+) -> Option<Bytes> {
+    // A damaged location could ask for 4 GiB; the blocking path checks it against the file.
+    if loc.len > 1 << 20 {
+        return None;
+    }
+    let mut buf = BytesMut::zeroed(RECORD_HEADER_LEN + loc.len as usize);
+    let mut got = 0;
+    while got < buf.len() {
+        match file.read_at_nowait(&mut buf[got..], loc.offset + got as u64) {
+            Ok(0) => return None,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return None,
+        }
+    }
+    format::decode_record(buf.freeze(), ledger, entry).ok()
+}
+
 /// One entry of a run read ahead: its id, where it is, its payload.
 pub type RunEntry = (i64, Location, Bytes);
 

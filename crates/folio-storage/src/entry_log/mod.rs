@@ -336,6 +336,14 @@ impl EntryLogs {
         log_file::read_record(&*file, &path, loc, ledger, entry)
     }
 
+    /// [`EntryLogs::read`] only if it needs neither the disk nor an `open`: the log's read
+    /// handle is cached and the record is in the page cache. `None` otherwise, and on
+    /// anything `read` would report as an error (see [`log_file::read_record_nowait`]).
+    pub fn read_nowait(&self, loc: Location, ledger: i64, entry: i64) -> Option<Bytes> {
+        let file = self.files.read().get(&loc.log_id)?.handle.clone()?;
+        log_file::read_record_nowait(&*file, loc, ledger, entry)
+    }
+
     /// Reads the record at `loc` and the run of `ledger`'s next entries that follow it
     /// in the same read (see [`log_file::read_run`]).
     pub fn read_run(

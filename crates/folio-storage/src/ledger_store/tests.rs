@@ -881,3 +881,61 @@ fn read_ahead_never_serves_an_older_copy_of_an_entry() {
         assert_eq!(s.get_entry(1, e).unwrap(), Some(data(1, e)));
     }
 }
+
+/// A read served without waiting for the disk (a bookie answers it on the connection's
+/// task) must give exactly what the blocking read gives, or nothing. On the simulated disk
+/// a fixed third of the pages "would block", so both answers occur; on a real file system
+/// the entries just flushed are in the page cache and every read is served.
+#[test]
+fn a_read_that_cannot_block_answers_as_a_blocking_read_or_not_at_all() {
+    let fs = folio_env::sim::SimFileSystem::new();
+    let mut env = Env::real();
+    env.fs = Arc::new(fs);
+    // Small logs: the entries spread over several of them.
+    let d = dirs(1 << 14, 1 << 20);
+    let sim = LedgerStore::open(&env, d.config.clone()).unwrap();
+    let real_dirs = dirs(1 << 14, 1 << 20);
+    let real = open(&real_dirs);
+    for s in [&sim, &real] {
+        for l in 1..=3 {
+            for e in 0..200 {
+                s.put_entry(l, e, data(l, e)).unwrap();
+            }
+        }
+        // In the write cache: always served.
+        assert_eq!(s.get_entry_nowait(2, 7), Some(data(2, 7)));
+        assert_eq!(s.get_entry_nowait(2, -1), Some(data(2, 199)), "-1 = last");
+        s.flush().unwrap();
+    }
+    let (mut served, mut refused) = (0, 0);
+    for l in 1..=3 {
+        for e in 0..200 {
+            match sim.get_entry_nowait(l, e) {
+                Some(got) => {
+                    assert_eq!(got, data(l, e), "ledger {l} entry {e}");
+                    served += 1;
+                }
+                None => refused += 1,
+            }
+            assert_eq!(sim.get_entry(l, e).unwrap(), Some(data(l, e)));
+            assert_eq!(
+                real.get_entry_nowait(l, e),
+                Some(data(l, e)),
+                "ledger {l} entry {e}, just flushed to a real file"
+            );
+        }
+    }
+    assert!(
+        served > 0 && refused > 0,
+        "served {served}, refused {refused}"
+    );
+    // Absent, unknown, invalid, deleted: left to the blocking read, which answers them.
+    for s in [&sim, &real] {
+        assert_eq!(s.get_entry_nowait(1, 200), None);
+        assert_eq!(s.get_entry_nowait(9, 0), None);
+        assert_eq!(s.get_entry_nowait(1, -2), None);
+        s.delete_ledger(3).unwrap();
+        assert!((0..200).all(|e| s.get_entry_nowait(3, e).is_none()));
+        assert_eq!(s.get_entry(3, 5).unwrap(), None);
+    }
+}
