@@ -30,6 +30,13 @@ pub fn free_port() -> u16 {
         .port()
 }
 
+/// The names in `dir` (none if it does not exist yet).
+fn entries(dir: &Path) -> Vec<std::ffi::OsString> {
+    std::fs::read_dir(dir)
+        .map(|rd| rd.filter_map(|e| e.ok().map(|e| e.file_name())).collect())
+        .unwrap_or_default()
+}
+
 /// A first port such that it and the `n - 1` following ones are free right now.
 pub fn free_ports(n: u16) -> u16 {
     for _ in 0..200 {
@@ -110,6 +117,17 @@ impl Proc {
 
     /// Waits for a stdout line satisfying `pred` (every line is kept in `seen`).
     pub fn wait_line(&mut self, pred: impl Fn(&str) -> bool) -> String {
+        self.try_wait_line(pred).unwrap_or_else(|()| {
+            panic!(
+                "process ended without the expected line; stdout {:?}, stderr {:?}",
+                self.seen,
+                self.stderr()
+            )
+        })
+    }
+
+    /// As `wait_line`, but a process that ends first is `Err` (its stderr is kept).
+    pub fn try_wait_line(&mut self, pred: impl Fn(&str) -> bool) -> Result<String, ()> {
         let deadline = Instant::now() + TIMEOUT;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -117,7 +135,7 @@ impl Proc {
                 Ok(line) => {
                     let line = self.keep(line);
                     if pred(&line) {
-                        return line;
+                        return Ok(line);
                     }
                 }
                 Err(RecvTimeoutError::Timeout) => panic!(
@@ -125,11 +143,7 @@ impl Proc {
                     self.seen,
                     self.stderr()
                 ),
-                Err(RecvTimeoutError::Disconnected) => panic!(
-                    "process ended without the expected line; stdout {:?}, stderr {:?}",
-                    self.seen,
-                    self.stderr()
-                ),
+                Err(RecvTimeoutError::Disconnected) => return Err(()),
             }
         }
     }
@@ -230,12 +244,39 @@ pub struct Standalone {
 }
 
 impl Standalone {
+    /// On ports free when it starts. Between finding them and binding them, another test's
+    /// process (or one of this standalone's own bookies' ephemeral HTTP ports) may take one;
+    /// then standalone fails naming the port, and it is started again on others, with what
+    /// the failed try wrote into `dir` removed (its cookies name the old ports).
     pub fn start(dir: &Path, bookies: u16) -> Standalone {
-        let port = free_ports(bookies);
-        Standalone::start_on(dir, bookies, port)
+        let before: Vec<_> = entries(dir);
+        for _ in 0..5 {
+            let port = free_ports(bookies);
+            match Standalone::try_start_on(dir, bookies, port) {
+                Ok(sa) => return sa,
+                Err(stderr) if stderr.contains("Address already in use") => {
+                    eprintln!("standalone lost a port to another process, again: {stderr}");
+                    for e in entries(dir) {
+                        if !before.contains(&e) {
+                            let path = dir.join(&e);
+                            let _ = std::fs::remove_dir_all(&path)
+                                .or_else(|_| std::fs::remove_file(&path));
+                        }
+                    }
+                }
+                Err(stderr) => panic!("standalone failed to start: {stderr}"),
+            }
+        }
+        panic!("standalone lost its ports to other processes five times");
     }
 
     pub fn start_on(dir: &Path, bookies: u16, port: u16) -> Standalone {
+        Standalone::try_start_on(dir, bookies, port)
+            .unwrap_or_else(|stderr| panic!("standalone failed to start: {stderr}"))
+    }
+
+    /// Started and ready, or the stderr of a standalone that exited first.
+    fn try_start_on(dir: &Path, bookies: u16, port: u16) -> Result<Standalone, String> {
         let mut cmd = folio();
         cmd.arg("standalone")
             .arg("--data-dir")
@@ -253,7 +294,14 @@ impl Standalone {
             .env("BK_diskUsageThreshold", "0.999")
             .env("BK_diskUsageLwmThreshold", "0.998");
         let mut proc = Proc::spawn(cmd);
-        proc.wait_line(|l| l == "ready");
+        if proc.try_wait_line(|l| l == "ready").is_err() {
+            let _ = proc.wait();
+            return Err(format!(
+                "stdout {:?}, stderr {:?}",
+                proc.seen,
+                proc.stderr()
+            ));
+        }
         let uri = proc
             .seen
             .iter()
@@ -266,13 +314,13 @@ impl Standalone {
             .filter_map(|l| l.strip_prefix("bookie "))
             .map(str::to_owned)
             .collect();
-        Standalone {
+        Ok(Standalone {
             proc,
             uri,
             bookies,
             dir: dir.to_owned(),
             port,
-        }
+        })
     }
 
     /// The first bookie's admin endpoint (`host:port`), as standalone printed it.
