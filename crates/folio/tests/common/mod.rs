@@ -255,7 +255,9 @@ impl Standalone {
             match Standalone::try_start_on(dir, bookies, port) {
                 Ok(sa) => return sa,
                 Err(stderr) if stderr.contains("Address already in use") => {
-                    eprintln!("standalone lost a port to another process, again: {stderr}");
+                    eprintln!(
+                        "standalone lost a port to another process; starting it on other ports: {stderr}"
+                    );
                     for e in entries(dir) {
                         if !before.contains(&e) {
                             let path = dir.join(&e);
@@ -275,7 +277,7 @@ impl Standalone {
             .unwrap_or_else(|stderr| panic!("standalone failed to start: {stderr}"))
     }
 
-    /// Started and ready, or the stderr of a standalone that exited first.
+    /// Started and ready, or the stdout and stderr of a standalone that exited first.
     fn try_start_on(dir: &Path, bookies: u16, port: u16) -> Result<Standalone, String> {
         let mut cmd = folio();
         cmd.arg("standalone")
