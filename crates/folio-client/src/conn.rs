@@ -26,7 +26,7 @@ use folio_proto::{FrameDecoder, Status, v3};
 use folio_types::BookieId;
 use parking_lot::Mutex;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use crate::config::ClientConfig;
@@ -177,8 +177,8 @@ struct Conn {
     /// bookie): no more are sent on it. A new connection asks again (the bookie may have
     /// been upgraded meanwhile).
     write_close_unsupported: std::sync::atomic::AtomicBool,
-    /// Whole frames, each in one or two pieces (a large add's body is its own piece).
-    frames: mpsc::UnboundedSender<FramePieces>,
+    /// Whole frames waiting for the writer task.
+    outbox: Arc<Outbox>,
     reader: JoinHandle<()>,
 }
 
@@ -186,6 +186,60 @@ impl Drop for Conn {
     fn drop(&mut self) {
         self.reader.abort();
         self.shared.kill("connection closed");
+        self.outbox.close();
+    }
+}
+
+/// The frames a connection's writer task has still to write. A frame pushed here waits
+/// for a [`Outbox::flush`]: a writer that sends many requests at once (the ledger writer
+/// sending a batch of appends) pushes them all and flushes once, so that they leave in
+/// one vectored write instead of one write (and one wake-up of the bookie) each.
+struct Outbox {
+    state: Mutex<OutboxState>,
+    wake: tokio::sync::Notify,
+}
+
+#[derive(Default)]
+struct OutboxState {
+    /// Frames in order, each in one or two pieces (a large add's body is its own piece).
+    pieces: VecDeque<Bytes>,
+    /// The connection is closing (dropped) or its writer stopped: nothing more is taken.
+    closed: bool,
+}
+
+impl Outbox {
+    /// Queues a frame; `Err` once the writer stopped.
+    fn push(&self, (head, body): FramePieces) -> Result<(), ()> {
+        let mut st = self.state.lock();
+        if st.closed {
+            return Err(());
+        }
+        st.pieces.push_back(head);
+        if let Some(b) = body {
+            st.pieces.push_back(b);
+        }
+        Ok(())
+    }
+
+    /// Wakes the writer for whatever is queued (a wake while it writes is kept: it looks
+    /// again when done).
+    fn flush(&self) {
+        self.wake.notify_one();
+    }
+
+    fn close(&self) {
+        self.state.lock().closed = true;
+        self.wake.notify_one();
+    }
+
+    /// Everything queued, or `None` once closed with nothing left.
+    fn take(&self, into: &mut VecDeque<Bytes>) -> Option<()> {
+        let mut st = self.state.lock();
+        if st.pieces.is_empty() && st.closed {
+            return None;
+        }
+        std::mem::swap(into, &mut st.pieces);
+        Some(())
     }
 }
 
@@ -378,18 +432,7 @@ impl Bookies {
                 }
             }
         };
-        if resp.header.operation != req.header.operation {
-            return Err(RpcError::BadResponse(format!(
-                "{bookie} answered txn {} with operation {} instead of {}",
-                resp.header.txn_id, resp.header.operation, req.header.operation
-            )));
-        }
-        let status =
-            response_status(&resp).map_err(|e| RpcError::BadResponse(format!("{bookie}: {e}")))?;
-        if status != Status::Ok {
-            return Err(RpcError::Status(status));
-        }
-        Ok(resp)
+        check_answer(bookie, req.header.operation, resp)
     }
 
     /// BP-32's advisory write close of `ledger` on `bookie`: `Ok(true)` if the bookie took
@@ -448,20 +491,196 @@ impl Bookies {
             txn,
         };
         if conn
-            .frames
-            .send(v3::encode_request_frame_pieces(req))
+            .outbox
+            .push(v3::encode_request_frame_pieces(req))
             .is_err()
         {
             conn.shared.kill("connection writer stopped");
         }
-        match tokio::time::timeout_at(deadline, rx).await {
-            Err(_) => Err(RpcError::Timeout),
-            Ok(Err(_)) => Err(RpcError::Unreachable(format!(
-                "connection to {bookie} lost"
-            ))),
-            Ok(Ok(r)) => r,
+        conn.outbox.flush();
+        wait_answer(bookie, rx, deadline).await
+    }
+}
+
+/// A request handed to [`Bookies::start`]: already queued on the live connection to its
+/// bookie (written at the next [`Bookies::flush`]), or, with no live connection, still to
+/// be sent by [`Bookies::finish`].
+pub(crate) struct Started {
+    bookie: BookieId,
+    operation: i32,
+    deadline: Instant,
+    how: StartedHow,
+}
+
+enum StartedHow {
+    Queued {
+        conn: Arc<Conn>,
+        txn: u64,
+        rx: oneshot::Receiver<Result<pb::Response, RpcError>>,
+        /// The frame, kept (it is shared, not copied) to send again on a new connection if
+        /// this pooled one turns out stale, as [`Bookies::call`] does.
+        frame: FramePieces,
+    },
+    Unsent(Box<pb::Request>),
+}
+
+impl Bookies {
+    /// Queues `req` on the live connection to `bookie` without waking its writer, so that
+    /// a caller sending many requests flushes them together ([`Bookies::flush`]); finish
+    /// it with [`Bookies::finish`], which answers as [`Bookies::call`] would (and makes
+    /// the connection first if there is none).
+    pub(crate) fn start(
+        &self,
+        bookie: &BookieId,
+        mut req: pb::Request,
+        timeout: Duration,
+    ) -> Started {
+        let deadline = Instant::now() + timeout;
+        let operation = req.header.operation;
+        let live = self
+            .channel(bookie)
+            .live
+            .lock()
+            .clone()
+            .filter(|c| c.shared.is_alive());
+        let how = match live {
+            Some(conn) => {
+                let txn = self.next_txn.fetch_add(1, Ordering::Relaxed);
+                req.header.txn_id = txn;
+                let (tx, rx) = oneshot::channel();
+                let frame = v3::encode_request_frame_pieces(&req);
+                let queued = match conn.shared.waiting.lock().as_mut() {
+                    Ok(map) => {
+                        map.insert(txn, tx);
+                        true
+                    }
+                    Err(_) => false,
+                };
+                if queued && conn.outbox.push(frame.clone()).is_ok() {
+                    StartedHow::Queued {
+                        conn,
+                        txn,
+                        rx,
+                        frame,
+                    }
+                } else {
+                    conn.shared.forget(txn);
+                    StartedHow::Unsent(Box::new(req))
+                }
+            }
+            None => StartedHow::Unsent(Box::new(req)),
+        };
+        Started {
+            bookie: bookie.clone(),
+            operation,
+            deadline,
+            how,
         }
     }
+
+    /// Wakes the writer of the live connection to `bookie` for what [`Bookies::start`]
+    /// queued on it.
+    pub(crate) fn flush(&self, bookie: &BookieId) {
+        if let Some(c) = self
+            .channels
+            .lock()
+            .get(bookie)
+            .and_then(|ch| ch.live.lock().clone())
+        {
+            c.outbox.flush();
+        }
+    }
+
+    /// The answer to a request [`Bookies::start`] began.
+    pub(crate) async fn finish(&self, started: Started) -> Result<pb::Response, RpcError> {
+        let Started {
+            bookie,
+            operation,
+            deadline,
+            how,
+        } = started;
+        let (conn, txn, rx, frame) = match how {
+            StartedHow::Unsent(req) => {
+                let timeout = deadline.saturating_duration_since(Instant::now());
+                return self.call(&bookie, *req, timeout).await;
+            }
+            StartedHow::Queued {
+                conn,
+                txn,
+                rx,
+                frame,
+            } => (conn, txn, rx, frame),
+        };
+        let first = {
+            let _guard = WaitGuard {
+                shared: &conn.shared,
+                txn,
+            };
+            wait_answer(&bookie, rx, deadline).await
+        };
+        let resp = match first {
+            // A stale pooled connection: once more on a new one, as `call_on` does.
+            Err(RpcError::Unreachable(reason)) => {
+                tracing::debug!(%bookie, "stale connection ({reason}); reconnecting");
+                let ch = self.channel(&bookie);
+                let (conn, _) = tokio::time::timeout_at(deadline, self.connection(&ch))
+                    .await
+                    .map_err(|_| RpcError::Timeout)??;
+                let (tx, rx) = oneshot::channel();
+                match conn.shared.waiting.lock().as_mut() {
+                    Ok(map) => map.insert(txn, tx),
+                    Err(why) => return Err(RpcError::Unreachable(why.clone())),
+                };
+                let _guard = WaitGuard {
+                    shared: &conn.shared,
+                    txn,
+                };
+                if conn.outbox.push(frame).is_err() {
+                    conn.shared.kill("connection writer stopped");
+                }
+                conn.outbox.flush();
+                wait_answer(&bookie, rx, deadline).await?
+            }
+            other => other?,
+        };
+        check_answer(&bookie, operation, resp)
+    }
+}
+
+/// Waits for the answer to a request already sent, until `deadline`.
+async fn wait_answer(
+    bookie: &BookieId,
+    rx: oneshot::Receiver<Result<pb::Response, RpcError>>,
+    deadline: Instant,
+) -> Result<pb::Response, RpcError> {
+    match tokio::time::timeout_at(deadline, rx).await {
+        Err(_) => Err(RpcError::Timeout),
+        Ok(Err(_)) => Err(RpcError::Unreachable(format!(
+            "connection to {bookie} lost"
+        ))),
+        Ok(Ok(r)) => r,
+    }
+}
+
+/// The answer to a request of `operation`, as the caller sees it: an error unless it is
+/// the same operation with status OK.
+fn check_answer(
+    bookie: &BookieId,
+    operation: i32,
+    resp: pb::Response,
+) -> Result<pb::Response, RpcError> {
+    if resp.header.operation != operation {
+        return Err(RpcError::BadResponse(format!(
+            "{bookie} answered txn {} with operation {} instead of {}",
+            resp.header.txn_id, resp.header.operation, operation
+        )));
+    }
+    let status =
+        response_status(&resp).map_err(|e| RpcError::BadResponse(format!("{bookie}: {e}")))?;
+    if status != Status::Ok {
+        return Err(RpcError::Status(status));
+    }
+    Ok(resp)
 }
 
 /// BookKeeper's rule: the top-level status unless it is OK and a sub-response carries one.
@@ -489,23 +708,28 @@ fn spawn_conn(stream: Box<dyn Stream>, bookie: BookieId, max_frame: usize) -> Co
     let shared = Arc::new(Shared {
         waiting: Mutex::new(Ok(BTreeMap::new())),
     });
-    let (frames, mut frames_rx) = mpsc::unbounded_channel::<FramePieces>();
+    let outbox = Arc::new(Outbox {
+        state: Mutex::new(OutboxState::default()),
+        wake: tokio::sync::Notify::new(),
+    });
     let ws = shared.clone();
+    let wo = outbox.clone();
     let wb = bookie.clone();
     tokio::spawn(async move {
         // Frames queued while the previous write was in progress go out together, in one
         // vectored write (not copied into one buffer: a 64 KiB entry's frame would be
         // copied once more per bookie).
         let mut batch: VecDeque<Bytes> = VecDeque::new();
-        while let Some(f) = frames_rx.recv().await {
-            let mut queued = push_pieces(&mut batch, f);
-            while queued < 1 << 20 {
-                match frames_rx.try_recv() {
-                    Ok(f) => queued += push_pieces(&mut batch, f),
-                    Err(_) => break,
-                }
+        // The queue is looked at before each wait, so that frames queued while a write
+        // was in progress go out right after it, and a close that came meanwhile ends the
+        // loop once the last frames are written.
+        while wo.take(&mut batch).is_some() {
+            if batch.is_empty() {
+                wo.wake.notified().await;
+                continue;
             }
             if let Err(e) = write_frames(&mut wr, &mut batch).await {
+                wo.state.lock().closed = true;
                 ws.kill(&format!("write to {wb}: {e}"));
                 return;
             }
@@ -567,24 +791,13 @@ fn spawn_conn(stream: Box<dyn Stream>, bookie: BookieId, max_frame: usize) -> Co
         id: NEXT_CONN.fetch_add(1, Ordering::Relaxed),
         shared,
         write_close_unsupported: std::sync::atomic::AtomicBool::new(false),
-        frames,
+        outbox,
         reader,
     }
 }
 
 /// A frame as `v3::encode_request_frame_pieces` makes it: the pieces go out back to back.
 type FramePieces = (Bytes, Option<Bytes>);
-
-/// Queues a frame's pieces for writing; returns its length.
-fn push_pieces(batch: &mut VecDeque<Bytes>, (head, body): FramePieces) -> usize {
-    let mut len = head.len();
-    batch.push_back(head);
-    if let Some(b) = body {
-        len += b.len();
-        batch.push_back(b);
-    }
-    len
-}
 
 /// Writes every frame of `frames` (emptying it) with vectored writes.
 async fn write_frames<W: AsyncWrite + Unpin>(
@@ -727,6 +940,7 @@ mod tests {
     use super::*;
     use bytes::BytesMut;
     use tokio::net::TcpListener;
+    use tokio::sync::mpsc;
 
     /// A scripted bookie over a real socket: answers each request with `answer`.
     async fn serve_once<F>(answer: F) -> (BookieId, JoinHandle<()>)
@@ -951,6 +1165,156 @@ mod tests {
             .await;
         assert_eq!(r.unwrap_err(), RpcError::Timeout);
         assert_eq!(b.waiting_on(&id), 0);
+    }
+
+    /// What a [`serve_scripted`] bookie does with a request.
+    enum Act {
+        Answer,
+        Ignore,
+        /// Closes the connection without answering.
+        Close,
+    }
+
+    /// What a [`serve_scripted`] bookie saw: an add (connection number, entry), or the
+    /// client closing a connection.
+    #[derive(Debug, PartialEq)]
+    enum Seen {
+        Add(usize, i64),
+        Closed(usize),
+    }
+
+    /// A bookie over a real socket that accepts any number of connections, reports what
+    /// it sees, and does with the `n`th request of connection `c` what `script(c, n)` says.
+    async fn serve_scripted(
+        script: fn(usize, usize) -> Act,
+    ) -> (BookieId, mpsc::UnboundedReceiver<Seen>) {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let id = BookieId::new(l.local_addr().unwrap().to_string()).unwrap();
+        let (tx, rx) = mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            let mut c = 0;
+            while let Ok((mut s, _)) = l.accept().await {
+                let tx = tx.clone();
+                tokio::spawn(async move {
+                    let mut dec = FrameDecoder::new();
+                    let mut buf = vec![0u8; 4096];
+                    let mut n = 0;
+                    loop {
+                        while let Ok(Some(f)) = dec.next_frame() {
+                            let r = v3::decode_request(f).unwrap();
+                            let entry = r.add_request.as_ref().unwrap().entry_id;
+                            let _ = tx.send(Seen::Add(c, entry));
+                            n += 1;
+                            match script(c, n - 1) {
+                                Act::Answer => {
+                                    let mut out = BytesMut::new();
+                                    let resp = ok_add(&r, pb::StatusCode::Eok);
+                                    v3::encode_response_frame(&resp, &mut out);
+                                    s.write_all(&out).await.unwrap();
+                                }
+                                Act::Ignore => {}
+                                Act::Close => return,
+                            }
+                        }
+                        match s.read(&mut buf).await {
+                            Ok(0) | Err(_) => {
+                                let _ = tx.send(Seen::Closed(c));
+                                return;
+                            }
+                            Ok(k) => dec.feed(&buf[..k]),
+                        }
+                    }
+                });
+                c += 1;
+            }
+        });
+        (id, rx)
+    }
+
+    fn add(entry: i64) -> pb::Request {
+        req::add(1, entry, &[0; 20], Bytes::new(), false)
+    }
+
+    /// The ledger writer starts a turn's appends and flushes once: nothing leaves before
+    /// the flush, everything leaves at it, in order, and each is answered to its caller.
+    #[tokio::test]
+    async fn started_requests_leave_at_the_flush_in_order() {
+        let (id, mut seen) = serve_scripted(|_, _| Act::Answer).await;
+        let b = bookies();
+        let t = Duration::from_secs(60);
+        b.call(&id, add(0), t).await.unwrap();
+        assert_eq!(seen.recv().await, Some(Seen::Add(0, 0)));
+        let started: Vec<Started> = (1..=5).map(|e| b.start(&id, add(e), t)).collect();
+        assert!(
+            started
+                .iter()
+                .all(|s| matches!(s.how, StartedHow::Queued { .. })),
+            "a live connection takes them"
+        );
+        // Nothing was written yet (the bookie would have seen it by now).
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(seen.try_recv().is_err(), "sent before the flush");
+        b.flush(&id);
+        for (s, e) in started.into_iter().zip(1..) {
+            let r = b.finish(s).await.unwrap();
+            assert_eq!(r.add_response.unwrap().entry_id, e);
+            assert_eq!(seen.recv().await, Some(Seen::Add(0, e)));
+        }
+        // Without a connection a started request is made on a new one at its finish.
+        let (id, mut seen) = serve_scripted(|_, _| Act::Answer).await;
+        let s = b.start(&id, add(7), t);
+        assert!(matches!(s.how, StartedHow::Unsent(_)));
+        assert_eq!(b.finish(s).await.unwrap().add_response.unwrap().entry_id, 7);
+        assert_eq!(seen.recv().await, Some(Seen::Add(0, 7)));
+    }
+
+    /// A pooled connection the bookie dropped (it restarted) fails a request queued on it:
+    /// the request goes once more on a new connection, as `call` does, and is answered.
+    #[tokio::test]
+    async fn a_started_request_is_sent_again_when_its_connection_was_stale() {
+        // The first connection answers one request and drops the next unanswered.
+        let (id, mut seen) = serve_scripted(|c, n| match (c, n) {
+            (0, 0) => Act::Answer,
+            (0, _) => Act::Close,
+            _ => Act::Answer,
+        })
+        .await;
+        let b = bookies();
+        let t = Duration::from_secs(60);
+        b.call(&id, add(0), t).await.unwrap();
+        let s = b.start(&id, add(1), t);
+        assert!(matches!(s.how, StartedHow::Queued { .. }));
+        b.flush(&id);
+        let r = b.finish(s).await.unwrap();
+        assert_eq!(r.add_response.unwrap().entry_id, 1);
+        assert_eq!(seen.recv().await, Some(Seen::Add(0, 0)));
+        assert_eq!(seen.recv().await, Some(Seen::Add(0, 1)));
+        assert_eq!(seen.recv().await, Some(Seen::Add(1, 1)));
+    }
+
+    /// A connection dropped with frames still queued writes them, then closes its socket:
+    /// its writer task does not outlive it.
+    #[tokio::test]
+    async fn a_dropped_connection_writes_what_was_queued_then_closes() {
+        let (id, mut seen) = serve_scripted(|_, _| Act::Ignore).await;
+        let b = bookies();
+        let t = Duration::from_secs(60);
+        let s = b.start(&id, add(0), t);
+        drop(s);
+        // Made by `finish` of an unsent request; this one is never answered.
+        let r = b.call(&id, add(1), Duration::from_millis(100)).await;
+        assert_eq!(r.unwrap_err(), RpcError::Timeout);
+        assert_eq!(seen.recv().await, Some(Seen::Add(0, 1)));
+        drop(b.start(&id, add(2), t)); // queued, never flushed
+        b.close_all();
+        let wait = Duration::from_secs(60);
+        let next = tokio::time::timeout(wait, seen.recv()).await.unwrap();
+        assert_eq!(next, Some(Seen::Add(0, 2)));
+        let next = tokio::time::timeout(wait, seen.recv()).await;
+        assert_eq!(
+            next.expect("the socket was never closed"),
+            Some(Seen::Closed(0))
+        );
     }
 
     #[tokio::test]

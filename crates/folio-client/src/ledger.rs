@@ -15,6 +15,8 @@ use folio_metadata::Versioned;
 use folio_proto::{DigestManager, Status, master_key};
 use folio_types::metadata::{LedgerMetadata, LedgerState};
 use folio_types::{BookieId, EntryId, LedgerId};
+use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
 use parking_lot::Mutex;
 use tokio::sync::{mpsc, oneshot};
 
@@ -35,14 +37,15 @@ enum Cmd {
     },
 }
 
-enum Event {
-    AddDone {
-        entry: EntryId,
-        bookie: BookieId,
-        outcome: AddOutcome,
-    },
-    EnsembleChanged(Result<Versioned<LedgerMetadata>>),
+/// A bookie's answer to an add.
+struct AddDone {
+    entry: EntryId,
+    bookie: BookieId,
+    outcome: AddOutcome,
 }
+
+/// The outcome of an ensemble change written to the metadata.
+type EnsembleChanged = Result<Versioned<LedgerMetadata>>;
 
 /// The future of one append: resolves to the entry id once the entry is acknowledged
 /// (after every entry before it), or to the error that stopped the writer.
@@ -130,6 +133,8 @@ impl LedgerHandle {
             failed_bookies: BTreeSet::new(),
             piggybacked_lac: -1,
             explicit_lac_sent: -1,
+            adds: FuturesUnordered::new(),
+            unflushed: Vec::new(),
         };
         tokio::spawn(actor.run(cmd_rx));
         LedgerHandle {
@@ -211,11 +216,34 @@ struct Actor {
     /// The LAC carried by the last entry sent.
     piggybacked_lac: EntryId,
     explicit_lac_sent: EntryId,
+    /// The answers of the adds sent (each already queued on its bookie's connection).
+    adds: FuturesUnordered<Pin<Box<dyn Future<Output = AddDone> + Send>>>,
+    /// Bookies with adds queued but not yet flushed: flushed once per turn of the loop,
+    /// so that the adds of a burst of appends leave in one write per bookie.
+    unflushed: Vec<BookieId>,
+}
+
+/// Appends taken in one turn of the writer's loop at most, before their adds are flushed
+/// and answers are looked at again.
+const APPENDS_PER_TURN: usize = 64;
+
+impl Drop for Actor {
+    /// A writer stops once every entry has its ack quorum (closed, or its handle gone),
+    /// when adds to the rest of a write quorum may still be unanswered, and some not yet
+    /// written (no connection yet, or a stale one to make again): they go on by
+    /// themselves, so that every entry still reaches every bookie of its write quorum, as
+    /// it would have had the writer lived on. Their answers no longer matter.
+    fn drop(&mut self) {
+        let rest = std::mem::take(&mut self.adds);
+        if !rest.is_empty() {
+            tokio::spawn(rest.for_each(|_| std::future::ready(())));
+        }
+    }
 }
 
 impl Actor {
     async fn run(mut self, mut cmds: mpsc::UnboundedReceiver<Cmd>) {
-        let (events_tx, mut events) = mpsc::unbounded_channel::<Event>();
+        let (events_tx, mut events) = mpsc::unbounded_channel::<EnsembleChanged>();
         let mut tick = tokio::time::interval(Duration::from_millis(100));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut close_waiters: Vec<oneshot::Sender<Result<()>>> = Vec::new();
@@ -227,15 +255,9 @@ impl Actor {
                 // come before new appends, so that a producer that never pauses cannot
                 // hold back acknowledgements and add timeouts.
                 biased;
-                Some(ev) = events.recv() => {
-                    let actions = match ev {
-                        Event::AddDone { entry, bookie, outcome } => {
-                            if matches!(outcome, AddOutcome::Failed(_)) {
-                                self.failed_bookies.insert(bookie.clone());
-                            }
-                            self.state.on_add_response(entry, &bookie, outcome)
-                        }
-                        Event::EnsembleChanged(Ok(meta)) => {
+                Some(changed) = events.recv() => {
+                    let actions = match changed {
+                        Ok(meta) => {
                             let ensemble = meta
                                 .value
                                 .current_ensemble()
@@ -245,11 +267,18 @@ impl Actor {
                             self.meta = meta;
                             self.state.on_ensemble_changed(ensemble)
                         }
-                        Event::EnsembleChanged(Err(e)) => {
+                        Err(e) => {
                             tracing::warn!(ledger = self.ledger, "ensemble change failed: {e}");
                             self.state.on_ensemble_change_failed(e)
                         }
                     };
+                    self.perform(actions, &events_tx);
+                }
+                Some(AddDone { entry, bookie, outcome }) = self.adds.next(), if !self.adds.is_empty() => {
+                    if matches!(outcome, AddOutcome::Failed(_)) {
+                        self.failed_bookies.insert(bookie.clone());
+                    }
+                    let actions = self.state.on_add_response(entry, &bookie, outcome);
                     self.perform(actions, &events_tx);
                 }
                 _ = tick.tick() => {
@@ -262,35 +291,30 @@ impl Actor {
                         handle_gone = true;
                         self.state.start_closing();
                     }
-                    Some(Cmd::Append { entry, payload, reply }) => {
-                        // Header, digest and protobuf framing stay well under 256 bytes.
-                        let max = self.inner.config.max_frame_size.saturating_sub(256);
-                        if payload.len() > max {
-                            let _ = reply.send(Err(ClientError::InvalidArgument(format!(
-                                "an entry of {} bytes exceeds the {max} bytes a frame to a bookie can carry (ledger {})",
-                                payload.len(),
-                                self.ledger
-                            ))));
-                            continue;
-                        }
-                        match self.state.add(entry, &payload, self.inner.clock.now()) {
-                            Ok((id, actions)) => {
-                                self.callbacks.insert(id, reply);
-                                self.last_add = self.inner.clock.now();
-                                self.piggybacked_lac = self.state.lac();
-                                self.perform(actions, &events_tx);
+                    Some(first) => {
+                        // A burst of appends is taken together (their adds flushed once).
+                        let mut next = Some(first);
+                        let mut taken = 0;
+                        while let Some(cmd) = next.take() {
+                            match cmd {
+                                Cmd::Append { entry, payload, reply } => {
+                                    self.append(entry, payload, reply, &events_tx);
+                                }
+                                Cmd::Close { reply } => {
+                                    self.state.start_closing();
+                                    close_waiters.push(reply);
+                                    break;
+                                }
                             }
-                            Err(e) => {
-                                let _ = reply.send(Err(e));
+                            taken += 1;
+                            if taken < APPENDS_PER_TURN {
+                                next = cmds.try_recv().ok();
                             }
                         }
-                    }
-                    Some(Cmd::Close { reply }) => {
-                        self.state.start_closing();
-                        close_waiters.push(reply);
                     }
                 },
             }
+            self.flush();
             let drained = self.state.pending_count() == 0 && !self.state.is_changing_ensemble();
             if drained && !close_waiters.is_empty() {
                 let result = self.close_metadata().await;
@@ -311,7 +335,49 @@ impl Actor {
         }
     }
 
-    fn perform(&mut self, actions: Vec<WriterAction>, events: &mpsc::UnboundedSender<Event>) {
+    /// Takes one append from the caller.
+    fn append(
+        &mut self,
+        entry: Option<EntryId>,
+        payload: Bytes,
+        reply: oneshot::Sender<Result<EntryId>>,
+        events: &mpsc::UnboundedSender<EnsembleChanged>,
+    ) {
+        // Header, digest and protobuf framing stay well under 256 bytes.
+        let max = self.inner.config.max_frame_size.saturating_sub(256);
+        if payload.len() > max {
+            let _ = reply.send(Err(ClientError::InvalidArgument(format!(
+                "an entry of {} bytes exceeds the {max} bytes a frame to a bookie can carry (ledger {})",
+                payload.len(),
+                self.ledger
+            ))));
+            return;
+        }
+        match self.state.add(entry, &payload, self.inner.clock.now()) {
+            Ok((id, actions)) => {
+                self.callbacks.insert(id, reply);
+                self.last_add = self.inner.clock.now();
+                self.piggybacked_lac = self.state.lac();
+                self.perform(actions, events);
+            }
+            Err(e) => {
+                let _ = reply.send(Err(e));
+            }
+        }
+    }
+
+    /// Writes the adds queued on each connection since the last flush.
+    fn flush(&mut self) {
+        for bookie in self.unflushed.drain(..) {
+            self.inner.bookies.flush(&bookie);
+        }
+    }
+
+    fn perform(
+        &mut self,
+        actions: Vec<WriterAction>,
+        events: &mpsc::UnboundedSender<EnsembleChanged>,
+    ) {
         for a in actions {
             match a {
                 WriterAction::SendAdd {
@@ -319,26 +385,30 @@ impl Actor {
                     bookie,
                     body,
                 } => {
-                    let inner = self.inner.clone();
-                    let events = events.clone();
                     let request = req::add(self.ledger, entry, &self.key, body, false);
-                    tokio::spawn(async move {
-                        let r = inner
-                            .bookies
-                            .call(&bookie, request, inner.config.add_entry_timeout)
-                            .await;
-                        let outcome = match r {
+                    // Queued on the connection now (in entry order), written at the flush.
+                    let started = self.inner.bookies.start(
+                        &bookie,
+                        request,
+                        self.inner.config.add_entry_timeout,
+                    );
+                    if !self.unflushed.contains(&bookie) {
+                        self.unflushed.push(bookie.clone());
+                    }
+                    let inner = self.inner.clone();
+                    self.adds.push(Box::pin(async move {
+                        let outcome = match inner.bookies.finish(started).await {
                             Ok(_) => AddOutcome::Ok,
                             Err(RpcError::Status(Status::Fenced)) => AddOutcome::Fenced,
                             Err(RpcError::Status(Status::Unauthorized)) => AddOutcome::Unauthorized,
                             Err(e) => AddOutcome::Failed(e.to_string()),
                         };
-                        let _ = events.send(Event::AddDone {
+                        AddDone {
                             entry,
                             bookie,
                             outcome,
-                        });
-                    });
+                        }
+                    }));
                 }
                 WriterAction::Acked { entry } => {
                     self.lac.store(self.state.lac(), Ordering::SeqCst);
@@ -378,7 +448,7 @@ impl Actor {
                             fragment_start,
                         )
                         .await;
-                        let _ = events.send(Event::EnsembleChanged(r));
+                        let _ = events.send(r);
                     });
                 }
             }
