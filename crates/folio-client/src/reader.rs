@@ -204,7 +204,17 @@ pub struct ReadHandle {
     meta: Mutex<Versioned<LedgerMetadata>>,
     digest: DigestManager,
     lac: AtomicI64,
+    /// The ledger's metadata as the store pushes it, made at the first long poll and kept
+    /// for the next ones: a close ends a wait at once without a metadata round trip (and
+    /// a new watch) per poll.
+    watch: Mutex<Option<LedgerWatch>>,
+    /// The entry after the LAC a long poll waited beyond, as a bookie piggybacked it on
+    /// its answer (digest verified): the tailing reader's next read takes it from here
+    /// instead of asking a bookie again, as BookKeeper's `readLastAddConfirmedAndEntry`.
+    piggybacked: Mutex<Option<(EntryId, Bytes)>>,
 }
+
+type LedgerWatch = tokio::sync::watch::Receiver<Option<Versioned<LedgerMetadata>>>;
 
 impl std::fmt::Debug for ReadHandle {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -229,6 +239,8 @@ impl ReadHandle {
             meta: Mutex::new(meta),
             digest,
             lac: AtomicI64::new(lac),
+            watch: Mutex::new(None),
+            piggybacked: Mutex::new(None),
         }
     }
 
@@ -289,7 +301,22 @@ impl ReadHandle {
             // An empty range (e.g. 0..=-1 of an empty ledger).
             return Ok(Vec::new());
         }
-        match self.read_range_once(first, last).await {
+        let mut out = Vec::new();
+        let first = match self.take_piggybacked(first) {
+            Some(payload) => {
+                out.push(LedgerEntry {
+                    ledger_id: self.ledger,
+                    entry_id: first,
+                    payload,
+                });
+                if first == last {
+                    return Ok(out);
+                }
+                first + 1
+            }
+            None => first,
+        };
+        let rest = match self.read_range_once(first, last).await {
             // The writer of an open ledger may have moved to a new fragment since this
             // handle read the metadata: look again once.
             Err(e) if !self.is_closed() => {
@@ -301,7 +328,37 @@ impl ReadHandle {
                 self.read_range_once(first, last).await
             }
             other => other,
+        }?;
+        out.extend(rest);
+        Ok(out)
+    }
+
+    /// The piggybacked payload of `entry`, if the last long poll brought it (taken: an
+    /// entry is delivered from here once).
+    fn take_piggybacked(&self, entry: EntryId) -> Option<Bytes> {
+        let mut slot = self.piggybacked.lock();
+        match slot.as_ref() {
+            Some((e, _)) if *e == entry => slot.take().map(|(_, p)| p),
+            // One behind the reader is of no more use.
+            Some((e, _)) if *e < entry => {
+                *slot = None;
+                None
+            }
+            _ => None,
         }
+    }
+
+    /// The watch of this ledger's metadata, made once (`None` while the store cannot
+    /// make one: the next poll tries again).
+    async fn ledger_watch(&self) -> Option<LedgerWatch> {
+        if let Some(w) = self.watch.lock().as_ref()
+            && w.has_changed().is_ok()
+        {
+            return Some(w.clone());
+        }
+        let w = self.inner.metadata.watch_ledger(self.ledger).await.ok()?;
+        *self.watch.lock() = Some(w.clone());
+        Some(w)
     }
 
     async fn read_range_once(&self, first: EntryId, last: EntryId) -> Result<Vec<LedgerEntry>> {
@@ -470,6 +527,7 @@ impl ReadHandle {
         let mut set = JoinSet::new();
         for bookie in ensemble {
             let inner = self.inner.clone();
+            let digest = self.digest.clone();
             let ledger = self.ledger;
             // The bookie holds the request up to `timeout`; allow it the read timeout on top.
             let rpc_timeout = timeout + inner.config.read_timeout;
@@ -484,21 +542,31 @@ impl ReadHandle {
                     .await
                     .ok()
                     .and_then(|r| r.read_response)
-                    .and_then(|r| r.max_lac)
+                    .and_then(|r| {
+                        // The entry after `previous`, when the bookie holds it (only an
+                        // entry whose digest checks is kept).
+                        let next = previous + 1;
+                        let entry = r
+                            .body
+                            .filter(|b| r.entry_id == next && !b.is_empty())
+                            .and_then(|b| digest.verify(&b, next).ok())
+                            .map(|v| v.payload);
+                        r.max_lac.map(|lac| (lac, entry))
+                    })
             });
         }
         let polls = async {
             while let Some(r) = set.join_next().await {
-                if let Ok(Some(lac)) = r
+                if let Ok(Some((lac, entry))) = r
                     && lac > previous
                 {
-                    return Some(lac);
+                    return Some((lac, entry));
                 }
             }
             None
         };
         // A close (or delete) of the ledger ends the wait at once: no bookie LAC will move.
-        let mut watch = self.inner.metadata.watch_ledger(self.ledger).await.ok();
+        let mut watch = self.ledger_watch().await;
         let ended = async {
             let Some(w) = watch.as_mut() else {
                 return std::future::pending().await;
@@ -520,7 +588,10 @@ impl ReadHandle {
             // Deterministic branch order (a simulator replays a seed exactly).
             biased;
             lac = polls => {
-                if let Some(lac) = lac {
+                if let Some((lac, entry)) = lac {
+                    if let Some(payload) = entry {
+                        *self.piggybacked.lock() = Some((previous + 1, payload));
+                    }
                     return Ok(self.raise_lac(lac));
                 }
             }

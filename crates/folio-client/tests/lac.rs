@@ -177,3 +177,41 @@ async fn wait_for_entry_returns_it_once_confirmed_or_none_after_the_timeout() {
     patient(w.close()).await.unwrap();
     assert_eq!(patient(r.wait_for_entry(3, PATIENCE)).await.unwrap(), None);
 }
+
+/// A long poll brings the entry after the LAC it waited beyond (ENTRY_PIGGYBACK): the
+/// tailing reader's next read of it asks no bookie. Shown by stopping every bookie before
+/// that read: it still returns the entry, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_entry_a_long_poll_piggybacks_is_read_without_asking_a_bookie() {
+    let mut cluster = Cluster::start(3).await;
+    let client = cluster.client().await;
+    // Every bookie holds every entry and acknowledges it (E3 Qw3 Qa3): whichever answers
+    // the poll first holds entry 1 (a bookie outside an entry's write set answers with the
+    // LAC alone).
+    let w = patient(client.create_ledger(opts().quorum(3, 3, 3)))
+        .await
+        .unwrap();
+    patient(w.append(payload(0))).await.unwrap();
+    patient(w.append(payload(1))).await.unwrap();
+    let r = patient(client.open_ledger(w.id(), b"pw", OpenOptions::no_recovery()))
+        .await
+        .unwrap();
+    assert_eq!(r.last_add_confirmed(), 0);
+    let r = std::sync::Arc::new(r);
+    let poller = {
+        let r = r.clone();
+        tokio::spawn(async move { r.wait_for_lac_beyond(0, PATIENCE).await })
+    };
+    // Entry 2 carries LAC 1 to its bookies, which wakes the poll with entry 1.
+    patient(w.append(payload(2))).await.unwrap();
+    let lac = patient(poller).await.unwrap().unwrap();
+    assert!(lac >= 1, "lac {lac}");
+    let ids: Vec<_> = cluster.bookies.iter().map(|b| b.id.clone()).collect();
+    for id in ids {
+        cluster.kill(&id).await;
+    }
+    let got = patient(r.read(1, 1)).await.unwrap();
+    assert_eq!(got[0].payload, Bytes::from(payload(1)));
+    // Delivered once: asked again, it needs a bookie, and none is up.
+    assert!(patient(r.read(1, 1)).await.is_err());
+}
