@@ -98,7 +98,7 @@ pub struct EngineStorage {
 
 /// The LAC known per ledger, so that the LAC piggybacked on every read costs no read of the
 /// ledger's last entry. Filled from storage on first use; raised (never lowered) as writes
-/// complete, before their completion is passed on, so a long poll woken by a write sees it.
+/// are stored, before the processor looks for long polls to wake, so a woken one sees it.
 #[derive(Default)]
 struct LacCache {
     map: parking_lot::Mutex<std::collections::HashMap<LedgerId, EntryId>>,
@@ -127,7 +127,7 @@ impl LacCache {
         self.map.lock().remove(&ledger);
     }
 
-    /// A write carrying `lac` completed. Only raises a known LAC: an unknown one is read from
+    /// A write carrying `lac` is stored. Only raises a known LAC: an unknown one is read from
     /// storage (which has the write) when next asked.
     fn raise(&self, ledger: LedgerId, lac: EntryId) {
         if let Some(known) = self.map.lock().get_mut(&ledger) {
@@ -283,27 +283,30 @@ fn completion(done: WriteCallback) -> folio_storage::WriteCallback {
 }
 
 impl EngineStorage {
-    /// An add through `put` (the engine's journaled or deferred add): raises the known LAC
-    /// once it is done, and runs `put` where it may wait for write-cache room.
+    /// An add through `put` (the engine's journaled or deferred add): runs `put` where it
+    /// may wait for write-cache room, and raises the known LAC as soon as the entry is
+    /// stored, before it is durable here. The LAC an entry carries is the writer's, who
+    /// had every entry up to it acknowledged by an ack quorum: it is true of the ledger
+    /// whatever becomes of this copy, so a long poll may be woken with it now rather than
+    /// a journal group later (BookKeeper's ledger storage does the same).
     fn add_with(
         &self,
         ledger: LedgerId,
         body: &Bytes,
         done: WriteCallback,
-        put: impl FnOnce(folio_storage::WriteCallback),
+        put: impl FnOnce(folio_storage::WriteCallback) -> bool,
     ) {
         let lac = body
             .get(16..24)
             .map(|b| i64::from_be_bytes(b.try_into().expect("8 bytes")));
-        let lacs = self.lacs.clone();
-        let done: WriteCallback = Box::new(move |result| {
-            if let (Ok(()), Some(lac)) = (&result, lac) {
-                lacs.raise(ledger, lac);
-            }
-            done(result)
-        });
         let would_block = self.storage.add_would_block(body.len());
-        let add = || put(completion(done));
+        let add = || {
+            if put(completion(done))
+                && let Some(lac) = lac
+            {
+                self.lacs.raise(ledger, lac);
+            }
+        };
         // Adds run on the connection's task. One that must wait for write-cache room
         // (a flush is behind) would hold a runtime worker, and with both workers held no
         // connection is served, reads included: tell tokio, which moves this worker's
@@ -484,6 +487,74 @@ mod tests {
         }
         b.resize(32 + len, 7);
         Bytes::from(b)
+    }
+
+    /// The LAC an add carries is served once the entry is stored, before the journal has
+    /// made it durable (what lets a long poll wake a journal group earlier); an add refused
+    /// for its master key raises nothing.
+    #[test]
+    fn an_added_lac_is_served_before_the_add_is_durable_and_a_refused_one_never() {
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(tmp.path().join("index/current")).unwrap();
+        let fs = SimFileSystem::new();
+        let env = Env {
+            fs: Arc::new(fs.clone()),
+            ..Env::real()
+        };
+        let config = BookieConfig {
+            data_dir: Some(tmp.path().to_path_buf()),
+            disk_usage_threshold: 0.999,
+            disk_usage_lwm_threshold: 0.998,
+            ..BookieConfig::default()
+        };
+        let s = EngineStorage::open(&env, &config).unwrap();
+        let with_lac = |entry: i64, lac: i64| {
+            let mut b = body(1, entry, 100).to_vec();
+            b[16..24].copy_from_slice(&lac.to_be_bytes());
+            Bytes::from(b)
+        };
+        let key = Bytes::from_static(&[1; 20]);
+        let add = |entry, lac, key: &Bytes| {
+            let (tx, rx) = std::sync::mpsc::channel();
+            s.add_entry(
+                1,
+                entry,
+                key.clone(),
+                with_lac(entry, lac),
+                false,
+                Box::new(move |r| {
+                    let _ = tx.send(r);
+                }),
+            );
+            rx
+        };
+        for (e, lac) in [(0, -1), (1, 0)] {
+            add(e, lac, &key)
+                .recv_timeout(Duration::from_secs(60))
+                .unwrap()
+                .unwrap();
+        }
+        assert_eq!(s.last_add_confirmed(1).unwrap(), 0);
+        // Every fdatasync now takes 3 s: entry 2 is stored long before it is durable.
+        fs.set_sync_delay(Duration::from_secs(3));
+        let durable = add(2, 1, &key);
+        assert!(
+            durable.try_recv().is_err(),
+            "the add completed at once: the test proves nothing"
+        );
+        assert_eq!(s.last_add_confirmed(1).unwrap(), 1, "LAC 1 not served yet");
+        durable
+            .recv_timeout(Duration::from_secs(60))
+            .unwrap()
+            .unwrap();
+        fs.set_sync_delay(Duration::ZERO);
+        let refused = add(3, 2, &Bytes::from_static(&[2; 20]));
+        assert!(matches!(
+            refused.recv_timeout(Duration::from_secs(60)).unwrap(),
+            Err(StorageError::Unauthorized(1))
+        ));
+        assert_eq!(s.last_add_confirmed(1).unwrap(), 1, "a refused add's LAC");
+        s.shutdown().unwrap();
     }
 
     /// While a flush holds the write cache full, adds wait; they must not take the

@@ -482,7 +482,6 @@ impl<S: BookieStorage> Processor<S> {
         let Some(slot) = self.admit(|s| &s.pending_adds, max) else {
             return reply(refuse(Status::TooManyRequests));
         };
-        let this = self.clone();
         let (ledger, entry) = (add.ledger, add.entry);
         let done: WriteCallback = Box::new(move |result| {
             drop(slot);
@@ -495,9 +494,6 @@ impl<S: BookieStorage> Processor<S> {
                 ledger,
                 entry,
             });
-            if result.is_ok() {
-                this.lac_may_have_moved(ledger);
-            }
         });
         let storage = &self.shared.storage;
         if add.recovery && add.deferred_sync {
@@ -505,6 +501,10 @@ impl<S: BookieStorage> Processor<S> {
         } else {
             storage.add_entry(ledger, entry, add.master_key, add.body, add.recovery, done);
         }
+        // Storage serves the LAC this add carries once the entry is stored, before it is
+        // durable here (see `BookieStorage::last_add_confirmed`): long polls wake now, not
+        // a journal group later, as BookKeeper's bookie wakes them from its ledger storage.
+        self.lac_may_have_moved(ledger);
     }
 
     /// The answer to a plain read (no fence, no long poll) if storage has the entry and its

@@ -487,6 +487,57 @@ fn long_poll_wakes_as_soon_as_the_lac_passes() {
 }
 
 #[test]
+fn long_poll_wakes_when_the_add_is_stored_before_it_is_durable() {
+    let (p, storage) = processor();
+    call(&p, add(4, 0, -1, KEY));
+    call(&p, add(4, 1, 0, KEY));
+    let polls = Replies::default();
+    polls
+        .send(&p, long_poll(4, 0, 60_000))
+        .expect("LAC 0 has not passed 0: waits");
+    // The journal has not made entry 2 durable yet (its completion is held), but the LAC
+    // it carries is the writer's, confirmed by an ack quorum: the poll wakes now.
+    storage.hold_completions(true);
+    let adds = Replies::default();
+    adds.send(&p, add(4, 2, 1, KEY));
+    assert!(
+        adds.take().is_empty(),
+        "the add is not answered before it is durable"
+    );
+    let got = polls.take();
+    assert_eq!(
+        got.len(),
+        1,
+        "the long poll wakes on the stored add: {got:?}"
+    );
+    assert!(matches!(
+        got[0],
+        Response::Read {
+            status: Status::Ok,
+            entry: 1,
+            max_lac: Some(1),
+            ..
+        }
+    ));
+    storage.hold_completions(false);
+    assert_eq!(storage.release_completions(), 1);
+    assert_eq!(adds.take().len(), 1, "the add is answered once durable");
+    // An add refused (wrong master key) carries no LAC to anyone.
+    polls
+        .send(&p, long_poll(4, 1, 60_000))
+        .expect("LAC 1 has not passed 1: waits");
+    assert!(matches!(
+        call(&p, add(4, 3, 2, b"another key")),
+        Response::Add {
+            status: Status::Unauthorized,
+            ..
+        }
+    ));
+    assert!(polls.take().is_empty(), "a refused add woke a long poll");
+    assert_eq!(p.waiting_long_polls(), 1);
+}
+
+#[test]
 fn long_poll_times_out_with_the_current_lac() {
     let (p, _) = processor();
     call(&p, add(4, 0, -1, KEY));

@@ -87,6 +87,9 @@ pub trait BookieStorage: Send + Sync + 'static {
 
     /// The highest LAC the bookie knows for the ledger: the larger of the LAC carried by the
     /// entries it stored and the explicit LAC last written. `-1` if none. `NoLedger` if unknown.
+    /// An add's LAC counts once `add_entry` returned with the entry stored, durable or not
+    /// yet: the writer confirmed it from an ack quorum, so it is true of the ledger whatever
+    /// becomes of this copy (BookKeeper's ledger storage serves it the same way).
     fn last_add_confirmed(&self, ledger: LedgerId) -> Result<EntryId, StorageError>;
 
     /// The LAC body last written by WriteLac (opaque, §4.4), if any. `NoLedger` if unknown.

@@ -79,9 +79,8 @@ impl History {
                     r.who, r.ledger, r.entry
                 )),
             }
-            if !r.closed {
-                continue;
-            }
+            // A tail read of an open ledger too: an entry at or below a LAC some bookie
+            // served was acknowledged by an ack quorum, so the closed ledger holds it.
             if let Some(end) = last.get(&r.ledger)
                 && r.entry > *end
             {
@@ -89,6 +88,9 @@ impl History {
                     "agreement: {} read entry {} of ledger {} beyond its end {end}",
                     r.who, r.entry, r.ledger
                 ));
+            }
+            if !r.closed {
+                continue;
             }
             if let Some(prev) = seen.get(&(r.ledger, r.entry)) {
                 if prev.payload != r.payload {
@@ -208,6 +210,18 @@ mod tests {
         let mut h = history();
         h.reads[0].payload = Bytes::from("other");
         assert!(h.check()[0].starts_with("dirty read"), "{:?}", h.check());
+
+        // A tailing reader of the open ledger shown entry 2 (a LAC of 2), which the
+        // closed ledger (end 1) does not hold.
+        let mut h = history();
+        h.reads.push(Read {
+            ledger: 1,
+            entry: 2,
+            payload: Bytes::from("e2"),
+            closed: false,
+            who: "tail1".into(),
+        });
+        assert!(h.check()[0].starts_with("agreement"), "{:?}", h.check());
 
         let mut h = history();
         h.closed_meta.push((1, 1, None, "writer".into()));

@@ -988,8 +988,13 @@ async fn recoverer(w: Arc<World>, ledger: LedgerId, who: String, at_ms: u64) {
     }
 }
 
-/// Reads an open ledger up to the LAC it learns (never beyond): checks for dirty reads.
+/// Reads an open ledger up to the LAC it learns (never beyond), then follows its tail with
+/// long polls as a tailing consumer does: checks for dirty reads, and that nothing a LAC
+/// showed (served by a bookie before the add carrying it was durable there, or piggybacked
+/// on a poll's answer) is missing from the ledger once it is closed.
 async fn tailer(w: Arc<World>, ledger: LedgerId, who: String, at_ms: u64) {
+    /// Long polls per tailer, each up to 1.5 simulated seconds.
+    const POLLS: usize = 12;
     tokio::time::sleep(Duration::from_millis(at_ms)).await;
     let client = w.client();
     let Ok(rh) = client
@@ -998,22 +1003,47 @@ async fn tailer(w: Arc<World>, ledger: LedgerId, who: String, at_ms: u64) {
     else {
         return;
     };
-    let lac = rh.last_add_confirmed();
-    if lac < 0 {
-        return;
-    }
-    if let Ok(entries) = rh.read(0, lac).await {
-        w.note(format!("{who}: read ledger {ledger} up to LAC {lac}"));
+    let record = |entries: Vec<folio_client::LedgerEntry>, closed: bool| {
         let mut h = w.history.lock();
         for e in entries {
             h.reads.push(Read {
                 ledger,
                 entry: e.entry_id,
                 payload: e.payload,
-                closed: rh.is_closed(),
+                closed,
                 who: who.clone(),
             });
         }
+    };
+    let mut lac = rh.last_add_confirmed();
+    if lac >= 0 {
+        let Ok(entries) = rh.read(0, lac).await else {
+            return;
+        };
+        w.note(format!("{who}: read ledger {ledger} up to LAC {lac}"));
+        record(entries, rh.is_closed());
+    }
+    for _ in 0..POLLS {
+        if rh.is_closed() && lac >= rh.metadata().last_entry_id {
+            return;
+        }
+        let Ok(next) = rh
+            .wait_for_lac_beyond(lac, Duration::from_millis(1500))
+            .await
+        else {
+            return;
+        };
+        if next <= lac {
+            continue;
+        }
+        let Ok(entries) = rh.read(lac + 1, next).await else {
+            return;
+        };
+        w.note(format!(
+            "{who}: long poll, read ledger {ledger} up to LAC {next}"
+        ));
+        record(entries, rh.is_closed());
+        lac = next;
     }
 }
 

@@ -288,6 +288,10 @@ impl Storage {
     /// Adds an entry (`data` = the entry with digest; its first 16 bytes must carry
     /// `ledger` and `entry`). The first add of a ledger records its master key; a later
     /// mismatch is `Unauthorized`. A fenced ledger takes only recovery adds.
+    ///
+    /// Returns whether the entry passed those checks and is stored (readable, not yet
+    /// durable: `done` says when it is): from then on the LAC it carries may be served,
+    /// as BookKeeper's ledger storage does before its journal has the entry.
     pub fn add_entry(
         &self,
         ledger: i64,
@@ -296,7 +300,7 @@ impl Storage {
         data: Bytes,
         recovery: bool,
         done: WriteCallback,
-    ) {
+    ) -> bool {
         match self.put_checked(ledger, entry, master_key, data.clone(), recovery) {
             Ok(guard) => {
                 self.inner
@@ -304,8 +308,12 @@ impl Storage {
                     .append(RecordKind::Add, ledger, entry, data, Some(done));
                 drop(guard);
                 checkpoint::request_if_due(&self.inner);
+                true
             }
-            Err(e) => done(Err(e)),
+            Err(e) => {
+                done(Err(e));
+                false
+            }
         }
     }
 
@@ -314,6 +322,7 @@ impl Storage {
     /// a [`Storage::force_ledger`] of its ledger, asked after `done` ran, completed Ok:
     /// that force waits for a flush of the ledger store (see `deferred`). A process that
     /// stops before then may lose it, as the client that asked for deferred sync allowed.
+    /// Returns whether it is stored, as [`Storage::add_entry`].
     pub fn add_recovery_entry_deferred(
         &self,
         ledger: i64,
@@ -321,15 +330,19 @@ impl Storage {
         master_key: &[u8],
         data: Bytes,
         done: WriteCallback,
-    ) {
+    ) -> bool {
         match self.put_checked(ledger, entry, master_key, data, true) {
             Ok(guard) => {
                 drop(guard);
                 self.inner.deferred.put_done(ledger);
                 checkpoint::request_if_due(&self.inner);
-                done(Ok(()))
+                done(Ok(()));
+                true
             }
-            Err(e) => done(Err(e)),
+            Err(e) => {
+                done(Err(e));
+                false
+            }
         }
     }
 
