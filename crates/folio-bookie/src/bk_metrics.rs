@@ -14,7 +14,7 @@ pub const QUANTILES: &[f64] = &[0.5, 0.75, 0.95, 0.99, 0.999, 0.9999, 1.0];
 /// BookKeeper's request-level and processing-level op stats for a request (Folio's op
 /// names, `wire::op_name`). Folio times one span per request, from its decoding to its
 /// response, and reports it under both.
-fn op_stats(op: &str) -> Option<(&'static str, &'static str)> {
+pub(crate) fn op_stats(op: &str) -> Option<(&'static str, &'static str)> {
     Some(match op {
         "add" => (
             "bookkeeper_server_ADD_ENTRY_REQUEST",

@@ -22,6 +22,7 @@ pub mod processor;
 pub mod read_pool;
 pub mod registration;
 pub mod request;
+mod request_metrics;
 pub mod server;
 pub mod storage;
 pub mod tls;

@@ -174,11 +174,14 @@ struct Waiter {
 }
 
 /// Decrements a pending counter when the request is answered (or its reply dropped).
-struct Pending(Arc<dyn Fn() + Send + Sync>);
+struct Pending<S> {
+    shared: Arc<Shared<S>>,
+    counter: fn(&Shared<S>) -> &AtomicUsize,
+}
 
-impl Drop for Pending {
+impl<S> Drop for Pending<S> {
     fn drop(&mut self) {
-        (self.0)()
+        (self.counter)(&self.shared).fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -430,7 +433,7 @@ impl<S: BookieStorage> Processor<S> {
     }
 
     /// Takes a slot in `counter` (bounded by `max`), or answers ETOOMANYREQUESTS via `None`.
-    fn admit(&self, counter: fn(&Shared<S>) -> &AtomicUsize, max: usize) -> Option<Pending> {
+    fn admit(&self, counter: fn(&Shared<S>) -> &AtomicUsize, max: usize) -> Option<Pending<S>> {
         let c = counter(&self.shared);
         let taken = c
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
@@ -440,10 +443,10 @@ impl<S: BookieStorage> Processor<S> {
         if !taken {
             return None;
         }
-        let shared = self.shared.clone();
-        Some(Pending(Arc::new(move || {
-            counter(&shared).fetch_sub(1, Ordering::AcqRel);
-        })))
+        Some(Pending {
+            shared: self.shared.clone(),
+            counter,
+        })
     }
 
     /// Wraps `reply` so that the read slot is released when it runs.

@@ -35,6 +35,7 @@ use tracing::{debug, info, warn};
 use crate::processor::{ConnectionId, LongPollTimer, Processor, Reply};
 use crate::read_pool::ReadPool;
 use crate::request::{Request, Response, Status};
+use crate::request_metrics::RequestMetrics;
 use crate::storage::BookieStorage;
 use crate::tls::{Access, ServerTls, Verdict};
 use crate::wire::{self, Decoded};
@@ -168,6 +169,8 @@ async fn accept_loop<S: BookieStorage>(
     config: Arc<ServerConfig>,
     mut shutdown: watch::Receiver<bool>,
 ) {
+    // One set of per-request metric handles for the server's connections.
+    let request_metrics = Arc::new(RequestMetrics::default());
     let slots = Arc::new(Semaphore::new(config.max_connections));
     let mut connections = JoinSet::new();
     loop {
@@ -191,15 +194,14 @@ async fn accept_loop<S: BookieStorage>(
             continue;
         };
         metrics::counter!("folio_bookie_connections_total").increment(1);
-        connections.spawn(serve_connection(
-            stream,
+        let conn = Conn {
             peer,
-            processor.clone(),
-            reads.clone(),
-            config.clone(),
-            shutdown.clone(),
-            slot,
-        ));
+            processor: processor.clone(),
+            reads: reads.clone(),
+            config: config.clone(),
+            request_metrics: request_metrics.clone(),
+        };
+        connections.spawn(serve_connection(stream, conn, shutdown.clone(), slot));
     }
     drop(listener);
     // Drain: connections stop reading at once; long polls are answered now rather than at
@@ -250,23 +252,15 @@ struct Outgoing {
 
 async fn serve_connection<S: BookieStorage>(
     stream: TcpStream,
-    peer: SocketAddr,
-    processor: Processor<S>,
-    reads: ReadPool,
-    config: Arc<ServerConfig>,
+    conn: Conn<S>,
     mut shutdown: watch::Receiver<bool>,
     _connection_slot: OwnedSemaphorePermit,
 ) {
     metrics::gauge!("folio_bookie_connections").increment(1.0);
     let _open = ConnectionGauge;
+    let (peer, config) = (conn.peer, conn.config.clone());
     debug!(%peer, "connection opened");
     let _ = stream.set_nodelay(true);
-    let conn = Conn {
-        peer,
-        processor,
-        reads,
-        config: config.clone(),
-    };
     match &config.tls {
         None => {
             let (rd, wr) = stream.into_split();
@@ -467,6 +461,7 @@ struct Conn<S: BookieStorage> {
     processor: Processor<S>,
     reads: ReadPool,
     config: Arc<ServerConfig>,
+    request_metrics: Arc<RequestMetrics>,
 }
 
 impl<S: BookieStorage> Conn<S> {
@@ -489,10 +484,16 @@ impl<S: BookieStorage> Conn<S> {
             processor,
             reads,
             config,
+            request_metrics,
         } = self;
         let (tx, rx) = mpsc::unbounded_channel::<Outgoing>();
         // Aborted with this task (a shutdown past its drain timeout), closing the socket.
-        let mut writer = AbortOnDrop(tokio::spawn(write_loop(wr, rx, peer)));
+        let mut writer = AbortOnDrop(tokio::spawn(write_loop(
+            wr,
+            rx,
+            peer,
+            request_metrics.clone(),
+        )));
         let pending = Arc::new(Semaphore::new(config.max_pending_per_connection));
         // This connection's long polls: bounded, dropped when it closes.
         let polls = processor.connection();
@@ -516,7 +517,7 @@ impl<S: BookieStorage> Conn<S> {
                     slot = pending.clone().acquire_owned() => slot.expect("the semaphore is never closed"),
                     _ = shutdown.wait_for(|stop| *stop) => break 'conn,
                 };
-                metrics::counter!("folio_bookie_bytes_in_total").increment(frame.len() as u64 + 4);
+                request_metrics.bytes_in(frame.len() as u64 + 4);
                 match wire::decode(frame) {
                     Decoded::Request(request, echo) => match access.check(&request) {
                         Verdict::Allow => dispatch(
@@ -528,6 +529,7 @@ impl<S: BookieStorage> Conn<S> {
                             echo,
                             slot,
                             tx.clone(),
+                            request_metrics.clone(),
                         ),
                         Verdict::Deny(why) => {
                             metrics::counter!("folio_bookie_unauthorized_total").increment(1);
@@ -601,20 +603,12 @@ fn dispatch<S: BookieStorage>(
     echo: wire::Echo,
     slot: OwnedSemaphorePermit,
     tx: mpsc::UnboundedSender<Outgoing>,
+    request_metrics: Arc<RequestMetrics>,
 ) {
-    let op = wire::op_name(&request);
+    let op = wire::op_index(&request);
     let started = Instant::now();
     let reply: Reply = Box::new(move |response| {
-        let status = response.status();
-        metrics::histogram!("folio_bookie_request_latency_seconds", "op" => op)
-            .record(started.elapsed().as_secs_f64());
-        metrics::counter!("folio_bookie_requests_total", "op" => op, "status" => status_label(status))
-            .increment(1);
-        crate::bk_metrics::request_done(
-            op,
-            status == crate::request::Status::Ok,
-            started.elapsed(),
-        );
+        request_metrics.done(op, response.status(), started.elapsed());
         let body = wire::encode(&echo, response);
         let _ = tx.send(Outgoing { body, _slot: slot });
     });
@@ -674,27 +668,11 @@ async fn stopped(shutdown: &mut watch::Receiver<bool>) {
     let _ = shutdown.wait_for(|stop| *stop).await;
 }
 
-fn status_label(status: crate::request::Status) -> &'static str {
-    use crate::request::Status;
-    match status {
-        Status::Ok => "EOK",
-        Status::NoLedger => "ENOLEDGER",
-        Status::NoEntry => "ENOENTRY",
-        Status::BadRequest => "EBADREQ",
-        Status::Io => "EIO",
-        Status::Unauthorized => "EUA",
-        Status::BadVersion => "EBADVERSION",
-        Status::Fenced => "EFENCED",
-        Status::ReadOnly => "EREADONLY",
-        Status::TooManyRequests => "ETOOMANYREQUESTS",
-        Status::UnknownLedgerState => "EUNKNOWNLEDGERSTATE",
-    }
-}
-
 async fn write_loop<W: AsyncWrite + Unpin>(
     wr: W,
     mut rx: mpsc::UnboundedReceiver<Outgoing>,
     peer: SocketAddr,
+    request_metrics: Arc<RequestMetrics>,
 ) {
     let mut w = BufWriter::with_capacity(64 * 1024, wr);
     while let Some(first) = rx.recv().await {
@@ -722,7 +700,7 @@ async fn write_loop<W: AsyncWrite + Unpin>(
             debug!(%peer, "write failed: {e}");
             return;
         }
-        metrics::counter!("folio_bookie_bytes_out_total").increment(bytes);
+        request_metrics.bytes_out(bytes);
         // The slots are released only now that the responses are on the socket.
         drop(batch);
     }

@@ -51,18 +51,38 @@ pub fn decode(frame: Bytes) -> Decoded {
 
 /// Short operation name for logs and metrics labels.
 pub fn op_name(request: &Request) -> &'static str {
+    OP_NAMES[op_index(request)]
+}
+
+/// Folio's op names, in [`op_index`]'s order.
+pub const OP_NAMES: [&str; 11] = [
+    "add",
+    "read",
+    "read_lac",
+    "write_lac",
+    "force_ledger",
+    "write_close",
+    "get_bookie_info",
+    "get_list_of_entries",
+    "batch_read",
+    "auth",
+    "start_tls",
+];
+
+/// The op's place in [`OP_NAMES`] (the per-op metric handles are kept in that order).
+pub fn op_index(request: &Request) -> usize {
     match request {
-        Request::Add(_) => "add",
-        Request::Read(_) => "read",
-        Request::ReadLac { .. } => "read_lac",
-        Request::WriteLac { .. } => "write_lac",
-        Request::ForceLedger { .. } => "force_ledger",
-        Request::WriteClose { .. } => "write_close",
-        Request::GetBookieInfo { .. } => "get_bookie_info",
-        Request::GetListOfEntriesOfLedger { .. } => "get_list_of_entries",
-        Request::BatchRead { .. } => "batch_read",
-        Request::Auth(_) => "auth",
-        Request::StartTls => "start_tls",
+        Request::Add(_) => 0,
+        Request::Read(_) => 1,
+        Request::ReadLac { .. } => 2,
+        Request::WriteLac { .. } => 3,
+        Request::ForceLedger { .. } => 4,
+        Request::WriteClose { .. } => 5,
+        Request::GetBookieInfo { .. } => 6,
+        Request::GetListOfEntriesOfLedger { .. } => 7,
+        Request::BatchRead { .. } => 8,
+        Request::Auth(_) => 9,
+        Request::StartTls => 10,
     }
 }
 

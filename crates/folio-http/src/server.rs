@@ -153,6 +153,9 @@ impl BookieAdmin {
         config: &BookieConfig,
         reader: Option<Arc<dyn LedgerReader>>,
     ) -> Result<BookieAdmin, String> {
+        // Installed before the bookie serves: its server keeps the handles of its
+        // per-request metrics from the first request on.
+        let _ = crate::metrics::prometheus();
         let token = match (&config.http_port, &config.http_auth_token_file) {
             (Some(_), Some(path)) => Some(Arc::from(crate::token::read_token_file(path)?)),
             _ => None,
