@@ -164,15 +164,23 @@ fn by_default_a_lone_add_does_not_wait_for_the_group_timer() {
 }
 
 /// Under load (the last group held 32 records or more) the next group waits to fill, even
-/// with `flush_when_queue_empty`: here until it is full (40 records), the timer and the
-/// linger being an hour.
+/// with `flush_when_queue_empty`: here until it is full (40 records, by count or by bytes),
+/// the timer and the linger being an hour. The adds that fill it wake the writer.
 #[test]
 fn after_a_busy_group_the_next_one_waits_to_fill() {
+    // 29-byte records (28-byte header + 1).
+    for (entries, bytes) in [(40, u64::MAX), (0, 40 * 29)] {
+        after_a_busy_group_the_next_one_waits_to_fill_with(entries, bytes);
+    }
+}
+
+fn after_a_busy_group_the_next_one_waits_to_fill_with(entries: u64, bytes: u64) {
     let fs = SimFileSystem::new();
     let c = JournalConfig {
         max_group_wait: Duration::from_secs(3600),
         busy_linger: Duration::from_secs(3600),
-        max_group_entries: 40,
+        max_group_entries: entries,
+        max_group_bytes: bytes,
         prealloc_size: 0, // no preallocation syncs in the count
         ..cfg(vec![PathBuf::from("/j")])
     };

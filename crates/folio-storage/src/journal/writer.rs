@@ -207,6 +207,18 @@ struct Queue {
     /// The writer thread is waiting for work (or has exited): nothing of it touches a file
     /// until it is woken ([`DirShared::wait_idle`]).
     idle: bool,
+    /// Set while the writer holds a group open waiting for its timer (the group-commit
+    /// timer or the busy linger): it needs waking only once the queue alone would fill
+    /// the group, at these queued bytes or records. A wake-up per add there cost a futex
+    /// call and a context switch for each add, only to go back to sleep.
+    lingering: Option<Fill>,
+}
+
+/// Queued bytes or records at which a lingering writer's group is full.
+#[derive(Clone, Copy)]
+struct Fill {
+    bytes: u64,
+    records: usize,
 }
 
 /// State shared by a directory's writer thread and the engine.
@@ -263,8 +275,13 @@ impl DirShared {
         }
         q.bytes += req.encoded_len() as u64;
         q.reqs.push_back(req);
+        let wake = q
+            .lingering
+            .is_none_or(|fill| q.bytes >= fill.bytes || q.reqs.len() >= fill.records);
         drop(q);
-        self.cv.notify_one();
+        if wake {
+            self.cv.notify_one();
+        }
     }
 
     /// Stops all writes (every directory shares the poison): records why, and fails the
@@ -506,7 +523,17 @@ impl Writer {
             } else {
                 deadline
             };
+            // Adds arriving meanwhile wake the writer only if they fill the group: at
+            // `until` it takes them and, if they moved `newest`, waits again.
+            q.lingering = Some(Fill {
+                bytes: cfg.max_group_bytes.saturating_sub(bytes),
+                records: match cfg.max_group_entries {
+                    0 => usize::MAX,
+                    n => (n as usize).saturating_sub(self.batch.len()),
+                },
+            });
             shared.cv.wait_for(&mut q, until - now);
+            q.lingering = None;
         }
     }
 
