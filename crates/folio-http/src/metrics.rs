@@ -27,7 +27,10 @@ pub(crate) fn prometheus() -> Option<&'static PrometheusHandle> {
             let recorder = recorder().build_recorder();
             let handle = recorder.handle();
             match metrics::set_global_recorder(Labelled(recorder)) {
-                Ok(()) => Some(handle),
+                Ok(()) => {
+                    start_upkeep(handle.clone());
+                    Some(handle)
+                }
                 Err(e) => {
                     warn!("metrics recorder not installed: {e}");
                     None
@@ -35,6 +38,28 @@ pub(crate) fn prometheus() -> Option<&'static PrometheusHandle> {
             }
         })
         .as_ref()
+}
+
+/// How often histogram and summary samples are folded into their aggregates.
+const UPKEEP_INTERVAL: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// `build_recorder` starts no upkeep (`install` would): every histogram sample then stays
+/// queued until the next scrape, so a bookie that nobody scrapes grows by each request's
+/// samples, about 1 MB a second per bookie at 30,000 adds a second (RSS 169 to 357 MB in
+/// 60 s of 100-byte adds, measured). A thread of its own folds them in every 5 s, as the
+/// exporter's own upkeep task would.
+fn start_upkeep(handle: PrometheusHandle) {
+    let started = std::thread::Builder::new()
+        .name("metrics-upkeep".into())
+        .spawn(move || {
+            loop {
+                std::thread::sleep(UPKEEP_INTERVAL);
+                handle.run_upkeep();
+            }
+        });
+    if let Err(e) = started {
+        warn!("cannot start the metrics upkeep thread (samples wait for a scrape): {e}");
+    }
 }
 
 /// Adds the `bookie` label of the recording thread (`folio_env::metric_label`: set on the
