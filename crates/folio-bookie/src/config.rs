@@ -114,6 +114,9 @@ pub struct BookieConfig {
     #[serde(alias = "dbStorage_readAheadCacheBatchSize")]
     pub read_ahead_batch_size: usize,
     pub write_cache_bytes: u64,
+    /// Memory the index keeps of its pages (redb's cache).
+    #[serde(alias = "dbStorage_rocksDB_blockCacheSize")]
+    pub index_cache_bytes: u64,
     #[serde(alias = "nettyMaxFrameSizeBytes")]
     pub max_frame_size: usize,
     #[serde(alias = "maxPendingAddRequestsPerThread")]
@@ -264,6 +267,7 @@ impl Default for BookieConfig {
             read_ahead_cache_bytes: 0,
             read_ahead_batch_size: 100,
             write_cache_bytes: 64 << 20,
+            index_cache_bytes: folio_storage::index::DEFAULT_INDEX_CACHE_BYTES,
             max_frame_size: 5 * 1024 * 1024,
             max_pending_adds: 10_000,
             max_pending_reads: 10_000,
@@ -457,6 +461,10 @@ read_ahead_batch_size = 100
 
 # Bound on entry bytes held in memory before they are flushed to the entry logs.
 write_cache_bytes = 67108864
+
+# Memory the index keeps of its pages: those read, and those a flush is writing (redb's cache;
+# the index file stays in the OS page cache besides). [dbStorage_rocksDB_blockCacheSize]
+index_cache_bytes = 67108864
 
 # Largest frame accepted on the bookie port, in bytes; a longer frame closes the connection.
 # [nettyMaxFrameSizeBytes]

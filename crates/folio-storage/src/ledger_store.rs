@@ -72,6 +72,8 @@ pub struct LedgerStoreConfig {
     pub read_ahead_batch_size: usize,
     /// `dbStorage_readAheadCacheBatchBytesSize`: the largest read-ahead read.
     pub read_ahead_batch_bytes: usize,
+    /// Memory the index keeps of its pages (`crate::index::DEFAULT_INDEX_CACHE_BYTES`).
+    pub index_cache_bytes: u64,
 }
 
 /// The default read-ahead bound: none. Measured (docs/performance.md, "Direct I/O and
@@ -98,6 +100,7 @@ impl LedgerStoreConfig {
             entry_log_access_expiry: crate::entry_log::per_ledger::DEFAULT_ACCESS_EXPIRY,
             entry_log_direct_io: false,
             read_ahead_cache_bytes: DEFAULT_READ_AHEAD_CACHE_BYTES,
+            index_cache_bytes: crate::index::DEFAULT_INDEX_CACHE_BYTES,
             read_ahead_batch_size: DEFAULT_READ_AHEAD_BATCH_SIZE,
             read_ahead_batch_bytes: DEFAULT_READ_AHEAD_BATCH_BYTES,
         }
@@ -394,7 +397,7 @@ impl LedgerStore {
         env.fs
             .create_dir_all(&index_dir)
             .map_err(|e| io_error("create directory", &index_dir, &index_dir, None, e))?;
-        let index = LedgerIndex::open(&*env.fs, &index_dir)?;
+        let index = LedgerIndex::open_with_cache(&*env.fs, &index_dir, config.index_cache_bytes)?;
         let ledgers = index.ledger_infos()?.into_iter().collect();
         let read_cache = ReadCache::new(config.read_ahead_cache_bytes);
         Ok(LedgerStore {

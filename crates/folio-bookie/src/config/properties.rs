@@ -65,6 +65,7 @@ pub(super) const FIELDS: &[(&str, &str)] = &[
     ),
     ("dbStorage_directIOEntryLogger", "entry_log_direct_io"),
     ("dbStorage_readAheadCacheBatchSize", "read_ahead_batch_size"),
+    ("dbStorage_rocksDB_blockCacheSize", "index_cache_bytes"),
     ("nettyMaxFrameSizeBytes", "max_frame_size"),
     ("maxPendingAddRequestsPerThread", "max_pending_adds"),
     ("maxPendingReadRequestsPerThread", "max_pending_reads"),

@@ -38,6 +38,10 @@ const META: TableDefinition<&str, u32> = TableDefinition::new("meta");
 pub const INDEX_FORMAT_VERSION: u32 = 1;
 /// The file name of the index database inside the index directory.
 pub const INDEX_FILE: &str = "ledger-index.redb";
+/// Memory the index keeps of its pages by default: 64 MiB. redb's own default (1 GiB) let
+/// a bookie's memory grow by about 1.3 MB a second under 100-byte adds (every location it
+/// wrote stayed cached), 349 MB after 150 s against a plateau near 210 MB with 64 MiB.
+pub const DEFAULT_INDEX_CACHE_BYTES: u64 = 64 << 20;
 
 /// The changes one flush makes to the index, committed atomically.
 #[derive(Debug, Default)]
@@ -77,6 +81,18 @@ impl LedgerIndex {
     /// the next open starts over. An empty index file (left by an older build's crash
     /// while creating it) counts as none.
     pub fn open(fs: &dyn FileSystem, dir: &Path) -> Result<LedgerIndex, LedgerStoreError> {
+        Self::open_with_cache(fs, dir, DEFAULT_INDEX_CACHE_BYTES)
+    }
+
+    /// [`LedgerIndex::open`] keeping at most `cache_bytes` of the index's pages in memory
+    /// (redb's cache, pages read and pages a commit is writing; the file stays in the OS
+    /// page cache besides).
+    pub fn open_with_cache(
+        fs: &dyn FileSystem,
+        dir: &Path,
+        cache_bytes: u64,
+    ) -> Result<LedgerIndex, LedgerStoreError> {
+        let cache_bytes = usize::try_from(cache_bytes).unwrap_or(usize::MAX);
         let path = dir.join(INDEX_FILE);
         let named = path.clone();
         let io_err = |op: &str, e: std::io::Error| match e.kind() {
@@ -100,6 +116,7 @@ impl LedgerIndex {
                 .open(&path, OpenOptions::write_create())
                 .map_err(|e| io_err("open", e))?;
             let db = redb::Builder::new()
+                .set_cache_size(cache_bytes)
                 .create_with_backend(backend::EnvFileBackend::new(file, &path))
                 .map_err(|e| index_error(&path, e.into()))?;
             let index = LedgerIndex { db, path };
@@ -120,6 +137,7 @@ impl LedgerIndex {
             .map_err(|e| io_err("create", e))?;
         // redb writes through the handle, whatever the file's name is later.
         let db = redb::Builder::new()
+            .set_cache_size(cache_bytes)
             .create_with_backend(backend::EnvFileBackend::new(file, &path))
             .map_err(|e| index_error(&path, e.into()))?;
         let index = LedgerIndex { db, path };

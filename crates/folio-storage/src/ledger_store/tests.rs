@@ -31,6 +31,7 @@ fn dirs(limit: u64, cache: u64) -> Dirs {
         read_ahead_cache_bytes: crate::ledger_store::DEFAULT_READ_AHEAD_CACHE_BYTES,
         read_ahead_batch_size: crate::ledger_store::DEFAULT_READ_AHEAD_BATCH_SIZE,
         read_ahead_batch_bytes: crate::ledger_store::DEFAULT_READ_AHEAD_BATCH_BYTES,
+        index_cache_bytes: crate::index::DEFAULT_INDEX_CACHE_BYTES,
     };
     Dirs { _tmp: tmp, config }
 }
