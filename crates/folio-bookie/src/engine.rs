@@ -490,18 +490,25 @@ mod tests {
         Bytes::from(b)
     }
 
+    /// An `Env` whose journal and entry logs are on a simulated disk (whose fdatasync can
+    /// be made slow) under `data_dir`; the index (redb) stays on the real one.
+    fn sim_disk(data_dir: &std::path::Path) -> (SimFileSystem, Env) {
+        std::fs::create_dir_all(data_dir.join("index/current")).unwrap();
+        let fs = SimFileSystem::new();
+        let env = Env {
+            fs: Arc::new(fs.clone()),
+            ..Env::real()
+        };
+        (fs, env)
+    }
+
     /// The LAC an add carries is served once the entry is stored, before the journal has
     /// made it durable (what lets a long poll wake a journal group earlier); an add refused
     /// for its master key raises nothing.
     #[test]
     fn an_added_lac_is_served_before_the_add_is_durable_and_a_refused_one_never() {
         let tmp = tempfile::tempdir().unwrap();
-        std::fs::create_dir_all(tmp.path().join("index/current")).unwrap();
-        let fs = SimFileSystem::new();
-        let env = Env {
-            fs: Arc::new(fs.clone()),
-            ..Env::real()
-        };
+        let (fs, env) = sim_disk(tmp.path());
         let config = BookieConfig {
             data_dir: Some(tmp.path().to_path_buf()),
             disk_usage_threshold: 0.999,
@@ -564,14 +571,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn adds_waiting_for_cache_room_leave_the_runtime_running() {
         let tmp = tempfile::tempdir().unwrap();
-        // The journal and entry logs on the simulated disk (whose fdatasync can be made
-        // slow); the index (redb) on the real one.
-        std::fs::create_dir_all(tmp.path().join("index/current")).unwrap();
-        let fs = SimFileSystem::new();
-        let env = Env {
-            fs: Arc::new(fs.clone()),
-            ..Env::real()
-        };
+        let (fs, env) = sim_disk(tmp.path());
         let config = BookieConfig {
             data_dir: Some(tmp.path().to_path_buf()),
             write_cache_bytes: 64 * 1024,

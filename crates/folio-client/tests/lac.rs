@@ -16,11 +16,17 @@ fn opts() -> CreateOptions {
         .password("pw")
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn long_poll_wakes_on_a_new_entry() {
-    let cluster = Cluster::start(3).await;
-    let client = cluster.client().await;
-    let w = patient(client.create_ledger(opts())).await.unwrap();
+/// A ledger with entries 0 and 1 (LAC 0 on the bookies), a reader opened without recovery
+/// long-polling beyond LAC 0, and entry 2 appended: it carries LAC 1 to its bookies, which
+/// wakes the poll (whose answer piggybacks entry 1). Returns the writer and the reader.
+async fn long_poll_woken_by_entry_2(
+    client: &folio_client::Client,
+    opts: CreateOptions,
+) -> (
+    folio_client::LedgerHandle,
+    std::sync::Arc<folio_client::ReadHandle>,
+) {
+    let w = patient(client.create_ledger(opts)).await.unwrap();
     patient(w.append(payload(0))).await.unwrap();
     patient(w.append(payload(1))).await.unwrap();
     let r = patient(client.open_ledger(w.id(), b"pw", OpenOptions::no_recovery()))
@@ -32,10 +38,17 @@ async fn long_poll_wakes_on_a_new_entry() {
         let r = r.clone();
         tokio::spawn(async move { r.wait_for_lac_beyond(0, PATIENCE).await })
     };
-    // Entry 2 carries LAC 1 to its bookies, which wakes the poll.
     patient(w.append(payload(2))).await.unwrap();
     let lac = patient(poller).await.unwrap().unwrap();
     assert!(lac >= 1, "lac {lac}");
+    (w, r)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn long_poll_wakes_on_a_new_entry() {
+    let cluster = Cluster::start(3).await;
+    let client = cluster.client().await;
+    let (w, r) = long_poll_woken_by_entry_2(&client, opts()).await;
     assert_eq!(
         patient(r.read(1, 1)).await.unwrap()[0].payload,
         Bytes::from(payload(1))
@@ -188,24 +201,7 @@ async fn the_entry_a_long_poll_piggybacks_is_read_without_asking_a_bookie() {
     // Every bookie holds every entry and acknowledges it (E3 Qw3 Qa3): whichever answers
     // the poll first holds entry 1 (a bookie outside an entry's write set answers with the
     // LAC alone).
-    let w = patient(client.create_ledger(opts().quorum(3, 3, 3)))
-        .await
-        .unwrap();
-    patient(w.append(payload(0))).await.unwrap();
-    patient(w.append(payload(1))).await.unwrap();
-    let r = patient(client.open_ledger(w.id(), b"pw", OpenOptions::no_recovery()))
-        .await
-        .unwrap();
-    assert_eq!(r.last_add_confirmed(), 0);
-    let r = std::sync::Arc::new(r);
-    let poller = {
-        let r = r.clone();
-        tokio::spawn(async move { r.wait_for_lac_beyond(0, PATIENCE).await })
-    };
-    // Entry 2 carries LAC 1 to its bookies, which wakes the poll with entry 1.
-    patient(w.append(payload(2))).await.unwrap();
-    let lac = patient(poller).await.unwrap().unwrap();
-    assert!(lac >= 1, "lac {lac}");
+    let (_w, r) = long_poll_woken_by_entry_2(&client, opts().quorum(3, 3, 3)).await;
     let ids: Vec<_> = cluster.bookies.iter().map(|b| b.id.clone()).collect();
     for id in ids {
         cluster.kill(&id).await;
