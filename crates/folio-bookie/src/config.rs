@@ -263,7 +263,7 @@ impl Default for BookieConfig {
             entry_log_per_ledger_enabled: false,
             max_active_entry_logs: 500,
             entry_log_access_expiry_s: 300,
-            entry_log_direct_io: false,
+            entry_log_direct_io: true,
             read_ahead_cache_bytes: 0,
             read_ahead_batch_size: 100,
             write_cache_bytes: 64 << 20,
@@ -445,9 +445,11 @@ entry_log_access_expiry_s = 300
 
 # Write entry logs with direct I/O: a checkpoint's records go to the device from one aligned
 # buffer instead of being copied into the page cache and written back from there (the larger
-# part of a checkpoint's CPU); reads of flushed entries then come from the device, not the page
-# cache. [dbStorage_directIOEntryLogger]
-entry_log_direct_io = false
+# part of a checkpoint's CPU: a third of the bookie's CPU per 64 KiB entry, see
+# docs/performance.md); reads of flushed entries then come from the device, not the page cache,
+# the first time. On by default, unlike BookKeeper; off where the file system refuses direct
+# I/O (tmpfs), with a warning. [dbStorage_directIOEntryLogger]
+entry_log_direct_io = true
 
 # Bound on entries read ahead of catch-up readers: a read that misses the caches also reads the
 # ledger's following entries in the same read of the entry log (at most 1 MiB) and keeps them

@@ -439,7 +439,7 @@ async fn read_frame(
         if let Some(frame) = decoder.next_frame().map_err(|e| e.to_string())? {
             return Ok(Some(frame));
         }
-        match stream.read_buf(decoder.read_buf()).await {
+        match stream.read_buf(&mut decoder.read_buf()).await {
             Ok(0) => return Ok(None),
             Ok(_) => {}
             Err(e) => return Err(format!("read failed: {e}")),
@@ -564,9 +564,10 @@ impl<S: BookieStorage> Conn<S> {
                     }
                 }
             }
+            // Straight into the decoder's buffer: a frame's bytes are never copied.
+            let mut into = decoder.read_buf();
             tokio::select! {
-                // Straight into the decoder's buffer: a frame's bytes are never copied.
-                read = rd.read_buf(decoder.read_buf()) => match read {
+                read = rd.read_buf(&mut into) => match read {
                     Ok(0) => break 'conn,
                     Ok(_) => {}
                     Err(e) => {

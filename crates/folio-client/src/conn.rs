@@ -768,7 +768,7 @@ fn spawn_conn(stream: Box<dyn Stream>, bookie: BookieId, max_frame: usize) -> Co
                 }
             }
             // Straight into the decoder's buffer: an entry read is never copied.
-            match rd.read_buf(decoder.read_buf()).await {
+            match rd.read_buf(&mut decoder.read_buf()).await {
                 Ok(0) => {
                     rs.kill(&format!("{bookie} closed the connection"));
                     return;

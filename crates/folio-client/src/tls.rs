@@ -189,7 +189,7 @@ impl ClientTls {
             if let Some(f) = decoder.next_frame().map_err(io::Error::other)? {
                 break f;
             }
-            if stream.read_buf(decoder.read_buf()).await? == 0 {
+            if stream.read_buf(&mut decoder.read_buf()).await? == 0 {
                 return Err(io::Error::other(
                     "the bookie closed the connection instead of answering StartTLS",
                 ));

@@ -447,7 +447,7 @@ async fn raw_call(s: &mut TcpStream, request: &pb::Request) -> Option<pb::Respon
         if let Some(f) = decoder.next_frame().unwrap() {
             return Some(v3::decode_response(f).unwrap());
         }
-        match patient(s.read_buf(decoder.read_buf())).await {
+        match patient(s.read_buf(&mut decoder.read_buf())).await {
             Ok(0) | Err(_) => return None,
             Ok(_) => {}
         }

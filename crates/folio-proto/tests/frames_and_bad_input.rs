@@ -1,7 +1,7 @@
 //! Framing (incremental decoding, maximum frame size, protocol detection) and hostile input:
 //! garbage, truncation, huge length prefixes and random bytes all end in errors, never panics.
 
-use bytes::{Bytes, BytesMut};
+use bytes::{BufMut, Bytes, BytesMut};
 use folio_proto::frame::{DEFAULT_MAX_FRAME_SIZE, FrameDecoder, WireProtocol, detect_protocol};
 use folio_proto::{ProtoError, encode_frame, v2, v3};
 use proptest::prelude::*;
@@ -67,13 +67,26 @@ fn frames_read_into_the_decoders_buffer_arrive_whole_and_uncopied() {
     for chunk in [1usize, 7, 4096, 65_536, 1 << 20] {
         let mut d = FrameDecoder::new();
         let mut frames = Vec::new();
+        let mut reads = 0;
         for piece in wire.chunks(chunk) {
-            let buf = d.read_buf();
-            assert!(buf.capacity() - buf.len() >= 4 * 1024, "room to read into");
-            buf.extend_from_slice(piece); // what a socket read does
-            while let Some(f) = d.next_frame().unwrap() {
-                frames.push(f);
+            let mut piece = piece;
+            while !piece.is_empty() {
+                // What a socket read does: fill the room offered, up to the limit.
+                let mut buf = d.read_buf();
+                let n = piece.len().min(buf.chunk_mut().len());
+                assert!(n > 0, "room to read into");
+                buf.put_slice(&piece[..n]);
+                piece = &piece[n..];
+                reads += 1;
+                while let Some(f) = d.next_frame().unwrap() {
+                    frames.push(f);
+                }
             }
+        }
+        if chunk == 1 << 20 {
+            // The whole stream at once: read small frames together, each large frame
+            // on its own, with its length prefix alone after a large frame.
+            assert_eq!(reads, 7, "chunk {chunk}");
         }
         assert_eq!(frames.len(), bodies.len(), "chunk {chunk}");
         for (f, b) in frames.iter().zip(&bodies) {
@@ -85,10 +98,15 @@ fn frames_read_into_the_decoders_buffer_arrive_whole_and_uncopied() {
     // read into room reserved for it and handed out from there.
     let mut d = FrameDecoder::new();
     let big = &bodies[4];
-    d.read_buf()
-        .extend_from_slice(&(big.len() as u32).to_be_bytes());
+    d.read_buf().put_slice(&(big.len() as u32).to_be_bytes());
     assert_eq!(d.next_frame().unwrap(), None);
-    let buf = d.read_buf();
+    let mut buf = d.read_buf();
+    assert_eq!(
+        buf.remaining_mut(),
+        big.len(),
+        "a large frame is read alone"
+    );
+    let buf = buf.get_mut();
     assert!(
         buf.capacity() - buf.len() >= big.len(),
         "room for the frame"
@@ -98,6 +116,18 @@ fn frames_read_into_the_decoders_buffer_arrive_whole_and_uncopied() {
     let f = d.next_frame().unwrap().unwrap();
     assert_eq!(f.as_ptr() as usize, at, "the frame was copied");
     assert!(f.as_ref() == big.as_slice());
+    // After a large frame the next prefix is read alone, and the next large frame gets a
+    // buffer of its own: the held frame's buffer is not read into again.
+    assert_eq!(d.read_buf().remaining_mut(), 4);
+    d.read_buf().put_slice(&(70_000u32).to_be_bytes());
+    let buf = d.read_buf().into_inner();
+    assert!(buf.capacity() - buf.len() >= 70_000);
+    let (start, end) = (f.as_ptr() as usize, f.as_ptr() as usize + f.len());
+    let into = buf.as_ptr() as usize + buf.len();
+    assert!(
+        !(start..=end).contains(&into),
+        "read into the held frame's buffer"
+    );
     // Many small frames read a few at a time, each handed out and held (as the write
     // cache holds entries): they share a few buffers rather than one each.
     let mut d = FrameDecoder::new();
@@ -106,7 +136,7 @@ fn frames_read_into_the_decoders_buffer_arrive_whole_and_uncopied() {
     for i in 0..1000u32 {
         let mut wire = BytesMut::new();
         encode_frame(&i.to_be_bytes().repeat(25), &mut wire); // 104-byte frames
-        let buf = d.read_buf();
+        let buf = d.read_buf().into_inner();
         buffers.insert(buf.as_ptr() as usize + buf.capacity()); // the allocation's end
         buf.extend_from_slice(&wire);
         held.push(d.next_frame().unwrap().unwrap());
@@ -121,10 +151,9 @@ fn frames_read_into_the_decoders_buffer_arrive_whole_and_uncopied() {
     }
     // A bare 5 MiB prefix: no more than 1 MiB (plus the chunk) reserved ahead.
     let mut d = FrameDecoder::new();
-    d.read_buf()
-        .extend_from_slice(&((5 << 20) - 4u32).to_be_bytes());
+    d.read_buf().put_slice(&((5 << 20) - 4u32).to_be_bytes());
     assert_eq!(d.next_frame().unwrap(), None);
-    assert!(d.read_buf().capacity() <= (1 << 20) + (64 << 10) + 4);
+    assert!(d.read_buf().get_ref().capacity() <= (1 << 20) + (64 << 10) + 4);
 }
 
 #[test]

@@ -62,7 +62,8 @@ pub struct LedgerStoreConfig {
     /// appended to for this long is rotated at the next flush.
     pub entry_log_access_expiry: std::time::Duration,
     /// `dbStorage_directIOEntryLogger`: entry log records are written with direct I/O,
-    /// past the page cache.
+    /// past the page cache (on by default, unlike BookKeeper: it saves the checkpoint's
+    /// copy into the page cache and its write-back, most of a checkpoint's CPU).
     pub entry_log_direct_io: bool,
     /// Bound on entries read ahead from the entry logs (`crate::read_cache`); 0 turns
     /// read-ahead off.
@@ -98,7 +99,7 @@ impl LedgerStoreConfig {
             entry_log_per_ledger: false,
             max_active_entry_logs: crate::entry_log::per_ledger::DEFAULT_MAX_ACTIVE_ENTRY_LOGS,
             entry_log_access_expiry: crate::entry_log::per_ledger::DEFAULT_ACCESS_EXPIRY,
-            entry_log_direct_io: false,
+            entry_log_direct_io: true,
             read_ahead_cache_bytes: DEFAULT_READ_AHEAD_CACHE_BYTES,
             index_cache_bytes: crate::index::DEFAULT_INDEX_CACHE_BYTES,
             read_ahead_batch_size: DEFAULT_READ_AHEAD_BATCH_SIZE,
