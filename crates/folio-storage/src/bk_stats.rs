@@ -9,7 +9,7 @@
 
 use std::time::Instant;
 
-use crate::write_cache::EntryMap;
+use crate::write_cache::Generation;
 
 fn success(ok: bool) -> &'static str {
     if ok { "true" } else { "false" }
@@ -17,12 +17,12 @@ fn success(ok: bool) -> &'static str {
 
 /// A write-cache flush ended (only one that had entries to write is counted, as
 /// BookKeeper skips an empty write cache).
-pub(crate) fn flushed(entries: &EntryMap, started: Instant, ok: bool) {
+pub(crate) fn flushed(entries: &Generation, started: Instant, ok: bool) {
     if entries.is_empty() {
         return;
     }
     let ms = started.elapsed().as_secs_f64() * 1e3;
-    let bytes: usize = entries.values().map(|d| d.len()).sum();
+    let bytes = entries.bytes();
     metrics::histogram!("bookie_flush", "success" => success(ok)).record(ms);
     metrics::histogram!("bookie_flush_size", "success" => success(ok)).record(bytes as f64);
 }

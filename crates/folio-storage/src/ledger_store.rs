@@ -796,6 +796,9 @@ impl LedgerStore {
             flush_ms = started.elapsed().as_secs_f64() * 1e3,
             "ledger store flush"
         );
+        // The write cache uses the flushed generation's chunks again only once nothing
+        // holds them.
+        drop(entries);
         let mut st = self.state.lock();
         match result {
             Ok(()) => {
@@ -822,7 +825,7 @@ impl LedgerStore {
 
     fn write_out(
         &self,
-        entries: &crate::write_cache::EntryMap,
+        entries: &crate::write_cache::Generation,
         ledgers: Vec<(i64, LedgerInfo)>,
         deleted: &BTreeSet<i64>,
     ) -> Result<(), LedgerStoreError> {
@@ -832,7 +835,7 @@ impl LedgerStore {
             return self.logs.rotate_idle_and_closed();
         }
         let mut locations = Vec::with_capacity(entries.len());
-        for (&(ledger, entry), data) in entries {
+        for (ledger, entry, data) in entries.iter() {
             if deleted.contains(&ledger) {
                 continue;
             }
