@@ -120,12 +120,18 @@ impl FrameDecoder {
             (MIN_SPARE, usize::MAX)
         };
         if self.buf.capacity() - self.buf.len() < want {
-            let chunk = if large || (self.large && !known) {
-                want
+            if self.large && !known {
+                // A buffer of its own for the prefix, grown to the frame's size once the
+                // prefix is in. (`reserve` on the spent end of a shared buffer would
+                // allocate as much as that buffer had, and then grow again.)
+                let mut own = BytesMut::with_capacity(LENGTH_PREFIX_SIZE);
+                own.extend_from_slice(&self.buf);
+                self.buf = own;
+            } else if large {
+                self.buf.reserve(want);
             } else {
-                want.max(READ_CHUNK)
-            };
-            self.buf.reserve(chunk);
+                self.buf.reserve(want.max(READ_CHUNK));
+            }
         }
         (&mut self.buf).limit(limit)
     }

@@ -122,6 +122,11 @@ fn frames_read_into_the_decoders_buffer_arrive_whole_and_uncopied() {
     d.read_buf().put_slice(&(70_000u32).to_be_bytes());
     let buf = d.read_buf().into_inner();
     assert!(buf.capacity() - buf.len() >= 70_000);
+    assert!(
+        buf.capacity() <= 70_004 + 4096,
+        "{}: a buffer of the frame's size",
+        buf.capacity()
+    );
     let (start, end) = (f.as_ptr() as usize, f.as_ptr() as usize + f.len());
     let into = buf.as_ptr() as usize + buf.len();
     assert!(
