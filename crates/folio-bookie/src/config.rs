@@ -445,7 +445,7 @@ entry_log_access_expiry_s = 300
 
 # Write entry logs with direct I/O: a checkpoint's records go to the device from one aligned
 # buffer instead of being copied into the page cache and written back from there (the larger
-# part of a checkpoint's CPU: a third of the bookie's CPU per 64 KiB entry, see
+# part of a checkpoint's CPU: about half of the bookies' CPU per 64 KiB entry in a cluster, see
 # docs/performance.md); reads of flushed entries then come from the device, not the page cache,
 # the first time. On by default, unlike BookKeeper; off where the file system refuses direct
 # I/O (tmpfs), with a warning. [dbStorage_directIOEntryLogger]
