@@ -404,3 +404,50 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    /// Frames of any mix of sizes, small and large, read the way a socket is read
+    /// (`read_buf`, as much as each read offers and the peer has sent): every read offers
+    /// room (none would read as the end of the stream), and the frames come out whole
+    /// and in order.
+    #[test]
+    fn frames_of_mixed_sizes_read_through_read_buf(
+        sizes in proptest::collection::vec(prop_oneof![0usize..200, 16_000usize..70_000], 1..12),
+        sent in proptest::collection::vec(1usize..100_000, 1..8),
+    ) {
+        let bodies: Vec<Vec<u8>> = sizes
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| (0..n).map(|j| (i * 7 + j) as u8).collect())
+            .collect();
+        let mut wire = BytesMut::new();
+        for b in &bodies {
+            encode_frame(b, &mut wire);
+        }
+        let mut d = FrameDecoder::new();
+        let mut frames = Vec::new();
+        let mut at = 0;
+        let mut step = 0;
+        while at < wire.len() {
+            // The peer has sent up to `avail`; one read takes what fits.
+            let avail = (wire.len() - at).min(sent[step % sent.len()]);
+            step += 1;
+            let mut buf = d.read_buf();
+            let room = buf.chunk_mut().len();
+            prop_assert!(room > 0, "a read offered no room");
+            let n = avail.min(room);
+            buf.put_slice(&wire[at..at + n]);
+            at += n;
+            while let Some(f) = d.next_frame().unwrap() {
+                frames.push(f);
+            }
+        }
+        prop_assert_eq!(frames.len(), bodies.len());
+        for (f, b) in frames.iter().zip(&bodies) {
+            prop_assert!(f.as_ref() == b.as_slice());
+        }
+        prop_assert_eq!(d.buffered(), 0);
+    }
+}
