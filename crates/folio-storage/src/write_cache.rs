@@ -11,8 +11,9 @@
 //! Like BookKeeper's WriteCache, entries are copied into large chunks that are used again
 //! once their generation is flushed, rather than kept in the buffers they arrived in: a
 //! network buffer that a cached entry pinned until the next checkpoint made every read of
-//! the socket start a fresh allocation, and fresh memory costs a page fault per page (at
-//! 64 KiB adds, a sixth of the bookie's CPU). An entry is a [`Bytes`] slice of its chunk,
+//! the socket start a fresh allocation, and fresh memory costs a page fault per page (with
+//! the tree below, a fifth of the bookie's CPU per 100-byte entry; docs/performance.md).
+//! An entry is a [`Bytes`] slice of its chunk,
 //! so reads and the flush still share it without copying; a chunk goes back to the spare
 //! list only when nothing holds a slice of it any more. Each ledger's entries are kept in
 //! a vector sorted by entry id (they arrive in order), not one tree node per entry.
