@@ -48,6 +48,21 @@ fn several_frames_in_one_feed() {
     assert_eq!(d.buffered(), 6);
 }
 
+/// Bodies of the given sizes (patterned bytes, `seed` apart per body) and the wire
+/// bytes that frame them one after the other.
+fn framed_bodies(sizes: &[usize], seed: usize) -> (Vec<Vec<u8>>, BytesMut) {
+    let bodies: Vec<Vec<u8>> = sizes
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| (0..n).map(|j| (i * seed + j) as u8).collect())
+        .collect();
+    let mut wire = BytesMut::new();
+    for b in &bodies {
+        encode_frame(b, &mut wire);
+    }
+    (bodies, wire)
+}
+
 /// Reading straight into the decoder's buffer (as the bookie's connections do): frames
 /// come out intact whatever the read sizes, a large frame's bytes are not copied (its
 /// `Bytes` points where the socket wrote them), small reads fill one buffer instead of
@@ -55,15 +70,7 @@ fn several_frames_in_one_feed() {
 /// length reserves at most 1 MiB ahead.
 #[test]
 fn frames_read_into_the_decoders_buffer_arrive_whole_and_uncopied() {
-    let bodies: Vec<Vec<u8>> = [0usize, 5, 70_000, 3, 200_000, 65_536]
-        .iter()
-        .enumerate()
-        .map(|(i, &n)| (0..n).map(|j| (i * 31 + j) as u8).collect())
-        .collect();
-    let mut wire = BytesMut::new();
-    for b in &bodies {
-        encode_frame(b, &mut wire);
-    }
+    let (bodies, wire) = framed_bodies(&[0, 5, 70_000, 3, 200_000, 65_536], 31);
     for chunk in [1usize, 7, 4096, 65_536, 1 << 20] {
         let mut d = FrameDecoder::new();
         let mut frames = Vec::new();
@@ -417,15 +424,7 @@ proptest! {
         sizes in proptest::collection::vec(prop_oneof![0usize..200, 16_000usize..70_000], 1..12),
         sent in proptest::collection::vec(1usize..100_000, 1..8),
     ) {
-        let bodies: Vec<Vec<u8>> = sizes
-            .iter()
-            .enumerate()
-            .map(|(i, &n)| (0..n).map(|j| (i * 7 + j) as u8).collect())
-            .collect();
-        let mut wire = BytesMut::new();
-        for b in &bodies {
-            encode_frame(b, &mut wire);
-        }
+        let (bodies, wire) = framed_bodies(&sizes, 7);
         let mut d = FrameDecoder::new();
         let mut frames = Vec::new();
         let mut at = 0;
