@@ -461,7 +461,9 @@ read_ahead_cache_bytes = 0
 # Entries read ahead after such a miss. [dbStorage_readAheadCacheBatchSize]
 read_ahead_batch_size = 100
 
-# Bound on entry bytes held in memory before they are flushed to the entry logs.
+# Bound on entry bytes held in memory before they are flushed to the entry logs. A checkpoint
+# starts when a quarter of it is unflushed (BookKeeper's flushes at half), so that what a bookie
+# holds between checkpoints stays small and a burst has the rest while a slow flush runs.
 write_cache_bytes = 67108864
 
 # Memory the index keeps of its pages: those read, and those a flush is writing (redb's cache;

@@ -40,14 +40,16 @@ pub(crate) fn prometheus() -> Option<&'static PrometheusHandle> {
         .as_ref()
 }
 
-/// How often histogram and summary samples are folded into their aggregates.
-const UPKEEP_INTERVAL: std::time::Duration = std::time::Duration::from_secs(5);
+/// How often histogram and summary samples are folded into their aggregates: every
+/// second, so that the samples queued in between stay small (5 s of them were 6 MB of a
+/// bookie's heap at 37,000 adds a second; heaptrack, docs/performance.md).
+const UPKEEP_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// `build_recorder` starts no upkeep (`install` would): every histogram sample then stays
 /// queued until the next scrape, so a bookie that nobody scrapes grows by each request's
 /// samples, about 1 MB a second per bookie at 30,000 adds a second (RSS 169 to 357 MB in
 /// 60 s of 100-byte adds, measured). A thread of its own folds them in every 5 s, as the
-/// exporter's own upkeep task would.
+/// exporter's own upkeep task would, every [`UPKEEP_INTERVAL`].
 fn start_upkeep(handle: PrometheusHandle) {
     let started = std::thread::Builder::new()
         .name("metrics-upkeep".into())

@@ -127,8 +127,9 @@ pub struct StorageConfig {
     /// for room still trigger checkpoints, and `Storage::checkpoint` runs one on demand.
     pub flush_interval: Duration,
     /// A checkpoint also runs when the ledger store's write cache holds more than this
-    /// many bytes (default 32 MiB, half of the 64 MiB default write cache, so that a
-    /// flush frees room before adds block on a full cache).
+    /// many bytes (default 16 MiB, a quarter of the 64 MiB default write cache, so that a
+    /// flush frees room before adds block on a full cache, and what is held between
+    /// checkpoints stays small).
     pub checkpoint_write_cache_bytes: u64,
 }
 
@@ -137,7 +138,7 @@ impl Default for StorageConfig {
         StorageConfig {
             journal: JournalConfig::default(),
             flush_interval: Duration::from_secs(10),
-            checkpoint_write_cache_bytes: 32 * 1024 * 1024,
+            checkpoint_write_cache_bytes: 16 * 1024 * 1024,
         }
     }
 }

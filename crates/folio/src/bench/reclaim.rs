@@ -88,14 +88,14 @@ fn bench(a: &ReclaimArgs, work: &Path) -> anyhow::Result<String> {
     let payload = Bytes::from(vec![0x5a; a.entry_size]);
 
     // Write: every ledger's entry e before any entry e + 1, flushing as a checkpoint would
-    // when half the write cache is used.
+    // when a quarter of the write cache is unflushed.
     let started = Instant::now();
     let mut unflushed = 0u64;
     for e in 0..a.entries as i64 {
         for l in 0..a.ledgers as i64 {
             store.put_entry(l, e, payload.clone())?;
             unflushed += a.entry_size as u64;
-            if unflushed >= cache / 2 {
+            if unflushed >= cache / 4 {
                 store.flush()?;
                 unflushed = 0;
             }
