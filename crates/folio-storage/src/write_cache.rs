@@ -13,6 +13,7 @@
 //! network buffer that a cached entry pinned until the next checkpoint made every read of
 //! the socket start a fresh allocation, and fresh memory costs a page fault per page (with
 //! the tree below, a fifth of the bookie's CPU per 100-byte entry; docs/performance.md).
+//! Entries of 16 KiB and more arrive in a buffer of their own and are kept in it.
 //! An entry is a [`Bytes`] slice of its chunk,
 //! so reads and the flush still share it without copying; a chunk goes back to the spare
 //! list only when nothing holds a slice of it any more. Each ledger's entries are kept in
@@ -27,6 +28,12 @@ use bytes::{Bytes, BytesMut};
 const CHUNKS_PER_LIMIT: u64 = 16;
 const MIN_CHUNK: usize = 64 * 1024;
 const MAX_CHUNK: usize = 1024 * 1024;
+/// Entries this large are kept in the buffer they came in. The frame decoder reads a frame
+/// of 16 KiB or more into a buffer of its own, so keeping it pins nothing else, while a
+/// copy costs a pass over the payload and a second copy of it in memory until the
+/// checkpoint (at 64 KiB, 42 MB of chunks beside 29 MB of frames per bookie; heaptrack,
+/// docs/performance.md).
+const OWN_BUFFER_MIN: usize = 16 * 1024;
 
 /// One generation of entries: per ledger, sorted by entry id.
 #[derive(Debug, Default)]
@@ -153,9 +160,9 @@ impl WriteCache {
     }
 
     /// Adds (or replaces) an entry in the active generation, copying it into a chunk
-    /// unless it is larger than a quarter of one (such an entry keeps its own buffer).
+    /// unless it is [`OWN_BUFFER_MIN`] or larger (such an entry keeps its own buffer).
     pub fn insert(&mut self, ledger: i64, entry: i64, data: Bytes) {
-        let data = if data.len() > self.chunk / 4 {
+        let data = if data.len() >= OWN_BUFFER_MIN {
             data
         } else {
             self.copy_in(&data)
@@ -391,9 +398,13 @@ mod tests {
             &[7u8; 1000][..],
             "a held entry is never overwritten"
         );
-        // Large entries keep their own buffer.
-        let big = Bytes::from(vec![1u8; 40_000]);
+        // Large entries keep their own buffer; one just below the bound is copied.
+        let big = Bytes::from(vec![1u8; OWN_BUFFER_MIN]);
         c.insert(3, 1, big.clone());
         assert_eq!(c.get(3, 1).unwrap().as_ptr(), big.as_ptr());
+        let below = Bytes::from(vec![2u8; OWN_BUFFER_MIN - 1]);
+        c.insert(3, 2, below.clone());
+        assert_ne!(c.get(3, 2).unwrap().as_ptr(), below.as_ptr());
+        assert_eq!(c.get(3, 2).unwrap(), below);
     }
 }
