@@ -244,10 +244,26 @@ impl Drop for AbortOnDrop {
     }
 }
 
-/// A response ready to write, holding its connection's pending slot until written.
+/// A response ready to write, holding its connection's pending slot until written: its
+/// frame body, in two pieces when a read's entry is sent as it was read (`tail`).
 struct Outgoing {
     body: Bytes,
+    tail: Option<Bytes>,
     _slot: OwnedSemaphorePermit,
+}
+
+impl Outgoing {
+    fn whole(body: Bytes, slot: OwnedSemaphorePermit) -> Outgoing {
+        Outgoing {
+            body,
+            tail: None,
+            _slot: slot,
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.body.len() + self.tail.as_ref().map_or(0, Bytes::len)
+    }
 }
 
 async fn serve_connection<S: BookieStorage>(
@@ -538,7 +554,7 @@ impl<S: BookieStorage> Conn<S> {
                                 &echo,
                                 Response::error_for(&request, Status::Unauthorized),
                             );
-                            let _ = tx.send(Outgoing { body, _slot: slot });
+                            let _ = tx.send(Outgoing::whole(body, slot));
                         }
                         Verdict::DenyAndClose(why) => {
                             metrics::counter!("folio_bookie_unauthorized_total").increment(1);
@@ -547,12 +563,12 @@ impl<S: BookieStorage> Conn<S> {
                                 &echo,
                                 Response::error_for(&request, Status::Unauthorized),
                             );
-                            let _ = tx.send(Outgoing { body, _slot: slot });
+                            let _ = tx.send(Outgoing::whole(body, slot));
                             break 'conn;
                         }
                     },
                     Decoded::Answer(body) => {
-                        let _ = tx.send(Outgoing { body, _slot: slot });
+                        let _ = tx.send(Outgoing::whole(body, slot));
                         if matches!(access, Access::Refused(_)) {
                             break 'conn;
                         }
@@ -610,8 +626,12 @@ fn dispatch<S: BookieStorage>(
     let started = Instant::now();
     let reply: Reply = Box::new(move |response| {
         request_metrics.done(op, response.status(), started.elapsed());
-        let body = wire::encode(&echo, response);
-        let _ = tx.send(Outgoing { body, _slot: slot });
+        let (body, tail) = wire::encode_pieces(&echo, response);
+        let _ = tx.send(Outgoing {
+            body,
+            tail,
+            _slot: slot,
+        });
     });
     let blocking = matches!(
         request,
@@ -686,10 +706,15 @@ async fn write_loop<W: AsyncWrite + Unpin>(
         }
         let mut bytes = 0u64;
         for out in &batch {
-            bytes += out.body.len() as u64 + 4;
+            bytes += out.len() as u64 + 4;
             let written = async {
-                w.write_u32(out.body.len() as u32).await?;
-                w.write_all(&out.body).await
+                w.write_u32(out.len() as u32).await?;
+                w.write_all(&out.body).await?;
+                match &out.tail {
+                    // Written past the buffer when at least its size (BufWriter's rule).
+                    Some(tail) => w.write_all(tail).await,
+                    None => Ok(()),
+                }
             }
             .await;
             if let Err(e) = written {

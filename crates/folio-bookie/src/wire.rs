@@ -241,6 +241,21 @@ pub fn encode(echo: &Echo, response: Response) -> Bytes {
     }
 }
 
+/// [`encode`] in one or two pieces written back to back: a read's entry of 4 KiB or more
+/// is the second piece, not copied into the message (v3 `encode_response_pieces`, v2
+/// `Response::to_pieces`).
+pub fn encode_pieces(echo: &Echo, response: Response) -> (Bytes, Option<Bytes>) {
+    match echo {
+        Echo::V3(header) => v3::encode_response_pieces(&to_v3(header, response)),
+        Echo::V2 {
+            version,
+            ledger,
+            entry,
+            request_id,
+        } => to_v2(*version, *ledger, *entry, *request_id, response).to_pieces(),
+    }
+}
+
 fn to_v3(header: &BkPacketHeader, response: Response) -> pb::Response {
     let status = response.status().to_v3() as i32;
     let mut out = pb::Response {

@@ -13,7 +13,7 @@ use folio_bookie::memory::MemoryStorage;
 use folio_bookie::server::{BookieServer, ServerConfig, ServerHandle};
 use folio_bookie::{Processor, ProcessorConfig};
 use folio_proto::pb::{self, OperationType, StatusCode};
-use folio_proto::{Status, v2, v3};
+use folio_proto::{AnyResponse, Status, v2, v3};
 
 type P = Processor<Arc<MemoryStorage>>;
 
@@ -121,6 +121,62 @@ async fn v2_pipelined_adds_then_reads_back_byte_for_byte() {
         }
         other => panic!("{other:?}"),
     }
+    server.shutdown().await;
+}
+
+/// Reads of entries at and past the size sent uncopied (`v3::UNCOPIED_BODY_BYTES`, two
+/// pieces per response) and past the connection's 64 KiB write buffer, pipelined with small
+/// ones on one connection in both protocols, come back whole and in their frames.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_and_small_reads_pipelined_come_back_byte_for_byte_in_v2_and_v3() {
+    let (server, _, _) = start_default().await;
+    let mut c = Client::connect(server.local_addr()).await;
+    let sizes = [
+        10,
+        v3::UNCOPIED_BODY_BYTES - 100,
+        v3::UNCOPIED_BODY_BYTES,
+        70_000,
+        7,
+        200_000,
+        5_000,
+    ];
+    let data = |e: usize| vec![b'a' + e as u8; sizes[e]];
+    for e in 0..sizes.len() {
+        let req = c.v3_add(14, e as i64, e as i64 - 1, &data(e));
+        c.send_v3(&req).await;
+    }
+    for _ in 0..sizes.len() {
+        assert_eq!(c.recv_v3().await.status, StatusCode::Eok as i32);
+    }
+    let expected = |e: i64| entry(14, e, e - 1, &data(e as usize));
+    for e in 0..sizes.len() as i64 {
+        let req = c.v3_read(14, e);
+        c.send_v3(&req).await;
+        c.send_v2(&v2_read(14, e)).await;
+    }
+    // Reads are answered as they finish, not in order: take each frame as it comes.
+    let mut seen = (Vec::new(), Vec::new());
+    for _ in 0..2 * sizes.len() {
+        let frame = c.recv().await.expect("connection closed");
+        match folio_proto::decode_response(frame).expect("a response") {
+            AnyResponse::V3(resp) => {
+                let read = resp.read_response.unwrap();
+                assert_eq!(read.status, StatusCode::Eok as i32);
+                assert_eq!(read.body.unwrap(), expected(read.entry_id));
+                seen.0.push(read.entry_id);
+            }
+            AnyResponse::V2(v2::Response::Read(r)) => {
+                assert_eq!((r.status, r.ledger_id), (Status::Ok, 14));
+                assert_eq!(r.body, expected(r.entry_id));
+                seen.1.push(r.entry_id);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    seen.0.sort();
+    seen.1.sort();
+    let all: Vec<i64> = (0..sizes.len() as i64).collect();
+    assert_eq!(seen, (all.clone(), all));
     server.shutdown().await;
 }
 

@@ -550,6 +550,24 @@ impl Response {
         b.freeze()
     }
 
+    /// The frame body (no length prefix) in one or two pieces, to be written back to back:
+    /// a read's entry of at least [`crate::v3::UNCOPIED_BODY_BYTES`] is the second piece,
+    /// shared rather than copied (it is the last thing in the body). Anything else is one
+    /// piece, as [`Response::to_bytes`] makes it.
+    pub fn to_pieces(&self) -> (Bytes, Option<Bytes>) {
+        match self {
+            Response::Read(r) if r.body.len() >= crate::v3::UNCOPIED_BODY_BYTES => {
+                let mut head = BytesMut::with_capacity(24);
+                head.put_u32(self.header().to_word());
+                head.put_i32(r.status.to_v2_rc());
+                head.put_i64(r.ledger_id);
+                head.put_i64(r.entry_id);
+                (head.freeze(), Some(r.body.clone()))
+            }
+            _ => (self.to_bytes(), None),
+        }
+    }
+
     pub fn encode_frame(&self, dst: &mut BytesMut) {
         encode_frame(&self.to_bytes(), dst);
     }

@@ -371,9 +371,9 @@ pub fn encode_request_frame(req: &Request, dst: &mut BytesMut) {
     encode_frame(&encode_request(req), dst);
 }
 
-/// Adds whose body is at least this long are framed without copying the body
-/// ([`encode_request_frame_pieces`]); a shorter body costs less to copy than to send as a
-/// separate piece.
+/// Adds and read responses whose entry is at least this long are framed without copying
+/// it ([`encode_request_frame_pieces`], [`encode_response_pieces`]); a shorter entry costs
+/// less to copy than to send as a separate piece.
 pub const UNCOPIED_BODY_BYTES: usize = 4096;
 
 /// Encodes a request as one frame in one or two pieces, to be written back to back. An add
@@ -432,6 +432,62 @@ pub fn encode_request_frame_pieces(req: &Request) -> (Bytes, Option<Bytes>) {
     encode_varint(add_len as u64, &mut head);
     head.extend_from_slice(&add_head);
     debug_assert_eq!(head.len() + body.len(), 4 + frame_len);
+    (head.freeze(), Some(body.clone()))
+}
+
+/// Encodes a response's frame body (no length prefix) in one or two pieces, to be written
+/// back to back: a read whose entry is at least [`UNCOPIED_BODY_BYTES`] long is encoded
+/// with the entry last (the `readResponse` field after the others, its `body` after the
+/// other read fields, which protobuf parsers take in any order), so the second piece is the
+/// entry itself, shared with the buffer it was read into rather than copied into the
+/// message (at 64 KiB that copy was a third of the bookie's CPU per read; docs/performance.md).
+/// Anything else is one piece, as [`encode_response`] makes it.
+pub fn encode_response_pieces(resp: &Response) -> (Bytes, Option<Bytes>) {
+    let Some((read, body)) = resp.read_response.as_ref().and_then(|r| {
+        r.body
+            .as_ref()
+            .filter(|b| b.len() >= UNCOPIED_BODY_BYTES)
+            .map(|b| (r, b))
+    }) else {
+        return (encode_response(resp), None);
+    };
+    use prost::encoding::{WireType, encode_key, encode_varint, encoded_len_varint};
+    // Exhaustive, so that a field added to ReadResponse cannot be silently left out here.
+    let crate::pb::ReadResponse {
+        status,
+        ledger_id,
+        entry_id,
+        body: _,
+        max_lac,
+        lac_update_timestamp,
+    } = read;
+    let mut read_head = Vec::with_capacity(48);
+    prost::encoding::int32::encode(1, status, &mut read_head);
+    prost::encoding::int64::encode(2, ledger_id, &mut read_head);
+    prost::encoding::int64::encode(3, entry_id, &mut read_head);
+    if let Some(m) = max_lac {
+        prost::encoding::int64::encode(5, m, &mut read_head);
+    }
+    if let Some(t) = lac_update_timestamp {
+        prost::encoding::int64::encode(6, t, &mut read_head);
+    }
+    encode_key(4, WireType::LengthDelimited, &mut read_head);
+    encode_varint(body.len() as u64, &mut read_head);
+    let read_len = read_head.len() + body.len();
+    let outer = Response {
+        read_response: None,
+        ..resp.clone()
+    };
+    let outer_len = outer.encoded_len();
+    let mut head = BytesMut::with_capacity(
+        outer_len + 2 + encoded_len_varint(read_len as u64) + read_head.len(),
+    );
+    outer
+        .encode(&mut head)
+        .expect("the buffer was sized for the message");
+    encode_key(100, WireType::LengthDelimited, &mut head);
+    encode_varint(read_len as u64, &mut head);
+    head.extend_from_slice(&read_head);
     (head.freeze(), Some(body.clone()))
 }
 

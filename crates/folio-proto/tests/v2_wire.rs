@@ -334,6 +334,45 @@ fn read_response_layout() {
     assert_eq!(&expected.to_bytes()[..], &body[..]);
 }
 
+/// A read of 4 KiB or more goes out in two pieces, the entry shared rather than copied,
+/// which together are the one-piece body byte for byte; a shorter read is one piece.
+#[test]
+fn a_large_read_response_is_two_pieces_with_the_entry_uncopied() {
+    let entry = Bytes::from(vec![0x61u8; folio_proto::v3::UNCOPIED_BODY_BYTES]);
+    let large = v2::Response::Read(v2::ReadResponse {
+        version: 2,
+        status: Status::Ok,
+        ledger_id: 7,
+        entry_id: 3,
+        body: entry.clone(),
+    });
+    let (head, tail) = large.to_pieces();
+    let tail = tail.expect("a large entry is a piece of its own");
+    assert_eq!(
+        tail.as_ptr(),
+        entry.as_ptr(),
+        "the entry is shared, not copied"
+    );
+    assert_eq!(
+        &head[..],
+        &unhex("02020000 00000000 0000000000000007 0000000000000003")[..]
+    );
+    let whole = [&head[..], &tail[..]].concat();
+    assert_eq!(&whole[..], &large.to_bytes()[..]);
+    assert_eq!(v2::decode_response(Bytes::from(whole)).unwrap(), large);
+
+    let small = v2::Response::Read(v2::ReadResponse {
+        version: 2,
+        status: Status::Ok,
+        ledger_id: 7,
+        entry_id: 3,
+        body: entry.slice(1..),
+    });
+    let (one, none) = small.to_pieces();
+    assert!(none.is_none());
+    assert_eq!(&one[..], &small.to_bytes()[..]);
+}
+
 #[test]
 fn batch_read_response_layout() {
     let body = unhex(

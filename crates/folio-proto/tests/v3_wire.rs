@@ -620,6 +620,59 @@ fn a_large_add_is_framed_with_its_body_last_and_uncopied() {
     assert_eq!(&one[..], &framed[..]);
 }
 
+/// A read response with a large entry is encoded in two pieces, the entry last and not
+/// copied: the bytes are pinned (header and status, then readResponse's other fields, then
+/// the body's key and length, then the entry), and the decoder reads the same message as
+/// from the canonical encoding.
+#[test]
+fn a_large_read_response_is_encoded_with_its_entry_last_and_uncopied() {
+    let entry = Bytes::from(vec![0x42u8; v3::UNCOPIED_BODY_BYTES]);
+    let msg = pb::Response {
+        header: v3::response_header(&v3::request_header(OperationType::ReadEntry, 5, None)),
+        status: StatusCode::Eok as i32,
+        read_response: Some(pb::ReadResponse {
+            status: StatusCode::Eok as i32,
+            ledger_id: 7,
+            entry_id: 0,
+            body: Some(entry.clone()),
+            max_lac: Some(5),
+            lac_update_timestamp: Some(300),
+        }),
+        ..Default::default()
+    };
+    let (head, tail) = v3::encode_response_pieces(&msg);
+    let tail = tail.expect("a large entry is a piece of its own");
+    assert_eq!(
+        tail.as_ptr(),
+        entry.as_ptr(),
+        "the entry is shared, not copied"
+    );
+    // status EOK, ledger 7, entry 0, maxLAC 5, lacUpdateTimestamp 300, then the body's key
+    // (0x22) and length (4096 = varint 80 20).
+    let read_head = unhex("0800 1007 1800 2805 30ac02 22 8020");
+    let read_len = read_head.len() + entry.len(); // 4110 = varint 8e 20
+    assert_eq!(read_len, 4110);
+    let expected_head = cat(&[&unhex("0a06 0803 1001 1805 1000 a206 8e20"), &read_head]);
+    assert_eq!(&head[..], &expected_head[..]);
+    let whole = Bytes::from(cat(&[&head, &tail]));
+    assert_eq!(v3::decode_response(whole.clone()).unwrap(), msg);
+    assert_eq!(whole.len(), v3::encode_response(&msg).len());
+
+    // Below the threshold, or with no entry: one piece, the canonical encoding.
+    for body in [Some(entry.slice(1..)), None] {
+        let small = pb::Response {
+            read_response: Some(pb::ReadResponse {
+                body,
+                ..msg.read_response.clone().unwrap()
+            }),
+            ..msg.clone()
+        };
+        let (one, none) = v3::encode_response_pieces(&small);
+        assert!(none.is_none());
+        assert_eq!(&one[..], &v3::encode_response(&small)[..]);
+    }
+}
+
 /// BP-32's write close (Folio's own, docs/formats/write-close.md): header operation
 /// RANGE_ADD_ENTRY (4), `Request.writeCloseRequest` / `Response.writeCloseResponse` field
 /// 1000 (key varint 0xc2 0x3e: 1000 << 3 | 2 = 8002). These bytes are the contract with
