@@ -835,9 +835,12 @@ impl LedgerStore {
             return self.logs.rotate_idle_and_closed();
         }
         let mut locations = Vec::with_capacity(entries.len());
-        for (ledger, entry, data) in entries.iter() {
+        for (i, (ledger, entry, data)) in entries.iter().enumerate() {
             if deleted.contains(&ledger) {
                 continue;
+            }
+            if i % 64 == 0 {
+                self.logs.set_direct_piece(self.direct_piece_now());
             }
             locations.push((ledger, entry, self.logs.append(ledger, entry, data)?));
         }
@@ -861,6 +864,18 @@ impl LedgerStore {
             f();
         }
         self.index.commit(&batch)
+    }
+
+    /// The pieces a flush writes its direct-I/O entry logs in: small while the write cache
+    /// is at most half full, so that the journal's writes on the same disk wait behind less
+    /// of the checkpoint; large once adds are filling it faster than the flush writes.
+    fn direct_piece_now(&self) -> usize {
+        let used = self.used.load(std::sync::atomic::Ordering::Relaxed);
+        if used <= self.cache_limit / 2 {
+            crate::entry_log::log_file::DIRECT_PIECE_WITH_ROOM
+        } else {
+            crate::entry_log::log_file::DIRECT_PIECE_CATCHING_UP
+        }
     }
 
     /// Bytes currently held in the write cache (for metrics and flush triggering).

@@ -75,6 +75,8 @@ pub struct EntryLogs {
     /// `dbStorage_directIOEntryLogger`: new logs are written with direct I/O; turned off
     /// for good (with a warning) when the file system refuses it.
     direct_io: std::sync::atomic::AtomicBool,
+    /// The direct-I/O piece size appends use now ([`EntryLogs::set_direct_piece`]).
+    direct_piece: std::sync::atomic::AtomicUsize,
     /// Negative control (`NegativeControls::skip_entry_log_sync`): `sync` writes the
     /// buffers but skips the fdatasync.
     pub(crate) skip_sync_for_tests: std::sync::atomic::AtomicBool,
@@ -169,6 +171,7 @@ impl EntryLogs {
             stats: EntryLogStats::default(),
             files: RwLock::new(files),
             direct_io: std::sync::atomic::AtomicBool::new(false),
+            direct_piece: std::sync::atomic::AtomicUsize::new(log_file::DIRECT_PIECE_CATCHING_UP),
             skip_sync_for_tests: std::sync::atomic::AtomicBool::new(false),
             skip_rotation_sync_for_tests: std::sync::atomic::AtomicBool::new(false),
         })
@@ -239,10 +242,17 @@ impl EntryLogs {
             let now = pl.clock.now();
             w.recent.entry(slot).or_default().last_access = Some(now);
         }
-        w.current
-            .get_mut(&slot)
-            .expect("inserted above")
-            .append_shared(ledger, entry, payload)
+        let writer = w.current.get_mut(&slot).expect("inserted above");
+        writer.set_direct_piece(self.direct_piece.load(std::sync::atomic::Ordering::Relaxed));
+        writer.append_shared(ledger, entry, payload)
+    }
+
+    /// Sets the size of the pieces direct-I/O appends are written in from now on: smaller
+    /// while the write cache has room, so that the journal on the same disk waits less
+    /// behind a checkpoint (see `log_file::DIRECT_PIECE_WITH_ROOM`).
+    pub fn set_direct_piece(&self, bytes: usize) {
+        self.direct_piece
+            .store(bytes, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// The directory for new log `id`: the one with the fewest logs being written

@@ -359,6 +359,25 @@ fn an_unrotated_log_can_be_scanned_after_a_restart() {
     assert_eq!(scan.records, 2);
 }
 
+/// A flush writes direct-I/O entry logs in small pieces while the write cache is at most
+/// half full, in large ones once it is fuller (adds are outrunning the flush).
+#[test]
+fn the_flush_writes_small_pieces_while_the_write_cache_has_room() {
+    use crate::entry_log::log_file::{DIRECT_PIECE_CATCHING_UP, DIRECT_PIECE_WITH_ROOM};
+    let d = dirs(1 << 30, 4 << 20);
+    let s = open(&d);
+    assert_eq!(s.direct_piece_now(), DIRECT_PIECE_WITH_ROOM, "empty");
+    let big = Bytes::from(vec![1u8; 512 << 10]);
+    for e in 0..4 {
+        s.put_entry(1, e, big.clone()).unwrap();
+    }
+    assert_eq!(s.direct_piece_now(), DIRECT_PIECE_WITH_ROOM, "half full");
+    s.put_entry(1, 4, big.clone()).unwrap();
+    assert_eq!(s.direct_piece_now(), DIRECT_PIECE_CATCHING_UP, "past half");
+    s.flush().unwrap();
+    assert_eq!(s.direct_piece_now(), DIRECT_PIECE_WITH_ROOM, "flushed");
+}
+
 #[test]
 fn an_entry_larger_than_the_cache_is_taken_when_the_cache_is_empty() {
     let d = dirs(1 << 20, 10);
