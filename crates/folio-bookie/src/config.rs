@@ -468,7 +468,7 @@ write_cache_bytes = 67108864
 
 # Memory the index keeps of its pages: those read, and those a flush is writing (redb's cache;
 # the index file stays in the OS page cache besides). [dbStorage_rocksDB_blockCacheSize]
-index_cache_bytes = 67108864
+index_cache_bytes = 16777216
 
 # Largest frame accepted on the bookie port, in bytes; a longer frame closes the connection.
 # [nettyMaxFrameSizeBytes]

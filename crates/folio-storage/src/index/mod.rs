@@ -38,10 +38,14 @@ const META: TableDefinition<&str, u32> = TableDefinition::new("meta");
 pub const INDEX_FORMAT_VERSION: u32 = 1;
 /// The file name of the index database inside the index directory.
 pub const INDEX_FILE: &str = "ledger-index.redb";
-/// Memory the index keeps of its pages by default: 64 MiB. redb's own default (1 GiB) let
+/// Memory the index keeps of its pages by default: 16 MiB. redb's own default (1 GiB) let
 /// a bookie's memory grow by about 1.3 MB a second under 100-byte adds (every location it
-/// wrote stayed cached), 349 MB after 150 s against a plateau near 210 MB with 64 MiB.
-pub const DEFAULT_INDEX_CACHE_BYTES: u64 = 64 << 20;
+/// wrote stayed cached), 349 MB after 150 s against a plateau near 210 MB with 64 MiB. The
+/// cached pages are copies of the index file's, which the OS page cache also holds, so a
+/// miss costs a `pread` of a cached page: catch-up reads of 400,000 entries of 1 KiB were
+/// level with 16 and 64 MiB, while after a side-by-side run's phases the 64 MiB were a
+/// third of a bookie's RSS (docs/performance.md).
+pub const DEFAULT_INDEX_CACHE_BYTES: u64 = 16 << 20;
 
 /// The changes one flush makes to the index, committed atomically.
 #[derive(Debug, Default)]
