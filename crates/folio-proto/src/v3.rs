@@ -393,7 +393,6 @@ pub fn encode_request_frame_pieces(req: &Request) -> (Bytes, Option<Bytes>) {
         encode_request_frame(req, &mut frame);
         return (frame.freeze(), None);
     };
-    use prost::encoding::{WireType, encode_key, encode_varint, encoded_len_varint};
     // Exhaustive, so that a field added to AddRequest cannot be silently left out here.
     let crate::pb::AddRequest {
         flag,
@@ -403,35 +402,56 @@ pub fn encode_request_frame_pieces(req: &Request) -> (Bytes, Option<Bytes>) {
         body,
         write_flags,
     } = add;
-    let mut add_head = Vec::with_capacity(64 + master_key.len());
-    prost::encoding::int64::encode(1, ledger_id, &mut add_head);
-    prost::encoding::int64::encode(2, entry_id, &mut add_head);
-    prost::encoding::bytes::encode(3, master_key, &mut add_head);
+    let mut add_fields = Vec::with_capacity(64 + master_key.len());
+    prost::encoding::int64::encode(1, ledger_id, &mut add_fields);
+    prost::encoding::int64::encode(2, entry_id, &mut add_fields);
+    prost::encoding::bytes::encode(3, master_key, &mut add_fields);
     if let Some(w) = write_flags {
-        prost::encoding::int32::encode(5, w, &mut add_head);
+        prost::encoding::int32::encode(5, w, &mut add_fields);
     }
     if let Some(f) = flag {
-        prost::encoding::int32::encode(100, f, &mut add_head);
+        prost::encoding::int32::encode(100, f, &mut add_fields);
     }
-    encode_key(4, WireType::LengthDelimited, &mut add_head);
-    encode_varint(body.len() as u64, &mut add_head);
-    let add_len = add_head.len() + body.len();
     let outer = Request {
         add_request: None,
         ..req.clone()
     };
-    let outer_len = outer.encoded_len();
-    let frame_len = outer_len + 2 + encoded_len_varint(add_len as u64) + add_len;
-    let len = i32::try_from(frame_len).expect("frame body over 2 GiB cannot be framed");
-    let mut head = BytesMut::with_capacity(4 + frame_len - body.len());
-    head.extend_from_slice(&len.to_be_bytes());
+    pieces_with_body_last(&outer, 101, add_fields, 4, body, true)
+}
+
+/// The two pieces of a message whose last field (`field`, a sub-message) ends with the
+/// bytes field `body_field` holding `body`: the head is `outer`'s own fields, `field`'s key
+/// and length, the sub-message's other fields (`inner_fields`, encoded) and `body`'s key and
+/// length; the tail is `body` itself, shared. With `length_prefix` the head starts with the
+/// frame's 4-byte length.
+fn pieces_with_body_last(
+    outer: &impl Message,
+    field: u32,
+    mut inner_fields: Vec<u8>,
+    body_field: u32,
+    body: &Bytes,
+    length_prefix: bool,
+) -> (Bytes, Option<Bytes>) {
+    use prost::encoding::{WireType, encode_key, encode_varint, encoded_len_varint};
+    encode_key(body_field, WireType::LengthDelimited, &mut inner_fields);
+    encode_varint(body.len() as u64, &mut inner_fields);
+    let inner_len = inner_fields.len() + body.len();
+    let key_len = prost::encoding::key_len(field);
+    let frame_len =
+        outer.encoded_len() + key_len + encoded_len_varint(inner_len as u64) + inner_len;
+    let prefix_len = if length_prefix { 4 } else { 0 };
+    let mut head = BytesMut::with_capacity(prefix_len + frame_len - body.len());
+    if length_prefix {
+        let len = i32::try_from(frame_len).expect("frame body over 2 GiB cannot be framed");
+        head.extend_from_slice(&len.to_be_bytes());
+    }
     outer
         .encode(&mut head)
         .expect("the buffer was sized for the message");
-    encode_key(101, WireType::LengthDelimited, &mut head);
-    encode_varint(add_len as u64, &mut head);
-    head.extend_from_slice(&add_head);
-    debug_assert_eq!(head.len() + body.len(), 4 + frame_len);
+    encode_key(field, WireType::LengthDelimited, &mut head);
+    encode_varint(inner_len as u64, &mut head);
+    head.extend_from_slice(&inner_fields);
+    debug_assert_eq!(head.len() + body.len(), prefix_len + frame_len);
     (head.freeze(), Some(body.clone()))
 }
 
@@ -451,7 +471,6 @@ pub fn encode_response_pieces(resp: &Response) -> (Bytes, Option<Bytes>) {
     }) else {
         return (encode_response(resp), None);
     };
-    use prost::encoding::{WireType, encode_key, encode_varint, encoded_len_varint};
     // Exhaustive, so that a field added to ReadResponse cannot be silently left out here.
     let crate::pb::ReadResponse {
         status,
@@ -461,34 +480,21 @@ pub fn encode_response_pieces(resp: &Response) -> (Bytes, Option<Bytes>) {
         max_lac,
         lac_update_timestamp,
     } = read;
-    let mut read_head = Vec::with_capacity(48);
-    prost::encoding::int32::encode(1, status, &mut read_head);
-    prost::encoding::int64::encode(2, ledger_id, &mut read_head);
-    prost::encoding::int64::encode(3, entry_id, &mut read_head);
+    let mut read_fields = Vec::with_capacity(48);
+    prost::encoding::int32::encode(1, status, &mut read_fields);
+    prost::encoding::int64::encode(2, ledger_id, &mut read_fields);
+    prost::encoding::int64::encode(3, entry_id, &mut read_fields);
     if let Some(m) = max_lac {
-        prost::encoding::int64::encode(5, m, &mut read_head);
+        prost::encoding::int64::encode(5, m, &mut read_fields);
     }
     if let Some(t) = lac_update_timestamp {
-        prost::encoding::int64::encode(6, t, &mut read_head);
+        prost::encoding::int64::encode(6, t, &mut read_fields);
     }
-    encode_key(4, WireType::LengthDelimited, &mut read_head);
-    encode_varint(body.len() as u64, &mut read_head);
-    let read_len = read_head.len() + body.len();
     let outer = Response {
         read_response: None,
         ..resp.clone()
     };
-    let outer_len = outer.encoded_len();
-    let mut head = BytesMut::with_capacity(
-        outer_len + 2 + encoded_len_varint(read_len as u64) + read_head.len(),
-    );
-    outer
-        .encode(&mut head)
-        .expect("the buffer was sized for the message");
-    encode_key(100, WireType::LengthDelimited, &mut head);
-    encode_varint(read_len as u64, &mut head);
-    head.extend_from_slice(&read_head);
-    (head.freeze(), Some(body.clone()))
+    pieces_with_body_last(&outer, 100, read_fields, 4, body, false)
 }
 
 /// Appends a response as a whole frame.

@@ -553,6 +553,18 @@ fn response_constructors_and_effective_status() {
     assert_eq!(back, mixed);
 }
 
+/// The second piece of a large message: it must be there, and be `body` itself (shared,
+/// not a copy).
+fn shared_tail(tail: Option<Bytes>, body: &Bytes) -> Bytes {
+    let tail = tail.expect("a large body is a piece of its own");
+    assert_eq!(
+        tail.as_ptr(),
+        body.as_ptr(),
+        "the body is shared, not copied"
+    );
+    tail
+}
+
 /// An add with a large body is framed in two pieces, the body last and not copied: the
 /// bytes are pinned (header, the add's other fields, then the body's key and length, then
 /// the body), and both our decoder and the canonical encoding agree on the message.
@@ -572,12 +584,7 @@ fn a_large_add_is_framed_with_its_body_last_and_uncopied() {
         ..Default::default()
     };
     let (head, tail) = v3::encode_request_frame_pieces(&msg);
-    let tail = tail.expect("a large body is a piece of its own");
-    assert_eq!(
-        tail.as_ptr(),
-        body.as_ptr(),
-        "the body is shared, not copied"
-    );
+    let tail = shared_tail(tail, &body);
     let header = unhex("0a08 0803 1002 1802 2064");
     // ledgerId 1, entryId 0, masterKey, writeFlags 1, flag RECOVERY_ADD, then body (key
     // 0x22, length 4096 = varint 80 20).
@@ -641,12 +648,7 @@ fn a_large_read_response_is_encoded_with_its_entry_last_and_uncopied() {
         ..Default::default()
     };
     let (head, tail) = v3::encode_response_pieces(&msg);
-    let tail = tail.expect("a large entry is a piece of its own");
-    assert_eq!(
-        tail.as_ptr(),
-        entry.as_ptr(),
-        "the entry is shared, not copied"
-    );
+    let tail = shared_tail(tail, &entry);
     // status EOK, ledger 7, entry 0, maxLAC 5, lacUpdateTimestamp 300, then the body's key
     // (0x22) and length (4096 = varint 80 20).
     let read_head = unhex("0800 1007 1800 2805 30ac02 22 8020");
