@@ -293,6 +293,12 @@ impl Bookies {
             .unwrap_or(0)
     }
 
+    /// The connection to `bookie`, if there is one and it is alive; none is made.
+    fn live(&self, bookie: &BookieId) -> Option<Arc<Conn>> {
+        let conn = self.channel(bookie).live.lock().clone();
+        conn.filter(|c| c.shared.is_alive())
+    }
+
     /// Drops every connection (waiting requests fail).
     pub fn close_all(&self) {
         self.channels.lock().clear();
@@ -439,6 +445,11 @@ impl Bookies {
     /// it, `Ok(false)` if it does not support it. A bookie that answers EBADREQ (a Java
     /// bookie: `v3::WRITE_CLOSE` is an operation it never served) is remembered on the
     /// connection, and no write close is sent on that connection again.
+    ///
+    /// Sent only on a live connection, never one made for it: it is advice, sent in the
+    /// background, and a connection attempt to a bookie that is down (or restarting) would
+    /// put that bookie in the reconnect backoff, failing the next foreground request to
+    /// it at once although it may be back by then.
     pub async fn write_close(
         &self,
         bookie: &BookieId,
@@ -446,17 +457,18 @@ impl Bookies {
         master_key: &[u8],
         timeout: Duration,
     ) -> Result<bool, RpcError> {
-        let ch = self.channel(bookie);
-        let (conn, _) = tokio::time::timeout(timeout, self.connection(&ch))
-            .await
-            .map_err(|_| RpcError::Timeout)??;
+        let Some(conn) = self.live(bookie) else {
+            return Err(RpcError::Unreachable(format!(
+                "no live connection to {bookie}"
+            )));
+        };
         if conn.write_close_unsupported.load(Ordering::Relaxed) {
             return Ok(false);
         }
-        match self
-            .call(bookie, req::write_close(ledger, master_key), timeout)
-            .await
-        {
+        let mut req = req::write_close(ledger, master_key);
+        let deadline = tokio::time::Instant::now() + timeout;
+        let answer = self.exchange(&conn, bookie, &mut req, deadline).await;
+        match answer.and_then(|resp| check_answer(bookie, req.header.operation, resp)) {
             Ok(_) => Ok(true),
             Err(RpcError::Status(Status::BadRequest)) => {
                 tracing::debug!(%bookie, "bookie does not support write close (EBADREQ)");
@@ -537,13 +549,7 @@ impl Bookies {
     ) -> Started {
         let deadline = Instant::now() + timeout;
         let operation = req.header.operation;
-        let live = self
-            .channel(bookie)
-            .live
-            .lock()
-            .clone()
-            .filter(|c| c.shared.is_alive());
-        let how = match live {
+        let how = match self.live(bookie) {
             Some(conn) => {
                 let txn = self.next_txn.fetch_add(1, Ordering::Relaxed);
                 req.header.txn_id = txn;
@@ -949,7 +955,15 @@ mod tests {
     {
         let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let id = BookieId::new(l.local_addr().unwrap().to_string()).unwrap();
-        let h = tokio::spawn(async move {
+        (id, serve_on(l, answer))
+    }
+
+    /// Serves one connection accepted on `l`, answering each request with `answer`.
+    fn serve_on<F>(l: TcpListener, answer: F) -> JoinHandle<()>
+    where
+        F: Fn(pb::Request) -> Option<pb::Response> + Send + 'static,
+    {
+        tokio::spawn(async move {
             let (mut s, _) = l.accept().await.unwrap();
             let mut dec = FrameDecoder::new();
             let mut buf = vec![0u8; 4096];
@@ -967,8 +981,7 @@ mod tests {
                     Ok(n) => dec.feed(&buf[..n]),
                 }
             }
-        });
-        (id, h)
+        })
     }
 
     fn ok_add(r: &pb::Request, status: pb::StatusCode) -> pb::Response {
@@ -1037,15 +1050,18 @@ mod tests {
         .await;
         let b = bookies();
         let t = Duration::from_secs(30);
+        let add = || req::add(1, 0, &[0; 20], Bytes::new(), false);
+        // A write close is sent only on a live connection: an add makes it.
+        b.call(&id, add(), t).await.unwrap();
         assert_eq!(b.write_close(&id, 1, &[0; 20], t).await, Ok(false));
         assert_eq!(b.write_close(&id, 2, &[0; 20], t).await, Ok(false));
         assert_eq!(seen.load(Ordering::SeqCst), 1, "asked once per connection");
-        b.call(&id, req::add(1, 0, &[0; 20], Bytes::new(), false), t)
-            .await
-            .unwrap();
+        b.call(&id, add(), t).await.unwrap();
 
         let (id, _h) = serve_once(|r| {
-            let w = r.write_close_request.as_ref().unwrap();
+            let Some(w) = r.write_close_request.as_ref() else {
+                return Some(ok_add(&r, pb::StatusCode::Eok));
+            };
             Some(pb::Response {
                 header: v3::response_header(&r.header),
                 status: pb::StatusCode::Eok as i32,
@@ -1057,8 +1073,38 @@ mod tests {
             })
         })
         .await;
+        b.call(&id, add(), t).await.unwrap();
         assert_eq!(b.write_close(&id, 1, &[0; 20], t).await, Ok(true));
         assert_eq!(b.write_close(&id, 2, &[0; 20], t).await, Ok(true));
+    }
+
+    /// A write close (background advice) to a bookie with no live connection is not sent
+    /// and makes no connection: a bookie that was down while a closed ledger's write
+    /// closes went out, and is back, answers the next request, not the reconnect
+    /// backoff's "unreachable" (a read of a ledger's only copy failed so after a restart).
+    #[tokio::test]
+    async fn a_write_close_makes_no_connection_and_no_backoff() {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let id = BookieId::new(addr.to_string()).unwrap();
+        drop(l);
+        let cfg = ClientConfig {
+            reconnect_backoff: Duration::from_secs(60),
+            ..ClientConfig::default()
+        };
+        let b = Bookies::new(Arc::new(TcpConnector), Arc::new(cfg));
+        let t = Duration::from_secs(30);
+        let r = b.write_close(&id, 1, &[0; 20], t).await;
+        let Err(RpcError::Unreachable(reason)) = r else {
+            panic!("{r:?}")
+        };
+        assert!(reason.contains("no live connection"), "{reason}");
+        // The bookie comes back on its address.
+        let l = TcpListener::bind(addr).await.unwrap();
+        let _h = serve_on(l, |r| Some(ok_add(&r, pb::StatusCode::Eok)));
+        b.call(&id, req::add(1, 0, &[0; 20], Bytes::new(), false), t)
+            .await
+            .unwrap();
     }
 
     /// A bookie that restarts after every answer: each connection serves one add, then

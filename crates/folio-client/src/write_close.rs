@@ -1,7 +1,9 @@
 //! BP-32's advisory write close (seed 001), sent by the client when a ledger is closed by
 //! its writer or by recovery, and by autorecovery to the bookie it copied a closed
-//! ledger's entries to (`Client::write_close_in_background`): every bookie of the ledger may then rotate its entry log for
-//! the ledger at the next checkpoint, instead of waiting for the access expiry.
+//! ledger's entries to (`Client::write_close_in_background`): every bookie of the ledger
+//! may then rotate its entry log for the ledger at the next checkpoint, instead of waiting
+//! for the access expiry. Only bookies the client is connected to are told
+//! (`Bookies::write_close` makes no connection).
 //!
 //! Best effort, always: the messages go out on a task of their own, after the close has
 //! succeeded, and nothing waits for them; an error is logged at debug level and forgotten.
