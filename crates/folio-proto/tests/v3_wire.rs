@@ -269,22 +269,25 @@ fn read_response_bytes() {
         &[rr.len() as u8],
         &rr,
     ]);
-    check_response(
-        &bytes,
-        &pb::Response {
-            header: v3::response_header(&v3::request_header(OperationType::ReadEntry, 5, None)),
+    check_response(&bytes, &read_response(Bytes::from_static(&[0xaa, 0xbb])));
+}
+
+/// The read response the read-response tests pin: txn 5, EOK, ledger 7, entry 0, `body`,
+/// maxLAC 5, lacUpdateTimestamp 300.
+fn read_response(body: Bytes) -> pb::Response {
+    pb::Response {
+        header: v3::response_header(&v3::request_header(OperationType::ReadEntry, 5, None)),
+        status: StatusCode::Eok as i32,
+        read_response: Some(pb::ReadResponse {
             status: StatusCode::Eok as i32,
-            read_response: Some(pb::ReadResponse {
-                status: StatusCode::Eok as i32,
-                ledger_id: 7,
-                entry_id: 0,
-                body: Some(Bytes::from_static(&[0xaa, 0xbb])),
-                max_lac: Some(5),
-                lac_update_timestamp: Some(300),
-            }),
-            ..Default::default()
-        },
-    );
+            ledger_id: 7,
+            entry_id: 0,
+            body: Some(body),
+            max_lac: Some(5),
+            lac_update_timestamp: Some(300),
+        }),
+        ..Default::default()
+    }
 }
 
 #[test]
@@ -634,19 +637,7 @@ fn a_large_add_is_framed_with_its_body_last_and_uncopied() {
 #[test]
 fn a_large_read_response_is_encoded_with_its_entry_last_and_uncopied() {
     let entry = Bytes::from(vec![0x42u8; v3::UNCOPIED_BODY_BYTES]);
-    let msg = pb::Response {
-        header: v3::response_header(&v3::request_header(OperationType::ReadEntry, 5, None)),
-        status: StatusCode::Eok as i32,
-        read_response: Some(pb::ReadResponse {
-            status: StatusCode::Eok as i32,
-            ledger_id: 7,
-            entry_id: 0,
-            body: Some(entry.clone()),
-            max_lac: Some(5),
-            lac_update_timestamp: Some(300),
-        }),
-        ..Default::default()
-    };
+    let msg = read_response(entry.clone());
     let (head, tail) = v3::encode_response_pieces(&msg);
     let tail = shared_tail(tail, &entry);
     // status EOK, ledger 7, entry 0, maxLAC 5, lacUpdateTimestamp 300, then the body's key
