@@ -201,7 +201,8 @@ enum LacMode {
 pub struct ReadHandle {
     inner: Arc<Inner>,
     ledger: LedgerId,
-    meta: Mutex<Versioned<LedgerMetadata>>,
+    /// Shared, so that a read takes a reference to it rather than a copy.
+    meta: Mutex<Arc<LedgerMetadata>>,
     digest: DigestManager,
     lac: AtomicI64,
     /// The ledger's metadata as the store pushes it, made at the first long poll and kept
@@ -236,7 +237,7 @@ impl ReadHandle {
         ReadHandle {
             inner,
             ledger,
-            meta: Mutex::new(meta),
+            meta: Mutex::new(Arc::new(meta.value)),
             digest,
             lac: AtomicI64::new(lac),
             watch: Mutex::new(None),
@@ -250,11 +251,16 @@ impl ReadHandle {
 
     /// The metadata as this handle last read it.
     pub fn metadata(&self) -> LedgerMetadata {
-        self.meta.lock().value.clone()
+        LedgerMetadata::clone(&self.meta.lock())
+    }
+
+    /// The same, shared.
+    fn shared_metadata(&self) -> Arc<LedgerMetadata> {
+        self.meta.lock().clone()
     }
 
     pub fn is_closed(&self) -> bool {
-        self.meta.lock().value.is_closed()
+        self.meta.lock().is_closed()
     }
 
     /// The last entry readers may read: the last entry of a closed ledger, or the LAC
@@ -362,12 +368,24 @@ impl ReadHandle {
     }
 
     async fn read_range_once(&self, first: EntryId, last: EntryId) -> Result<Vec<LedgerEntry>> {
-        let meta = Arc::new(self.metadata());
+        let meta = self.shared_metadata();
         if meta.is_closed() && last > meta.last_entry_id {
             return Err(ClientError::NoSuchEntry {
                 ledger: self.ledger,
                 entry: meta.last_entry_id + 1,
             });
+        }
+        if first == last {
+            // One entry (a reader with many single reads in flight): read it here, without
+            // a task of its own.
+            let payload = read_entry(&self.inner, &meta, &self.digest, first)
+                .await?
+                .payload;
+            return Ok(vec![LedgerEntry {
+                ledger_id: self.ledger,
+                entry_id: first,
+                payload,
+            }]);
         }
         // A sliding window: `read_parallelism` entries in flight, the next one sent as soon
         // as any answers (a slow replica holds up only its own entry's slot).
@@ -642,7 +660,7 @@ impl ReadHandle {
             })?;
         let lac = metadata_lac(&m.value);
         let closed = m.value.is_closed();
-        *self.meta.lock() = m;
+        *self.meta.lock() = Arc::new(m.value);
         if closed {
             // Only the metadata bounds a closed ledger: bookies may hold entries (and LACs)
             // past its end, written by a concurrent recovery.
