@@ -330,6 +330,14 @@ impl Bookies {
         {
             return Ok((c.clone(), false));
         }
+        // Boxed: the connect (with StartTLS and the handshake) is a large future, which
+        // every request's own future would otherwise carry, and copy, for nothing.
+        Box::pin(self.connect(ch)).await
+    }
+
+    /// Makes the connection to the bookie, unless another request made it meanwhile or
+    /// the last attempt's backoff still holds.
+    async fn connect(&self, ch: &Channel) -> Result<(Arc<Conn>, bool), RpcError> {
         let mut st = ch.state.lock().await;
         if let Some(c) = &st.conn
             && c.shared.is_alive()
@@ -610,10 +618,12 @@ impl Bookies {
             deadline,
             how,
         } = started;
+        // The paths that (re)connect are boxed: an add's future is made for every add and
+        // bookie, and stays small with them out of line.
         let (conn, txn, rx, frame) = match how {
             StartedHow::Unsent(req) => {
                 let timeout = deadline.saturating_duration_since(Instant::now());
-                return self.call(&bookie, *req, timeout).await;
+                return Box::pin(self.call(&bookie, *req, timeout)).await;
             }
             StartedHow::Queued {
                 conn,
@@ -633,28 +643,39 @@ impl Bookies {
             // A stale pooled connection: once more on a new one, as `call_on` does.
             Err(RpcError::Unreachable(reason)) => {
                 tracing::debug!(%bookie, "stale connection ({reason}); reconnecting");
-                let ch = self.channel(&bookie);
-                let (conn, _) = tokio::time::timeout_at(deadline, self.connection(&ch))
-                    .await
-                    .map_err(|_| RpcError::Timeout)??;
-                let (tx, rx) = oneshot::channel();
-                match conn.shared.waiting.lock().as_mut() {
-                    Ok(map) => map.insert(txn, tx),
-                    Err(why) => return Err(RpcError::Unreachable(why.clone())),
-                };
-                let _guard = WaitGuard {
-                    shared: &conn.shared,
-                    txn,
-                };
-                if conn.outbox.push(frame).is_err() {
-                    conn.shared.kill("connection writer stopped");
-                }
-                conn.outbox.flush();
-                wait_answer(&bookie, rx, deadline).await?
+                Box::pin(self.resend(&bookie, txn, frame, deadline)).await?
             }
             other => other?,
         };
         check_answer(&bookie, operation, resp)
+    }
+
+    /// Sends a started request's frame again, on a new connection.
+    async fn resend(
+        &self,
+        bookie: &BookieId,
+        txn: u64,
+        frame: FramePieces,
+        deadline: Instant,
+    ) -> Result<pb::Response, RpcError> {
+        let ch = self.channel(bookie);
+        let (conn, _) = tokio::time::timeout_at(deadline, self.connection(&ch))
+            .await
+            .map_err(|_| RpcError::Timeout)??;
+        let (tx, rx) = oneshot::channel();
+        match conn.shared.waiting.lock().as_mut() {
+            Ok(map) => map.insert(txn, tx),
+            Err(why) => return Err(RpcError::Unreachable(why.clone())),
+        };
+        let _guard = WaitGuard {
+            shared: &conn.shared,
+            txn,
+        };
+        if conn.outbox.push(frame).is_err() {
+            conn.shared.kill("connection writer stopped");
+        }
+        conn.outbox.flush();
+        wait_answer(bookie, rx, deadline).await
     }
 }
 
@@ -1263,6 +1284,29 @@ mod tests {
         assert!(
             writes * 2 < sent,
             "{sent} requests in {writes} writes: callers woken together wrote one by one"
+        );
+    }
+
+    /// An add's future is made (and moved to the heap) for every add and bookie: the paths
+    /// that connect are boxed out of line so that it stays small (5 KB with them inline,
+    /// copied three times per entry, was 8% of a writer's CPU at 100 B entries).
+    #[tokio::test]
+    async fn a_request_future_does_not_carry_the_connect_path() {
+        let b = bookies();
+        let id = BookieId::new("127.0.0.1:1".to_string()).unwrap();
+        let t = Duration::from_secs(1);
+        let started = b.start(&id, req::add(1, 0, &[0; 20], Bytes::new(), false), t);
+        let finish = b.finish(started);
+        assert!(
+            std::mem::size_of_val(&finish) <= 2048,
+            "finish: {} bytes",
+            std::mem::size_of_val(&finish)
+        );
+        let call = b.call(&id, req::read(1, 0, None), t);
+        assert!(
+            std::mem::size_of_val(&call) <= 3072,
+            "call: {} bytes",
+            std::mem::size_of_val(&call)
         );
     }
 
