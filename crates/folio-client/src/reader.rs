@@ -375,18 +375,6 @@ impl ReadHandle {
                 entry: meta.last_entry_id + 1,
             });
         }
-        if first == last {
-            // One entry (a reader with many single reads in flight): read it here, without
-            // a task of its own.
-            let payload = read_entry(&self.inner, &meta, &self.digest, first)
-                .await?
-                .payload;
-            return Ok(vec![LedgerEntry {
-                ledger_id: self.ledger,
-                entry_id: first,
-                payload,
-            }]);
-        }
         // A sliding window: `read_parallelism` entries in flight, the next one sent as soon
         // as any answers (a slow replica holds up only its own entry's slot).
         let window = self.inner.config.read_parallelism.max(1);
