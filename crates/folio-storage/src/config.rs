@@ -12,8 +12,8 @@ pub struct JournalConfig {
     /// `journalDirectories`. Ledgers are hashed onto the directories; each has its own
     /// writer thread, its own files (`<dir>/current/*.txn`) and its own mark.
     pub dirs: Vec<PathBuf>,
-    /// `journalMaxGroupWaitMSec` (2 ms): the longest an add waits for others to share
-    /// its fdatasync.
+    /// `journalMaxGroupWaitMSec` (2 ms): with `flush_when_queue_empty` off, the longest an
+    /// add waits for others to share its fdatasync.
     pub max_group_wait: Duration,
     /// `journalBufferedWritesThreshold`: a group is written once it holds this many bytes.
     /// **Folio's default is 2 MiB**, BookKeeper's 512 KiB: with 64 KiB entries at 256 in
@@ -27,21 +27,14 @@ pub struct JournalConfig {
     /// instead of waiting for `max_group_wait`. **Folio's default is true**, BookKeeper's
     /// false: groups still form by themselves (whatever arrives while a group is written
     /// and fdatasynced is the next group, so they grow with the load), and nothing waits
-    /// for a timer. Measured on this project's machine (docs/performance.md, "Group
-    /// commit without a timer"): one add in flight p50 0.12 ms against 3.9 ms with the
-    /// timer, and 2.5x the throughput of 1 KiB adds at 256 in flight. `false` gives
+    /// for a timer, however busy the journal. Measured on this project's machine
+    /// (docs/performance.md, "Group commit without a timer" and "Group commit at once
+    /// under load"): one add in flight p50 0.12 ms against 3.9 ms with the timer; over the
+    /// network at 128 in flight, 1.4-1.6x the throughput at 100 B and 1 KiB of a group
+    /// that waited for more under load (bookie CPU per entry level). `false` gives
     /// BookKeeper's timer back (for a disk whose fdatasync costs the same whatever the
     /// group size and where fewer fdatasyncs matter more than latency).
     pub flush_when_queue_empty: bool,
-    /// Folio's own (default 2 ms, so `max_group_wait` bounds it): with
-    /// `flush_when_queue_empty`, after a group of 32 records or more (many adds at once),
-    /// the next group waits for more, up to `max_group_wait`, while each arrives within
-    /// this of the one before; then it goes. Written at once, small groups cost a write,
-    /// an fdatasync and wake-ups each, which at 1 KiB and 128 in flight over the network
-    /// made BookKeeper's timer faster. A shorter linger (250 µs) helped an in-process
-    /// client, whose adds in flight are all queued already, but lost over the network,
-    /// where they trickle in (docs/performance.md, "Group commit without a timer").
-    pub busy_linger: Duration,
     /// `journalMaxSizeMB` (2048 MiB): a journal file is closed and a new one started past
     /// this size.
     pub max_file_size: u64,
@@ -96,7 +89,6 @@ impl Default for JournalConfig {
             max_group_bytes: 2 * 1024 * 1024,
             max_group_entries: 0,
             flush_when_queue_empty: true,
-            busy_linger: Duration::from_millis(2),
             max_file_size: 2048 * 1024 * 1024,
             prealloc_size: 16 * 1024 * 1024,
             remove_pages_from_cache: true,

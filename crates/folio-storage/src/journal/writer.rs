@@ -45,14 +45,6 @@ const PREALLOC_CHUNK: u64 = 1 << 20;
 /// a few MiB, few enough that no group waits long behind the zeroes.
 const MAX_PIECES_PER_GROUP: u64 = 4;
 
-/// A group of this many records means many adds are coming at once: then the next group
-/// waits (up to `max_group_wait`, and only while adds keep arriving, `busy_linger`) to fill
-/// instead of being written as soon as the queue is empty. Writing each group at once costs a write, an fdatasync and a round of wake-ups
-/// per group; at 1 KiB and 128 adds in flight over the network that cost CPU enough that
-/// BookKeeper's timer was 1.27x faster, while at 1 and 16 in flight (groups of 1-10)
-/// writing at once was 2-6x faster (docs/performance.md, "Group commit without a timer").
-const BUSY_GROUP: usize = 32;
-
 /// A group slower than this (queued or on disk) is logged at debug level.
 pub(crate) const SLOW_GROUP: std::time::Duration = std::time::Duration::from_millis(10);
 
@@ -207,8 +199,8 @@ struct Queue {
     /// The writer thread is waiting for work (or has exited): nothing of it touches a file
     /// until it is woken ([`DirShared::wait_idle`]).
     idle: bool,
-    /// Set while the writer holds a group open waiting for its timer (the group-commit
-    /// timer or the busy linger): it needs waking only once the queue alone would fill
+    /// Set while the writer holds a group open waiting for the group-commit timer
+    /// (`flush_when_queue_empty` off): it needs waking only once the queue alone would fill
     /// the group, at these queued bytes or records. A wake-up per add there cost a futex
     /// call and a context switch for each add, only to go back to sleep.
     lingering: Option<Fill>,
@@ -356,9 +348,6 @@ pub(crate) struct Writer {
     buf: AlignedBuf,
     zeros: AlignedBuf,
     batch: Vec<Request>,
-    /// Records in the last group taken: under load (`BUSY_GROUP` or more) the next group
-    /// waits for the timer even with `flush_when_queue_empty`.
-    last_group: usize,
     /// Where written groups go to be made durable.
     sync: Sync,
 }
@@ -414,7 +403,6 @@ impl Writer {
             buf: AlignedBuf::with_capacity(1 << 16),
             zeros,
             batch: Vec::new(),
-            last_group: 0,
             sync: Sync::Inline(syncer),
         };
         w.reopen_direct();
@@ -493,10 +481,6 @@ impl Writer {
         let deadline = first_enqueued + self.cfg.max_group_wait;
         let mut bytes = 0u64;
         let cfg = &self.cfg;
-        let at_once = cfg.flush_when_queue_empty && self.last_group < BUSY_GROUP;
-        // Under load the group waits only while adds keep coming: once none has arrived
-        // for `busy_linger` (all in flight may be here already), it goes.
-        let linger = cfg.flush_when_queue_empty && !at_once;
         let full = |bytes: u64, n: usize| {
             bytes >= cfg.max_group_bytes
                 || (cfg.max_group_entries > 0 && n as u64 >= cfg.max_group_entries)
@@ -510,21 +494,17 @@ impl Writer {
                 self.batch.push(r);
             }
             let now = self.clock.now();
-            let newest = self.batch.last().map_or(first_enqueued, |r| r.enqueued);
-            let quiet = linger && now >= newest + cfg.busy_linger;
-            if full(bytes, self.batch.len()) || q.shutdown || at_once || quiet || now >= deadline {
+            if full(bytes, self.batch.len())
+                || q.shutdown
+                || cfg.flush_when_queue_empty
+                || now >= deadline
+            {
                 // BookKeeper's gauge: records waiting for the journal thread.
                 metrics::gauge!("bookie_journal_JOURNAL_QUEUE_SIZE").set(q.reqs.len() as f64);
-                self.last_group = self.batch.len();
                 return true;
             }
-            let until = if linger {
-                deadline.min(newest + cfg.busy_linger)
-            } else {
-                deadline
-            };
             // Adds arriving meanwhile wake the writer only if they fill the group: at
-            // `until` it takes them and, if they moved `newest`, waits again.
+            // the deadline it takes them.
             q.lingering = Some(Fill {
                 bytes: cfg.max_group_bytes.saturating_sub(bytes),
                 records: match cfg.max_group_entries {
@@ -532,7 +512,7 @@ impl Writer {
                     n => (n as usize).saturating_sub(self.batch.len()),
                 },
             });
-            shared.cv.wait_for(&mut q, until - now);
+            shared.cv.wait_for(&mut q, deadline - now);
             q.lingering = None;
         }
     }
