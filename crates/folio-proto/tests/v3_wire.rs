@@ -628,6 +628,23 @@ fn a_large_add_is_framed_with_its_body_last_and_uncopied() {
     let mut framed = BytesMut::new();
     v3::encode_request_frame(&small, &mut framed);
     assert_eq!(&one[..], &framed[..]);
+    // The frame is encoded in place: its length prefix, then the canonical encoding.
+    let canonical = v3::encode_request(&small);
+    assert_eq!(&framed[..4], &(canonical.len() as u32).to_be_bytes());
+    assert_eq!(&framed[4..], &canonical[..]);
+}
+
+/// A response frame, encoded in place after its length prefix, is its length and the
+/// canonical encoding, appended after what the buffer already holds.
+#[test]
+fn a_response_frame_is_its_length_then_the_canonical_encoding() {
+    let msg = read_response(Bytes::from(vec![7u8; 1000]));
+    let mut framed = BytesMut::from(&b"before"[..]);
+    v3::encode_response_frame(&msg, &mut framed);
+    let canonical = v3::encode_response(&msg);
+    assert_eq!(&framed[..6], b"before");
+    assert_eq!(&framed[6..10], &(canonical.len() as u32).to_be_bytes());
+    assert_eq!(&framed[10..], &canonical[..]);
 }
 
 /// A read response with a large entry is encoded in two pieces, the entry last and not
