@@ -77,6 +77,7 @@ struct Proc {
     stdin: Option<ChildStdin>,
     lines: Receiver<String>,
     stderr: Arc<Mutex<String>>,
+    stderr_reader: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Proc {
@@ -99,7 +100,7 @@ impl Proc {
         let stderr = Arc::new(Mutex::new(String::new()));
         let mut pipe = child.stderr.take().expect("piped stderr");
         let sink = stderr.clone();
-        std::thread::spawn(move || {
+        let stderr_reader = std::thread::spawn(move || {
             let mut buf = [0u8; 4096];
             while let Ok(n) = pipe.read(&mut buf) {
                 if n == 0 {
@@ -116,6 +117,7 @@ impl Proc {
             stdin,
             lines,
             stderr,
+            stderr_reader: Some(stderr_reader),
         }
     }
 
@@ -134,6 +136,17 @@ impl Proc {
 
     fn stderr(&self) -> String {
         self.stderr.lock().unwrap().clone()
+    }
+
+    /// All the process wrote to stderr: ends it if it still runs, then waits for the
+    /// reader thread to drain the pipe. Stdout's EOF can come before the last of stderr
+    /// is read, so `stderr()` right after an exit may miss why it exited.
+    fn stderr_at_exit(&mut self) -> String {
+        self.kill();
+        if let Some(reader) = self.stderr_reader.take() {
+            let _ = reader.join();
+        }
+        self.stderr()
     }
 
     fn kill(&mut self) {
@@ -360,14 +373,14 @@ impl Cluster {
                 .arg(&b.dir)
                 .arg("--config")
                 .arg(&b.config);
-            let p = Proc::spawn(cmd);
+            let mut p = Proc::spawn(cmd);
             while let Some(line) = p.next_line() {
                 if line == "ready" {
                     b.proc = Some(p);
                     return Ok(());
                 }
             }
-            last = p.stderr();
+            last = p.stderr_at_exit();
             drop(p);
             std::thread::sleep(Duration::from_millis(500));
         }
@@ -481,7 +494,7 @@ fn writer(
         rec.end = if status.success() {
             "closed".into()
         } else {
-            p.stderr().lines().last().unwrap_or("").to_string()
+            p.stderr_at_exit().lines().last().unwrap_or("").to_string()
         };
         done.push(rec);
     }
