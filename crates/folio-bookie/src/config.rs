@@ -264,7 +264,7 @@ impl Default for BookieConfig {
             max_active_entry_logs: 500,
             entry_log_access_expiry_s: 300,
             entry_log_direct_io: true,
-            read_ahead_cache_bytes: 0,
+            read_ahead_cache_bytes: folio_storage::ledger_store::DEFAULT_READ_AHEAD_CACHE_BYTES,
             read_ahead_batch_size: 100,
             write_cache_bytes: 64 << 20,
             index_cache_bytes: folio_storage::index::DEFAULT_INDEX_CACHE_BYTES,
@@ -452,11 +452,11 @@ entry_log_access_expiry_s = 300
 entry_log_direct_io = true
 
 # Bound on entries read ahead of catch-up readers: a read that misses the caches also reads the
-# ledger's following entries in the same read of the entry log (at most 1 MiB) and keeps them
-# here for the reads that follow. 0 (the default) turns read-ahead off: with the entry logs in the
-# page cache it only costs (a reader with several reads in flight has each of them read ahead);
-# it pays with entry_log_direct_io. (BookKeeper's dbStorage_readAheadCacheMaxSizeMb, in bytes.)
-read_ahead_cache_bytes = 0
+# ledger's following entries in the same read of the entry log (at most 128 KiB: entries of
+# 64 KiB and more are read alone) and keeps them here for the reads that follow. 0 turns
+# read-ahead off. A bookie that only serves writes and tailing reads never fills it.
+# (BookKeeper's dbStorage_readAheadCacheMaxSizeMb, in bytes.)
+read_ahead_cache_bytes = 16777216
 
 # Entries read ahead after such a miss. [dbStorage_readAheadCacheBatchSize]
 read_ahead_batch_size = 100

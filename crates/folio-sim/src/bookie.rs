@@ -54,9 +54,9 @@ pub struct BookieKnobs {
     /// torn writes land on rewrites of blocks that hold synced records. Drawn per start
     /// of a bookie, like `per_ledger_logs`.
     pub direct_entry_logs: bool,
-    /// The read-ahead cache on (`read_ahead_cache_bytes`, off by default in a bookie):
-    /// reads after compactions, crashes and re-puts must still get the live copy. Drawn
-    /// per start of a bookie.
+    /// The read-ahead cache on (`read_ahead_cache_bytes`, on by default in a bookie) or
+    /// off: reads after compactions, crashes and re-puts must still get the live copy.
+    /// Drawn per start of a bookie.
     pub read_ahead: bool,
 }
 
@@ -144,9 +144,7 @@ fn store_config(knobs: BookieKnobs) -> LedgerStoreConfig {
     c.entry_log_size_limit = ENTRY_LOG_SIZE_LIMIT;
     c.write_cache_bytes = WRITE_CACHE_BYTES;
     c.entry_log_direct_io = knobs.direct_entry_logs;
-    if knobs.read_ahead {
-        c.read_ahead_cache_bytes = 64 << 20;
-    }
+    c.read_ahead_cache_bytes = if knobs.read_ahead { 64 << 20 } else { 0 };
     if knobs.per_ledger_logs {
         c.entry_log_per_ledger = true;
         c.max_active_entry_logs = 2;

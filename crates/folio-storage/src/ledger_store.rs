@@ -31,6 +31,7 @@ pub use gc::EntryLogGcStats;
 
 mod compaction;
 mod gc;
+mod read_ahead;
 
 /// BookKeeper's `logSizeLimit` default (1 GiB).
 pub const DEFAULT_ENTRY_LOG_SIZE_LIMIT: u64 = 1 << 30;
@@ -77,15 +78,20 @@ pub struct LedgerStoreConfig {
     pub index_cache_bytes: u64,
 }
 
-/// The default read-ahead bound: none. Measured (docs/performance.md, "Direct I/O and
-/// read-ahead"), read-ahead slowed autorecovery's copies to less than half: a reader
-/// with several sequential reads in flight (the replicator keeps 10) has each of them
-/// miss at once and read ahead the same run, while the page cache already held it.
-pub const DEFAULT_READ_AHEAD_CACHE_BYTES: u64 = 0;
+/// The default read-ahead bound: 16 MiB. Off until 2026-12-04: read-ahead then slowed
+/// autorecovery's copies to less than half (a reader with several sequential reads in
+/// flight had each of them miss at once and read ahead the same run). Runs are now read
+/// once (`read_ahead.rs`), from the page cache without a hand-off, and cached whole; warm
+/// catch-up reads of 1 KiB entries cost the bookies 0.82x the CPU (docs/performance.md,
+/// "Read-ahead that pays"). A bookie that only writes never fills it.
+pub const DEFAULT_READ_AHEAD_CACHE_BYTES: u64 = 16 << 20;
 /// BookKeeper's `dbStorage_readAheadCacheBatchSize`.
 pub const DEFAULT_READ_AHEAD_BATCH_SIZE: usize = 100;
-/// One read-ahead read: 1 MiB (BookKeeper bounds it by the entry count only).
-pub const DEFAULT_READ_AHEAD_BATCH_BYTES: usize = 1 << 20;
+/// One read-ahead read: 128 KiB (BookKeeper bounds it by the entry count only). A run
+/// of 100 entries of 1 KiB fits; entries of 64 KiB and more are read alone: read ahead
+/// from the page cache, a bookie of a striped ensemble copies runs of which it serves a
+/// third, and catch-up reads of 64 KiB entries ran at 0.7x (docs/performance.md).
+pub const DEFAULT_READ_AHEAD_BATCH_BYTES: usize = 128 << 10;
 
 impl LedgerStoreConfig {
     /// A configuration with BookKeeper's default sizes.
@@ -324,6 +330,8 @@ pub struct LedgerStore {
     read_ahead: bool,
     read_ahead_batch_size: usize,
     read_ahead_batch_bytes: usize,
+    /// Runs being read ahead from the disk, which reads inside them wait for.
+    runs_in_flight: read_ahead::RunsInFlight,
     /// Negative control (`NegativeControls::index_before_entry_log_sync`).
     index_first_for_tests: std::sync::atomic::AtomicBool,
     /// Each ledger directory's and the index directory's `LOCK` (dropped last).
@@ -429,6 +437,7 @@ impl LedgerStore {
             read_cache: Mutex::new(read_cache),
             read_ahead_batch_size: config.read_ahead_batch_size,
             read_ahead_batch_bytes: config.read_ahead_batch_bytes,
+            runs_in_flight: read_ahead::RunsInFlight::default(),
             index_first_for_tests: std::sync::atomic::AtomicBool::new(false),
             _locks: locks,
         })
@@ -564,20 +573,23 @@ impl LedgerStore {
     }
 
     /// [`LedgerStore::get_entry`] only if it cannot wait for the disk: the entry is in
-    /// the write cache or the read-ahead cache, or (without read-ahead, which reads runs
-    /// on the blocking path) the entry log's bytes are in the page cache. `None` when the
-    /// read would block, and also when the entry is absent or the read would fail: the
-    /// blocking path then answers, with its error. The index lookup is made here: redb
-    /// keeps the pages it reads in its own cache, and the index file is small next to the
-    /// entry logs.
+    /// the write cache or the read-ahead cache, or the entry log's bytes are in the page
+    /// cache (with read-ahead, the run after the entry too, which goes to the read-ahead
+    /// cache). `None` when the read would block, and also when the entry is absent or the
+    /// read would fail: the blocking path then answers, with its error. The index lookup
+    /// is made here: redb keeps the pages it reads in its own cache, and the index file is
+    /// small next to the entry logs.
     pub fn get_entry_nowait(&self, ledger: i64, entry: i64) -> Option<Bytes> {
         match self.find_in_memory(ledger, entry).ok()? {
             InMemory::Found(data) => Some(data),
             InMemory::Absent => None,
-            InMemory::OnDisk { .. } if self.read_ahead => None,
-            InMemory::OnDisk { entry, .. } => {
+            InMemory::OnDisk { entry, flushes } => {
                 let loc = self.index.get(ledger, entry).ok()??;
-                self.logs.read_nowait(loc, ledger, entry)
+                if self.read_ahead {
+                    self.read_run_nowait(loc, ledger, entry, flushes)
+                } else {
+                    self.logs.read_nowait(loc, ledger, entry)
+                }
             }
         }
     }
@@ -591,6 +603,9 @@ impl LedgerStore {
             InMemory::OnDisk { entry, flushes } => (entry, flushes),
         };
         let read_ahead = self.read_ahead;
+        if read_ahead && let Some(data) = self.wait_for_run(ledger, entry)? {
+            return Ok(Some(data));
+        }
         // The flush that removed the entry from the cache committed the index first.
         let found = self.index.get(ledger, entry)?;
         #[cfg(test)]
@@ -623,9 +638,7 @@ impl LedgerStore {
     }
 
     /// Reads the entry at `loc`, and with `read_ahead` the run of the ledger's next
-    /// entries after it, which go to the read cache unless the ledger was deleted
-    /// meanwhile or a flush finished since the write cache showed `flushes` (a put
-    /// flushed since then would have a newer copy than the index said).
+    /// entries after it, which go to the read cache (see `read_ahead.rs`).
     fn read_from_log(
         &self,
         loc: Location,
@@ -634,41 +647,11 @@ impl LedgerStore {
         read_ahead: bool,
         flushes: u64,
     ) -> Result<Bytes, LedgerStoreError> {
-        if !read_ahead {
-            return self.logs.read(loc, ledger, entry);
+        if read_ahead {
+            self.read_run_blocking(loc, ledger, entry, flushes)
+        } else {
+            self.logs.read(loc, ledger, entry)
         }
-        let record = (crate::entry_log::format::RECORD_HEADER_LEN + loc.len as usize) as u64;
-        let bytes = record
-            .saturating_mul(self.read_ahead_batch_size as u64 + 1)
-            .min(self.read_ahead_batch_bytes as u64) as usize;
-        let (data, run) =
-            self.logs
-                .read_run(loc, ledger, entry, bytes, self.read_ahead_batch_size)?;
-        // Only copies the index points at: the log may hold older ones (a failed flush
-        // rewrites its entries elsewhere, a compaction cut short by a crash leaves both).
-        let mut live = Vec::with_capacity(run.len());
-        for (e, at, d) in run {
-            // An index error here ends the run; the entry asked for was already read.
-            if !matches!(self.index.get(ledger, e), Ok(Some(l)) if l == at) {
-                break;
-            }
-            live.push((e, d));
-        }
-        if !live.is_empty() {
-            let st = self.state.lock();
-            if st.cache.flushes() == flushes && st.ledgers.get(&ledger).is_some_and(|i| !i.deleted)
-            {
-                let mut rc = self.read_cache.lock();
-                for (e, d) in live {
-                    // A put since the index lookup has the newer copy, still in the
-                    // write cache (no flush finished), which reads look at first.
-                    if !st.cache.contains(ledger, e) {
-                        rc.insert(ledger, e, d);
-                    }
-                }
-            }
-        }
-        Ok(data)
     }
 
     /// Reads served by the read-ahead cache since the store opened.

@@ -5,33 +5,54 @@
 //! A flush writes each ledger's entries in entry order, so a catch-up reader (a Pulsar
 //! consumer with a backlog, a replication worker copying a fragment) asks next for what
 //! follows on disk. On a miss the store reads one larger piece of the log from the
-//! requested record on, and every following record of the same ledger with the next
-//! entry id, checked as any read is (length, CRC32C, ledger and entry), lands here: one
-//! `pread` and one index lookup serve the whole run. That matters most when entry logs
-//! are written with direct I/O and the page cache no longer holds them.
+//! requested record on, and the run of following records of the same ledger with the
+//! next entry ids lands here whole: one `pread` and one index scan serve the run.
 //!
-//! Only the copy the index points at is kept (a log may hold older ones), and a put of
-//! the same entry drops it (`remove`), as does a deleted ledger (`remove_ledger`); the
-//! store checks deletion and the write cache before asking.
-//! Eviction is first-in first-out under a byte bound, as BookKeeper's ring of segments.
+//! The cache holds runs, not entries: one insertion per run and a lookup of the run that
+//! covers an entry (a bookie of a striped ensemble is asked for only some of a run's
+//! entries, so per-entry bookkeeping was most of the cost, docs/performance.md). A run's
+//! records are kept whole and their checksums verified when served: most of a run may
+//! never be asked for. A record that fails the check is dropped and the read goes to the
+//! disk, whose read names the damage.
+//!
+//! Only the copies the index points at are kept (the store checks before inserting), a
+//! put of the same entry drops it (`remove`), as does a deleted ledger (`remove_ledger`);
+//! the store checks deletion and the write cache before asking. Eviction is first-in
+//! first-out by run under a byte bound, as BookKeeper's ring of segments.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use bytes::Bytes;
 
-/// Read-ahead entries under a byte bound.
+use crate::entry_log::format;
+
+/// One run read ahead: the records of consecutive entries from its first.
+#[derive(Debug)]
+struct Run {
+    /// Which insertion this is (eviction skips a run replaced since).
+    seq: u64,
+    bytes: u64,
+    /// Whole records (header and payload); `None` once put again or found damaged.
+    records: Vec<Option<Bytes>>,
+}
+
+/// Runs read ahead under a byte bound.
 #[derive(Debug, Default)]
 pub struct ReadCache {
     limit: u64,
     used: u64,
-    entries: HashMap<(i64, i64), Bytes>,
-    /// Insertion order, for eviction; may name entries already removed.
-    order: VecDeque<(i64, i64)>,
+    /// ledger -> first entry of a run -> the run.
+    ledgers: HashMap<i64, BTreeMap<i64, Run>>,
+    /// Insertion order, for eviction: (ledger, first entry, seq); may name runs gone.
+    order: VecDeque<(i64, i64, u64)>,
+    seq: u64,
+    /// The longest run held: a lookup looks that far back for a run covering an entry.
+    longest: i64,
     hits: u64,
 }
 
 impl ReadCache {
-    /// A cache of at most `limit` payload bytes (0: nothing is cached).
+    /// A cache of at most `limit` record bytes (0: nothing is cached).
     pub fn new(limit: u64) -> ReadCache {
         ReadCache {
             limit,
@@ -43,13 +64,34 @@ impl ReadCache {
         self.limit > 0
     }
 
-    /// The entry, if read ahead.
+    /// The runs of `ledger` that may cover `entry`, latest first.
+    fn covering(
+        runs: &mut BTreeMap<i64, Run>,
+        entry: i64,
+        longest: i64,
+    ) -> impl Iterator<Item = (&i64, &mut Run)> {
+        runs.range_mut(entry.saturating_sub(longest - 1).min(entry)..=entry)
+            .rev()
+            .filter(move |(first, run)| entry - **first < run.records.len() as i64)
+    }
+
+    /// The entry's payload, if read ahead and its record checks out.
     pub fn get(&mut self, ledger: i64, entry: i64) -> Option<Bytes> {
-        let hit = self.entries.get(&(ledger, entry)).cloned();
-        if hit.is_some() {
-            self.hits += 1;
+        let runs = self.ledgers.get_mut(&ledger)?;
+        for (first, run) in Self::covering(runs, entry, self.longest) {
+            let slot = &mut run.records[(entry - first) as usize];
+            let Some(record) = slot.clone() else {
+                continue;
+            };
+            match format::decode_record(record, ledger, entry) {
+                Ok(payload) => {
+                    self.hits += 1;
+                    return Some(payload);
+                }
+                Err(_) => *slot = None,
+            }
         }
-        hit
+        None
     }
 
     /// Reads served from the cache so far.
@@ -57,52 +99,62 @@ impl ReadCache {
         self.hits
     }
 
-    /// Payload bytes held.
+    /// Record bytes held.
     pub fn used(&self) -> u64 {
         self.used
     }
 
-    /// Keeps an entry read ahead, evicting the oldest ones past the bound.
-    pub fn insert(&mut self, ledger: i64, entry: i64, data: Bytes) {
-        let len = data.len() as u64;
-        if len > self.limit {
+    /// Keeps a run of `ledger`'s records for entries `first`, `first + 1`, ... (`None`
+    /// for one not to serve), evicting the oldest runs past the bound.
+    pub fn insert_run(&mut self, ledger: i64, first: i64, records: Vec<Option<Bytes>>) {
+        let bytes: u64 = records.iter().flatten().map(|r| r.len() as u64).sum();
+        if records.is_empty() || bytes > self.limit {
             return;
         }
-        if let Some(old) = self.entries.insert((ledger, entry), data) {
-            self.used -= old.len() as u64;
-        } else {
-            self.order.push_back((ledger, entry));
+        self.seq += 1;
+        self.longest = self.longest.max(records.len() as i64);
+        let run = Run {
+            seq: self.seq,
+            bytes,
+            records,
+        };
+        if let Some(old) = self.ledgers.entry(ledger).or_default().insert(first, run) {
+            self.used -= old.bytes;
         }
-        self.used += len;
+        self.order.push_back((ledger, first, self.seq));
+        self.used += bytes;
         while self.used > self.limit {
-            let Some(key) = self.order.pop_front() else {
+            let Some((l, f, seq)) = self.order.pop_front() else {
                 break;
             };
-            if let Some(old) = self.entries.remove(&key) {
-                self.used -= old.len() as u64;
+            let Some(runs) = self.ledgers.get_mut(&l) else {
+                continue;
+            };
+            if runs.get(&f).is_some_and(|r| r.seq == seq) {
+                let gone = runs.remove(&f).expect("just seen");
+                self.used -= gone.bytes;
+                if runs.is_empty() {
+                    self.ledgers.remove(&l);
+                }
             }
         }
     }
 
     /// Drops one entry (put again: the new copy is the one to read).
     pub fn remove(&mut self, ledger: i64, entry: i64) {
-        if let Some(old) = self.entries.remove(&(ledger, entry)) {
-            self.used -= old.len() as u64;
+        let Some(runs) = self.ledgers.get_mut(&ledger) else {
+            return;
+        };
+        for (first, run) in Self::covering(runs, entry, self.longest) {
+            run.records[(entry - first) as usize] = None;
         }
     }
 
     /// Drops every entry of a deleted ledger.
     pub fn remove_ledger(&mut self, ledger: i64) {
-        let mut freed = 0;
-        self.entries.retain(|&(l, _), d| {
-            let keep = l != ledger;
-            if !keep {
-                freed += d.len() as u64;
-            }
-            keep
-        });
-        self.used -= freed;
-        self.order.retain(|&(l, _)| l != ledger);
+        if let Some(runs) = self.ledgers.remove(&ledger) {
+            self.used -= runs.values().map(|r| r.bytes).sum::<u64>();
+        }
     }
 }
 
@@ -110,43 +162,72 @@ impl ReadCache {
 mod tests {
     use super::*;
 
-    fn b(n: usize) -> Bytes {
-        Bytes::from(vec![7u8; n])
+    fn record(ledger: i64, entry: i64, n: usize) -> Bytes {
+        let mut out = Vec::new();
+        format::encode_record(&mut out, ledger, entry, &vec![entry as u8; n]);
+        Bytes::from(out)
     }
 
+    fn run(ledger: i64, first: i64, len: i64, n: usize) -> Vec<Option<Bytes>> {
+        (first..first + len)
+            .map(|e| Some(record(ledger, e, n)))
+            .collect()
+    }
+
+    const REC: u64 = format::RECORD_HEADER_LEN as u64 + 10;
+
     #[test]
-    fn evicts_the_oldest_past_the_bound_and_counts_hits() {
-        let mut c = ReadCache::new(100);
-        for e in 0..5 {
-            c.insert(1, e, b(30));
-        }
-        assert_eq!(c.used(), 90);
-        assert_eq!(c.get(1, 0), None);
-        assert_eq!(c.get(1, 1), None);
-        assert_eq!(c.get(1, 4).map(|d| d.len()), Some(30));
+    fn serves_the_entries_of_a_run_and_evicts_the_oldest_run_past_the_bound() {
+        let mut c = ReadCache::new(5 * REC);
+        c.insert_run(1, 0, run(1, 0, 3, 10));
+        assert_eq!(c.used(), 3 * REC);
+        assert_eq!(c.get(1, 1), Some(Bytes::from(vec![1u8; 10])));
+        assert_eq!(c.get(1, 3), None, "past the run");
+        assert_eq!(c.get(2, 1), None, "another ledger");
         assert_eq!(c.hits(), 1);
-        // Replacing an entry does not count its bytes twice.
-        c.insert(1, 4, b(10));
-        assert_eq!(c.used(), 70);
+        // A second run past the bound: the first goes whole.
+        c.insert_run(1, 10, run(1, 10, 3, 10));
+        assert_eq!(c.used(), 3 * REC);
+        assert_eq!(c.get(1, 0), None);
+        assert_eq!(c.get(1, 12), Some(Bytes::from(vec![12u8; 10])));
+        // The same run read again replaces it, its bytes not counted twice.
+        c.insert_run(1, 10, run(1, 10, 2, 10));
+        assert_eq!(c.used(), 2 * REC);
+        assert_eq!(c.get(1, 11).map(|p| p.len()), Some(10));
+        assert_eq!(c.get(1, 12), None);
         // Larger than the whole bound: not kept, nothing evicted for it.
-        c.insert(2, 0, b(101));
+        c.insert_run(2, 0, run(2, 0, 6, 10));
         assert_eq!(c.get(2, 0), None);
-        assert_eq!(c.used(), 70);
+        assert_eq!(c.used(), 2 * REC);
     }
 
     #[test]
-    fn a_deleted_ledger_leaves_at_once_and_a_zero_bound_keeps_nothing() {
-        let mut c = ReadCache::new(1000);
-        c.insert(1, 0, b(10));
-        c.insert(2, 0, b(20));
-        c.insert(1, 1, b(30));
+    fn a_put_a_deleted_ledger_and_a_damaged_record_leave_at_once() {
+        let mut c = ReadCache::new(1000 * REC);
+        c.insert_run(1, 0, run(1, 0, 5, 10));
+        // Overlapping runs: a put drops the entry from each.
+        c.insert_run(1, 2, run(1, 2, 5, 10));
+        c.insert_run(2, 0, run(2, 0, 2, 10));
+        c.remove(1, 3);
+        assert_eq!(c.get(1, 3), None);
+        assert_eq!(c.get(1, 4).map(|p| p[0]), Some(4));
+        let mut damaged = record(1, 20, 10).to_vec();
+        *damaged.last_mut().unwrap() ^= 1;
+        c.insert_run(
+            1,
+            20,
+            vec![Some(Bytes::from(damaged)), Some(record(1, 21, 10))],
+        );
+        assert_eq!(c.get(1, 20), None, "the checksum is verified when served");
+        assert_eq!(c.get(1, 21).map(|p| p[0]), Some(21));
         c.remove_ledger(1);
         assert_eq!(c.get(1, 0), None);
-        assert_eq!(c.get(1, 1), None);
-        assert_eq!(c.used(), 20);
+        assert_eq!(c.get(1, 21), None);
+        assert_eq!(c.used(), 2 * REC);
+        assert_eq!(c.get(2, 1).map(|p| p[0]), Some(1));
         let mut off = ReadCache::new(0);
         assert!(!off.enabled());
-        off.insert(1, 0, b(1));
+        off.insert_run(1, 0, run(1, 0, 1, 1));
         assert_eq!(off.get(1, 0), None);
     }
 }

@@ -185,6 +185,15 @@ pub fn decode_record(record: Bytes, ledger: i64, entry: i64) -> Result<Bytes, St
     Ok(payload)
 }
 
+/// The payload length of the record that starts `bytes`, if its header says it is
+/// `ledger`'s entry `entry` (the checksum is not verified: [`decode_record`] does that).
+pub fn record_len_if(bytes: &[u8], ledger: i64, entry: i64) -> Option<u32> {
+    if bytes.len() < RECORD_HEADER_LEN || i64_at(bytes, 8) != ledger || i64_at(bytes, 16) != entry {
+        return None;
+    }
+    Some(u32_at(bytes, 0))
+}
+
 /// Encodes the ledgers map: (ledger id, bytes held) per ledger, ascending by ledger.
 pub fn encode_ledgers_map(items: &[(i64, u64)]) -> Bytes {
     let mut b = BytesMut::with_capacity(items.len() * MAP_ITEM_LEN);

@@ -520,16 +520,20 @@ pub fn read_record_nowait(
     format::decode_record(buf.freeze(), ledger, entry).ok()
 }
 
-/// One entry of a run read ahead: its id, where it is, its payload.
+/// One entry of a run read ahead: its id, where it is, and its whole record, whose
+/// checksum is not yet verified (see [`read_run`]).
 pub type RunEntry = (i64, Location, Bytes);
 
 /// Reads the record at `loc` (checked as [`read_record`] does) and, in the same read of
 /// up to `max_bytes`, the records that follow it while they are `ledger`'s next entries
-/// (`entry + 1`, `entry + 2`, ...), at most `max_entries` of them, each checked the same
-/// way; the first record that is another ledger's, another entry's, cut off by the end
-/// of the read or damaged ends the run quietly (it is not what was asked for). Each
-/// entry of the run comes with its location: a log can hold an older copy of an entry
-/// (a flush that failed, a compaction cut short), so only the index says which is live.
+/// (`entry + 1`, `entry + 2`, ...), at most `max_entries` of them; the first record that
+/// is another ledger's, another entry's, or cut off by the end of the read ends the run
+/// quietly (it is not what was asked for). The run's records are checked for their
+/// ledger, entry and length only: their checksums are verified when one is served
+/// ([`format::decode_record`]), as most of a run may never be (a bookie of a striped
+/// ensemble is asked for a third of a ledger's entries). Each entry of the run comes
+/// with its location: a log can hold an older copy of an entry (a flush that failed, a
+/// compaction cut short), so only the index says which is live.
 pub fn read_run(
     file: &dyn File,
     path: &Path,
@@ -540,7 +544,8 @@ pub fn read_run(
     max_entries: usize,
 ) -> Result<(Bytes, Vec<RunEntry>), LedgerStoreError> {
     let record_len = RECORD_HEADER_LEN + loc.len as usize;
-    if record_len >= max_bytes || max_entries == 0 {
+    // Room for no second record: the record alone, not a larger read.
+    if 2 * record_len > max_bytes || max_entries == 0 {
         return read_record(file, path, loc, ledger, entry).map(|p| (p, Vec::new()));
     }
     let mut buf = BytesMut::zeroed(max_bytes);
@@ -569,30 +574,78 @@ pub fn read_run(
         ));
     }
     buf.truncate(got);
-    let chunk = buf.freeze();
-    let first = format::decode_record(chunk.slice(..record_len), ledger, entry)
-        .map_err(|r| corrupt(path, loc.offset, r))?;
+    split_run(buf.freeze(), loc, ledger, entry, max_entries)
+        .map_err(|r| corrupt(path, loc.offset, r))
+}
+
+/// [`read_run`] only if the bytes are in the page cache ([`File::read_at_nowait`]): the run
+/// ends where the cached bytes do. `None` when the record asked for is not all cached, and
+/// on anything [`read_run`] would report as an error (the blocking path then reads again
+/// and names the cause).
+pub fn read_run_nowait(
+    file: &dyn File,
+    loc: Location,
+    ledger: i64,
+    entry: i64,
+    max_bytes: usize,
+    max_entries: usize,
+) -> Option<(Bytes, Vec<RunEntry>)> {
+    let record_len = RECORD_HEADER_LEN + loc.len as usize;
+    // Room for no second record: the record alone, not a larger read.
+    if 2 * record_len > max_bytes || max_entries == 0 {
+        return read_record_nowait(file, loc, ledger, entry).map(|p| (p, Vec::new()));
+    }
+    let mut buf = BytesMut::zeroed(max_bytes);
+    let mut got = 0;
+    while got < buf.len() {
+        match file.read_at_nowait(&mut buf[got..], loc.offset + got as u64) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            // The rest would wait for the disk: the run is what is cached.
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock && got > 0 => break,
+            Err(_) => return None,
+        }
+    }
+    if got < record_len {
+        return None;
+    }
+    buf.truncate(got);
+    split_run(buf.freeze(), loc, ledger, entry, max_entries).ok()
+}
+
+/// The record at the start of `chunk` (read from `loc`), checked, and the records after
+/// it that are `ledger`'s next entries, at most `max_entries`: the run ends quietly at
+/// the first that is not (see [`read_run`]). Records are slices of `chunk`, not copies.
+fn split_run(
+    chunk: Bytes,
+    loc: Location,
+    ledger: i64,
+    entry: i64,
+    max_entries: usize,
+) -> Result<(Bytes, Vec<RunEntry>), String> {
+    let record_len = RECORD_HEADER_LEN + loc.len as usize;
+    let first = format::decode_record(chunk.slice(..record_len), ledger, entry)?;
     let mut run = Vec::new();
     let mut at = record_len;
     while run.len() < max_entries && at + RECORD_HEADER_LEN <= chunk.len() {
-        let len = u32::from_le_bytes(chunk[at..at + 4].try_into().expect("4 bytes")) as usize;
-        let end = at + RECORD_HEADER_LEN + len;
+        let next = entry + 1 + run.len() as i64;
+        let Some(len) = format::record_len_if(&chunk[at..], ledger, next) else {
+            break;
+        };
+        let end = at + RECORD_HEADER_LEN + len as usize;
         if end > chunk.len() {
             break;
         }
-        let next = entry + 1 + run.len() as i64;
-        match format::decode_record(chunk.slice(at..end), ledger, next) {
-            Ok(p) => run.push((
-                next,
-                Location {
-                    log_id: loc.log_id,
-                    offset: loc.offset + at as u64,
-                    len: len as u32,
-                },
-                p,
-            )),
-            Err(_) => break,
-        }
+        run.push((
+            next,
+            Location {
+                log_id: loc.log_id,
+                offset: loc.offset + at as u64,
+                len,
+            },
+            chunk.slice(at..end),
+        ));
         at = end;
     }
     Ok((first, run))

@@ -368,6 +368,20 @@ impl EntryLogs {
         log_file::read_run(&*file, &path, loc, ledger, entry, max_bytes, max_entries)
     }
 
+    /// [`EntryLogs::read_run`] only if it needs neither the disk nor an `open` (as
+    /// [`EntryLogs::read_nowait`]); the run ends where the page cache's bytes do.
+    pub fn read_run_nowait(
+        &self,
+        loc: Location,
+        ledger: i64,
+        entry: i64,
+        max_bytes: usize,
+        max_entries: usize,
+    ) -> Option<(Bytes, Vec<log_file::RunEntry>)> {
+        let file = self.files.read().get(&loc.log_id)?.handle.clone()?;
+        log_file::read_run_nowait(&*file, loc, ledger, entry, max_bytes, max_entries)
+    }
+
     /// The ledgers map of log `log_id`: `Ok(None)` if that log was not rotated.
     pub fn ledgers_map(&self, log_id: u64) -> Result<Option<Vec<(i64, u64)>>, LedgerStoreError> {
         let (path, file) = self.file(log_id)?;

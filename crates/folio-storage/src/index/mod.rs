@@ -248,6 +248,29 @@ impl LedgerIndex {
         Ok(ids)
     }
 
+    /// Where the index has `ledger`'s entries `first..=last`, in entry order, from one
+    /// range scan (a run read ahead is checked against it: one lookup, not one per entry).
+    pub fn locations(
+        &self,
+        ledger: i64,
+        first: i64,
+        last: i64,
+    ) -> Result<Vec<(i64, Location)>, LedgerStoreError> {
+        let r = self.db.begin_read().map_err(|e| self.err(e))?;
+        let t = r.open_table(ENTRIES).map_err(|e| self.err(e))?;
+        let lo = codec::entry_key(ledger, first);
+        let hi = codec::entry_key(ledger, last);
+        let mut out = Vec::new();
+        for kv in t.range(&lo[..]..=&hi[..]).map_err(|e| self.err(e))? {
+            let (k, v) = kv.map_err(|e| self.err(e))?;
+            let (_, entry) = codec::decode_entry_key(k.value()).map_err(|r| self.corrupt(r))?;
+            let loc = codec::decode_location(v.value())
+                .map_err(|r| self.corrupt(format!("entry {ledger}:{entry}: {r}")))?;
+            out.push((entry, loc));
+        }
+        Ok(out)
+    }
+
     /// The entries of `ledgers` that the index places in entry log `log_id`, as
     /// (ledger, entry, location), read in one transaction (compaction's live entries of
     /// that log).

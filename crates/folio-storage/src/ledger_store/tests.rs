@@ -848,12 +848,11 @@ fn read_ahead_serves_the_next_entries_of_the_ledger_and_nothing_else() {
     }
 }
 
-/// With the bound at zero (the default) nothing is read ahead, and every read still
-/// returns its entry.
+/// With the bound at zero nothing is read ahead, and every read still returns its entry.
 #[test]
 fn read_ahead_can_be_turned_off() {
-    let d = dirs(1 << 30, 64 << 20);
-    assert_eq!(d.config.read_ahead_cache_bytes, 0);
+    let mut d = dirs(1 << 30, 64 << 20);
+    d.config.read_ahead_cache_bytes = 0;
     let s = open(&d);
     for e in 0..20 {
         s.put_entry(1, e, data(1, e)).unwrap();
@@ -900,6 +899,102 @@ fn read_ahead_never_serves_an_older_copy_of_an_entry() {
     for e in (0..10).filter(|&e| e != 5) {
         assert_eq!(s.get_entry(1, e).unwrap(), Some(data(1, e)));
     }
+}
+
+/// With read-ahead, a read that cannot wait serves the run from the page cache as the
+/// blocking read would (the entries after it then come from the read cache), and keeps
+/// only the copies the index points at.
+#[test]
+fn a_read_ahead_without_waiting_serves_the_run_and_only_live_copies() {
+    let mut d = dirs(1 << 30, 64 << 20);
+    // Written through the page cache, so that the logs' bytes are there to read.
+    d.config.entry_log_direct_io = false;
+    d.config.read_ahead_cache_bytes = 64 << 20;
+    let v2 = |e: i64| Bytes::from(format!("second copy of {e}"));
+    {
+        let s = open(&d);
+        for e in 0..50 {
+            s.put_entry(1, e, data(1, e)).unwrap();
+        }
+        s.flush().unwrap();
+        assert_eq!(s.get_entry_nowait(1, 0), Some(data(1, 0)));
+        assert_eq!(s.read_ahead_hits(), 0);
+        for e in 1..50 {
+            assert_eq!(s.get_entry_nowait(1, e), Some(data(1, e)), "entry {e}");
+        }
+        assert_eq!(s.read_ahead_hits(), 49, "1..49 came with 0's run");
+        s.put_entry(1, 5, v2(5)).unwrap();
+        s.flush().unwrap();
+        assert_eq!(
+            s.get_entry_nowait(1, 5),
+            Some(v2(5)),
+            "the put dropped the old copy"
+        );
+        s.close().unwrap();
+    }
+    // Reopened: the run from 4 meets 5's older copy in the log, which the index no longer
+    // points at; the run ends there.
+    let s = open(&d);
+    // A blocking read opens the log (a read that cannot wait does not `open`); 49 is
+    // the last of its run.
+    assert_eq!(s.get_entry(1, 49).unwrap(), Some(data(1, 49)));
+    assert_eq!(s.get_entry_nowait(1, 4), Some(data(1, 4)));
+    assert_eq!(s.get_entry_nowait(1, 5), Some(v2(5)));
+    assert_eq!(s.read_ahead_hits(), 0, "5 was not read ahead");
+    for e in (0..50).filter(|&e| e != 5) {
+        assert_eq!(s.get_entry_nowait(1, e), Some(data(1, e)), "entry {e}");
+    }
+}
+
+/// A blocking read inside a run that another thread is reading from the disk waits for
+/// that run and is answered from the read cache, rather than reading the run again (the
+/// reads a catch-up client keeps in flight miss together).
+#[test]
+fn a_read_inside_a_run_being_read_waits_for_it() {
+    use std::sync::atomic::Ordering::Relaxed;
+    let mut d = dirs(1 << 30, 64 << 20);
+    d.config.read_ahead_cache_bytes = 64 << 20;
+    let s = Arc::new(open(&d));
+    for e in 0..50 {
+        s.put_entry(1, e, data(1, e)).unwrap();
+    }
+    s.flush().unwrap();
+    // The first run read stops until released.
+    let (held_tx, held_rx) = std::sync::mpsc::channel::<()>();
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    let go_rx = std::sync::Mutex::new(go_rx);
+    let first = std::sync::atomic::AtomicBool::new(true);
+    *s.runs_in_flight.during_read.lock() = Some(Box::new(move || {
+        if first.swap(false, Relaxed) {
+            held_tx.send(()).unwrap();
+            go_rx.lock().unwrap().recv().unwrap();
+        }
+    }));
+    let a = {
+        let s = s.clone();
+        std::thread::spawn(move || s.get_entry(1, 0).unwrap())
+    };
+    held_rx.recv_timeout(Duration::from_secs(60)).unwrap();
+    let b = {
+        let s = s.clone();
+        std::thread::spawn(move || s.get_entry(1, 3).unwrap())
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while s.runs_in_flight.waits.load(Relaxed) == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the read of entry 3 did not wait for the run from 0"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    go_tx.send(()).unwrap();
+    assert_eq!(a.join().unwrap(), Some(data(1, 0)));
+    assert_eq!(b.join().unwrap(), Some(data(1, 3)));
+    assert_eq!(
+        s.read_ahead_hits(),
+        1,
+        "entry 3 came from the run read ahead"
+    );
 }
 
 /// A read served without waiting for the disk (a bookie answers it on the connection's
