@@ -82,7 +82,7 @@ pub struct LedgerStoreConfig {
 /// autorecovery's copies to less than half (a reader with several sequential reads in
 /// flight had each of them miss at once and read ahead the same run). Runs are now read
 /// once (`read_ahead.rs`), from the page cache without a hand-off, and cached whole; warm
-/// catch-up reads of 1 KiB entries cost the bookies 0.82x the CPU (docs/performance.md,
+/// catch-up reads of 1 KiB entries cost the bookies 0.83x the CPU (docs/performance.md,
 /// "Read-ahead that pays"). A bookie that only writes never fills it.
 pub const DEFAULT_READ_AHEAD_CACHE_BYTES: u64 = 16 << 20;
 /// BookKeeper's `dbStorage_readAheadCacheBatchSize`.

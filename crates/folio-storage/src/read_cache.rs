@@ -43,7 +43,7 @@ pub struct ReadCache {
     used: u64,
     /// ledger -> first entry of a run -> the run.
     ledgers: HashMap<i64, BTreeMap<i64, Run>>,
-    /// Insertion order, for eviction: (ledger, first entry, seq); may name runs gone.
+    /// Insertion order, for eviction: (ledger, first entry, seq) of each run held.
     order: VecDeque<(i64, i64, u64)>,
     seq: u64,
     /// The longest run held: a lookup looks that far back for a run covering an entry.
@@ -120,6 +120,7 @@ impl ReadCache {
         };
         if let Some(old) = self.ledgers.entry(ledger).or_default().insert(first, run) {
             self.used -= old.bytes;
+            self.order.retain(|&o| o != (ledger, first, old.seq));
         }
         self.order.push_back((ledger, first, self.seq));
         self.used += bytes;
@@ -154,6 +155,9 @@ impl ReadCache {
     pub fn remove_ledger(&mut self, ledger: i64) {
         if let Some(runs) = self.ledgers.remove(&ledger) {
             self.used -= runs.values().map(|r| r.bytes).sum::<u64>();
+            // Otherwise a cache that never fills would keep the order of every run
+            // inserted for deleted ledgers.
+            self.order.retain(|&(l, _, _)| l != ledger);
         }
     }
 }
@@ -224,6 +228,7 @@ mod tests {
         assert_eq!(c.get(1, 0), None);
         assert_eq!(c.get(1, 21), None);
         assert_eq!(c.used(), 2 * REC);
+        assert_eq!(c.order.len(), 1, "only ledger 2's run is left to evict");
         assert_eq!(c.get(2, 1).map(|p| p[0]), Some(1));
         let mut off = ReadCache::new(0);
         assert!(!off.enabled());

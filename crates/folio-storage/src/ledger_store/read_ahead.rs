@@ -23,7 +23,8 @@ use crate::entry_log::log_file::RunEntry;
 pub(super) struct RunsInFlight {
     runs: Mutex<Vec<(i64, i64, i64)>>,
     done: Condvar,
-    /// Reads that waited for another's run (tests look at it).
+    /// Reads that waited for another's run.
+    #[cfg(test)]
     pub(super) waits: std::sync::atomic::AtomicU64,
     /// Test seam: runs inside a blocking run read once the run is registered, before the
     /// disk is read.
@@ -100,6 +101,7 @@ impl LedgerStore {
         if !covers(&runs) {
             return Ok(None);
         }
+        #[cfg(test)]
         self.runs_in_flight
             .waits
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
