@@ -375,6 +375,16 @@ impl ReadHandle {
                 entry: meta.last_entry_id + 1,
             });
         }
+        if first == last {
+            // One entry: read on the caller's task, not one spawned for it (a reader keeping
+            // many single-entry reads in flight spawned a task per read).
+            let entry = read_entry(&self.inner, &meta, &self.digest, first).await?;
+            return Ok(vec![LedgerEntry {
+                ledger_id: self.ledger,
+                entry_id: first,
+                payload: entry.payload,
+            }]);
+        }
         // A sliding window: `read_parallelism` entries in flight, the next one sent as soon
         // as any answers (a slow replica holds up only its own entry's slot).
         let window = self.inner.config.read_parallelism.max(1);

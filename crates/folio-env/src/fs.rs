@@ -83,6 +83,22 @@ pub trait File: Send + Sync {
     fn read_at_nowait(&self, _buf: &mut [u8], _offset: u64) -> io::Result<usize> {
         Err(io::ErrorKind::WouldBlock.into())
     }
+    /// [`File::read_at`] of up to `len` bytes onto the end of `buf`; returns how many were
+    /// read. The bytes land in `buf`'s spare capacity, which nothing zeroes first: a bookie
+    /// reading 128 KiB runs ahead for catch-up reads spent 3% of its CPU zeroing buffers
+    /// the read then overwrote. Files without such a call zero and read.
+    fn read_at_append(&self, buf: &mut Vec<u8>, len: usize, offset: u64) -> io::Result<usize> {
+        append_with(buf, len, |b| self.read_at(b, offset))
+    }
+    /// [`File::read_at_nowait`] onto the end of `buf`, as [`File::read_at_append`] reads.
+    fn read_at_nowait_append(
+        &self,
+        buf: &mut Vec<u8>,
+        len: usize,
+        offset: u64,
+    ) -> io::Result<usize> {
+        append_with(buf, len, |b| self.read_at_nowait(b, offset))
+    }
     /// Writes all of `buf` at `offset`.
     fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()>;
     /// Writes `bufs` back to back from `offset`, as `pwritev` does: one system call for
@@ -229,6 +245,50 @@ fn sync_file_range(file: &std::fs::File, offset: u64, len: u64, flags: u32) -> i
     }
 }
 
+/// Zeroes `len` bytes at the end of `buf`, lets `read` fill them, and keeps what it read.
+fn append_with(
+    buf: &mut Vec<u8>,
+    len: usize,
+    read: impl FnOnce(&mut [u8]) -> io::Result<usize>,
+) -> io::Result<usize> {
+    let start = buf.len();
+    buf.resize(start + len, 0);
+    let r = read(&mut buf[start..]);
+    buf.truncate(start + *r.as_ref().unwrap_or(&0));
+    r
+}
+
+/// `preadv2` of up to `len` bytes at `offset` into `buf`'s spare capacity, which becomes
+/// part of `buf` as far as the kernel filled it.
+fn preadv2_append(
+    file: &std::fs::File,
+    buf: &mut Vec<u8>,
+    len: usize,
+    offset: u64,
+    flags: libc::c_int,
+) -> io::Result<usize> {
+    use std::os::fd::AsRawFd;
+    let offset = libc::off_t::try_from(offset)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "offset past off_t"))?;
+    buf.reserve(len);
+    let start = buf.len();
+    let iov = libc::iovec {
+        iov_base: buf.spare_capacity_mut().as_mut_ptr().cast(),
+        iov_len: len,
+    };
+    // SAFETY: the iovec points at `len` bytes of `buf`'s spare capacity (reserved above),
+    // which nothing else borrows during the call; the kernel writes at most `len` bytes
+    // there and returns how many.
+    let n = unsafe { libc::preadv2(file.as_raw_fd(), &iov, 1, offset, flags) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let n = n as usize;
+    // SAFETY: the kernel initialised the first `n <= len` bytes of the spare capacity.
+    unsafe { buf.set_len(start + n) };
+    Ok(n)
+}
+
 /// The operating system's file system.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct RealFileSystem;
@@ -255,6 +315,31 @@ impl File for RealFile {
                 Err(io::ErrorKind::WouldBlock.into())
             }
             Err(e) => Err(e.into()),
+        }
+    }
+
+    fn read_at_append(&self, buf: &mut Vec<u8>, len: usize, offset: u64) -> io::Result<usize> {
+        loop {
+            match preadv2_append(&self.0, buf, len, offset, 0) {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                r => return r,
+            }
+        }
+    }
+
+    fn read_at_nowait_append(
+        &self,
+        buf: &mut Vec<u8>,
+        len: usize,
+        offset: u64,
+    ) -> io::Result<usize> {
+        match preadv2_append(&self.0, buf, len, offset, libc::RWF_NOWAIT) {
+            // EAGAIN: not in the page cache. EOPNOTSUPP: a file system without RWF_NOWAIT
+            // for buffered reads. Either way the caller takes the blocking path.
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EAGAIN | libc::EOPNOTSUPP)) => {
+                Err(io::ErrorKind::WouldBlock.into())
+            }
+            r => r,
         }
     }
 
@@ -478,6 +563,68 @@ mod tests {
         // The blocking read still reads it.
         f.read_exact_at(&mut buf, 4096).unwrap();
         assert_eq!(&buf[..], &data[4096..4096 + 8192]);
+    }
+
+    #[test]
+    fn reads_appended_to_a_buffer_keep_its_bytes_and_stop_at_the_bound_and_the_end() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("a");
+        let f = RealFileSystem.open(&p, OpenOptions::create_new()).unwrap();
+        let data: Vec<u8> = (0..10000u32).map(|i| (i % 251) as u8).collect();
+        f.write_all_at(&data, 0).unwrap();
+        for nowait in [false, true] {
+            let read = |buf: &mut Vec<u8>, len, off| {
+                if nowait {
+                    f.read_at_nowait_append(buf, len, off)
+                } else {
+                    f.read_at_append(buf, len, off)
+                }
+            };
+            // Capacity far past the bound: no more than `len` is read.
+            let mut buf = Vec::with_capacity(1 << 20);
+            buf.extend_from_slice(b"head");
+            assert_eq!(read(&mut buf, 3000, 100).unwrap(), 3000);
+            assert_eq!(&buf[..4], b"head");
+            assert_eq!(&buf[4..], &data[100..3100]);
+            // Past the end of the file: what there is, then nothing.
+            assert_eq!(read(&mut buf, 5000, 8000).unwrap(), 2000);
+            assert_eq!(&buf[3004..], &data[8000..]);
+            assert_eq!(read(&mut buf, 10, 10000).unwrap(), 0);
+            assert_eq!(buf.len(), 5004);
+        }
+        // The default (zeroing) versions agree.
+        struct Plain<'a>(&'a dyn File);
+        impl File for Plain<'_> {
+            fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+                self.0.read_at(buf, offset)
+            }
+            fn write_all_at(&self, _: &[u8], _: u64) -> io::Result<()> {
+                unreachable!()
+            }
+            fn sync_data(&self) -> io::Result<()> {
+                unreachable!()
+            }
+            fn len(&self) -> io::Result<u64> {
+                self.0.len()
+            }
+            fn set_len(&self, _: u64) -> io::Result<()> {
+                unreachable!()
+            }
+            fn allocate(&self, _: u64) -> io::Result<()> {
+                unreachable!()
+            }
+        }
+        let mut buf = b"x".to_vec();
+        assert_eq!(
+            Plain(&*f).read_at_append(&mut buf, 3000, 9000).unwrap(),
+            1000
+        );
+        assert_eq!(&buf[1..], &data[9000..]);
+        let e = Plain(&*f)
+            .read_at_nowait_append(&mut buf, 10, 0)
+            .unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::WouldBlock);
+        assert_eq!(buf.len(), 1001, "a failed read appends nothing");
     }
 
     #[test]

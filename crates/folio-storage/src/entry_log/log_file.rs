@@ -548,12 +548,13 @@ pub fn read_run(
     if 2 * record_len > max_bytes || max_entries == 0 {
         return read_record(file, path, loc, ledger, entry).map(|p| (p, Vec::new()));
     }
-    let mut buf = BytesMut::zeroed(max_bytes);
-    let mut got = 0;
-    while got < buf.len() {
-        match file.read_at(&mut buf[got..], loc.offset + got as u64) {
+    // Not zeroed first: the read overwrites it (see `File::read_at_append`).
+    let mut buf = Vec::with_capacity(max_bytes);
+    while buf.len() < max_bytes {
+        let got = buf.len();
+        match file.read_at_append(&mut buf, max_bytes - got, loc.offset + got as u64) {
             Ok(0) => break,
-            Ok(n) => got += n,
+            Ok(_) => {}
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             Err(e) => {
                 return Err(io_error(
@@ -566,15 +567,14 @@ pub fn read_run(
             }
         }
     }
-    if got < record_len {
+    if buf.len() < record_len {
         return Err(corrupt(
             path,
             loc.offset,
             format!("file ends inside the record ({record_len} bytes expected)"),
         ));
     }
-    buf.truncate(got);
-    split_run(buf.freeze(), loc, ledger, entry, max_entries)
+    split_run(Bytes::from(buf), loc, ledger, entry, max_entries)
         .map_err(|r| corrupt(path, loc.offset, r))
 }
 
@@ -595,23 +595,22 @@ pub fn read_run_nowait(
     if 2 * record_len > max_bytes || max_entries == 0 {
         return read_record_nowait(file, loc, ledger, entry).map(|p| (p, Vec::new()));
     }
-    let mut buf = BytesMut::zeroed(max_bytes);
-    let mut got = 0;
-    while got < buf.len() {
-        match file.read_at_nowait(&mut buf[got..], loc.offset + got as u64) {
+    let mut buf = Vec::with_capacity(max_bytes);
+    while buf.len() < max_bytes {
+        let got = buf.len();
+        match file.read_at_nowait_append(&mut buf, max_bytes - got, loc.offset + got as u64) {
             Ok(0) => break,
-            Ok(n) => got += n,
+            Ok(_) => {}
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             // The rest would wait for the disk: the run is what is cached.
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock && got > 0 => break,
             Err(_) => return None,
         }
     }
-    if got < record_len {
+    if buf.len() < record_len {
         return None;
     }
-    buf.truncate(got);
-    split_run(buf.freeze(), loc, ledger, entry, max_entries).ok()
+    split_run(Bytes::from(buf), loc, ledger, entry, max_entries).ok()
 }
 
 /// The record at the start of `chunk` (read from `loc`), checked, and the records after
