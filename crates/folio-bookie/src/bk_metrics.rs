@@ -71,6 +71,20 @@ pub fn storage_gauges(write_cache_bytes: u64, journal_dirs: usize) {
     metrics::gauge!("bookie_JOURNAL_DIRS").set(journal_dirs as f64);
 }
 
+/// BookKeeper's read-cache figures (`DbLedgerStorageStats`, scope `bookie`): the counters
+/// `bookie_read_cache_hits`, `bookie_read_cache_misses`, `bookie_readahead_batch_count`
+/// (entries read ahead) and `bookie_readahead_batch_size` (their bytes), and the gauges
+/// `bookie_read_cache_size` (bytes) and `bookie_read_cache_count` (entries). The store
+/// counts; a scrape copies its totals.
+pub fn read_cache(stats: folio_storage::read_cache::ReadCacheStats) {
+    metrics::counter!("bookie_read_cache_hits").absolute(stats.hits);
+    metrics::counter!("bookie_read_cache_misses").absolute(stats.misses);
+    metrics::counter!("bookie_readahead_batch_count").absolute(stats.read_ahead_entries);
+    metrics::counter!("bookie_readahead_batch_size").absolute(stats.read_ahead_bytes);
+    metrics::gauge!("bookie_read_cache_size").set(stats.bytes as f64);
+    metrics::gauge!("bookie_read_cache_count").set(stats.entries as f64);
+}
+
 /// BookKeeper's `bookie_journal_JOURNAL_FORCE_WRITE_QUEUE_SIZE` (written groups waiting
 /// for the force-write thread's fdatasync) and the ledger storage's `bookie_ledgers_count`
 /// and `bookie_entries_count` (`LedgerMetadataIndexStats`, `EntryLocationIndexStats`);

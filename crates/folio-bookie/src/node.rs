@@ -320,6 +320,7 @@ impl BookieNode {
                     crate::bk_metrics::storage_gauges(engine.write_cache_used(), journal_dirs);
                     crate::bk_metrics::entry_logger(status_storage.entry_log_stats());
                     crate::bk_metrics::journal_and_index(&engine);
+                    crate::bk_metrics::read_cache(engine.read_cache_stats());
                     metrics::gauge!("folio_bookie_pending_adds").set(p.pending_adds() as f64);
                     metrics::gauge!("folio_bookie_pending_reads").set(p.pending_reads() as f64);
                     metrics::gauge!("folio_bookie_waiting_long_polls")

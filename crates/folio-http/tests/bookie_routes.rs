@@ -133,6 +133,13 @@ async fn admin_http_endpoint_answers() {
         ("bookie_flush_size_sum", &["success=\"true\""]),
         // (bookie_throttled_write, a summary, appears with the first throttled write.)
         ("bookie_throttled_write_requests", &[" 0"]),
+        // Read-cache figures: nothing read from an entry log yet.
+        ("bookie_read_cache_hits", &[" 0"]),
+        ("bookie_read_cache_misses", &[" 0"]),
+        ("bookie_readahead_batch_count", &[" 0"]),
+        ("bookie_readahead_batch_size", &[" 0"]),
+        ("bookie_read_cache_size", &[" 0"]),
+        ("bookie_read_cache_count", &[" 0"]),
         ("bookie_rejected_write_requests", &[" 0"]),
         // The ledger and entry counts: ledger 1 with its one entry.
         ("bookie_ledgers_count", &[" 1"]),

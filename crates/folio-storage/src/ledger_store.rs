@@ -585,11 +585,13 @@ impl LedgerStore {
             InMemory::Absent => None,
             InMemory::OnDisk { entry, flushes } => {
                 let loc = self.index.get(ledger, entry).ok()??;
-                if self.read_ahead {
+                let data = if self.read_ahead {
                     self.read_run_nowait(loc, ledger, entry, flushes)
                 } else {
                     self.logs.read_nowait(loc, ledger, entry)
-                }
+                }?;
+                self.read_cache.lock().note_miss();
+                Some(data)
             }
         }
     }
@@ -611,6 +613,9 @@ impl LedgerStore {
         #[cfg(test)]
         if let Some(f) = &*self.before_log_read.lock() {
             f();
+        }
+        if found.is_some() {
+            self.read_cache.lock().note_miss();
         }
         match found {
             None => Ok(None),
@@ -657,6 +662,11 @@ impl LedgerStore {
     /// Reads served by the read-ahead cache since the store opened.
     pub fn read_ahead_hits(&self) -> u64 {
         self.read_cache.lock().hits()
+    }
+
+    /// The read-ahead cache's figures (for metrics).
+    pub fn read_cache_stats(&self) -> crate::read_cache::ReadCacheStats {
+        self.read_cache.lock().stats()
     }
 
     /// The ledger's state, if the store knows the ledger (a deleted one included).

@@ -32,6 +32,8 @@ struct Run {
     /// Which insertion this is (eviction skips a run replaced since).
     seq: u64,
     bytes: u64,
+    /// Records still held (`Some`).
+    entries: u64,
     /// Whole records (header and payload); `None` once put again or found damaged.
     records: Vec<Option<Bytes>>,
 }
@@ -49,6 +51,28 @@ pub struct ReadCache {
     /// The longest run held: a lookup looks that far back for a run covering an entry.
     longest: i64,
     hits: u64,
+    misses: u64,
+    /// Records held, over every run.
+    entries: u64,
+    read_ahead_entries: u64,
+    read_ahead_bytes: u64,
+}
+
+/// What the read-ahead cache did since the store opened and what it holds: BookKeeper's
+/// `DbLedgerStorageStats` read-cache figures (`read-cache-hits`, `read-cache-misses`,
+/// `readahead-batch-count` and `-size`, `read-cache-size` and `-count`).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct ReadCacheStats {
+    /// Reads served from the cache.
+    pub hits: u64,
+    /// Reads the cache could not serve that went to an entry log.
+    pub misses: u64,
+    /// Entries read ahead into the cache, and their record bytes.
+    pub read_ahead_entries: u64,
+    pub read_ahead_bytes: u64,
+    /// Entries held now, and the record bytes of the runs holding them.
+    pub entries: u64,
+    pub bytes: u64,
 }
 
 impl ReadCache {
@@ -88,7 +112,11 @@ impl ReadCache {
                     self.hits += 1;
                     return Some(payload);
                 }
-                Err(_) => *slot = None,
+                Err(_) => {
+                    *slot = None;
+                    run.entries -= 1;
+                    self.entries -= 1;
+                }
             }
         }
         None
@@ -97,6 +125,22 @@ impl ReadCache {
     /// Reads served from the cache so far.
     pub fn hits(&self) -> u64 {
         self.hits
+    }
+
+    /// A read the cache could not serve went to an entry log.
+    pub fn note_miss(&mut self) {
+        self.misses += 1;
+    }
+
+    pub fn stats(&self) -> ReadCacheStats {
+        ReadCacheStats {
+            hits: self.hits,
+            misses: self.misses,
+            read_ahead_entries: self.read_ahead_entries,
+            read_ahead_bytes: self.read_ahead_bytes,
+            entries: self.entries,
+            bytes: self.used,
+        }
     }
 
     /// Record bytes held.
@@ -113,17 +157,23 @@ impl ReadCache {
         }
         self.seq += 1;
         self.longest = self.longest.max(records.len() as i64);
+        let entries = records.iter().flatten().count() as u64;
+        self.read_ahead_entries += entries;
+        self.read_ahead_bytes += bytes;
         let run = Run {
             seq: self.seq,
             bytes,
+            entries,
             records,
         };
         if let Some(old) = self.ledgers.entry(ledger).or_default().insert(first, run) {
             self.used -= old.bytes;
+            self.entries -= old.entries;
             self.order.retain(|&o| o != (ledger, first, old.seq));
         }
         self.order.push_back((ledger, first, self.seq));
         self.used += bytes;
+        self.entries += entries;
         while self.used > self.limit {
             let Some((l, f, seq)) = self.order.pop_front() else {
                 break;
@@ -134,6 +184,7 @@ impl ReadCache {
             if runs.get(&f).is_some_and(|r| r.seq == seq) {
                 let gone = runs.remove(&f).expect("just seen");
                 self.used -= gone.bytes;
+                self.entries -= gone.entries;
                 if runs.is_empty() {
                     self.ledgers.remove(&l);
                 }
@@ -147,7 +198,10 @@ impl ReadCache {
             return;
         };
         for (first, run) in Self::covering(runs, entry, self.longest) {
-            run.records[(entry - first) as usize] = None;
+            if run.records[(entry - first) as usize].take().is_some() {
+                run.entries -= 1;
+                self.entries -= 1;
+            }
         }
     }
 
@@ -155,6 +209,7 @@ impl ReadCache {
     pub fn remove_ledger(&mut self, ledger: i64) {
         if let Some(runs) = self.ledgers.remove(&ledger) {
             self.used -= runs.values().map(|r| r.bytes).sum::<u64>();
+            self.entries -= runs.values().map(|r| r.entries).sum::<u64>();
             // Otherwise a cache that never fills would keep the order of every run
             // inserted for deleted ledgers.
             self.order.retain(|&(l, _, _)| l != ledger);
@@ -203,6 +258,20 @@ mod tests {
         c.insert_run(2, 0, run(2, 0, 6, 10));
         assert_eq!(c.get(2, 0), None);
         assert_eq!(c.used(), 2 * REC);
+        c.note_miss();
+        // Three runs read ahead (3 + 3 + 2 entries); the one left holds 2.
+        let st = c.stats();
+        assert_eq!(
+            (
+                st.hits,
+                st.misses,
+                st.read_ahead_entries,
+                st.entries,
+                st.bytes
+            ),
+            (3, 1, 8, 2, 2 * REC)
+        );
+        assert_eq!(st.read_ahead_bytes, 8 * REC);
     }
 
     #[test]
@@ -213,6 +282,11 @@ mod tests {
         c.insert_run(1, 2, run(1, 2, 5, 10));
         c.insert_run(2, 0, run(2, 0, 2, 10));
         c.remove(1, 3);
+        assert_eq!(
+            c.stats().entries,
+            5 + 5 + 2 - 2,
+            "3 was in both runs of ledger 1"
+        );
         assert_eq!(c.get(1, 3), None);
         assert_eq!(c.get(1, 4).map(|p| p[0]), Some(4));
         let mut damaged = record(1, 20, 10).to_vec();
@@ -223,8 +297,14 @@ mod tests {
             vec![Some(Bytes::from(damaged)), Some(record(1, 21, 10))],
         );
         assert_eq!(c.get(1, 20), None, "the checksum is verified when served");
+        assert_eq!(
+            c.stats().entries,
+            10 + 1,
+            "the damaged record is no longer held"
+        );
         assert_eq!(c.get(1, 21).map(|p| p[0]), Some(21));
         c.remove_ledger(1);
+        assert_eq!(c.stats().entries, 2, "ledger 2's run");
         assert_eq!(c.get(1, 0), None);
         assert_eq!(c.get(1, 21), None);
         assert_eq!(c.used(), 2 * REC);

@@ -61,6 +61,10 @@ pub trait LedgerBackend: Send + Sync + 'static {
     fn flush(&self) -> Result<(), BackendError>;
     /// Bytes held in the write cache, not yet flushed.
     fn write_cache_used(&self) -> u64;
+    /// The read-ahead cache's figures. Default: a backend without one (all zero).
+    fn read_cache_stats(&self) -> crate::read_cache::ReadCacheStats {
+        crate::read_cache::ReadCacheStats::default()
+    }
     /// Whether a put of `len` bytes would block now, waiting for write-cache room (a
     /// hint, for callers that must not block a thread others share). Default: never.
     fn put_would_wait(&self, _len: u64) -> bool {
@@ -620,6 +624,11 @@ impl Storage {
         self.inner.store.write_cache_used()
     }
 
+    /// The ledger store's read-ahead cache figures.
+    pub fn read_cache_stats(&self) -> crate::read_cache::ReadCacheStats {
+        self.inner.store.read_cache_stats()
+    }
+
     /// What the journal did since open (group commits, records, fdatasyncs, zero
     /// fills), summed over the journal directories.
     pub fn journal_stats(&self) -> JournalStats {
@@ -887,6 +896,9 @@ impl LedgerBackend for crate::ledger_store::LedgerStore {
 
     fn write_cache_used(&self) -> u64 {
         crate::ledger_store::LedgerStore::write_cache_used(self)
+    }
+    fn read_cache_stats(&self) -> crate::read_cache::ReadCacheStats {
+        crate::ledger_store::LedgerStore::read_cache_stats(self)
     }
     fn unflushed_bytes(&self) -> u64 {
         crate::ledger_store::LedgerStore::unflushed_bytes(self)

@@ -834,6 +834,9 @@ fn read_ahead_serves_the_next_entries_of_the_ledger_and_nothing_else() {
         }
         // 0 and 31 were misses (each starts a run); the rest were read ahead.
         assert_eq!(s.read_ahead_hits(), 49, "direct {direct}");
+        let st = s.read_cache_stats();
+        assert_eq!((st.hits, st.misses), (49, 2), "direct {direct}");
+        assert!(st.read_ahead_entries >= 49 && st.entries >= 49, "{st:?}");
         assert_eq!(s.get_entry(1, 51).unwrap(), None, "the gap is not filled");
         for e in 0..60 {
             let want = (e != 51).then(|| data(2, e));
