@@ -548,25 +548,15 @@ pub fn read_run(
     if 2 * record_len > max_bytes || max_entries == 0 {
         return read_record(file, path, loc, ledger, entry).map(|p| (p, Vec::new()));
     }
-    // Not zeroed first: the read overwrites it (see `File::read_at_append`).
-    let mut buf = Vec::with_capacity(max_bytes);
-    while buf.len() < max_bytes {
-        let got = buf.len();
-        match file.read_at_append(&mut buf, max_bytes - got, loc.offset + got as u64) {
-            Ok(0) => break,
-            Ok(_) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => {
-                return Err(io_error(
-                    "read entry log",
-                    path.parent().unwrap_or(path),
-                    path,
-                    Some(loc.offset + got as u64),
-                    e,
-                ));
-            }
-        }
-    }
+    let buf = read_up_to(file, loc.offset, max_bytes, false).map_err(|(at, e)| {
+        io_error(
+            "read entry log",
+            path.parent().unwrap_or(path),
+            path,
+            Some(at),
+            e,
+        )
+    })?;
     if buf.len() < record_len {
         return Err(corrupt(
             path,
@@ -595,22 +585,43 @@ pub fn read_run_nowait(
     if 2 * record_len > max_bytes || max_entries == 0 {
         return read_record_nowait(file, loc, ledger, entry).map(|p| (p, Vec::new()));
     }
-    let mut buf = Vec::with_capacity(max_bytes);
-    while buf.len() < max_bytes {
-        let got = buf.len();
-        match file.read_at_nowait_append(&mut buf, max_bytes - got, loc.offset + got as u64) {
-            Ok(0) => break,
-            Ok(_) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            // The rest would wait for the disk: the run is what is cached.
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock && got > 0 => break,
-            Err(_) => return None,
-        }
-    }
+    let buf = read_up_to(file, loc.offset, max_bytes, true).ok()?;
     if buf.len() < record_len {
         return None;
     }
     split_run(Bytes::from(buf), loc, ledger, entry, max_entries).ok()
+}
+
+/// Up to `max` bytes of `file` from `offset`, fewer where the file ends, into a buffer
+/// nothing zeroes first (see `File::read_at_append`). With `nowait` only from the page
+/// cache: the bytes end where the cached ones do, and it fails if not even the first is.
+/// A failure comes with the offset it happened at.
+fn read_up_to(
+    file: &dyn File,
+    offset: u64,
+    max: usize,
+    nowait: bool,
+) -> Result<Vec<u8>, (u64, std::io::Error)> {
+    let mut buf = Vec::with_capacity(max);
+    while buf.len() < max {
+        let (at, want) = (offset + buf.len() as u64, max - buf.len());
+        let read = if nowait {
+            file.read_at_nowait_append(&mut buf, want, at)
+        } else {
+            file.read_at_append(&mut buf, want, at)
+        };
+        match read {
+            Ok(0) => break,
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            // The rest would wait for the disk: the run is what is cached.
+            Err(e) if nowait && e.kind() == std::io::ErrorKind::WouldBlock && !buf.is_empty() => {
+                break;
+            }
+            Err(e) => return Err((at, e)),
+        }
+    }
+    Ok(buf)
 }
 
 /// The record at the start of `chunk` (read from `loc`), checked, and the records after
