@@ -101,6 +101,12 @@ fn max_fds() -> Option<f64> {
     line.split_whitespace().nth(3)?.parse().ok()
 }
 
+/// This process's CPU seconds so far (user + system, `/proc/self/stat`), if readable: the
+/// gauge `process_cpu_seconds_total`, and what `folio bench` reads around its measured phase.
+pub fn process_cpu_seconds() -> Option<f64> {
+    cpu_and_start_seconds().map(|(cpu, _)| cpu)
+}
+
 /// Sets the standard Prometheus process gauges, each only when it could be read.
 pub(crate) fn set_process_gauges() {
     if let Some((cpu, started)) = cpu_and_start_seconds() {

@@ -30,6 +30,7 @@ pub use bk_api::{
     LacFuture, LedgerReader, ReadFuture, RecoverProgress, SanityFuture, cluster_info_json,
     ledger_metadata_json,
 };
+pub use host_metrics::process_cpu_seconds;
 pub use operations::{Origin, PUBLISH_INTERVAL, Publisher};
 pub use server::{BookieAdmin, HttpHandle, WorkerSlot, serve_cluster};
 pub use token::read_token_file;

@@ -283,6 +283,7 @@ async fn phase(
         bytes: a.entries * payload.len() as u64,
         elapsed,
         latencies,
+        cpu_seconds: None,
     })
 }
 

@@ -140,6 +140,7 @@ fn fill(a: &FillArgs, config: &BookieConfig) -> anyhow::Result<Filled> {
             bytes: total * a.entry_size as u64,
             elapsed,
             latencies,
+            cpu_seconds: None,
         },
         open_seconds,
         close_seconds: closing.elapsed().as_secs_f64(),

@@ -202,6 +202,7 @@ fn bench(a: &JournalArgs, work: &Path) -> anyhow::Result<String> {
         bytes: a.entries * a.entry_size as u64,
         elapsed,
         latencies,
+        cpu_seconds: None,
     };
     let syncs = stats.fdatasyncs();
     let per_sync = (syncs > 0).then(|| a.entries as f64 / syncs as f64);

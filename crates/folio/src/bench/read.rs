@@ -20,7 +20,7 @@ use folio_client::{Client, CreateOptions, DigestType, OpenOptions, ReadHandle};
 use serde_json::{Map, Value, json};
 use tokio::task::JoinSet;
 
-use super::report::{Latencies, Summary};
+use super::report::{Latencies, PhaseCpu, Summary};
 use super::write::{
     LedgerShape, Limit, PASSWORD, append_loop, at_least_one, payload, run_on_cluster,
 };
@@ -230,6 +230,7 @@ async fn write_phase(a: &ReadBenchArgs, client: &Client) -> anyhow::Result<(Vec<
             bytes: entries * a.shape.entry_size as u64,
             elapsed,
             latencies,
+            cpu_seconds: None,
         },
     ))
 }
@@ -251,6 +252,7 @@ async fn read_phase(
         handles.push(Arc::new(h));
     }
     let latencies = Arc::new(Mutex::new(Latencies::new()));
+    let cpu = PhaseCpu::start();
     let start = Instant::now();
     let n = ids.len() as u64;
     let mut tasks = Vec::new();
@@ -274,6 +276,7 @@ async fn read_phase(
         }
     }
     let elapsed = start.elapsed();
+    let cpu_seconds = cpu.seconds();
     if let Some(e) = failure {
         return Err(e);
     }
@@ -284,6 +287,7 @@ async fn read_phase(
             bytes,
             elapsed,
             latencies,
+            cpu_seconds,
         },
         per_ledger,
     ))

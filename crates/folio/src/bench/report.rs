@@ -58,6 +58,26 @@ pub struct Summary {
     pub bytes: u64,
     pub elapsed: Duration,
     pub latencies: Latencies,
+    /// This process's CPU seconds over the measured phase, when it was measured
+    /// ([`PhaseCpu`]); printed as `phase_cpu_s`.
+    pub cpu_seconds: Option<f64>,
+}
+
+/// This process's CPU (user + system, every thread) from the start of a measured phase:
+/// the driver's own cost beside the bookies', without its start-up and set-up, as the Java
+/// drivers of `scripts/bench-vs-bookkeeper` report theirs. Ticks of `/proc/self/stat`
+/// (10 ms), so it means something over phases of a second or more.
+pub struct PhaseCpu(Option<f64>);
+
+impl PhaseCpu {
+    pub fn start() -> Self {
+        PhaseCpu(folio_http::process_cpu_seconds())
+    }
+
+    /// The CPU seconds since [`PhaseCpu::start`]; `None` where `/proc` cannot be read.
+    pub fn seconds(&self) -> Option<f64> {
+        Some(folio_http::process_cpu_seconds()? - self.0?)
+    }
 }
 
 impl Summary {
@@ -91,6 +111,9 @@ impl Summary {
             },
         });
         let obj = v.as_object_mut().expect("a JSON object");
+        if let Some(cpu) = self.cpu_seconds {
+            obj.insert("phase_cpu_s".into(), json!(round(cpu, 3)));
+        }
         obj.extend(extra);
         v
     }
@@ -134,6 +157,7 @@ mod tests {
             bytes: 100 * 1_000_000,
             elapsed: Duration::from_secs(4),
             latencies,
+            cpu_seconds: None,
         };
         let mut extra = Map::new();
         extra.insert("entry_size".into(), json!(1_000_000));
@@ -149,6 +173,43 @@ mod tests {
         assert!((99.9..=100.1).contains(&max), "max {max}");
         assert!(v["latency_ms"]["p99"].as_f64().unwrap() <= max);
         assert!(v["latency_ms"]["p999"].as_f64().unwrap() <= max);
+        assert!(
+            v.get("phase_cpu_s").is_none(),
+            "no CPU measured, none printed"
+        );
+    }
+
+    #[test]
+    fn the_phase_cpu_counts_this_process_work_and_is_printed() {
+        let cpu = PhaseCpu::start();
+        // Work until the process has spent 0.2 s of CPU by the wall clock's count; a slow,
+        // shared machine only makes it take longer.
+        let t0 = std::time::Instant::now();
+        let mut x = 0u64;
+        while cpu.seconds().expect("/proc/self/stat is readable on Linux") < 0.2 {
+            for i in 0..100_000u64 {
+                x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(i));
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(120),
+                "no CPU counted in 120 s"
+            );
+        }
+        let spent = cpu.seconds().unwrap();
+        assert!(spent >= 0.2, "{spent}");
+        let s = Summary {
+            entries: 1,
+            bytes: 1,
+            elapsed: Duration::from_secs(1),
+            latencies: Latencies::new(),
+            cpu_seconds: Some(spent),
+        };
+        let printed = s.to_json(Map::new())["phase_cpu_s"].as_f64().unwrap();
+        assert!((printed - spent).abs() < 0.001, "{printed} against {spent}");
+        // A phase counts from its own start, not the process's: this one has spent nothing
+        // (within the 10 ms ticks), though the process has spent 0.2 s.
+        let fresh = PhaseCpu::start().seconds().unwrap();
+        assert!(fresh < 0.05, "a new phase starts at {fresh} s");
     }
 
     #[test]

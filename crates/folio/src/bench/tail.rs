@@ -29,7 +29,7 @@ use folio_client::{
 use folio_metadata::MetadataStore;
 use serde_json::{Map, json};
 
-use super::report::{Latencies, Summary};
+use super::report::{Latencies, PhaseCpu, Summary};
 use super::write::{
     LedgerShape, Limit, PASSWORD, at_least_one, payload, positive_seconds, run_on_cluster,
 };
@@ -120,6 +120,7 @@ async fn bench(a: &TailBenchArgs, uri: &str) -> anyhow::Result<String> {
         bytes,
         elapsed: o.elapsed,
         latencies,
+        cpu_seconds: o.cpu_seconds,
     };
     let (delivery, e2e, appends) = (summary(o.delivery), summary(o.e2e), summary(o.appends));
     if a.json {
@@ -185,6 +186,8 @@ struct Outcome {
     e2e: Latencies,
     /// First append to the last reader holding the last measured entry.
     elapsed: Duration,
+    /// The process's CPU from the readers' start to the end (the writer's cool-down included).
+    cpu_seconds: Option<f64>,
 }
 
 /// The writer's side of what readers need to know while the run goes on.
@@ -230,6 +233,7 @@ async fn run_ledger(
         readers.push(h);
         clients.push(c);
     }
+    let cpu = PhaseCpu::start();
     let start = Instant::now();
     let tasks: Vec<_> = readers
         .into_iter()
@@ -294,6 +298,7 @@ async fn run_ledger(
         delivery,
         e2e,
         elapsed: last - start,
+        cpu_seconds: cpu.seconds(),
     })
 }
 

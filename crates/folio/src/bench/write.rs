@@ -20,7 +20,7 @@ use folio_client::{Client, CreateOptions, DigestType, LedgerHandle};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::{Map, json};
 
-use super::report::{Latencies, Summary};
+use super::report::{Latencies, PhaseCpu, Summary};
 
 /// The password of benchmark ledgers (`folio bench read --ledger` expects it by default).
 pub(super) const PASSWORD: &[u8] = b"folio-bench";
@@ -199,6 +199,7 @@ async fn bench(a: &WriteBenchArgs, uri: &str) -> anyhow::Result<String> {
         ProgressBar::hidden()
     };
     let latencies = Arc::new(Mutex::new(Latencies::new()));
+    let cpu = PhaseCpu::start();
     let start = Instant::now();
     let n = a.ledgers;
     let mut tasks = Vec::new();
@@ -228,6 +229,7 @@ async fn bench(a: &WriteBenchArgs, uri: &str) -> anyhow::Result<String> {
         }
     }
     let elapsed = start.elapsed();
+    let cpu_seconds = cpu.seconds();
     progress.finish_and_clear();
     for l in &ledgers {
         let _ = l.close().await;
@@ -245,6 +247,7 @@ async fn bench(a: &WriteBenchArgs, uri: &str) -> anyhow::Result<String> {
         bytes: entries * a.shape.entry_size as u64,
         elapsed,
         latencies,
+        cpu_seconds,
     };
     if a.json {
         let mut extra = Map::new();

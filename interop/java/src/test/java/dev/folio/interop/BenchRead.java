@@ -75,15 +75,15 @@ public final class BenchRead {
                     "{\"bench\":\"java-read\",\"entries\":%d,\"seconds\":%.3f,\"entries_per_sec\":%.1f,"
                             + "\"mb_per_sec\":%.2f,\"latency_ms\":{\"p50\":%.3f,\"p99\":%.3f,\"p999\":%.3f,"
                             + "\"max\":%.3f,\"mean\":%.3f},\"entry_size\":%d,\"in_flight\":%d,\"batch\":%d,"
-                            + "\"ledgers\":1}",
+                            + "\"ledgers\":1,\"phase_cpu_s\":%.3f}",
                     entries, r.seconds, entries / r.seconds, (double) entries * size / 1e6 / r.seconds,
                     BenchWrite.q(l, 0.50), BenchWrite.q(l, 0.99), BenchWrite.q(l, 0.999),
-                    l.length == 0 ? 0 : l[l.length - 1] / 1e6, mean, size, inFlight, batch));
+                    l.length == 0 ? 0 : l[l.length - 1] / 1e6, mean, size, inFlight, batch, r.cpuSeconds));
             lh.close();
         }
     }
 
-    record Result(long[] latenciesNanos, double seconds) {}
+    record Result(long[] latenciesNanos, double seconds, double cpuSeconds) {}
 
     /** Reads entries 0..=last in requests of {@code batch}; every entry must be {@code size} bytes. */
     static Result read(LedgerHandle lh, long last, int batch, int inFlight, int size) throws Exception {
@@ -92,6 +92,7 @@ public final class BenchRead {
         Semaphore window = new Semaphore(inFlight);
         AtomicLong entries = new AtomicLong();
         AtomicReference<String> failure = new AtomicReference<>();
+        long cpu0 = BenchWrite.processCpuNanos();
         long start = System.nanoTime();
         for (int i = 0; i < requests && failure.get() == null; i++) {
             window.acquire();
@@ -124,9 +125,10 @@ public final class BenchRead {
             throw new IllegalStateException("reads did not complete within 300 s");
         }
         double elapsed = (System.nanoTime() - start) / 1e9;
+        double cpu = (BenchWrite.processCpuNanos() - cpu0) / 1e9;
         if (failure.get() != null) {
             throw new IllegalStateException("read failed: " + failure.get());
         }
-        return new Result(lat, elapsed);
+        return new Result(lat, elapsed, cpu);
     }
 }

@@ -112,10 +112,10 @@ public final class BenchTail {
                             + "\"mb_per_sec\":%.2f,\"latency_ms\":%s,\"e2e_latency_ms\":%s,\"append_latency_ms\":%s,"
                             + "\"latency_from\":\"ack\",\"entry_size\":%d,\"in_flight\":%d,\"readers\":%d,"
                             + "\"written\":%d,\"delivered\":%d,\"ledger_id\":%d,\"ensemble\":%d,"
-                            + "\"write_quorum\":%d,\"ack_quorum\":%d}",
+                            + "\"write_quorum\":%d,\"ack_quorum\":%d,\"phase_cpu_s\":%.3f}",
                     entries, run.seconds, entries / run.seconds, (double) entries * size / 1e6 / run.seconds,
                     percentiles(d), percentiles(x), percentiles(a), size, inFlight, readers, run.written,
-                    (long) entries * readers, run.ledger, e, qw, qa));
+                    (long) entries * readers, run.ledger, e, qw, qa, run.cpuSeconds));
         } finally {
             for (BookKeeper c : clients) {
                 c.close();
@@ -131,7 +131,8 @@ public final class BenchTail {
     }
 
     /** Latencies in nanoseconds of the measured entries (delivery and end to end: one per reader and entry). */
-    record Run(long[] delivery, long[] e2e, long[] appends, double seconds, long written, long ledger) {}
+    record Run(long[] delivery, long[] e2e, long[] appends, double seconds, long written, long ledger,
+            double cpuSeconds) {}
 
     static Run run(BookKeeper writerClient, List<BookKeeper> readerClients, int e, int qw, int qa, byte[] payload,
             int entries, int inFlight, long pollMs, boolean parallel) throws Exception {
@@ -146,6 +147,7 @@ public final class BenchTail {
         for (BookKeeper c : readerClients) {
             handles.add(c.openLedgerNoRecovery(w.getId(), DigestType.CRC32C, PASSWORD));
         }
+        long cpu0 = BenchWrite.processCpuNanos();
         long start = System.nanoTime();
         List<CompletableFuture<long[]>> tails = new ArrayList<>();
         for (LedgerHandle r : handles) {
@@ -208,10 +210,11 @@ public final class BenchTail {
         for (int i = 0; i < entries; i++) {
             appends[i] = acked.get(i) - sent.get(i);
         }
+        double cpu = (BenchWrite.processCpuNanos() - cpu0) / 1e9;
         for (LedgerHandle r : handles) {
             r.close();
         }
-        return new Run(delivery, e2e, appends, (last - start) / 1e9, n, w.getId());
+        return new Run(delivery, e2e, appends, (last - start) / 1e9, n, w.getId(), cpu);
     }
 
     /**

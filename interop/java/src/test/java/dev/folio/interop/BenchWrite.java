@@ -83,10 +83,10 @@ public final class BenchWrite {
                     "{\"bench\":\"java-write\",\"entries\":%d,\"seconds\":%.3f,\"entries_per_sec\":%.1f,"
                             + "\"mb_per_sec\":%.2f,\"latency_ms\":{\"p50\":%.3f,\"p99\":%.3f,\"p999\":%.3f,"
                             + "\"max\":%.3f,\"mean\":%.3f},\"ensemble\":%d,\"write_quorum\":%d,\"ack_quorum\":%d,"
-                            + "\"entry_size\":%d,\"in_flight\":%d,\"ledgers\":1}",
+                            + "\"entry_size\":%d,\"in_flight\":%d,\"ledgers\":1,\"phase_cpu_s\":%.3f}",
                     l.length, r.seconds, l.length / r.seconds, (double) l.length * size / 1e6 / r.seconds,
                     q(l, 0.50), q(l, 0.99), q(l, 0.999), l.length == 0 ? 0 : l[l.length - 1] / 1e6, mean,
-                    e, qw, qa, size, inFlight));
+                    e, qw, qa, size, inFlight, r.cpuSeconds));
         }
     }
 
@@ -98,7 +98,17 @@ public final class BenchWrite {
         return sorted[Math.max(0, Math.min(sorted.length - 1, i))] / 1e6;
     }
 
-    record Result(long[] latenciesNanos, double seconds) {}
+    record Result(long[] latenciesNanos, double seconds, double cpuSeconds) {}
+
+    /**
+     * The JVM process's CPU time so far (every thread: the client's, the JIT's, the
+     * collector's), in nanoseconds. Read around a measured phase, it gives the driver's own
+     * cost there, without the JVM's start and the warm-up ({@code phase_cpu_s}).
+     */
+    static long processCpuNanos() {
+        return ((com.sun.management.OperatingSystemMXBean) java.lang.management.ManagementFactory
+                .getOperatingSystemMXBean()).getProcessCpuTime();
+    }
 
     static Result run(BookKeeper bk, int e, int qw, int qa, byte[] payload, int inFlight, double seconds,
             long entries) throws Exception {
@@ -107,6 +117,7 @@ public final class BenchWrite {
         AtomicLong done = new AtomicLong();
         AtomicReference<String> failure = new AtomicReference<>();
         long[][] lat = {new long[1 << 16]};
+        long cpu0 = processCpuNanos();
         long start = System.nanoTime();
         long end = start + (long) (seconds * 1e9);
         long sent = 0;
@@ -134,11 +145,12 @@ public final class BenchWrite {
             throw new IllegalStateException("appends did not complete within 300 s");
         }
         double elapsed = (System.nanoTime() - start) / 1e9;
+        double cpu = (processCpuNanos() - cpu0) / 1e9;
         if (failure.get() != null) {
             throw new IllegalStateException("append failed: " + failure.get());
         }
         lh.close();
         bk.deleteLedger(lh.getId());
-        return new Result(Arrays.copyOf(lat[0], (int) sent), elapsed);
+        return new Result(Arrays.copyOf(lat[0], (int) sent), elapsed, cpu);
     }
 }
