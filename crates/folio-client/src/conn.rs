@@ -911,12 +911,30 @@ pub mod req {
         body: Bytes,
         recovery: bool,
     ) -> pb::Request {
+        add_keyed(
+            ledger,
+            entry,
+            Bytes::copy_from_slice(master_key),
+            body,
+            recovery,
+        )
+    }
+
+    /// [`add`] with the master key already in a shared buffer: a writer sends one for every
+    /// entry and bookie, and shares its key rather than copying it into each.
+    pub fn add_keyed(
+        ledger: i64,
+        entry: i64,
+        master_key: Bytes,
+        body: Bytes,
+        recovery: bool,
+    ) -> pb::Request {
         let mut r = request(OperationType::AddEntry, recovery);
         r.add_request = Some(pb::AddRequest {
             flag: recovery.then_some(pb::add_request::Flag::RecoveryAdd as i32),
             ledger_id: ledger,
             entry_id: entry,
-            master_key: Bytes::copy_from_slice(master_key),
+            master_key,
             body,
             write_flags: None,
         });

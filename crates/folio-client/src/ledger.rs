@@ -119,11 +119,13 @@ impl LedgerHandle {
                 delay_ensemble_change: inner.config.delay_ensemble_change,
             },
         );
+        let key = master_key(&password);
         let actor = Actor {
             last_add: inner.clock.now(),
             inner,
             ledger,
-            key: master_key(&password),
+            key,
+            key_bytes: Bytes::copy_from_slice(&key),
             digest: DigestManager::new(ledger, proto_digest(meta.value.digest_type), &password),
             meta,
             state,
@@ -204,6 +206,8 @@ struct Actor {
     inner: Arc<Inner>,
     ledger: LedgerId,
     key: [u8; 20],
+    /// `key` in a shared buffer, for the adds.
+    key_bytes: Bytes,
     digest: DigestManager,
     meta: Versioned<LedgerMetadata>,
     state: WriterState,
@@ -385,7 +389,8 @@ impl Actor {
                     bookie,
                     body,
                 } => {
-                    let request = req::add(self.ledger, entry, &self.key, body, false);
+                    let request =
+                        req::add_keyed(self.ledger, entry, self.key_bytes.clone(), body, false);
                     // Queued on the connection now (in entry order), written at the flush.
                     let started = self.inner.bookies.start(
                         &bookie,

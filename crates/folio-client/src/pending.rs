@@ -19,7 +19,7 @@
 //!   `LAC + 1`, and the LAC cannot move while the change is in flight;
 //! * a fenced answer or an unauthorized answer fails the writer for good.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -64,8 +64,9 @@ pub enum WriterAction {
 #[derive(Debug)]
 struct PendingAdd {
     body: Bytes,
-    /// Bookies that stored the entry (whatever their position was when they answered).
-    acks: BTreeSet<BookieId>,
+    /// Bookies that stored the entry (whatever their position was when they answered),
+    /// each once: a write quorum's few, so a vector, not a tree allocated per add.
+    acks: Vec<BookieId>,
     added_at: Instant,
     payload_len: u64,
 }
@@ -238,7 +239,7 @@ impl WriterState {
             .digest
             .compute(id, self.lac, self.length as i64, payload);
         let mut actions = Vec::new();
-        for p in self.quorum.write_set(id) {
+        for p in self.quorum.write_positions(id) {
             // A failed position gets the entry from its replacement's resend.
             if !self.failed.contains_key(&p) {
                 actions.push(WriterAction::SendAdd {
@@ -252,7 +253,7 @@ impl WriterState {
             id,
             PendingAdd {
                 body,
-                acks: BTreeSet::new(),
+                acks: Vec::new(),
                 added_at: now,
                 payload_len: payload.len() as u64,
             },
@@ -276,8 +277,10 @@ impl WriterState {
         }
         match outcome {
             AddOutcome::Ok => {
-                if let Some(p) = self.pending.get_mut(&entry) {
-                    p.acks.insert(bookie.clone());
+                if let Some(p) = self.pending.get_mut(&entry)
+                    && !p.acks.contains(bookie)
+                {
+                    p.acks.push(bookie.clone());
                 }
                 self.drain(&mut actions);
             }
@@ -393,8 +396,7 @@ impl WriterState {
 
     fn ack_count(&self, entry: EntryId, add: &PendingAdd) -> usize {
         self.quorum
-            .write_set(entry)
-            .into_iter()
+            .write_positions(entry)
             .filter(|&p| add.acks.contains(&self.ensemble[p]))
             .count()
     }
@@ -585,6 +587,19 @@ mod tests {
                 .is_empty()
         );
         assert!(!w.is_changing_ensemble());
+    }
+
+    #[test]
+    fn a_bookie_answering_twice_counts_once() {
+        // A request sent again on a new connection can be answered twice by one bookie.
+        let mut w = writer(3, 3, 2);
+        w.add(None, b"x", Instant::now()).unwrap();
+        assert!(acked(&w.on_add_response(0, &b(1), AddOutcome::Ok)).is_empty());
+        assert!(
+            acked(&w.on_add_response(0, &b(1), AddOutcome::Ok)).is_empty(),
+            "one bookie twice is not an ack quorum of two"
+        );
+        assert_eq!(acked(&w.on_add_response(0, &b(2), AddOutcome::Ok)), vec![0]);
     }
 
     #[test]

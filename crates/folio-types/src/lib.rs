@@ -12,6 +12,7 @@ pub mod rack;
 pub mod service;
 
 use std::fmt;
+use std::sync::Arc;
 
 /// A ledger's id, as BookKeeper's `long ledgerId` (non-negative when valid).
 pub type LedgerId = i64;
@@ -27,8 +28,12 @@ pub const INVALID_ENTRY_ID: EntryId = -1;
 pub const LAST_ENTRY_ID: EntryId = -1;
 
 /// A bookie's identity: `host:port` unless configured otherwise (BookKeeper's `BookieId`).
+///
+/// Shared, not owned: a writer clones its ensemble's ids for every add and every answer
+/// (the add to each bookie, the answer's sender, the acknowledgement set), and a clone is a
+/// reference count, not an allocation.
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct BookieId(String);
+pub struct BookieId(Arc<str>);
 
 impl BookieId {
     /// Wraps a bookie id string. BookKeeper allows `[a-zA-Z0-9:-_.]`; anything else is refused.
@@ -39,7 +44,7 @@ impl BookieId {
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || matches!(c, ':' | '-' | '_' | '.'));
         if valid {
-            Ok(BookieId(id))
+            Ok(BookieId(id.into()))
         } else {
             Err(InvalidBookieId(id))
         }

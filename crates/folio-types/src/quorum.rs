@@ -32,11 +32,15 @@ impl QuorumConfig {
 
     /// The ensemble positions that store `entry_id`, in write order.
     pub fn write_set(&self, entry_id: i64) -> Vec<usize> {
-        let e = self.ensemble_size as i64;
-        let start = entry_id.rem_euclid(e) as usize;
-        (0..self.write_quorum)
-            .map(|i| (start + i) % self.ensemble_size)
-            .collect()
+        self.write_positions(entry_id).collect()
+    }
+
+    /// [`QuorumConfig::write_set`] without the vector: what a writer walks for every add
+    /// and every answer.
+    pub fn write_positions(&self, entry_id: i64) -> impl Iterator<Item = usize> + use<> {
+        let n = self.ensemble_size;
+        let start = entry_id.rem_euclid(n as i64) as usize;
+        (0..self.write_quorum).map(move |i| (start + i) % n)
     }
 
     /// Whether ensemble position `bookie_index` stores `entry_id`.
