@@ -182,8 +182,8 @@ mod tests {
     #[test]
     fn the_phase_cpu_counts_this_process_work_and_is_printed() {
         let cpu = PhaseCpu::start();
-        // Work until the process has spent 0.2 s of CPU by the wall clock's count; a slow,
-        // shared machine only makes it take longer.
+        // Work until this phase has counted 0.2 s of the process's CPU; a slow, shared
+        // machine only makes that take longer (the wall clock bounds it at 120 s).
         let t0 = std::time::Instant::now();
         let mut x = 0u64;
         while cpu.seconds().expect("/proc/self/stat is readable on Linux") < 0.2 {
