@@ -17,6 +17,8 @@ use crate::pb::{
 };
 use crate::status::Status;
 
+mod fast;
+
 /// `AddRequest.writeFlags` bit: ack before the entry is durable (`WriteFlag.DEFERRED_SYNC`).
 pub const WRITE_FLAG_DEFERRED_SYNC: i32 = 0x1;
 /// `BKPacketHeader.priority` the Java client sets on recovery adds and fence/recovery reads.
@@ -307,6 +309,15 @@ fn drop_unknown<E: TryFrom<i32>>(flag: &mut Option<i32>) {
 
 /// Decodes a v3 `Request` frame body.
 pub fn decode_request(frame: Bytes) -> Result<Request, ProtoError> {
+    match fast::request(&frame) {
+        Some(req) => Ok(req),
+        None => decode_request_full(frame),
+    }
+}
+
+/// [`decode_request`] for any message (what the fast path leaves, and what it is checked
+/// against).
+fn decode_request_full(frame: Bytes) -> Result<Request, ProtoError> {
     let mut req: Request = decode_checked(frame, "Request")?;
     check_header(&req.header)?;
     if let Some(r) = &mut req.read_request {
@@ -320,6 +331,15 @@ pub fn decode_request(frame: Bytes) -> Result<Request, ProtoError> {
 
 /// Decodes a v3 `Response` frame body.
 pub fn decode_response(frame: Bytes) -> Result<Response, ProtoError> {
+    match fast::response(&frame) {
+        Some(resp) => Ok(resp),
+        None => decode_response_full(frame),
+    }
+}
+
+/// [`decode_response`] for any message (what the fast path leaves, and what it is checked
+/// against).
+fn decode_response_full(frame: Bytes) -> Result<Response, ProtoError> {
     let resp: Response = decode_checked(frame, "Response")?;
     check_header(&resp.header)?;
     check_status(resp.status, "Response.status")?;
@@ -362,7 +382,7 @@ pub fn encode_request(req: &Request) -> Bytes {
 
 /// Serializes a response (frame body, no length prefix).
 pub fn encode_response(resp: &Response) -> Bytes {
-    Bytes::from(resp.encode_to_vec())
+    fast::encode_add_response(resp).unwrap_or_else(|| Bytes::from(resp.encode_to_vec()))
 }
 
 /// Appends a request as a whole frame.
@@ -401,7 +421,9 @@ pub fn encode_request_frame_pieces(req: &Request) -> (Bytes, Option<Bytes>) {
         .filter(|a| a.body.len() >= UNCOPIED_BODY_BYTES)
     else {
         let mut frame = BytesMut::new();
-        encode_request_frame(req, &mut frame);
+        if !fast::encode_add_request_frame(req, &mut frame) {
+            encode_request_frame(req, &mut frame);
+        }
         return (frame.freeze(), None);
     };
     // Exhaustive, so that a field added to AddRequest cannot be silently left out here.
