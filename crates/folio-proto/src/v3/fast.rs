@@ -60,7 +60,7 @@ pub(super) fn response(frame: &Bytes) -> Option<Response> {
     while let Some((field, wire)) = c.key()? {
         match (field, wire) {
             (1, LEN) if header.is_none() => header = Some(self::header(c.message()?)?),
-            (2, VARINT) if status.is_none() => status = Some(c.status()?),
+            (2, VARINT) if status.is_none() => status = Some(c.known::<StatusCode>()?),
             (100, LEN) if read.is_none() && add.is_none() => {
                 read = Some(read_response(c.message()?)?)
             }
@@ -86,16 +86,8 @@ fn header(mut c: Cursor<'_>) -> Option<BkPacketHeader> {
     let (mut version, mut operation, mut txn_id, mut priority) = (None, None, None, None);
     while let Some((field, wire)) = c.key()? {
         match (field, wire) {
-            (1, VARINT) if version.is_none() => {
-                let v = c.varint()? as i32;
-                ProtocolVersion::try_from(v).ok()?;
-                version = Some(v);
-            }
-            (2, VARINT) if operation.is_none() => {
-                let v = c.varint()? as i32;
-                OperationType::try_from(v).ok()?;
-                operation = Some(v);
-            }
+            (1, VARINT) if version.is_none() => version = Some(c.known::<ProtocolVersion>()?),
+            (2, VARINT) if operation.is_none() => operation = Some(c.known::<OperationType>()?),
             (3, VARINT) if txn_id.is_none() => txn_id = Some(c.varint()?),
             (4, VARINT) if priority.is_none() => priority = Some(c.varint()? as u32),
             _ => return None,
@@ -119,11 +111,7 @@ fn add_request(mut c: Cursor<'_>) -> Option<AddRequest> {
             (3, LEN) if master_key.is_none() => master_key = Some(c.bytes()?),
             (4, LEN) if body.is_none() => body = Some(c.bytes()?),
             (5, VARINT) if write_flags.is_none() => write_flags = Some(c.varint()? as i32),
-            (100, VARINT) if flag.is_none() => {
-                let v = c.varint()? as i32;
-                add_request::Flag::try_from(v).ok()?;
-                flag = Some(v);
-            }
+            (100, VARINT) if flag.is_none() => flag = Some(c.known::<add_request::Flag>()?),
             _ => return None,
         }
     }
@@ -147,11 +135,7 @@ fn read_request(mut c: Cursor<'_>) -> Option<ReadRequest> {
             (3, LEN) if master_key.is_none() => master_key = Some(c.bytes()?),
             (4, VARINT) if previous_lac.is_none() => previous_lac = Some(c.varint()? as i64),
             (5, VARINT) if time_out.is_none() => time_out = Some(c.varint()? as i64),
-            (100, VARINT) if flag.is_none() => {
-                let v = c.varint()? as i32;
-                read_request::Flag::try_from(v).ok()?;
-                flag = Some(v);
-            }
+            (100, VARINT) if flag.is_none() => flag = Some(c.known::<read_request::Flag>()?),
             _ => return None,
         }
     }
@@ -169,7 +153,7 @@ fn add_response(mut c: Cursor<'_>) -> Option<AddResponse> {
     let (mut status, mut ledger_id, mut entry_id) = (None, None, None);
     while let Some((field, wire)) = c.key()? {
         match (field, wire) {
-            (1, VARINT) if status.is_none() => status = Some(c.status()?),
+            (1, VARINT) if status.is_none() => status = Some(c.known::<StatusCode>()?),
             (2, VARINT) if ledger_id.is_none() => ledger_id = Some(c.varint()? as i64),
             (3, VARINT) if entry_id.is_none() => entry_id = Some(c.varint()? as i64),
             _ => return None,
@@ -187,7 +171,7 @@ fn read_response(mut c: Cursor<'_>) -> Option<ReadResponse> {
     let (mut body, mut max_lac, mut lac_update_timestamp) = (None, None, None);
     while let Some((field, wire)) = c.key()? {
         match (field, wire) {
-            (1, VARINT) if status.is_none() => status = Some(c.status()?),
+            (1, VARINT) if status.is_none() => status = Some(c.known::<StatusCode>()?),
             (2, VARINT) if ledger_id.is_none() => ledger_id = Some(c.varint()? as i64),
             (3, VARINT) if entry_id.is_none() => entry_id = Some(c.varint()? as i64),
             (4, LEN) if body.is_none() => body = Some(c.bytes()?),
@@ -419,10 +403,10 @@ impl<'a> Cursor<'a> {
         Some(self.frame.slice(m.pos..m.end))
     }
 
-    /// A status field: a value `StatusCode` knows.
-    fn status(&mut self) -> Option<i32> {
+    /// An enum field: a value `E` knows (an unknown one is the full path's to decide).
+    fn known<E: TryFrom<i32>>(&mut self) -> Option<i32> {
         let v = self.varint()? as i32;
-        StatusCode::try_from(v).ok()?;
+        E::try_from(v).ok()?;
         Some(v)
     }
 }
