@@ -26,7 +26,7 @@ use folio_proto::{FrameDecoder, Status, v3};
 use folio_types::BookieId;
 use parking_lot::Mutex;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::sync::oneshot;
+use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
 use crate::config::ClientConfig;
@@ -139,7 +139,84 @@ impl std::fmt::Display for RpcError {
     }
 }
 
-type Waiter = oneshot::Sender<Result<pb::Response, RpcError>>;
+/// Who waits for a request's answer.
+enum Waiter {
+    /// A caller's future ([`Bookies::call`] and friends).
+    Call(oneshot::Sender<Result<pb::Response, RpcError>>),
+    /// A ledger writer's add, answered straight into the writer's queue: no future, no
+    /// channel and no timer per add and bookie (together about 15% of a writer's CPU).
+    Add(AddRoute),
+}
+
+impl Waiter {
+    /// Hands the waiter its outcome; `Unreachable` gives an add the means to be sent once
+    /// more on a new connection, as a stale pooled connection gets in [`Bookies::call`].
+    fn answer(self, txn: u64, outcome: Result<pb::Response, RpcError>) {
+        match self {
+            Waiter::Call(tx) => {
+                let _ = tx.send(outcome);
+            }
+            Waiter::Add(route) => route.answer(txn, outcome),
+        }
+    }
+}
+
+/// Where the answers of a ledger writer's adds go ([`Bookies::start_add`]).
+pub(crate) type AddAnswers = mpsc::UnboundedSender<AddAnswer>;
+
+/// A bookie's answer to a routed add.
+pub(crate) struct AddAnswer {
+    pub entry: i64,
+    pub bookie: BookieId,
+    pub result: Result<(), RpcError>,
+    /// With `Unreachable` from a connection that was pooled: the add, to send once more
+    /// on a new connection with [`Bookies::finish`] (whose answer is final).
+    pub retry: Option<Started>,
+}
+
+/// A routed add waiting on a connection.
+struct AddRoute {
+    answers: AddAnswers,
+    entry: i64,
+    bookie: BookieId,
+    operation: i32,
+    deadline: Instant,
+    /// The frame, kept (shared, not copied) to send again if the connection was stale.
+    frame: FramePieces,
+}
+
+impl AddRoute {
+    fn answer(self, txn: u64, outcome: Result<pb::Response, RpcError>) {
+        let AddRoute {
+            answers,
+            entry,
+            bookie,
+            operation,
+            deadline,
+            frame,
+        } = self;
+        let (result, retry) = match outcome {
+            Ok(resp) => (check_answer(&bookie, operation, resp).map(drop), None),
+            Err(RpcError::Unreachable(why)) => {
+                let retry = Started {
+                    bookie: bookie.clone(),
+                    operation,
+                    deadline,
+                    how: StartedHow::Resend { txn, frame },
+                };
+                (Err(RpcError::Unreachable(why)), Some(retry))
+            }
+            Err(e) => (Err(e), None),
+        };
+        // A writer that is gone no longer needs the answer.
+        let _ = answers.send(AddAnswer {
+            entry,
+            bookie,
+            result,
+            retry,
+        });
+    }
+}
 
 /// State shared by a connection's tasks and its requesters.
 struct Shared {
@@ -159,9 +236,38 @@ impl Shared {
             }
             std::mem::replace(&mut *guard, Err(reason.to_string()))
         };
-        for (_, w) in waiting.into_iter().flatten() {
-            let _ = w.send(Err(RpcError::Unreachable(reason.to_string())));
+        for (txn, w) in waiting.into_iter().flatten() {
+            w.answer(txn, Err(RpcError::Unreachable(reason.to_string())));
         }
+    }
+
+    /// Times out the routed adds whose deadline passed (a caller's future keeps its own
+    /// timer); `true` while routed adds still wait.
+    fn expire_adds(&self, now: Instant) -> bool {
+        let (expired, more) = {
+            let mut guard = self.waiting.lock();
+            let Ok(map) = guard.as_mut() else {
+                return false;
+            };
+            let due: Vec<u64> = map
+                .iter()
+                .filter_map(|(&txn, w)| match w {
+                    Waiter::Add(r) if r.deadline <= now => Some(txn),
+                    _ => None,
+                })
+                .collect();
+            let expired: Vec<(u64, Waiter)> = due
+                .into_iter()
+                .filter_map(|txn| map.remove(&txn).map(|w| (txn, w)))
+                .collect();
+            let more = map.values().any(|w| matches!(w, Waiter::Add(_)));
+            (expired, more)
+        };
+        // Answered after the lock is let go, in txn order.
+        for (txn, w) in expired {
+            w.answer(txn, Err(RpcError::Timeout));
+        }
+        more
     }
 
     fn is_alive(&self) -> bool {
@@ -530,7 +636,7 @@ impl Bookies {
                 Ok(map) => map,
                 Err(why) => return Err(RpcError::Unreachable(why.clone())),
             };
-            map.insert(txn, tx);
+            map.insert(txn, Waiter::Call(tx));
         }
         let _guard = WaitGuard {
             shared: &conn.shared,
@@ -548,9 +654,9 @@ impl Bookies {
     }
 }
 
-/// A request handed to [`Bookies::start`]: already queued on the live connection to its
-/// bookie (written at the next [`Bookies::flush`]), or, with no live connection, still to
-/// be sent by [`Bookies::finish`].
+/// An add [`Bookies::start_add`] could not route (there was no live connection to its
+/// bookie), or a routed add to send again on a new connection: [`Bookies::finish`]
+/// answers it as [`Bookies::call`] would.
 pub(crate) struct Started {
     bookie: BookieId,
     operation: i32,
@@ -559,66 +665,80 @@ pub(crate) struct Started {
 }
 
 enum StartedHow {
-    Queued {
-        conn: Arc<Conn>,
-        txn: u64,
-        rx: oneshot::Receiver<Result<pb::Response, RpcError>>,
-        /// The frame, kept (it is shared, not copied) to send again on a new connection if
-        /// this pooled one turns out stale, as [`Bookies::call`] does.
-        frame: FramePieces,
-    },
+    /// Never sent: made on a (new) connection at the finish.
     Unsent(Box<pb::Request>),
+    /// Sent on a pooled connection that broke before the answer: once more on a new one.
+    Resend { txn: u64, frame: FramePieces },
 }
 
 impl Bookies {
-    /// Queues `req` on the live connection to `bookie` without waking its writer, so that
-    /// a caller sending many requests flushes them together ([`Bookies::flush`]); finish
-    /// it with [`Bookies::finish`], which answers as [`Bookies::call`] would (and makes
-    /// the connection first if there is none).
-    pub(crate) fn start(
+    /// Queues the add `req` on the live connection to `bookie` without waking its writer,
+    /// so that a ledger writer sending many adds flushes them together
+    /// ([`Bookies::flush`]). Its answer (or `Timeout` once `timeout` passed and
+    /// [`Bookies::expire_adds`] looked, or `Unreachable` with a retry if the connection
+    /// broke) goes to `answers`, tagged with `entry` and the bookie; `None` says so.
+    /// With no live connection the add is handed back, for [`Bookies::finish`] to send.
+    pub(crate) fn start_add(
         &self,
         bookie: &BookieId,
         mut req: pb::Request,
         timeout: Duration,
-    ) -> Started {
+        answers: &AddAnswers,
+        entry: i64,
+    ) -> Option<Started> {
         let deadline = Instant::now() + timeout;
         let operation = req.header.operation;
-        let how = match self.live(bookie) {
-            Some(conn) => {
-                let txn = self.next_txn.fetch_add(1, Ordering::Relaxed);
-                req.header.txn_id = txn;
-                let (tx, rx) = oneshot::channel();
-                let frame = v3::encode_request_frame_pieces(&req);
-                let queued = match conn.shared.waiting.lock().as_mut() {
-                    Ok(map) => {
-                        map.insert(txn, tx);
-                        true
-                    }
-                    Err(_) => false,
-                };
-                if queued && conn.outbox.push(frame.clone()).is_ok() {
-                    StartedHow::Queued {
-                        conn,
-                        txn,
-                        rx,
-                        frame,
-                    }
-                } else {
-                    conn.shared.forget(txn);
-                    StartedHow::Unsent(Box::new(req))
+        if let Some(conn) = self.live(bookie) {
+            let txn = self.next_txn.fetch_add(1, Ordering::Relaxed);
+            req.header.txn_id = txn;
+            let frame = v3::encode_request_frame_pieces(&req);
+            let route = AddRoute {
+                answers: answers.clone(),
+                entry,
+                bookie: bookie.clone(),
+                operation,
+                deadline,
+                frame: frame.clone(),
+            };
+            // Registered before the frame is queued: the answer cannot come first.
+            let queued = match conn.shared.waiting.lock().as_mut() {
+                Ok(map) => {
+                    map.insert(txn, Waiter::Add(route));
+                    true
                 }
+                Err(_) => false,
+            };
+            if queued {
+                if conn.outbox.push(frame).is_ok() {
+                    return None;
+                }
+                // The writer stopped: the route is answered `Unreachable` with a retry.
+                conn.shared.kill("connection writer stopped");
+                return None;
             }
-            None => StartedHow::Unsent(Box::new(req)),
-        };
-        Started {
+        }
+        Some(Started {
             bookie: bookie.clone(),
             operation,
             deadline,
-            how,
-        }
+            how: StartedHow::Unsent(Box::new(req)),
+        })
     }
 
-    /// Wakes the writer of the live connection to `bookie` for what [`Bookies::start`]
+    /// Times out the routed adds to `bookies` whose deadline passed; `true` while any
+    /// still wait. A ledger writer calls it on its tick.
+    pub(crate) fn expire_adds(&self, bookies: &[BookieId]) -> bool {
+        let now = Instant::now();
+        let mut more = false;
+        for b in bookies {
+            if let Some(c) = self.live(b) {
+                more |= c.shared.expire_adds(now);
+            }
+        }
+        more
+    }
+
+    /// Wakes the writer of the live connection to `bookie` for what [`Bookies::start_add`]
     /// queued on it.
     pub(crate) fn flush(&self, bookie: &BookieId) {
         if let Some(c) = self
@@ -631,7 +751,7 @@ impl Bookies {
         }
     }
 
-    /// The answer to a request [`Bookies::start`] began.
+    /// The answer to an add [`Bookies::start_add`] handed back, or to a retry.
     pub(crate) async fn finish(&self, started: Started) -> Result<pb::Response, RpcError> {
         let Started {
             bookie,
@@ -639,34 +759,17 @@ impl Bookies {
             deadline,
             how,
         } = started;
-        // The paths that (re)connect are boxed: an add's future is made for every add and
-        // bookie, and stays small with them out of line.
-        let (conn, txn, rx, frame) = match how {
+        // Boxed: the paths that (re)connect are large futures, and a writer keeps one per
+        // add that takes this path.
+        let resp = match how {
             StartedHow::Unsent(req) => {
                 let timeout = deadline.saturating_duration_since(Instant::now());
                 return Box::pin(self.call(&bookie, *req, timeout)).await;
             }
-            StartedHow::Queued {
-                conn,
-                txn,
-                rx,
-                frame,
-            } => (conn, txn, rx, frame),
-        };
-        let first = {
-            let _guard = WaitGuard {
-                shared: &conn.shared,
-                txn,
-            };
-            wait_answer(&bookie, rx, deadline).await
-        };
-        let resp = match first {
-            // A stale pooled connection: once more on a new one, as `call_on` does.
-            Err(RpcError::Unreachable(reason)) => {
-                tracing::debug!(%bookie, "stale connection ({reason}); reconnecting");
+            StartedHow::Resend { txn, frame } => {
+                tracing::debug!(%bookie, "stale connection; sending the add again");
                 Box::pin(self.resend(&bookie, txn, frame, deadline)).await?
             }
-            other => other?,
         };
         check_answer(&bookie, operation, resp)
     }
@@ -685,7 +788,7 @@ impl Bookies {
             .map_err(|_| RpcError::Timeout)??;
         let (tx, rx) = oneshot::channel();
         match conn.shared.waiting.lock().as_mut() {
-            Ok(map) => map.insert(txn, tx),
+            Ok(map) => map.insert(txn, Waiter::Call(tx)),
             Err(why) => return Err(RpcError::Unreachable(why.clone())),
         };
         let _guard = WaitGuard {
@@ -815,7 +918,8 @@ fn spawn_conn(stream: Box<dyn Stream>, bookie: BookieId, max_frame: usize) -> Co
                                 .and_then(|m| m.remove(&resp.header.txn_id));
                             // A response nobody waits for (timed out) is dropped.
                             if let Some(w) = w {
-                                let _ = w.send(Ok(resp));
+                                let txn = resp.header.txn_id;
+                                w.answer(txn, Ok(resp));
                             }
                         }
                         Err(e) => {
@@ -1326,15 +1430,24 @@ mod tests {
         );
     }
 
-    /// An add's future is made (and moved to the heap) for every add and bookie: the paths
-    /// that connect are boxed out of line so that it stays small (5 KB with them inline,
+    /// An add that finds no live connection gets a future of its own: the paths that
+    /// connect are boxed out of line so that it stays small (5 KB with them inline,
     /// copied three times per entry, was 8% of a writer's CPU at 100 B entries).
     #[tokio::test]
     async fn a_request_future_does_not_carry_the_connect_path() {
         let b = bookies();
         let id = BookieId::new("127.0.0.1:1".to_string()).unwrap();
         let t = Duration::from_secs(1);
-        let started = b.start(&id, req::add(1, 0, &[0; 20], Bytes::new(), false), t);
+        let (tx, _rx) = mpsc::unbounded_channel();
+        let started = b
+            .start_add(
+                &id,
+                req::add(1, 0, &[0; 20], Bytes::new(), false),
+                t,
+                &tx,
+                0,
+            )
+            .expect("no connection: not routed");
         let finish = b.finish(started);
         assert!(
             std::mem::size_of_val(&finish) <= 2048,
@@ -1523,43 +1636,110 @@ mod tests {
         req::add(1, entry, &[0; 20], Bytes::new(), false)
     }
 
-    /// The ledger writer starts a turn's appends and flushes once: nothing leaves before
-    /// the flush, everything leaves at it, in order, and each is answered to its caller.
+    /// The next routed answer, within a generous bound.
+    async fn answer(rx: &mut mpsc::UnboundedReceiver<AddAnswer>) -> AddAnswer {
+        tokio::time::timeout(Duration::from_secs(60), rx.recv())
+            .await
+            .expect("no answer came")
+            .expect("the answer queue closed")
+    }
+
+    /// The ledger writer starts a turn's adds and flushes once: nothing leaves before the
+    /// flush, everything leaves at it, in order, and each answer reaches the writer's
+    /// queue tagged with its entry and bookie.
     #[tokio::test]
-    async fn started_requests_leave_at_the_flush_in_order() {
+    async fn routed_adds_leave_at_the_flush_in_order_and_are_answered_to_the_queue() {
         let (id, mut seen) = serve_scripted(|_, _| Act::Answer).await;
         let b = bookies();
         let t = Duration::from_secs(60);
+        let (tx, mut rx) = mpsc::unbounded_channel();
         b.call(&id, add(0), t).await.unwrap();
         assert_eq!(seen.recv().await, Some(Seen::Add(0, 0)));
-        let started: Vec<Started> = (1..=5).map(|e| b.start(&id, add(e), t)).collect();
-        assert!(
-            started
-                .iter()
-                .all(|s| matches!(s.how, StartedHow::Queued { .. })),
-            "a live connection takes them"
-        );
+        for e in 1..=5 {
+            assert!(
+                b.start_add(&id, add(e), t, &tx, e).is_none(),
+                "a live connection takes it"
+            );
+        }
         // Nothing was written yet (the bookie would have seen it by now).
         tokio::time::sleep(Duration::from_millis(300)).await;
         assert!(seen.try_recv().is_err(), "sent before the flush");
+        assert!(rx.try_recv().is_err(), "answered before the flush");
         b.flush(&id);
-        for (s, e) in started.into_iter().zip(1..) {
-            let r = b.finish(s).await.unwrap();
-            assert_eq!(r.add_response.unwrap().entry_id, e);
+        for e in 1..=5 {
+            let a = answer(&mut rx).await;
+            assert_eq!((a.entry, &a.bookie), (e, &id));
+            assert_eq!(a.result, Ok(()));
+            assert!(a.retry.is_none());
             assert_eq!(seen.recv().await, Some(Seen::Add(0, e)));
         }
-        // Without a connection a started request is made on a new one at its finish.
+        assert_eq!(b.waiting_on(&id), 0);
+        // Without a connection the add is handed back, and made on a new one at its finish.
         let (id, mut seen) = serve_scripted(|_, _| Act::Answer).await;
-        let s = b.start(&id, add(7), t);
+        let s = b.start_add(&id, add(7), t, &tx, 7).expect("not routed");
         assert!(matches!(s.how, StartedHow::Unsent(_)));
         assert_eq!(b.finish(s).await.unwrap().add_response.unwrap().entry_id, 7);
         assert_eq!(seen.recv().await, Some(Seen::Add(0, 7)));
     }
 
-    /// A pooled connection the bookie dropped (it restarted) fails a request queued on it:
-    /// the request goes once more on a new connection, as `call` does, and is answered.
+    /// A bookie's refusal reaches the queue as its status.
     #[tokio::test]
-    async fn a_started_request_is_sent_again_when_its_connection_was_stale() {
+    async fn a_routed_add_refused_by_the_bookie_is_answered_with_its_status() {
+        let (id, _h) = serve_once(|r| Some(ok_add(&r, pb::StatusCode::Efenced))).await;
+        let b = bookies();
+        let t = Duration::from_secs(60);
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let r = b.call(&id, add(0), t).await;
+        assert_eq!(r.unwrap_err(), RpcError::Status(Status::Fenced));
+        assert!(b.start_add(&id, add(1), t, &tx, 1).is_none());
+        b.flush(&id);
+        let a = answer(&mut rx).await;
+        assert_eq!(a.result, Err(RpcError::Status(Status::Fenced)));
+        assert!(a.retry.is_none());
+    }
+
+    /// A routed add that no answer reaches times out at the first sweep after its
+    /// deadline, and leaves no waiter behind; one whose deadline has not come stays.
+    #[tokio::test]
+    async fn an_unanswered_routed_add_times_out_at_the_sweep() {
+        let (id, mut seen) = serve_scripted(|c, n| match (c, n) {
+            (0, 0) => Act::Answer,
+            _ => Act::Ignore,
+        })
+        .await;
+        let b = bookies();
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        b.call(&id, add(0), Duration::from_secs(60)).await.unwrap();
+        assert!(
+            b.start_add(&id, add(1), Duration::from_millis(50), &tx, 1)
+                .is_none()
+        );
+        assert!(
+            b.start_add(&id, add(2), Duration::from_secs(3600), &tx, 2)
+                .is_none()
+        );
+        b.flush(&id);
+        assert_eq!(seen.recv().await, Some(Seen::Add(0, 0)));
+        assert_eq!(seen.recv().await, Some(Seen::Add(0, 1)));
+        assert_eq!(seen.recv().await, Some(Seen::Add(0, 2)));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(rx.try_recv().is_err(), "timed out before a sweep");
+        assert!(
+            b.expire_adds(std::slice::from_ref(&id)),
+            "entry 2 still waits"
+        );
+        let a = answer(&mut rx).await;
+        assert_eq!((a.entry, a.result), (1, Err(RpcError::Timeout)));
+        assert!(a.retry.is_none());
+        assert_eq!(b.waiting_on(&id), 1);
+        assert!(rx.try_recv().is_err(), "entry 2 timed out early");
+    }
+
+    /// A pooled connection the bookie dropped (it restarted) fails an add routed on it
+    /// with `Unreachable` and a retry: the retry goes on a new connection, as `call`
+    /// does, and is answered.
+    #[tokio::test]
+    async fn a_routed_add_is_sent_again_when_its_connection_was_stale() {
         // The first connection answers one request and drops the next unanswered.
         let (id, mut seen) = serve_scripted(|c, n| match (c, n) {
             (0, 0) => Act::Answer,
@@ -1569,31 +1749,42 @@ mod tests {
         .await;
         let b = bookies();
         let t = Duration::from_secs(60);
+        let (tx, mut rx) = mpsc::unbounded_channel();
         b.call(&id, add(0), t).await.unwrap();
-        let s = b.start(&id, add(1), t);
-        assert!(matches!(s.how, StartedHow::Queued { .. }));
+        assert!(b.start_add(&id, add(1), t, &tx, 1).is_none());
         b.flush(&id);
-        let r = b.finish(s).await.unwrap();
+        let a = answer(&mut rx).await;
+        assert!(
+            matches!(a.result, Err(RpcError::Unreachable(_))),
+            "{:?}",
+            a.result
+        );
+        let retry = a
+            .retry
+            .expect("a broken connection's add comes with a retry");
+        let r = b.finish(retry).await.unwrap();
         assert_eq!(r.add_response.unwrap().entry_id, 1);
         assert_eq!(seen.recv().await, Some(Seen::Add(0, 0)));
         assert_eq!(seen.recv().await, Some(Seen::Add(0, 1)));
         assert_eq!(seen.recv().await, Some(Seen::Add(1, 1)));
     }
 
-    /// A connection dropped with frames still queued writes them, then closes its socket:
-    /// its writer task does not outlive it.
+    /// A dropped connection writes what was queued, then closes its socket (its writer
+    /// task does not outlive it); the adds routed on it are answered `Unreachable`.
     #[tokio::test]
     async fn a_dropped_connection_writes_what_was_queued_then_closes() {
         let (id, mut seen) = serve_scripted(|_, _| Act::Ignore).await;
         let b = bookies();
         let t = Duration::from_secs(60);
-        let s = b.start(&id, add(0), t);
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let s = b.start_add(&id, add(0), t, &tx, 0);
+        assert!(s.is_some(), "no connection yet");
         drop(s);
-        // Made by `finish` of an unsent request; this one is never answered.
+        // Made by `call`; this one is never answered.
         let r = b.call(&id, add(1), Duration::from_millis(100)).await;
         assert_eq!(r.unwrap_err(), RpcError::Timeout);
         assert_eq!(seen.recv().await, Some(Seen::Add(0, 1)));
-        drop(b.start(&id, add(2), t)); // queued, never flushed
+        assert!(b.start_add(&id, add(2), t, &tx, 2).is_none()); // queued, never flushed
         b.close_all();
         let wait = Duration::from_secs(60);
         let next = tokio::time::timeout(wait, seen.recv()).await.unwrap();
@@ -1602,6 +1793,13 @@ mod tests {
         assert_eq!(
             next.expect("the socket was never closed"),
             Some(Seen::Closed(0))
+        );
+        let a = answer(&mut rx).await;
+        assert_eq!(a.entry, 2);
+        assert!(
+            matches!(a.result, Err(RpcError::Unreachable(_))),
+            "{:?}",
+            a.result
         );
     }
 

@@ -12,16 +12,15 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use folio_metadata::Versioned;
-use folio_proto::{DigestManager, Status, master_key};
+use folio_proto::{DigestManager, master_key};
 use folio_types::metadata::{LedgerMetadata, LedgerState};
 use folio_types::{BookieId, EntryId, LedgerId};
-use futures_util::StreamExt;
-use futures_util::stream::FuturesUnordered;
 use parking_lot::Mutex;
 use tokio::sync::{mpsc, oneshot};
 
+use crate::adds::{AddDone, Adds};
 use crate::client::{Inner, proto_digest};
-use crate::conn::{RpcError, req};
+use crate::conn::req;
 use crate::ensemble::{replace_bookies, with_new_fragment};
 use crate::error::{ClientError, Result};
 use crate::pending::{AddOutcome, WriterAction, WriterSettings, WriterState};
@@ -35,13 +34,6 @@ enum Cmd {
     Close {
         reply: oneshot::Sender<Result<()>>,
     },
-}
-
-/// A bookie's answer to an add.
-struct AddDone {
-    entry: EntryId,
-    bookie: BookieId,
-    outcome: AddOutcome,
 }
 
 /// The outcome of an ensemble change written to the metadata.
@@ -121,6 +113,7 @@ impl LedgerHandle {
         );
         let key = master_key(&password);
         let actor = Actor {
+            adds: Adds::new(Arc::clone(&inner)),
             last_add: inner.clock.now(),
             inner,
             ledger,
@@ -135,8 +128,6 @@ impl LedgerHandle {
             failed_bookies: BTreeSet::new(),
             piggybacked_lac: -1,
             explicit_lac_sent: -1,
-            adds: FuturesUnordered::new(),
-            unflushed: Vec::new(),
         };
         tokio::spawn(actor.run(cmd_rx));
         LedgerHandle {
@@ -220,11 +211,8 @@ struct Actor {
     /// The LAC carried by the last entry sent.
     piggybacked_lac: EntryId,
     explicit_lac_sent: EntryId,
-    /// The answers of the adds sent (each already queued on its bookie's connection).
-    adds: FuturesUnordered<Pin<Box<dyn Future<Output = AddDone> + Send>>>,
-    /// Bookies with adds queued but not yet flushed: flushed once per turn of the loop,
-    /// so that the adds of a burst of appends leave in one write per bookie.
-    unflushed: Vec<BookieId>,
+    /// The adds sent and their answers.
+    adds: Adds,
 }
 
 /// Appends taken in one turn of the writer's loop at most, before their adds are flushed
@@ -232,16 +220,10 @@ struct Actor {
 const APPENDS_PER_TURN: usize = 64;
 
 impl Drop for Actor {
-    /// A writer stops once every entry has its ack quorum (closed, or its handle gone),
-    /// when adds to the rest of a write quorum may still be unanswered, and some not yet
-    /// written (no connection yet, or a stale one to make again): they go on by
-    /// themselves, so that every entry still reaches every bookie of its write quorum, as
-    /// it would have had the writer lived on. Their answers no longer matter.
+    /// The adds still unanswered go on by themselves ([`Adds::finish_in_background`]).
     fn drop(&mut self) {
-        let rest = std::mem::take(&mut self.adds);
-        if !rest.is_empty() {
-            tokio::spawn(rest.for_each(|_| std::future::ready(())));
-        }
+        let adds = std::mem::replace(&mut self.adds, Adds::new(self.inner.clone()));
+        adds.finish_in_background();
     }
 }
 
@@ -286,6 +268,7 @@ impl Actor {
                     self.perform(actions, &events_tx);
                 }
                 _ = tick.tick() => {
+                    self.adds.expire();
                     let actions = self.state.on_tick(self.inner.clock.now());
                     self.perform(actions, &events_tx);
                     self.maybe_send_explicit_lac();
@@ -318,7 +301,7 @@ impl Actor {
                     }
                 },
             }
-            self.flush();
+            self.adds.flush();
             let drained = self.state.pending_count() == 0 && !self.state.is_changing_ensemble();
             if drained && !close_waiters.is_empty() {
                 let result = self.close_metadata().await;
@@ -370,13 +353,6 @@ impl Actor {
         }
     }
 
-    /// Writes the adds queued on each connection since the last flush.
-    fn flush(&mut self) {
-        for bookie in self.unflushed.drain(..) {
-            self.inner.bookies.flush(&bookie);
-        }
-    }
-
     fn perform(
         &mut self,
         actions: Vec<WriterAction>,
@@ -389,31 +365,9 @@ impl Actor {
                     bookie,
                     body,
                 } => {
-                    let request =
-                        req::add_keyed(self.ledger, entry, self.key_bytes.clone(), body, false);
                     // Queued on the connection now (in entry order), written at the flush.
-                    let started = self.inner.bookies.start(
-                        &bookie,
-                        request,
-                        self.inner.config.add_entry_timeout,
-                    );
-                    if !self.unflushed.contains(&bookie) {
-                        self.unflushed.push(bookie.clone());
-                    }
-                    let inner = self.inner.clone();
-                    self.adds.push(Box::pin(async move {
-                        let outcome = match inner.bookies.finish(started).await {
-                            Ok(_) => AddOutcome::Ok,
-                            Err(RpcError::Status(Status::Fenced)) => AddOutcome::Fenced,
-                            Err(RpcError::Status(Status::Unauthorized)) => AddOutcome::Unauthorized,
-                            Err(e) => AddOutcome::Failed(e.to_string()),
-                        };
-                        AddDone {
-                            entry,
-                            bookie,
-                            outcome,
-                        }
-                    }));
+                    self.adds
+                        .send(self.ledger, &self.key_bytes, entry, &bookie, body);
                 }
                 WriterAction::Acked { entry } => {
                     self.lac.store(self.state.lac(), Ordering::SeqCst);

@@ -35,6 +35,7 @@
 //! # }
 //! ```
 
+mod adds;
 mod client;
 pub mod config;
 pub mod conn;

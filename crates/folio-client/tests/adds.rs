@@ -1,0 +1,190 @@
+//! A ledger writer's adds, over real bookies and sockets, where connections misbehave:
+//! an add routed on a pooled connection that breaks before its answer is sent once more
+//! on a new connection (not counted as the bookie failing), and the adds still on their
+//! way when the writer stops reach their bookies anyway.
+
+mod common;
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use common::*;
+use folio_client::conn::{Bookies, ConnectFuture, Connector, Stream, TcpConnector, req};
+use folio_client::{Client, CreateOptions, DigestType};
+use folio_env::{SystemClock, SystemRng};
+use folio_types::BookieId;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+
+fn opts() -> CreateOptions {
+    CreateOptions::default()
+        .quorum(3, 3, 2)
+        .digest(DigestType::Crc32c)
+        .password("pw")
+}
+
+/// A TCP stream whose writes fail once `writes` of them went through: a pooled
+/// connection the bookie dropped, noticed only when used.
+struct Breaking {
+    inner: TcpStream,
+    writes: usize,
+}
+
+impl AsyncRead for Breaking {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Breaking {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        if self.writes == 0 {
+            return Poll::Ready(Err(std::io::ErrorKind::BrokenPipe.into()));
+        }
+        let r = Pin::new(&mut self.inner).poll_write(cx, buf);
+        if matches!(r, Poll::Ready(Ok(_))) {
+            self.writes -= 1;
+        }
+        r
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+/// Connects by TCP; the first connection to `bookie` breaks after one write, and every
+/// connection to it is made only after `delay`.
+struct Flaky {
+    bookie: BookieId,
+    delay: Duration,
+    breaking: bool,
+    made: AtomicUsize,
+}
+
+impl Connector for Flaky {
+    fn connect<'a>(&'a self, bookie: &'a BookieId) -> ConnectFuture<'a> {
+        Box::pin(async move {
+            let s = TcpStream::connect(bookie.as_str()).await?;
+            if bookie != &self.bookie {
+                return Ok(Box::new(s) as Box<dyn Stream>);
+            }
+            tokio::time::sleep(self.delay).await;
+            if self.breaking && self.made.fetch_add(1, Ordering::SeqCst) == 0 {
+                return Ok(Box::new(Breaking {
+                    inner: s,
+                    writes: 1,
+                }) as Box<dyn Stream>);
+            }
+            Ok(Box::new(s) as Box<dyn Stream>)
+        })
+    }
+}
+
+fn client(cluster: &Cluster, connector: Arc<Flaky>) -> Client {
+    Client::with_seams(
+        cluster.metadata.clone(),
+        test_config(),
+        connector,
+        Arc::new(SystemRng::new()),
+        Arc::new(SystemClock),
+    )
+}
+
+/// The entry ids `bookie` holds of `ledger` among `0..n`, asked over a connection of
+/// its own.
+async fn held(bookie: &BookieId, ledger: i64, n: i64) -> Vec<i64> {
+    let raw = Bookies::new(Arc::new(TcpConnector), Arc::new(test_config()));
+    let mut held = Vec::new();
+    for e in 0..n {
+        if raw
+            .call(bookie, req::read(ledger, e, None), Duration::from_secs(30))
+            .await
+            .is_ok()
+        {
+            held.push(e);
+        }
+    }
+    held
+}
+
+/// With no spare bookie, a bookie counted as failed would end the writer ("not enough
+/// bookies"): the adds caught by the broken connection must be sent again instead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_add_caught_by_a_broken_pooled_connection_is_sent_again() {
+    let cluster = Cluster::start(3).await;
+    let flaky = cluster.bookies[1].id.clone();
+    let connector = Arc::new(Flaky {
+        bookie: flaky.clone(),
+        delay: Duration::ZERO,
+        breaking: true,
+        made: AtomicUsize::new(0),
+    });
+    let client = client(&cluster, connector.clone());
+    let w = patient(client.create_ledger(opts())).await.unwrap();
+    // One at a time: the first makes the connections (its write to the flaky bookie goes
+    // through), the next are routed on them, and the flaky one's next write fails.
+    for e in 0..5 {
+        assert_eq!(patient(w.append(payload(e))).await.unwrap(), e);
+    }
+    patient(w.close()).await.unwrap();
+    assert!(
+        connector.made.load(Ordering::SeqCst) >= 2,
+        "never reconnected"
+    );
+    let meta = client.ledger_metadata(w.id()).await.unwrap();
+    assert_eq!(meta.ensembles.len(), 1, "the bookie was replaced: {meta:?}");
+    assert_eq!(patient(held(&flaky, w.id(), 5)).await, vec![0, 1, 2, 3, 4]);
+}
+
+/// The writer closes once every entry has its ack quorum (two of three), while the adds
+/// to the third bookie still wait for its connection: they reach it after the writer is
+/// gone, so that every entry has all three copies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn adds_still_on_their_way_when_the_writer_stops_reach_their_bookie() {
+    let cluster = Cluster::start(3).await;
+    let slow = cluster.bookies[2].id.clone();
+    let connector = Arc::new(Flaky {
+        bookie: slow.clone(),
+        delay: Duration::from_secs(2),
+        breaking: false,
+        made: AtomicUsize::new(0),
+    });
+    let client = client(&cluster, connector);
+    let w = patient(client.create_ledger(opts())).await.unwrap();
+    let appends: Vec<_> = (0..5).map(|e| w.append(payload(e))).collect();
+    for (e, a) in appends.into_iter().enumerate() {
+        assert_eq!(patient(a).await.unwrap(), e as i64);
+    }
+    let ledger = w.id();
+    patient(w.close()).await.unwrap();
+    drop(w);
+    // The close did not wait for the slow bookie; its copies come once it is connected.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        let got = held(&slow, ledger, 5).await;
+        if got == vec![0, 1, 2, 3, 4] {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the slow bookie holds only {got:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
