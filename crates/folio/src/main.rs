@@ -155,7 +155,87 @@ fn main() {
     };
     if let Err(e) = result {
         // One line on stderr that names the cause, and a non-zero status (DESIGN.md section 4).
-        eprintln!("folio: {e:#}");
+        eprintln!("folio: {}", one_line(&e));
         std::process::exit(1);
+    }
+}
+
+/// The error and its causes on one line, as anyhow's `{:#}` writes them, but without a
+/// cause the message before it already spells out: many of the library errors name their
+/// cause in their own message and give it as their source too, which printed every cause
+/// two or three times ("storage: cannot open the ledger store: X: cannot open the ledger
+/// store: X: X").
+fn one_line(e: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in e.chain() {
+        let cause = cause.to_string();
+        if line.contains(&cause) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&cause);
+    }
+    line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::one_line;
+    use std::fmt;
+
+    /// An error whose message is `text` followed (if `spell`) by its cause's, and which
+    /// also gives that cause as its source, as thiserror's `#[error("...: {0}")]` with
+    /// `#[from]` does.
+    #[derive(Debug)]
+    struct Layer {
+        text: &'static str,
+        spell: bool,
+        cause: Option<Box<Layer>>,
+    }
+
+    impl fmt::Display for Layer {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str(self.text)?;
+            match &self.cause {
+                Some(c) if self.spell => write!(f, ": {c}"),
+                _ => Ok(()),
+            }
+        }
+    }
+
+    impl std::error::Error for Layer {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            self.cause.as_deref().map(|c| c as _)
+        }
+    }
+
+    fn layer(text: &'static str, spell: bool, cause: Option<Layer>) -> Layer {
+        Layer {
+            text,
+            spell,
+            cause: cause.map(Box::new),
+        }
+    }
+
+    #[test]
+    fn each_cause_is_named_once() {
+        let root = layer("index directory holds no index", false, None);
+        let store = layer("cannot open the ledger store", true, Some(root));
+        let node = layer("storage", true, Some(store));
+        let e = anyhow::Error::new(node);
+        assert_eq!(
+            one_line(&e),
+            "storage: cannot open the ledger store: index directory holds no index"
+        );
+        // A cause the message does not spell out is still appended, as `{:#}` does.
+        let io = layer("disk gone", false, None);
+        let e = anyhow::Error::new(layer("cannot read it", false, Some(io)))
+            .context("cannot start the bookie");
+        assert_eq!(
+            one_line(&e),
+            "cannot start the bookie: cannot read it: disk gone"
+        );
     }
 }
