@@ -124,12 +124,10 @@ impl Adds {
 
     /// Times out the routed adds whose deadline passed (their answers come next).
     pub fn expire(&mut self) {
-        if self.routed == 0 {
-            self.routed_to.clear();
-        } else if !self.inner.bookies.expire_adds(&self.routed_to) {
-            // None waits on the live connections any more: the rest are answered
-            // already (in the queue), or come as `Unreachable` from a connection that
-            // broke; the list starts over with the next routed add.
+        // With none waiting on the live connections any more (the rest answered already,
+        // in the queue, or coming as `Unreachable` from a connection that broke), the
+        // list starts over with the next routed add.
+        if self.routed == 0 || !self.inner.bookies.expire_adds(&self.routed_to) {
             self.routed_to.clear();
         }
     }

@@ -249,18 +249,22 @@ impl Shared {
             let Ok(map) = guard.as_mut() else {
                 return false;
             };
+            let mut more = false;
             let due: Vec<u64> = map
                 .iter()
                 .filter_map(|(&txn, w)| match w {
                     Waiter::Add(r) if r.deadline <= now => Some(txn),
-                    _ => None,
+                    Waiter::Add(_) => {
+                        more = true;
+                        None
+                    }
+                    Waiter::Call(_) => None,
                 })
                 .collect();
             let expired: Vec<(u64, Waiter)> = due
                 .into_iter()
                 .filter_map(|txn| map.remove(&txn).map(|w| (txn, w)))
                 .collect();
-            let more = map.values().any(|w| matches!(w, Waiter::Add(_)));
             (expired, more)
         };
         // Answered after the lock is let go, in txn order.
