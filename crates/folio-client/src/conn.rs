@@ -658,6 +658,82 @@ impl Bookies {
     }
 }
 
+/// A request queued on a live connection by [`Bookies::send`]: a future for its answer
+/// with no timer and no connect path of its own (the caller keeps the time: a read
+/// keeps one timer for its timeout and its speculative read together). Dropped before
+/// its answer, it takes its waiter away with it.
+pub(crate) struct Sent {
+    shared: Arc<Shared>,
+    txn: u64,
+    operation: i32,
+    bookie: BookieId,
+    rx: oneshot::Receiver<Result<pb::Response, RpcError>>,
+    answered: bool,
+}
+
+impl Future for Sent {
+    type Output = Result<pb::Response, RpcError>;
+
+    fn poll(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        let this = &mut *self;
+        let outcome = std::task::ready!(Pin::new(&mut this.rx).poll(cx));
+        // The reader took the waiter out to answer it (or a dying connection did).
+        this.answered = true;
+        std::task::Poll::Ready(match outcome {
+            Err(_) => Err(RpcError::Unreachable(format!(
+                "connection to {} lost",
+                this.bookie
+            ))),
+            Ok(r) => r.and_then(|resp| check_answer(&this.bookie, this.operation, resp)),
+        })
+    }
+}
+
+impl Drop for Sent {
+    fn drop(&mut self) {
+        if !self.answered {
+            self.shared.forget(self.txn);
+        }
+    }
+}
+
+impl Bookies {
+    /// Queues `req` on the live connection to `bookie` and wakes its writer; `None` when
+    /// there is none (then [`Bookies::call`] makes one). The connection was pooled: an
+    /// `Unreachable` answer may mean only that it was stale, and the caller may ask once
+    /// more with [`Bookies::call`], as `call` itself does.
+    pub(crate) fn send(&self, bookie: &BookieId, mut req: pb::Request) -> Option<Sent> {
+        let conn = self.live(bookie)?;
+        let txn = self.next_txn.fetch_add(1, Ordering::Relaxed);
+        req.header.txn_id = txn;
+        let (tx, rx) = oneshot::channel();
+        match conn.shared.waiting.lock().as_mut() {
+            Ok(map) => map.insert(txn, Waiter::Call(tx)),
+            Err(_) => return None,
+        };
+        let sent = Sent {
+            shared: conn.shared.clone(),
+            txn,
+            operation: req.header.operation,
+            bookie: bookie.clone(),
+            rx,
+            answered: false,
+        };
+        if conn
+            .outbox
+            .push(v3::encode_request_frame_pieces(&req))
+            .is_err()
+        {
+            conn.shared.kill("connection writer stopped");
+        }
+        conn.outbox.flush();
+        Some(sent)
+    }
+}
+
 /// An add [`Bookies::start_add`] could not route (there was no live connection to its
 /// bookie), or a routed add to send again on a new connection: [`Bookies::finish`]
 /// answers it as [`Bookies::call`] would.

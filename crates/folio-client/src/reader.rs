@@ -16,9 +16,10 @@ use folio_types::metadata::LedgerMetadata;
 use folio_types::{BookieId, EntryId, LedgerId};
 use parking_lot::Mutex;
 use tokio::task::JoinSet;
+use tokio::time::Instant;
 
 use crate::client::{Inner, metadata_lac};
-use crate::conn::{RpcError, req};
+use crate::conn::{RpcError, Sent, req};
 use crate::coverage::covers_ensemble;
 use crate::error::{ClientError, Result};
 
@@ -63,9 +64,33 @@ pub(crate) fn rpc_error(
     }
 }
 
-/// A read request to one replica, in flight.
-type ReplicaRead<'a> =
-    Pin<Box<dyn Future<Output = std::result::Result<pb::Response, RpcError>> + Send + 'a>>;
+/// A read request to one replica, in flight: queued on a live connection (no future of
+/// its own), or a whole call that connects first.
+enum ReplicaRead<'a> {
+    Sent(Sent),
+    Call(Pin<Box<dyn Future<Output = std::result::Result<pb::Response, RpcError>> + Send + 'a>>),
+}
+
+struct InFlight<'a> {
+    /// Index into the write set.
+    replica: usize,
+    speculative: bool,
+    /// When it times out (a [`ReplicaRead::Call`] also has its own, the same).
+    deadline: Instant,
+    read: ReplicaRead<'a>,
+}
+
+impl InFlight<'_> {
+    fn poll_answer(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> Poll<std::result::Result<pb::Response, RpcError>> {
+        match &mut self.read {
+            ReplicaRead::Sent(s) => Pin::new(s).poll(cx),
+            ReplicaRead::Call(c) => c.as_mut().poll(cx),
+        }
+    }
+}
 
 /// Reads one entry from the replicas of its write set, in order, until one returns it
 /// with a valid digest. An error or a digest mismatch moves on to the next replica at
@@ -73,6 +98,11 @@ type ReplicaRead<'a> =
 /// gets company: the same read goes to the next replica too, and the first valid answer
 /// wins (BookKeeper's speculative reads). All "no entry" is [`ClientError::NoSuchEntry`];
 /// otherwise the first digest mismatch, or the last error, is returned.
+///
+/// One timer serves both the requests' timeouts and the speculative read, and a request
+/// to a bookie with a live connection is queued on it without a future or timer of its
+/// own: at a hundred reads in flight the timers and futures of the requests were a sixth
+/// of a reader's CPU.
 ///
 /// [`ClientConfig::speculative_read_timeout`]: crate::ClientConfig::speculative_read_timeout
 pub(crate) async fn read_entry(
@@ -94,60 +124,111 @@ pub(crate) async fn read_entry(
         .map(|p| &ensemble[p])
         .collect();
     let speculate = inner.config.speculative_read_timeout;
-    let send = |i: usize| {
-        let fut = inner.bookies.call(
-            replicas[i],
-            req::read(ledger, entry, None),
-            inner.config.read_timeout,
+    let timeout = inner.config.read_timeout;
+    // `pooled`: try the live connection first; a request that found it stale is sent
+    // again through `call`, which makes a new one (and retries nothing more).
+    let send = |replica: usize, speculative: bool, pooled: bool| {
+        let bookie = replicas[replica];
+        let sent = match pooled {
+            true => inner.bookies.send(bookie, req::read(ledger, entry, None)),
+            false => None,
+        };
+        let read = sent.map_or_else(
+            || {
+                let req = req::read(ledger, entry, None);
+                ReplicaRead::Call(Box::pin(inner.bookies.call(bookie, req, timeout)))
+            },
+            ReplicaRead::Sent,
         );
-        (i, false, Box::pin(fut) as ReplicaRead<'_>)
+        InFlight {
+            replica,
+            speculative,
+            deadline: Instant::now() + timeout,
+            read,
+        }
     };
-    let mut inflight: Vec<(usize, bool, ReplicaRead<'_>)> = Vec::new();
-    let mut next = 0;
+    let first = send(0, false, true);
+    // When the last request went out: the speculative read waits from there.
+    let mut last_sent = first.deadline - timeout;
+    let mut inflight: Vec<InFlight<'_>> = vec![first];
+    let mut next = 1;
     let mut mismatch = None;
     let mut other = None;
+    let mut timer: Option<Pin<Box<tokio::time::Sleep>>> = None;
     loop {
         if inflight.is_empty() {
             if next == replicas.len() {
                 break;
             }
-            inflight.push(send(next));
+            inflight.push(send(next, false, true));
+            last_sent = inflight[0].deadline - timeout;
             next += 1;
         }
         // A replica that answers within the speculative timeout spares the others.
         let can_speculate = !speculate.is_zero() && next < replicas.len();
-        let timer = async move {
-            if !can_speculate {
-                std::future::pending::<()>().await;
-            }
-            tokio::time::sleep(speculate).await;
-        };
-        let answered = std::future::poll_fn(|cx| {
-            for k in 0..inflight.len() {
-                if let Poll::Ready(r) = inflight[k].2.as_mut().poll(cx) {
-                    let (i, speculative, _) = inflight.swap_remove(k);
-                    return Poll::Ready(Some((i, speculative, r)));
-                }
-            }
-            Poll::Pending
-        });
+        let speculate_at = can_speculate.then(|| last_sent + speculate);
+        let wake_at = inflight
+            .iter()
+            .map(|r| r.deadline)
+            .chain(speculate_at)
+            .min()
+            .expect("a request is in flight");
         // Biased: an answer that is ready wins over a timer firing in the same tick (a
         // simulator seed replays exactly).
-        let answer = tokio::select! {
-            biased;
-            a = answered => a,
-            () = timer => None,
-        };
-        let Some((i, speculative, result)) = answer else {
-            tracing::debug!(ledger, entry, "slow read; asking the next replica too");
-            inner
-                .stats
-                .speculative_reads
-                .fetch_add(1, Ordering::Relaxed);
-            let mut r = send(next);
-            r.1 = true;
-            inflight.push(r);
-            next += 1;
+        let answer = std::future::poll_fn(|cx| {
+            for k in 0..inflight.len() {
+                if let Poll::Ready(r) = inflight[k].poll_answer(cx) {
+                    let done = inflight.swap_remove(k);
+                    let pooled = matches!(done.read, ReplicaRead::Sent(_));
+                    return Poll::Ready(Some((done.replica, done.speculative, pooled, r)));
+                }
+            }
+            // The timer is made (and registered) only by a read that has to wait.
+            let t = timer.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(wake_at)));
+            if t.deadline() != wake_at {
+                t.as_mut().reset(wake_at);
+            }
+            match t.as_mut().poll(cx) {
+                Poll::Ready(()) => Poll::Ready(None),
+                Poll::Pending => Poll::Pending,
+            }
+        })
+        .await;
+        let Some((i, speculative, pooled, result)) = answer else {
+            let now = Instant::now();
+            let expired: Vec<usize> = (0..inflight.len())
+                .rev()
+                .filter(|&k| inflight[k].deadline <= now)
+                .collect();
+            let timed_out = !expired.is_empty();
+            for k in expired {
+                let r = inflight.swap_remove(k);
+                other = Some(rpc_error(
+                    ledger,
+                    entry,
+                    replicas[r.replica],
+                    RpcError::Timeout,
+                ));
+            }
+            if timed_out {
+                // A replica that timed out could not give the entry: ask the next one.
+                if inflight.is_empty() && next < replicas.len() {
+                    inflight.push(send(next, false, true));
+                    last_sent = now;
+                    next += 1;
+                }
+                continue;
+            }
+            if speculate_at.is_some_and(|at| at <= now) {
+                tracing::debug!(ledger, entry, "slow read; asking the next replica too");
+                inner
+                    .stats
+                    .speculative_reads
+                    .fetch_add(1, Ordering::Relaxed);
+                inflight.push(send(next, true, true));
+                last_sent = now;
+                next += 1;
+            }
             continue;
         };
         let bookie = replicas[i];
@@ -175,11 +256,20 @@ pub(crate) async fn read_entry(
                 }
             }
             Err(RpcError::Status(Status::NoEntry | Status::NoLedger)) => {}
+            Err(RpcError::Unreachable(reason)) if pooled => {
+                // Perhaps only a pooled connection the bookie had closed: once more on a
+                // new one, as `Bookies::call` does.
+                tracing::debug!(%bookie, "stale connection ({reason}); reconnecting");
+                inflight.push(send(i, speculative, false));
+                continue;
+            }
             Err(e) => other = Some(rpc_error(ledger, entry, bookie, e)),
         }
         // This replica could not give the entry: ask the next one at once.
         if next < replicas.len() {
-            inflight.push(send(next));
+            let r = send(next, false, true);
+            last_sent = r.deadline - timeout;
+            inflight.push(r);
             next += 1;
         }
     }

@@ -1,7 +1,8 @@
-//! A ledger writer's adds, over real bookies and sockets, where connections misbehave:
-//! an add routed on a pooled connection that breaks before its answer is sent once more
-//! on a new connection (not counted as the bookie failing), and the adds still on their
-//! way when the writer stops reach their bookies anyway.
+//! A ledger writer's adds and a reader's reads, over real bookies and sockets, where
+//! connections misbehave: an add or a read queued on a pooled connection that breaks
+//! before its answer is sent once more on a new connection (not counted as the bookie
+//! failing), and the adds still on their way when the writer stops reach their bookies
+//! anyway.
 
 mod common;
 
@@ -13,7 +14,7 @@ use std::time::Duration;
 
 use common::*;
 use folio_client::conn::{Bookies, ConnectFuture, Connector, Stream, TcpConnector, req};
-use folio_client::{Client, CreateOptions, DigestType};
+use folio_client::{Client, CreateOptions, DigestType, OpenOptions};
 use folio_env::{SystemClock, SystemRng};
 use folio_types::BookieId;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -187,4 +188,44 @@ async fn adds_still_on_their_way_when_the_writer_stops_reach_their_bookie() {
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+/// A read queued on a pooled connection that breaks before its answer is sent once more
+/// on a new connection to the same bookie, as an add is: here the ledger has one replica,
+/// so a read that moved on instead would find no other bookie to ask and fail.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_caught_by_a_broken_pooled_connection_is_sent_again() {
+    let cluster = Cluster::start(1).await;
+    let only = cluster.bookies[0].id.clone();
+    let writer = cluster.client().await;
+    let opts = CreateOptions::default()
+        .quorum(1, 1, 1)
+        .digest(DigestType::Crc32c)
+        .password("pw");
+    let w = patient(writer.create_ledger(opts)).await.unwrap();
+    for e in 0..4 {
+        assert_eq!(patient(w.append(payload(e))).await.unwrap(), e);
+    }
+    patient(w.close()).await.unwrap();
+    let connector = Arc::new(Flaky {
+        bookie: only,
+        delay: Duration::ZERO,
+        breaking: true,
+        made: AtomicUsize::new(0),
+    });
+    let reader = client(&cluster, connector.clone());
+    let r = patient(reader.open_ledger(w.id(), b"pw", OpenOptions::no_recovery()))
+        .await
+        .unwrap();
+    // One at a time: the first connection takes one request, and the next one sent on
+    // it (pooled by then) finds it broken.
+    for e in 0..4 {
+        let got = patient(r.read(e, e)).await.unwrap();
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].payload, payload(e), "entry {e}");
+    }
+    assert!(
+        connector.made.load(Ordering::SeqCst) >= 2,
+        "never reconnected"
+    );
 }
