@@ -631,20 +631,27 @@ impl Bookies {
         req: &mut pb::Request,
         deadline: tokio::time::Instant,
     ) -> Result<pb::Response, RpcError> {
-        let txn = self.next_txn.fetch_add(1, Ordering::Relaxed);
-        req.header.txn_id = txn;
-        let (tx, rx) = oneshot::channel();
-        {
-            let mut waiting = conn.shared.waiting.lock();
-            let map = match waiting.as_mut() {
-                Ok(map) => map,
-                Err(why) => return Err(RpcError::Unreachable(why.clone())),
-            };
-            map.insert(txn, Waiter::Call(tx));
-        }
+        let (txn, rx) = self.enqueue(conn, req)?;
         let _guard = WaitGuard {
             shared: &conn.shared,
             txn,
+        };
+        wait_answer(bookie, rx, deadline).await
+    }
+
+    /// Gives `req` a new txn id, registers who waits for its answer, queues its frame on
+    /// `conn` and wakes the connection's writer.
+    fn enqueue(
+        &self,
+        conn: &Conn,
+        req: &mut pb::Request,
+    ) -> Result<(u64, oneshot::Receiver<Result<pb::Response, RpcError>>), RpcError> {
+        let txn = self.next_txn.fetch_add(1, Ordering::Relaxed);
+        req.header.txn_id = txn;
+        let (tx, rx) = oneshot::channel();
+        match conn.shared.waiting.lock().as_mut() {
+            Ok(map) => map.insert(txn, Waiter::Call(tx)),
+            Err(why) => return Err(RpcError::Unreachable(why.clone())),
         };
         if conn
             .outbox
@@ -654,7 +661,7 @@ impl Bookies {
             conn.shared.kill("connection writer stopped");
         }
         conn.outbox.flush();
-        wait_answer(bookie, rx, deadline).await
+        Ok((txn, rx))
     }
 }
 
@@ -707,30 +714,15 @@ impl Bookies {
     /// more with [`Bookies::call`], as `call` itself does.
     pub(crate) fn send(&self, bookie: &BookieId, mut req: pb::Request) -> Option<Sent> {
         let conn = self.live(bookie)?;
-        let txn = self.next_txn.fetch_add(1, Ordering::Relaxed);
-        req.header.txn_id = txn;
-        let (tx, rx) = oneshot::channel();
-        match conn.shared.waiting.lock().as_mut() {
-            Ok(map) => map.insert(txn, Waiter::Call(tx)),
-            Err(_) => return None,
-        };
-        let sent = Sent {
+        let (txn, rx) = self.enqueue(&conn, &mut req).ok()?;
+        Some(Sent {
             shared: conn.shared.clone(),
             txn,
             operation: req.header.operation,
             bookie: bookie.clone(),
             rx,
             answered: false,
-        };
-        if conn
-            .outbox
-            .push(v3::encode_request_frame_pieces(&req))
-            .is_err()
-        {
-            conn.shared.kill("connection writer stopped");
-        }
-        conn.outbox.flush();
-        Some(sent)
+        })
     }
 }
 

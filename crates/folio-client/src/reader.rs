@@ -75,8 +75,10 @@ struct InFlight<'a> {
     /// Index into the write set.
     replica: usize,
     speculative: bool,
-    /// When it times out (a [`ReplicaRead::Call`] also has its own, the same).
-    deadline: Instant,
+    /// When it was sent: it times out `read_timeout` later (a [`ReplicaRead::Call`] also
+    /// has its own timer, with the same deadline), and a speculative read waits from the
+    /// last one sent.
+    sent_at: Instant,
     read: ReplicaRead<'a>,
 }
 
@@ -143,13 +145,12 @@ pub(crate) async fn read_entry(
         InFlight {
             replica,
             speculative,
-            deadline: Instant::now() + timeout,
+            sent_at: Instant::now(),
             read,
         }
     };
     let first = send(0, false, true);
-    // When the last request went out: the speculative read waits from there.
-    let mut last_sent = first.deadline - timeout;
+    let mut last_sent = first.sent_at;
     let mut inflight: Vec<InFlight<'_>> = vec![first];
     let mut next = 1;
     let mut mismatch = None;
@@ -161,7 +162,7 @@ pub(crate) async fn read_entry(
                 break;
             }
             inflight.push(send(next, false, true));
-            last_sent = inflight[0].deadline - timeout;
+            last_sent = inflight[0].sent_at;
             next += 1;
         }
         // A replica that answers within the speculative timeout spares the others.
@@ -169,7 +170,7 @@ pub(crate) async fn read_entry(
         let speculate_at = can_speculate.then(|| last_sent + speculate);
         let wake_at = inflight
             .iter()
-            .map(|r| r.deadline)
+            .map(|r| r.sent_at + timeout)
             .chain(speculate_at)
             .min()
             .expect("a request is in flight");
@@ -198,7 +199,7 @@ pub(crate) async fn read_entry(
             let now = Instant::now();
             let expired: Vec<usize> = (0..inflight.len())
                 .rev()
-                .filter(|&k| inflight[k].deadline <= now)
+                .filter(|&k| inflight[k].sent_at + timeout <= now)
                 .collect();
             let timed_out = !expired.is_empty();
             for k in expired {
@@ -268,7 +269,7 @@ pub(crate) async fn read_entry(
         // This replica could not give the entry: ask the next one at once.
         if next < replicas.len() {
             let r = send(next, false, true);
-            last_sent = r.deadline - timeout;
+            last_sent = r.sent_at;
             inflight.push(r);
             next += 1;
         }
