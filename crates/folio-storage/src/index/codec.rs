@@ -81,6 +81,144 @@ pub fn decode_location(v: &[u8]) -> Result<Location, String> {
     })
 }
 
+/// Entries per block of the `entry_blocks` table (format version 2): a ledger's entries
+/// `32 b .. 32 b + 31` share block `b`'s key, so a flush of a ledger's run of entries
+/// rewrites one B-tree value per 32 entries, not one per entry.
+pub const BLOCK_SLOTS: i64 = 32;
+/// Length of a block's presence bitmap (u32, little-endian) at the start of its value.
+const BLOCK_BITMAP_LEN: usize = 4;
+
+/// The block holding `entry` and its slot in it (negative ids included: floor division).
+pub fn block_of(entry: i64) -> (i64, usize) {
+    (
+        entry.div_euclid(BLOCK_SLOTS),
+        entry.rem_euclid(BLOCK_SLOTS) as usize,
+    )
+}
+
+/// The first entry id of block `block`.
+pub fn block_first_entry(block: i64) -> i64 {
+    block.saturating_mul(BLOCK_SLOTS)
+}
+
+/// A block's key: ledger id and block number, sortable as entry keys are.
+pub fn block_key(ledger: i64, block: i64) -> [u8; ENTRY_KEY_LEN] {
+    entry_key(ledger, block)
+}
+
+pub fn decode_block_key(k: &[u8]) -> Result<(i64, i64), String> {
+    decode_entry_key(k).map_err(|e| e.replace("entry key", "block key"))
+}
+
+/// The locations of one block's entries: which slots hold one, and where each is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Block {
+    present: u32,
+    locs: [Location; BLOCK_SLOTS as usize],
+}
+
+const NO_LOCATION: Location = Location {
+    log_id: 0,
+    offset: 0,
+    len: 0,
+};
+
+impl Default for Block {
+    fn default() -> Block {
+        Block {
+            present: 0,
+            locs: [NO_LOCATION; BLOCK_SLOTS as usize],
+        }
+    }
+}
+
+impl Block {
+    pub fn get(&self, slot: usize) -> Option<Location> {
+        (self.present & (1 << slot) != 0).then(|| self.locs[slot])
+    }
+
+    /// Sets a slot's location; returns whether the slot was empty.
+    pub fn set(&mut self, slot: usize, loc: Location) -> bool {
+        let was_empty = self.present & (1 << slot) == 0;
+        self.present |= 1 << slot;
+        self.locs[slot] = loc;
+        was_empty
+    }
+
+    /// How many slots hold a location.
+    pub fn len(&self) -> u32 {
+        self.present.count_ones()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.present == 0
+    }
+
+    /// (slot, location) of every slot that holds one, ascending.
+    pub fn iter(&self) -> impl Iterator<Item = (usize, Location)> + '_ {
+        (0..BLOCK_SLOTS as usize).filter_map(|s| self.get(s).map(|l| (s, l)))
+    }
+
+    /// The value: the presence bitmap, then the present slots' locations in slot order.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(BLOCK_BITMAP_LEN + self.len() as usize * LOCATION_LEN);
+        v.extend_from_slice(&self.present.to_le_bytes());
+        for (_, l) in self.iter() {
+            v.extend_from_slice(&encode_location(l));
+        }
+        v
+    }
+
+    pub fn decode(v: &[u8]) -> Result<Block, String> {
+        let present = block_bitmap(v)?;
+        let mut b = Block {
+            present,
+            ..Block::default()
+        };
+        let mut at = BLOCK_BITMAP_LEN;
+        for s in 0..BLOCK_SLOTS as usize {
+            if present & (1 << s) != 0 {
+                b.locs[s] = decode_location(&v[at..at + LOCATION_LEN])?;
+                at += LOCATION_LEN;
+            }
+        }
+        Ok(b)
+    }
+
+    /// One slot's location straight from an encoded block (a point lookup decodes no
+    /// more than it needs).
+    pub fn decode_slot(v: &[u8], slot: usize) -> Result<Option<Location>, String> {
+        let present = block_bitmap(v)?;
+        if present & (1 << slot) == 0 {
+            return Ok(None);
+        }
+        let at = BLOCK_BITMAP_LEN + (present & ((1 << slot) - 1)).count_ones() as usize * LOCATION_LEN;
+        decode_location(&v[at..at + LOCATION_LEN]).map(Some)
+    }
+
+    /// How many locations an encoded block holds.
+    pub fn count_encoded(v: &[u8]) -> Result<u32, String> {
+        block_bitmap(v).map(u32::count_ones)
+    }
+}
+
+/// A block value's bitmap, checked against the value's length.
+fn block_bitmap(v: &[u8]) -> Result<u32, String> {
+    let Some(head) = v.get(..BLOCK_BITMAP_LEN) else {
+        return Err(format!("block of {} bytes (no bitmap)", v.len()));
+    };
+    let present = u32::from_le_bytes(head.try_into().expect("4"));
+    let want = BLOCK_BITMAP_LEN + present.count_ones() as usize * LOCATION_LEN;
+    if v.len() != want {
+        return Err(format!(
+            "block of {} bytes for {} locations (expected {want})",
+            v.len(),
+            present.count_ones()
+        ));
+    }
+    Ok(present)
+}
+
 const FENCED: u8 = 1;
 const DELETED: u8 = 2;
 const HAS_KEY: u8 = 4;
@@ -170,6 +308,44 @@ mod tests {
             assert_eq!(decode_ledger_key(&ledger_key(id)).unwrap(), id);
         }
         assert!(decode_entry_key(&[0; 3]).is_err());
+    }
+
+    #[test]
+    fn blocks_cover_negative_ids_and_round_trip() {
+        assert_eq!(block_of(0), (0, 0));
+        assert_eq!(block_of(31), (0, 31));
+        assert_eq!(block_of(32), (1, 0));
+        assert_eq!(block_of(-1), (-1, 31));
+        assert_eq!(block_of(-32), (-1, 0));
+        assert_eq!(block_first_entry(-1), -32);
+        for e in [-33, -1, 0, 5, 63, i64::MAX, i64::MIN] {
+            let (b, s) = block_of(e);
+            assert_eq!(block_first_entry(b) + s as i64, e);
+        }
+        let mut b = Block::default();
+        assert!(b.is_empty());
+        let l = |n: u64| Location {
+            log_id: n,
+            offset: n * 10,
+            len: n as u32,
+        };
+        assert!(b.set(31, l(31)));
+        assert!(b.set(0, l(1)));
+        assert!(b.set(7, l(7)));
+        assert!(!b.set(7, l(8)), "a slot set again was not empty");
+        let v = b.encode();
+        assert_eq!(v.len(), 4 + 3 * LOCATION_LEN);
+        assert_eq!(Block::decode(&v).unwrap(), b);
+        assert_eq!(Block::count_encoded(&v).unwrap(), 3);
+        for s in 0..BLOCK_SLOTS as usize {
+            assert_eq!(Block::decode_slot(&v, s).unwrap(), b.get(s), "slot {s}");
+        }
+        assert_eq!(
+            b.iter().collect::<Vec<_>>(),
+            vec![(0, l(1)), (7, l(8)), (31, l(31))]
+        );
+        assert!(Block::decode(&v[..v.len() - 1]).unwrap_err().contains("expected"));
+        assert!(Block::decode_slot(&[1, 0], 0).unwrap_err().contains("no bitmap"));
     }
 
     #[test]
