@@ -192,7 +192,8 @@ impl Block {
         if present & (1 << slot) == 0 {
             return Ok(None);
         }
-        let at = BLOCK_BITMAP_LEN + (present & ((1 << slot) - 1)).count_ones() as usize * LOCATION_LEN;
+        let at =
+            BLOCK_BITMAP_LEN + (present & ((1 << slot) - 1)).count_ones() as usize * LOCATION_LEN;
         decode_location(&v[at..at + LOCATION_LEN]).map(Some)
     }
 
@@ -344,8 +345,16 @@ mod tests {
             b.iter().collect::<Vec<_>>(),
             vec![(0, l(1)), (7, l(8)), (31, l(31))]
         );
-        assert!(Block::decode(&v[..v.len() - 1]).unwrap_err().contains("expected"));
-        assert!(Block::decode_slot(&[1, 0], 0).unwrap_err().contains("no bitmap"));
+        assert!(
+            Block::decode(&v[..v.len() - 1])
+                .unwrap_err()
+                .contains("expected")
+        );
+        assert!(
+            Block::decode_slot(&[1, 0], 0)
+                .unwrap_err()
+                .contains("no bitmap")
+        );
     }
 
     #[test]

@@ -16,8 +16,8 @@ use std::path::{Path, PathBuf};
 use folio_env::{FileSystem, OpenOptions};
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 
-pub use codec::LedgerInfo;
 use codec::Block;
+pub use codec::LedgerInfo;
 
 use crate::entry_log::Location;
 use crate::ledger_store::LedgerStoreError;
@@ -275,7 +275,8 @@ impl LedgerIndex {
         };
         for kv in range.map_err(|e| self.err(e))? {
             let (k, v) = kv.map_err(|e| self.err(e))?;
-            let (ledger, block) = codec::decode_block_key(k.value()).map_err(|r| self.corrupt(r))?;
+            let (ledger, block) =
+                codec::decode_block_key(k.value()).map_err(|r| self.corrupt(r))?;
             let b = Block::decode(v.value())
                 .map_err(|r| self.corrupt(format!("ledger {ledger} block {block}: {r}")))?;
             let base = codec::block_first_entry(block);
@@ -456,9 +457,7 @@ impl LedgerIndex {
                 }
                 count = count.saturating_sub(removed);
             }
-            counts
-                .insert(ENTRY_COUNT, count)
-                .map_err(|e| self.err(e))?;
+            counts.insert(ENTRY_COUNT, count).map_err(|e| self.err(e))?;
             let mut ledgers = w.open_table(LEDGERS).map_err(|e| self.err(e))?;
             for (ledger, info) in &batch.ledgers {
                 ledgers
@@ -497,7 +496,12 @@ struct Blocks {
 impl Blocks {
     /// The block, read from `t` on first use (empty if absent). One left as it was is
     /// written again as it was (compaction's moves that no longer apply: rare).
-    fn load(&mut self, t: &BlockTable<'_>, ledger: i64, block: i64) -> Result<&mut Block, IndexFault> {
+    fn load(
+        &mut self,
+        t: &BlockTable<'_>,
+        ledger: i64,
+        block: i64,
+    ) -> Result<&mut Block, IndexFault> {
         use std::collections::btree_map::Entry;
         Ok(match self.touched.entry((ledger, block)) {
             Entry::Occupied(o) => o.into_mut(),
@@ -543,11 +547,15 @@ fn upgrade_from_v1(w: &redb::WriteTransaction) -> Result<u64, IndexFault> {
         };
         for kv in old.iter().map_err(redb_fault)? {
             let (k, v) = kv.map_err(redb_fault)?;
-            let (ledger, entry) = codec::decode_entry_key(k.value()).map_err(IndexFault::Corrupt)?;
+            let (ledger, entry) =
+                codec::decode_entry_key(k.value()).map_err(IndexFault::Corrupt)?;
             let loc = codec::decode_location(v.value())
                 .map_err(|r| IndexFault::Corrupt(format!("entry {ledger}:{entry}: {r}")))?;
             let (block, slot) = codec::block_of(entry);
-            if current.as_ref().is_none_or(|(key, _)| *key != (ledger, block)) {
+            if current
+                .as_ref()
+                .is_none_or(|(key, _)| *key != (ledger, block))
+            {
                 if let Some((key, b)) = current.take() {
                     put(key, &b)?;
                 }
@@ -892,13 +900,19 @@ mod tests {
             meta.insert("format_version", 1).unwrap();
             let mut t = w.open_table(ENTRIES_V1).unwrap();
             for &(l, e, loc) in entries {
-                t.insert(&codec::entry_key(l, e)[..], &codec::encode_location(loc)[..])
-                    .unwrap();
+                t.insert(
+                    &codec::entry_key(l, e)[..],
+                    &codec::encode_location(loc)[..],
+                )
+                .unwrap();
             }
             let mut t = w.open_table(LEDGERS).unwrap();
             for (l, i) in ledgers {
-                t.insert(&codec::ledger_key(*l)[..], &codec::encode_ledger_info(i)[..])
-                    .unwrap();
+                t.insert(
+                    &codec::ledger_key(*l)[..],
+                    &codec::encode_ledger_info(i)[..],
+                )
+                .unwrap();
             }
             w.open_table(COMPACTED_LOGS).unwrap();
         }
@@ -940,7 +954,10 @@ mod tests {
             let r = idx.db.begin_read().unwrap();
             let version = r.open_table(META).unwrap().get("format_version").unwrap();
             assert_eq!(version.map(|v| v.value()), Some(INDEX_FORMAT_VERSION));
-            assert!(r.open_table(ENTRIES_V1).is_err(), "the version 1 table is gone");
+            assert!(
+                r.open_table(ENTRIES_V1).is_err(),
+                "the version 1 table is gone"
+            );
         }
     }
 
@@ -975,14 +992,20 @@ mod tests {
         {
             let idx = LedgerIndex::open(&folio_env::RealFileSystem, d.path()).unwrap();
             let w = idx.db.begin_write().unwrap();
-            w.open_table(META).unwrap().insert("format_version", 9).unwrap();
+            w.open_table(META)
+                .unwrap()
+                .insert("format_version", 9)
+                .unwrap();
             w.commit().unwrap();
         }
         let e = LedgerIndex::open(&folio_env::RealFileSystem, d.path())
             .err()
             .unwrap()
             .to_string();
-        assert!(e.contains("version 9 unsupported") && e.contains(INDEX_FILE), "{e}");
+        assert!(
+            e.contains("version 9 unsupported") && e.contains(INDEX_FILE),
+            "{e}"
+        );
     }
 
     /// Random commits, deletes and relocations, checked after each against a map of what
@@ -1048,7 +1071,11 @@ mod tests {
                     let l = next(4) as i64;
                     let start = next(200) as i64 - 40;
                     for i in 0..next(80) as i64 {
-                        let e = if next(5) == 0 { next(200) as i64 - 40 } else { start + i };
+                        let e = if next(5) == 0 {
+                            next(200) as i64 - 40
+                        } else {
+                            start + i
+                        };
                         let at = loc(next(900));
                         locations.push((l, e, at));
                         model.insert((l, e), at);
@@ -1062,7 +1089,11 @@ mod tests {
             }
             let all: Vec<_> = model.iter().map(|(&(l, e), &at)| (l, e, at)).collect();
             assert_eq!(idx.all_locations().unwrap(), all, "round {round}");
-            assert_eq!(idx.entry_count().unwrap(), model.len() as u64, "round {round}");
+            assert_eq!(
+                idx.entry_count().unwrap(),
+                model.len() as u64,
+                "round {round}"
+            );
             for l in 0..4 {
                 let ids: Vec<i64> = model.keys().filter(|k| k.0 == l).map(|k| k.1).collect();
                 assert_eq!(idx.entry_ids(l).unwrap(), ids, "round {round}");
@@ -1072,21 +1103,33 @@ mod tests {
                     .filter(|_| first <= last)
                     .map(|(&(_, e), &at)| (e, at))
                     .collect();
-                assert_eq!(idx.locations(l, first, last).unwrap(), want, "round {round}");
+                assert_eq!(
+                    idx.locations(l, first, last).unwrap(),
+                    want,
+                    "round {round}"
+                );
                 let log = next(50);
                 let want: Vec<_> = all
                     .iter()
                     .filter(|&&(ml, _, at)| ml == l && at.log_id == log)
                     .copied()
                     .collect();
-                assert_eq!(idx.locations_in_log(&[l], log).unwrap(), want, "round {round}");
+                assert_eq!(
+                    idx.locations_in_log(&[l], log).unwrap(),
+                    want,
+                    "round {round}"
+                );
                 let e = next(200) as i64 - 40;
                 assert_eq!(idx.get(l, e).unwrap(), model.get(&(l, e)).copied());
             }
         }
         drop(idx);
         let idx = LedgerIndex::open(&folio_env::RealFileSystem, d.path()).unwrap();
-        assert_eq!(idx.entry_count().unwrap(), model.len() as u64, "after reopening");
+        assert_eq!(
+            idx.entry_count().unwrap(),
+            model.len() as u64,
+            "after reopening"
+        );
     }
 
     #[test]
