@@ -182,11 +182,13 @@ impl LedgerIndex {
             match found {
                 Some(INDEX_FORMAT_VERSION) => {}
                 Some(1) => {
-                    let entries = upgrade_from_v1(&w).map_err(|e| match e {
-                        IndexFault::Redb(e) => self.err(e),
-                        IndexFault::Corrupt(r) => {
-                            self.corrupt(format!("upgrading from version 1: {r}"))
-                        }
+                    let entries = upgrade_from_v1(&w).map_err(|e| {
+                        self.fault(match e {
+                            IndexFault::Corrupt(r) => {
+                                IndexFault::Corrupt(format!("upgrading from version 1: {r}"))
+                            }
+                            redb => redb,
+                        })
                     })?;
                     meta.insert("format_version", INDEX_FORMAT_VERSION)
                         .map_err(|e| self.err(e))?;
@@ -552,18 +554,13 @@ fn upgrade_from_v1(w: &redb::WriteTransaction) -> Result<u64, IndexFault> {
             let loc = codec::decode_location(v.value())
                 .map_err(|r| IndexFault::Corrupt(format!("entry {ledger}:{entry}: {r}")))?;
             let (block, slot) = codec::block_of(entry);
-            if current
-                .as_ref()
-                .is_none_or(|(key, _)| *key != (ledger, block))
-            {
-                if let Some((key, b)) = current.take() {
-                    put(key, &b)?;
-                }
-                current = Some(((ledger, block), Block::default()));
+            if let Some((key, b)) = current.take_if(|(key, _)| *key != (ledger, block)) {
+                put(key, &b)?;
             }
-            if let Some((_, b)) = current.as_mut() {
-                b.set(slot, loc);
-            }
+            current
+                .get_or_insert_with(|| ((ledger, block), Block::default()))
+                .1
+                .set(slot, loc);
             count += 1;
         }
         if let Some((key, b)) = current.take() {
