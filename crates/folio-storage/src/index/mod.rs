@@ -10,14 +10,17 @@
 
 pub mod backend;
 pub mod codec;
+mod tails;
 
 use std::path::{Path, PathBuf};
 
 use folio_env::{FileSystem, OpenOptions};
+use parking_lot::Mutex;
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 
 use codec::Block;
 pub use codec::LedgerInfo;
+use tails::Tails;
 
 use crate::entry_log::Location;
 use crate::ledger_store::LedgerStoreError;
@@ -82,9 +85,19 @@ pub struct Relocation {
 pub struct LedgerIndex {
     db: Database,
     path: PathBuf,
+    /// Held across each write transaction that changes `entry_blocks` (see [`Tails`]).
+    tails: Mutex<Tails>,
 }
 
 impl LedgerIndex {
+    fn new(db: Database, path: PathBuf) -> LedgerIndex {
+        LedgerIndex {
+            db,
+            path,
+            tails: Mutex::default(),
+        }
+    }
+
     /// Opens (or creates) the index in `dir` (which must exist) on `fs`.
     ///
     /// A new index is made under a temporary name and renamed into place (then the
@@ -134,7 +147,7 @@ impl LedgerIndex {
                 .set_cache_size(cache_bytes)
                 .create_with_backend(backend::EnvFileBackend::new(file, &path))
                 .map_err(|e| index_error(&path, e.into()))?;
-            let index = LedgerIndex { db, path };
+            let index = LedgerIndex::new(db, path);
             index.check_version()?;
             return Ok(index);
         }
@@ -155,7 +168,7 @@ impl LedgerIndex {
             .set_cache_size(cache_bytes)
             .create_with_backend(backend::EnvFileBackend::new(file, &path))
             .map_err(|e| index_error(&path, e.into()))?;
-        let index = LedgerIndex { db, path };
+        let index = LedgerIndex::new(db, path);
         index.check_version()?;
         fs.rename(&tmp, &index.path)
             .map_err(|e| io_err("rename the new index into place", e))?;
@@ -347,6 +360,10 @@ impl LedgerIndex {
     /// many entries now point at their new location. Every log an entry moved out of is
     /// recorded in the same transaction as compacted (see [`LedgerIndex::compacted_logs`]).
     pub fn relocate(&self, moves: &[Relocation]) -> Result<u64, LedgerStoreError> {
+        // Compaction is rare: what is cached of the blocks is dropped rather than kept
+        // in step (held until the transaction ends, so no commit caches meanwhile).
+        let mut tails = self.tails.lock();
+        tails.clear();
         let w = self.db.begin_write().map_err(|e| self.err(e))?;
         let mut moved = 0;
         {
@@ -356,7 +373,7 @@ impl LedgerIndex {
             for m in moves {
                 let (block, slot) = codec::block_of(m.entry);
                 let b = blocks
-                    .load(&entries, m.ledger, block)
+                    .load(&entries, m.ledger, block, None)
                     .map_err(|e| self.fault(e))?;
                 // Only an entry still where compaction read it moves (never one
                 // written again since, nor one removed).
@@ -369,9 +386,10 @@ impl LedgerIndex {
                     .map_err(|e| self.err(e))?;
                 moved += 1;
             }
-            blocks.store(&mut entries).map_err(|e| self.err(e))?;
+            blocks.store(&mut entries, None).map_err(|e| self.err(e))?;
         }
         w.commit().map_err(|e| self.err(e))?;
+        drop(tails);
         Ok(moved)
     }
 
@@ -419,6 +437,20 @@ impl LedgerIndex {
 
     /// Applies `batch` in one write transaction and makes it durable before returning.
     pub fn commit(&self, batch: &IndexBatch) -> Result<(), LedgerStoreError> {
+        let mut tails = self.tails.lock();
+        let done = self.commit_caching(batch, &mut tails);
+        if done.is_err() {
+            // What this transaction cached may not be what the index holds.
+            tails.clear();
+        }
+        done
+    }
+
+    fn commit_caching(
+        &self,
+        batch: &IndexBatch,
+        tails: &mut Tails,
+    ) -> Result<(), LedgerStoreError> {
         let w = self.db.begin_write().map_err(|e| self.err(e))?;
         {
             let mut entries = w.open_table(ENTRY_BLOCKS).map_err(|e| self.err(e))?;
@@ -432,15 +464,18 @@ impl LedgerIndex {
             for &(ledger, entry, loc) in &batch.locations {
                 let (block, slot) = codec::block_of(entry);
                 let b = blocks
-                    .load(&entries, ledger, block)
+                    .load(&entries, ledger, block, tails.get(ledger, block))
                     .map_err(|e| self.fault(e))?;
                 if b.set(slot, loc) {
                     count += 1;
                 }
             }
-            blocks.store(&mut entries).map_err(|e| self.err(e))?;
+            blocks
+                .store(&mut entries, Some(&mut *tails))
+                .map_err(|e| self.err(e))?;
             // After the puts, as before: a ledger deleted in this batch keeps none.
             for &ledger in &batch.deleted {
+                tails.forget(ledger);
                 let lo = codec::block_key(ledger, i64::MIN);
                 let hi = codec::block_key(ledger, i64::MAX);
                 let mut removed = 0u64;
@@ -496,37 +531,51 @@ struct Blocks {
 }
 
 impl Blocks {
-    /// The block, read from `t` on first use (empty if absent). One left as it was is
-    /// written again as it was (compaction's moves that no longer apply: rare).
+    /// The block, on first use decoded from `cached` (its committed value, see [`Tails`])
+    /// or else read from `t` (empty if absent). One left as it was is written again as it
+    /// was (compaction's moves that no longer apply: rare).
     fn load(
         &mut self,
         t: &BlockTable<'_>,
         ledger: i64,
         block: i64,
+        cached: Option<&[u8]>,
     ) -> Result<&mut Block, IndexFault> {
         use std::collections::btree_map::Entry;
+        let corrupt =
+            |r: String| IndexFault::Corrupt(format!("ledger {ledger} block {block}: {r}"));
         Ok(match self.touched.entry((ledger, block)) {
             Entry::Occupied(o) => o.into_mut(),
             Entry::Vacant(v) => {
-                let b = match t
-                    .get(&codec::block_key(ledger, block)[..])
-                    .map_err(redb_fault)?
-                {
-                    Some(g) => Block::decode(g.value()).map_err(|r| {
-                        IndexFault::Corrupt(format!("ledger {ledger} block {block}: {r}"))
-                    })?,
-                    None => Block::default(),
+                let b = match cached {
+                    Some(value) => Block::decode(value).map_err(corrupt)?,
+                    None => match t
+                        .get(&codec::block_key(ledger, block)[..])
+                        .map_err(redb_fault)?
+                    {
+                        Some(g) => Block::decode(g.value()).map_err(corrupt)?,
+                        None => Block::default(),
+                    },
                 };
                 v.insert(b)
             }
         })
     }
 
-    /// Writes every block that holds a location.
-    fn store(self, t: &mut BlockTable<'_>) -> Result<(), redb::Error> {
+    /// Writes every block that holds a location; with `tails`, keeps each ledger's last
+    /// block written there (the caller drops them if its transaction fails).
+    fn store(
+        self,
+        t: &mut BlockTable<'_>,
+        mut tails: Option<&mut Tails>,
+    ) -> Result<(), redb::Error> {
         for ((ledger, block), b) in self.touched {
             if !b.is_empty() {
-                t.insert(&codec::block_key(ledger, block)[..], &b.encode()[..])?;
+                let value = b.encode();
+                t.insert(&codec::block_key(ledger, block)[..], &value[..])?;
+                if let Some(tails) = tails.as_deref_mut() {
+                    tails.put(ledger, block, value);
+                }
             }
         }
         Ok(())
@@ -785,10 +834,7 @@ mod tests {
         {
             // What `LedgerIndex::open` did before: redb opens the real file itself.
             let db = Database::create(&path).unwrap();
-            let old = LedgerIndex {
-                db,
-                path: path.clone(),
-            };
+            let old = LedgerIndex::new(db, path.clone());
             old.check_version().unwrap();
             old.commit(&IndexBatch {
                 locations: vec![(7, 0, loc(3)), (7, 1, loc(4))],
@@ -859,6 +905,35 @@ mod tests {
     /// the index opens (empty), never a file redb cannot read. (redb sizes and syncs its
     /// file before it writes its header: created in place, an image after that sync
     /// failed with "Not a redb database".)
+    /// A commit that fails leaves none of its blocks cached: the next commit to the same
+    /// block reads what the index holds, so the failed commit's locations never appear.
+    /// (It fails here after its blocks are written, on a corrupt block of a ledger it
+    /// deletes; redb itself refuses every write after an I/O error.)
+    #[test]
+    fn a_failed_commit_leaves_nothing_of_it_for_the_next() {
+        let d = tempfile::tempdir().unwrap();
+        let idx = LedgerIndex::open(&folio_env::RealFileSystem, d.path()).unwrap();
+        let batch = |entries: std::ops::Range<i64>| IndexBatch {
+            locations: entries.map(|e| (1, e, loc(e as u64))).collect(),
+            ..Default::default()
+        };
+        idx.commit(&batch(0..3)).unwrap();
+        let w = idx.db.begin_write().unwrap();
+        w.open_table(ENTRY_BLOCKS)
+            .unwrap()
+            .insert(&codec::block_key(2, 0)[..], &b"garbage"[..])
+            .unwrap();
+        w.commit().unwrap();
+        let failing = IndexBatch {
+            deleted: vec![2],
+            ..batch(3..5)
+        };
+        let e = idx.commit(&failing).unwrap_err().to_string();
+        assert!(e.contains("ledger 2"), "{e}");
+        idx.commit(&batch(5..6)).unwrap();
+        assert_eq!(idx.entry_ids(1).unwrap(), vec![0, 1, 2, 5]);
+    }
+
     #[test]
     fn a_crash_while_the_index_is_created_leaves_one_that_opens() {
         use folio_env::sim::{CrashMode, SimFileSystem};
@@ -1035,15 +1110,15 @@ mod tests {
                     let mut moves = Vec::new();
                     let held: Vec<_> = model.iter().map(|(&k, &v)| (k, v)).collect();
                     for _ in 0..next(40) {
-                        let from = if held.is_empty() || next(4) == 0 {
-                            loc(next(50))
+                        // Mostly moves that apply (an entry where the index has it), and
+                        // some that no longer do (another location, or no such entry).
+                        let ((ledger, entry), from) = if held.is_empty() || next(4) == 0 {
+                            ((next(4) as i64, next(200) as i64 - 40), loc(next(50)))
+                        } else if next(3) == 0 {
+                            let (key, _) = held[next(held.len() as u64) as usize];
+                            (key, held[next(held.len() as u64) as usize].1)
                         } else {
-                            held[next(held.len() as u64) as usize].1
-                        };
-                        let (ledger, entry) = if held.is_empty() || next(3) == 0 {
-                            (next(4) as i64, next(200) as i64 - 40)
-                        } else {
-                            held[next(held.len() as u64) as usize].0
+                            held[next(held.len() as u64) as usize]
                         };
                         moves.push(Relocation {
                             ledger,
