@@ -17,7 +17,6 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Duration;
 
 use bytes::Bytes;
 use folio_proto::Status;
@@ -37,10 +36,6 @@ pub(crate) struct AddDone {
     pub outcome: AddOutcome,
 }
 
-/// How often a writer that stopped looks for timed-out adds (a live writer does on its
-/// own tick).
-const SWEEP: Duration = Duration::from_millis(100);
-
 type Unrouted = FuturesUnordered<Pin<Box<dyn Future<Output = AddDone> + Send>>>;
 
 pub(crate) struct Adds {
@@ -48,10 +43,8 @@ pub(crate) struct Adds {
     answers_tx: AddAnswers,
     answers: mpsc::UnboundedReceiver<AddAnswer>,
     /// Routed adds not answered yet: each gets exactly one answer (the bookie's, a
-    /// timeout, or `Unreachable`).
+    /// timeout from the client's sweeper, or `Unreachable`).
     routed: usize,
-    /// The bookies with routed adds, whose connections the tick sweeps.
-    routed_to: Vec<BookieId>,
     unrouted: Unrouted,
     /// Bookies with adds queued but not yet flushed: flushed once per turn of the
     /// writer's loop, so that the adds of a burst of appends leave in one write each.
@@ -66,7 +59,6 @@ impl Adds {
             answers_tx,
             answers,
             routed: 0,
-            routed_to: Vec::new(),
             unrouted: FuturesUnordered::new(),
             unflushed: Vec::new(),
         }
@@ -90,12 +82,7 @@ impl Adds {
         let timeout = self.inner.config.add_entry_timeout;
         let bookies = &self.inner.bookies;
         match bookies.start_add(bookie, request, timeout, &self.answers_tx, entry) {
-            None => {
-                self.routed += 1;
-                if !self.routed_to.contains(bookie) {
-                    self.routed_to.push(bookie.clone());
-                }
-            }
+            None => self.routed += 1,
             Some(started) => self.push_unrouted(entry, bookie.clone(), started),
         }
         if !self.unflushed.contains(bookie) {
@@ -119,16 +106,6 @@ impl Adds {
     pub fn flush(&mut self) {
         for bookie in self.unflushed.drain(..) {
             self.inner.bookies.flush(&bookie);
-        }
-    }
-
-    /// Times out the routed adds whose deadline passed (their answers come next).
-    pub fn expire(&mut self) {
-        // With none waiting on the live connections any more (the rest answered already,
-        // in the queue, or coming as `Unreachable` from a connection that broke), the
-        // list starts over with the next routed add.
-        if self.routed == 0 || !self.inner.bookies.expire_adds(&self.routed_to) {
-            self.routed_to.clear();
         }
     }
 
@@ -168,14 +145,8 @@ impl Adds {
             return;
         }
         tokio::spawn(async move {
-            let mut tick = tokio::time::interval(SWEEP);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             while !self.is_empty() {
-                tokio::select! {
-                    biased;
-                    _ = self.next() => {}
-                    _ = tick.tick() => self.expire(),
-                }
+                self.next().await;
                 self.flush();
             }
         });

@@ -232,6 +232,11 @@ impl Actor {
         let (events_tx, mut events) = mpsc::unbounded_channel::<EnsembleChanged>();
         let mut tick = tokio::time::interval(Duration::from_millis(100));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // The tick serves only the add quorum timeout and the explicit LAC: without them
+        // a writer does not wake on its own (an add's own timeout is the client's sweeper's,
+        // `Bookies::start_add`), so that thousands of open ledgers cost nothing idle.
+        let ticking = self.inner.config.add_entry_quorum_timeout.is_some()
+            || self.inner.config.explicit_lac_interval.is_some();
         let mut close_waiters: Vec<oneshot::Sender<Result<()>>> = Vec::new();
         let mut handle_gone = false;
         loop {
@@ -267,8 +272,7 @@ impl Actor {
                     let actions = self.state.on_add_response(entry, &bookie, outcome);
                     self.perform(actions, &events_tx);
                 }
-                _ = tick.tick() => {
-                    self.adds.expire();
+                _ = tick.tick(), if ticking => {
                     let actions = self.state.on_tick(self.inner.clock.now());
                     self.perform(actions, &events_tx);
                     self.maybe_send_explicit_lac();
