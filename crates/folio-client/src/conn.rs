@@ -426,7 +426,7 @@ impl Bookies {
     /// writer swept the connections it used on its own 100 ms tick: with 10,000 ledgers
     /// written at once that was 100,000 wake-ups a second (and each walked the whole
     /// connection: 170 µs of the client's CPU per add, adds timed out). The task ends
-    /// once the client's connections are gone.
+    /// at its first tick after these `Bookies` (the client) are dropped.
     fn start_sweeper(&self) {
         if self.sweeping.swap(true, Ordering::Relaxed) {
             return;
