@@ -9,7 +9,7 @@
 //! (`crate::read_cache`), then the index and the entry logs; a read
 //! that fails on disk is an error, never "no such entry" (DESIGN invariant 5).
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -272,8 +272,14 @@ pub type FlushRequester = Arc<dyn Fn() + Send + Sync>;
 struct State {
     cache: WriteCache,
     ledgers: HashMap<i64, LedgerInfo>,
-    /// Ledgers whose info changed since the last flush.
+    /// Ledgers whose info changed since the last flush. A put alone marks only a new
+    /// ledger: the `last_entry_id` a flush writes is not rewritten for every later put
+    /// (at 10,000 ledgers written at once that was a sixth of a checkpoint's work), so
+    /// the index's own entries complete it ([`LedgerStore::learn_last_entry`]).
     dirty: BTreeSet<i64>,
+    /// Ledgers whose `last_entry_id` here is known to be at least the index's last entry
+    /// of them (looked up once since open).
+    last_known: HashSet<i64>,
     /// Ledgers deleted since the last flush (their index entries are still there).
     deleted_pending: BTreeSet<i64>,
     poisoned: Option<String>,
@@ -416,6 +422,7 @@ impl LedgerStore {
                 cache: WriteCache::new(config.write_cache_bytes),
                 ledgers,
                 dirty: BTreeSet::new(),
+                last_known: HashSet::new(),
                 deleted_pending: BTreeSet::new(),
                 poisoned: None,
                 flush_failures: 0,
@@ -529,9 +536,20 @@ impl LedgerStore {
             self.read_cache.lock().remove(ledger, entry);
         }
         self.mirror_cache(&st);
-        let info = st.ledgers.entry(ledger).or_default();
-        info.last_entry_id = info.last_entry_id.max(Some(entry));
-        st.dirty.insert(ledger);
+        let st = &mut *st;
+        match st.ledgers.entry(ledger) {
+            std::collections::hash_map::Entry::Occupied(mut o) => {
+                let info = o.get_mut();
+                info.last_entry_id = info.last_entry_id.max(Some(entry));
+            }
+            std::collections::hash_map::Entry::Vacant(v) => {
+                v.insert(LedgerInfo {
+                    last_entry_id: Some(entry),
+                    ..LedgerInfo::default()
+                });
+                st.dirty.insert(ledger);
+            }
+        }
         Ok(())
     }
 
@@ -540,6 +558,9 @@ impl LedgerStore {
     fn find_in_memory(&self, ledger: i64, entry: i64) -> Result<InMemory, LedgerStoreError> {
         if entry < -1 {
             return Err(LedgerStoreError::InvalidEntryId { ledger, entry });
+        }
+        if entry == -1 {
+            self.learn_last_entry(ledger)?;
         }
         let (entry, flushes) = {
             let st = self.state.lock();
@@ -671,7 +692,31 @@ impl LedgerStore {
 
     /// The ledger's state, if the store knows the ledger (a deleted one included).
     pub fn ledger_info(&self, ledger: i64) -> Result<Option<LedgerInfo>, LedgerStoreError> {
+        self.learn_last_entry(ledger)?;
         Ok(self.state.lock().ledgers.get(&ledger).cloned())
+    }
+
+    /// Raises `ledger`'s `last_entry_id` in memory to the index's last entry of it, once
+    /// per ledger since open. The info's value on disk may be older than the entries the
+    /// index has (a flush rewrites the info only when more than it changed), and after a
+    /// restart the journal's replay raises it only for the entries it replays. The maximum
+    /// of the two is the ledger's last entry: the index holds only entries that were put,
+    /// and every put since open raised the value in memory. The read of entry -1 (a
+    /// reader's or a recovery's last entry) depends on it.
+    fn learn_last_entry(&self, ledger: i64) -> Result<(), LedgerStoreError> {
+        {
+            let st = self.state.lock();
+            if !st.ledgers.contains_key(&ledger) || st.last_known.contains(&ledger) {
+                return Ok(());
+            }
+        }
+        let last = self.index.last_entry(ledger)?;
+        let mut st = self.state.lock();
+        if let Some(info) = st.ledgers.get_mut(&ledger) {
+            info.last_entry_id = info.last_entry_id.max(last);
+        }
+        st.last_known.insert(ledger);
+        Ok(())
     }
 
     fn update_info(

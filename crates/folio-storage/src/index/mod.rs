@@ -320,6 +320,25 @@ impl LedgerIndex {
         Ok(ids)
     }
 
+    /// The highest entry id the index has of `ledger`, from the ledger's last block.
+    pub fn last_entry(&self, ledger: i64) -> Result<Option<i64>, LedgerStoreError> {
+        let r = self.db.begin_read().map_err(|e| self.err(e))?;
+        let t = r.open_table(ENTRY_BLOCKS).map_err(|e| self.err(e))?;
+        let lo = codec::block_key(ledger, i64::MIN);
+        let hi = codec::block_key(ledger, i64::MAX);
+        let blocks = t.range(&lo[..]..=&hi[..]).map_err(|e| self.err(e))?;
+        for kv in blocks.rev() {
+            let (k, v) = kv.map_err(|e| self.err(e))?;
+            let (_, block) = codec::decode_block_key(k.value()).map_err(|r| self.corrupt(r))?;
+            let b = Block::decode(v.value())
+                .map_err(|r| self.corrupt(format!("ledger {ledger} block {block}: {r}")))?;
+            if let Some((slot, _)) = b.iter().last() {
+                return Ok(Some(codec::block_first_entry(block) + slot as i64));
+            }
+        }
+        Ok(None)
+    }
+
     /// Where the index has `ledger`'s entries `first..=last`, in entry order, from one
     /// range scan (a run read ahead is checked against it: one lookup, not one per entry).
     pub fn locations(

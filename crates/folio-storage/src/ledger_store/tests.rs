@@ -80,6 +80,39 @@ fn entries_are_readable_before_and_after_flush() {
     ));
 }
 
+/// A flush rewrites a ledger's info only when more than its last entry changed, so after
+/// a restart the last entry (the read of entry -1, which a recovery's fencing read of the
+/// last entry depends on) comes from the index: never the older value the info holds.
+#[test]
+fn the_last_entry_after_a_reopen_is_the_last_the_index_has() {
+    let d = dirs(1 << 20, 1 << 20);
+    {
+        let s = open(&d);
+        for e in 0..3 {
+            s.put_entry(1, e, data(1, e)).unwrap();
+        }
+        s.put_entry(2, 0, data(2, 0)).unwrap();
+        s.flush().unwrap();
+        for e in 3..40 {
+            s.put_entry(1, e, data(1, e)).unwrap();
+        }
+        s.flush().unwrap();
+    }
+    let s = open(&d);
+    assert_eq!(s.get_entry(1, -1).unwrap(), Some(data(1, 39)));
+    assert_eq!(s.ledger_info(1).unwrap().unwrap().last_entry_id, Some(39));
+    assert_eq!(s.get_entry(2, -1).unwrap(), Some(data(2, 0)));
+    // Entries put after the reopen raise it further, flushed or not.
+    s.put_entry(1, 40, data(1, 40)).unwrap();
+    assert_eq!(s.get_entry(1, -1).unwrap(), Some(data(1, 40)));
+    s.flush().unwrap();
+    drop(s);
+    let s = open(&d);
+    assert_eq!(s.ledger_info(1).unwrap().unwrap().last_entry_id, Some(40));
+    assert_eq!(s.get_entry(1, -1).unwrap(), Some(data(1, 40)));
+    assert_eq!(s.get_entry(3, -1).unwrap(), None);
+}
+
 #[test]
 fn reopen_after_flush_finds_entries_and_ledger_state() {
     let d = dirs(1 << 20, 1 << 20);
