@@ -693,7 +693,14 @@ impl LedgerStore {
     /// The ledger's state, if the store knows the ledger (a deleted one included).
     pub fn ledger_info(&self, ledger: i64) -> Result<Option<LedgerInfo>, LedgerStoreError> {
         self.learn_last_entry(ledger)?;
-        Ok(self.state.lock().ledgers.get(&ledger).cloned())
+        Ok(self.info_as_held(ledger))
+    }
+
+    /// The ledger's state as held in memory, its `last_entry_id` possibly below the last
+    /// entry (see [`LedgerStore::learn_last_entry`]): for what needs only its fence, keys
+    /// and deletion, without a lookup of the index.
+    pub(crate) fn info_as_held(&self, ledger: i64) -> Option<LedgerInfo> {
+        self.state.lock().ledgers.get(&ledger).cloned()
     }
 
     /// Raises `ledger`'s `last_entry_id` in memory to the index's last entry of it, once

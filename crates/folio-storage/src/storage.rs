@@ -861,7 +861,7 @@ impl LedgerBackend for crate::ledger_store::LedgerStore {
 
     fn ledger(&self, ledger: i64) -> Result<Option<StoredLedger>, BackendError> {
         Ok(self
-            .ledger_info(ledger)?
+            .info_as_held(ledger)
             .filter(|i| !i.deleted)
             .map(|i| StoredLedger {
                 fenced: i.fenced,
@@ -918,7 +918,7 @@ impl LedgerBackend for crate::ledger_store::LedgerStore {
     }
 
     fn is_deleted(&self, ledger: i64) -> Result<bool, BackendError> {
-        Ok(self.ledger_info(ledger)?.is_some_and(|i| i.deleted))
+        Ok(self.info_as_held(ledger).is_some_and(|i| i.deleted))
     }
 
     fn ledgers(&self) -> Result<Vec<i64>, BackendError> {

@@ -24,7 +24,8 @@ pub struct LedgerInfo {
     pub master_key: Option<Bytes>,
     /// The opaque LAC body sent by WriteLac.
     pub explicit_lac: Option<Bytes>,
-    /// Highest entry id stored.
+    /// Highest entry id stored, as far as this info knows: on disk a lower bound (see
+    /// docs/formats/index.md); `LedgerStore` raises it to the index's last entry.
     pub last_entry_id: Option<i64>,
     pub deleted: bool,
 }
