@@ -290,10 +290,7 @@ impl LedgerIndex {
         };
         for kv in range.map_err(|e| self.err(e))? {
             let (k, v) = kv.map_err(|e| self.err(e))?;
-            let (ledger, block) =
-                codec::decode_block_key(k.value()).map_err(|r| self.corrupt(r))?;
-            let b = Block::decode(v.value())
-                .map_err(|r| self.corrupt(format!("ledger {ledger} block {block}: {r}")))?;
+            let (ledger, block, b) = self.decode_block(k.value(), v.value())?;
             let base = codec::block_first_entry(block);
             for (slot, loc) in b.iter() {
                 let entry = base + slot as i64;
@@ -303,6 +300,14 @@ impl LedgerIndex {
             }
         }
         Ok(())
+    }
+
+    /// One `entry_blocks` key and value: (ledger, block, the block).
+    fn decode_block(&self, k: &[u8], v: &[u8]) -> Result<(i64, i64, Block), LedgerStoreError> {
+        let (ledger, block) = codec::decode_block_key(k).map_err(|r| self.corrupt(r))?;
+        let b = Block::decode(v)
+            .map_err(|r| self.corrupt(format!("ledger {ledger} block {block}: {r}")))?;
+        Ok((ledger, block, b))
     }
 
     /// Every (ledger, entry, location) the index holds, in key order (tools: the local
@@ -329,9 +334,7 @@ impl LedgerIndex {
         let blocks = t.range(&lo[..]..=&hi[..]).map_err(|e| self.err(e))?;
         for kv in blocks.rev() {
             let (k, v) = kv.map_err(|e| self.err(e))?;
-            let (_, block) = codec::decode_block_key(k.value()).map_err(|r| self.corrupt(r))?;
-            let b = Block::decode(v.value())
-                .map_err(|r| self.corrupt(format!("ledger {ledger} block {block}: {r}")))?;
+            let (_, block, b) = self.decode_block(k.value(), v.value())?;
             if let Some((slot, _)) = b.iter().last() {
                 return Ok(Some(codec::block_first_entry(block) + slot as i64));
             }
