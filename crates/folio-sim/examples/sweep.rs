@@ -3,7 +3,7 @@
 //! `cargo run -p folio-sim --release --example sweep -- <first seed> <count>`.
 //! `FOLIO_SIM_NO_FSYNC_FAULTS=1`: the same runs without fsync failures;
 //! `FOLIO_SIM_BREAK_{NO_SYNC,IGNORE_FENCE,UNFENCED_READS,LOST_READ_AS_NO_ENTRY}=1` and, on
-//! the ledger store's path, `FOLIO_SIM_BREAK_{ENTRY_LOG_NO_SYNC,INDEX_FIRST,JOURNAL_DELETED_EARLY}=1`:
+//! the ledger store's path, `FOLIO_SIM_BREAK_{ENTRY_LOG_NO_SYNC,INDEX_FIRST,JOURNAL_DELETED_EARLY,STALE_LAST_ENTRY}=1`:
 //! the negative controls.
 
 fn main() {
@@ -44,7 +44,12 @@ fn main() {
                 .is_some(),
                 deferred_force_skips_flush: std::env::var_os("FOLIO_SIM_BREAK_FORCE_SKIPS_FLUSH")
                     .is_some(),
+                marks_past_a_staged_index: std::env::var_os(
+                    "FOLIO_SIM_BREAK_MARKS_PAST_STAGED_INDEX",
+                )
+                .is_some(),
             },
+            skip_last_entry_lookup: std::env::var_os("FOLIO_SIM_BREAK_STALE_LAST_ENTRY").is_some(),
             // Chosen per bookie from the seed by the scenario.
             per_ledger_logs: false,
             force_write: false,

@@ -39,6 +39,10 @@ pub struct BookieKnobs {
     /// Negative controls of the ledger store and the checkpoint (entry logs unsynced,
     /// index before entry logs, journal files deleted before the flush).
     pub storage: NegativeControls,
+    /// Negative control: the ledger store's read of entry -1 skips the index lookup of a
+    /// ledger's last entry (`LedgerStoreConfig::skip_last_entry_lookup_for_tests`), so a
+    /// restarted bookie answers the stale last entry its ledger info holds.
+    pub skip_last_entry_lookup: bool,
     /// An entry log per ledger (`entryLogPerLedgerEnabled`), two open at most so that
     /// logs are evicted; the scenario draws it per start of a bookie from the seed.
     pub per_ledger_logs: bool,
@@ -145,6 +149,7 @@ fn store_config(knobs: BookieKnobs) -> LedgerStoreConfig {
     c.write_cache_bytes = WRITE_CACHE_BYTES;
     c.entry_log_direct_io = knobs.direct_entry_logs;
     c.read_ahead_cache_bytes = if knobs.read_ahead { 64 << 20 } else { 0 };
+    c.skip_last_entry_lookup_for_tests = knobs.skip_last_entry_lookup;
     if knobs.per_ledger_logs {
         c.entry_log_per_ledger = true;
         c.max_active_entry_logs = 2;
@@ -267,8 +272,9 @@ impl Incarnation {
     }
 
     /// After each request (its journal work done): a checkpoint when enough is
-    /// unflushed, as the engine's own threshold would ask for one. Returns whether one
-    /// was taken and how it went.
+    /// unflushed, as the engine's own threshold would ask for one: one that may stage
+    /// the index (and then leave the journal's marks), as the engine's thread takes.
+    /// Returns whether one was taken and how it went.
     pub fn after_request(&self) -> Option<Result<(), String>> {
         if self.is_dead()
             || self.is_read_only()
@@ -276,7 +282,12 @@ impl Incarnation {
         {
             return None;
         }
-        Some(self.checkpoint())
+        Some(
+            self.storage
+                .engine()
+                .checkpoint_for_room()
+                .map_err(|e| e.to_string()),
+        )
     }
 
     /// Entry log compaction at `threshold` (what the bookie's compaction rounds run).

@@ -512,3 +512,19 @@ fn negative_control_a_force_that_skips_the_flush_loses_copies() {
         200,
     );
 }
+
+/// The journal marks moved (and journal files deleted) by a checkpoint for room that only
+/// staged the index: a power cut before the next index commit loses entries no journal
+/// holds any more. The simulator's checkpoints after requests are checkpoints for room.
+#[test]
+fn negative_control_marks_past_a_staged_index_lose_entries() {
+    checker_catches(
+        "journal marks moved past a staged index",
+        "durability",
+        storage_break(NegativeControls {
+            marks_past_a_staged_index: true,
+            ..NegativeControls::default()
+        }),
+        60,
+    );
+}

@@ -6,6 +6,13 @@
 //! forward. (4) Delete the journal files wholly before the mark. A crash between any
 //! two steps leaves an older mark, so the replay covers at least what the ledger store
 //! may have lost. One checkpoint runs at a time (marks only move forward).
+//!
+//! A checkpoint taken for room (the write cache passed its threshold) may have the ledger
+//! store stage its index instead of committing it (`LedgerStore::flush_for_room`): then
+//! steps (3) and (4) are skipped, since what the flush wrote is not durable until a later
+//! flush commits the index; that one's marks, taken before it, cover the staged ones too.
+//! Nor does a staged flush count for the ForceLedgers of deferred-sync adds, and while
+//! one waits every checkpoint commits.
 
 use std::io;
 use std::path::PathBuf;
@@ -18,13 +25,22 @@ use crate::storage::Inner;
 /// One checkpoint. A failure makes the engine read-only: after a failed fsync the
 /// kernel may have dropped the data it could not write, and a later "successful"
 /// flush would then move the mark past data that never reached the disk.
-pub(crate) fn checkpoint(inner: &Inner) -> Result<(), StorageError> {
+/// Whether a checkpoint must make the ledger store durable, or may stage its index.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Durability {
+    Whole,
+    MayStage,
+}
+
+pub(crate) fn checkpoint(inner: &Inner, durability: Durability) -> Result<(), StorageError> {
     let _one_at_a_time = inner.checkpoint_lock.lock();
+    // A ForceLedger waits for a flush that makes its deferred-sync adds durable.
+    let may_stage = durability == Durability::MayStage && !inner.deferred.has_waiters();
     if let Some(reason) = inner.journal.read_only_reason() {
         // Marks stay where they are. The store is still flushed when it asks for room,
         // so that a put blocked on a full write cache is released (flushing only adds
         // durability; a store whose own fsync failed refuses it by itself).
-        if let Err(e) = flush_store(inner) {
+        if let Err(e) = flush_store(inner, false) {
             tracing::warn!("ledger store flush while read-only failed: {e}");
         }
         return Err(StorageError::ReadOnly { reason });
@@ -43,21 +59,33 @@ pub(crate) fn checkpoint(inner: &Inner) -> Result<(), StorageError> {
             }
         }
     }
-    if let Err(e) = flush_store(inner) {
-        let e = StorageError::from(e);
-        if matches!(e, StorageError::NoSpace { .. }) {
-            // A full disk refused the entry-log writes: nothing fsync'd failed and the
-            // store keeps what it could not write for the next flush, so writes may
-            // resume once space is freed (the bookie's disk checker sees to that).
-            inner.journal.poison_no_space(
-                "checkpoint",
-                PathBuf::new(),
-                &io::Error::new(io::ErrorKind::StorageFull, e.to_string()),
-            );
-        } else {
-            poison(inner, &e);
+    let durable = match flush_store(inner, may_stage) {
+        Ok(durable) => durable,
+        Err(e) => {
+            let e = StorageError::from(e);
+            if matches!(e, StorageError::NoSpace { .. }) {
+                // A full disk refused the entry-log writes: nothing fsync'd failed and the
+                // store keeps what it could not write for the next flush, so writes may
+                // resume once space is freed (the bookie's disk checker sees to that).
+                inner.journal.poison_no_space(
+                    "checkpoint",
+                    PathBuf::new(),
+                    &io::Error::new(io::ErrorKind::StorageFull, e.to_string()),
+                );
+            } else {
+                poison(inner, &e);
+            }
+            return Err(e);
         }
-        return Err(e);
+    };
+    inner.checkpoints.fetch_add(1, Ordering::Relaxed);
+    if !durable
+        && !inner
+            .marks_past_a_staged_index_for_tests
+            .load(Ordering::Relaxed)
+    {
+        // Staged: the journal still holds what the entry logs hold beyond the index.
+        return Ok(());
     }
     for (i, mark) in marks.into_iter().enumerate() {
         if let Err(e) = inner.journal.persist_mark(i, mark) {
@@ -65,17 +93,23 @@ pub(crate) fn checkpoint(inner: &Inner) -> Result<(), StorageError> {
             return Err(e);
         }
     }
-    inner.checkpoints.fetch_add(1, Ordering::Relaxed);
     Ok(())
 }
 
-/// The ledger store's flush, numbered for the deferred-sync adds it makes durable.
-fn flush_store(inner: &Inner) -> Result<(), crate::error::BackendError> {
+/// The ledger store's flush, numbered for the deferred-sync adds it makes durable: a
+/// staged one (`may_stage`, returning false) makes none durable and finishes nothing.
+fn flush_store(inner: &Inner, may_stage: bool) -> Result<bool, crate::error::BackendError> {
     let k = inner.deferred.flush_started();
-    let r = inner.store.flush();
-    inner
-        .deferred
-        .flush_finished(k, r.as_ref().map(|_| ()).map_err(|e| e.to_string()));
+    let r = if may_stage {
+        inner.store.flush_for_room()
+    } else {
+        inner.store.flush().map(|()| true)
+    };
+    match &r {
+        Ok(false) => {}
+        Ok(true) => inner.deferred.flush_finished(k, Ok(())),
+        Err(e) => inner.deferred.flush_finished(k, Err(e.to_string())),
+    }
     r
 }
 
@@ -113,6 +147,7 @@ pub(crate) fn request_if_due(inner: &Inner) {
 pub(crate) fn run_thread(inner: &Inner) {
     let interval = inner.config.flush_interval;
     let mut last = inner.env.clock.now();
+    let mut last_whole = last;
     loop {
         {
             let mut stop = inner.stop.lock();
@@ -146,7 +181,17 @@ pub(crate) fn run_thread(inner: &Inner) {
         if !due || (read_only && !requested) {
             continue;
         }
-        if let Err(e) = checkpoint(inner)
+        // Asked for room, the checkpoint may stage the index; on the interval (and when
+        // asked for room past it) it commits, so marks move at least that often.
+        let durability = if requested && now.duration_since(last_whole) < interval {
+            Durability::MayStage
+        } else {
+            Durability::Whole
+        };
+        if durability == Durability::Whole {
+            last_whole = now;
+        }
+        if let Err(e) = checkpoint(inner, durability)
             && !read_only
         {
             tracing::error!("checkpoint failed: {e}");

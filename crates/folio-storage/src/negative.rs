@@ -28,4 +28,8 @@ pub struct NegativeControls {
     /// journal's fdatasync alone, without waiting for a ledger-store flush: a
     /// re-replicating copier then names this bookie while its copies are only in memory.
     pub deferred_force_skips_flush: bool,
+    /// A checkpoint whose ledger-store flush only staged the index (it is not durable)
+    /// still persists the journal marks and deletes the journal files before them: a
+    /// crash before the next index commit loses the staged flushes' entries.
+    pub marks_past_a_staged_index: bool,
 }

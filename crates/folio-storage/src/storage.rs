@@ -59,6 +59,12 @@ pub trait LedgerBackend: Send + Sync + 'static {
     fn entry_ids(&self, ledger: i64) -> Result<Vec<i64>, BackendError>;
     /// Makes every write issued before the call durable.
     fn flush(&self) -> Result<(), BackendError>;
+    /// Frees the write cache like `flush`, but may leave part of the work for a later
+    /// flush (the ledger store stages its index); returns whether what was written before
+    /// the call is durable now. Default: a whole flush.
+    fn flush_for_room(&self) -> Result<bool, BackendError> {
+        self.flush().map(|()| true)
+    }
     /// Bytes held in the write cache, not yet flushed.
     fn write_cache_used(&self) -> u64;
     /// The read-ahead cache's figures. Default: a backend without one (all zero).
@@ -171,6 +177,8 @@ pub(crate) struct Inner {
     pub(crate) delete_journal_before_flush_for_tests: std::sync::atomic::AtomicBool,
     /// Negative control (`NegativeControls::deferred_force_skips_flush`).
     deferred_force_skips_flush_for_tests: std::sync::atomic::AtomicBool,
+    /// Negative control (`NegativeControls::marks_past_a_staged_index`).
+    pub(crate) marks_past_a_staged_index_for_tests: std::sync::atomic::AtomicBool,
     /// Deferred-sync recovery adds not yet flushed, and the forces waiting for them.
     pub(crate) deferred: Deferred,
     /// A force waiting for a flush leaves the checkpoint to the caller (the simulator).
@@ -230,6 +238,7 @@ impl Storage {
             checkpoint_wakeups: std::sync::atomic::AtomicU64::new(0),
             delete_journal_before_flush_for_tests: std::sync::atomic::AtomicBool::new(false),
             deferred_force_skips_flush_for_tests: std::sync::atomic::AtomicBool::new(false),
+            marks_past_a_staged_index_for_tests: std::sync::atomic::AtomicBool::new(false),
             deferred: Deferred::default(),
             force_checkpoints_by_caller: std::sync::atomic::AtomicBool::new(false),
             stop_cv: Condvar::new(),
@@ -267,6 +276,10 @@ impl Storage {
         );
         self.inner.deferred_force_skips_flush_for_tests.store(
             c.deferred_force_skips_flush,
+            std::sync::atomic::Ordering::Relaxed,
+        );
+        self.inner.marks_past_a_staged_index_for_tests.store(
+            c.marks_past_a_staged_index,
             std::sync::atomic::Ordering::Relaxed,
         );
         self.inner.store.set_negative_controls_for_tests(c);
@@ -616,7 +629,14 @@ impl Storage {
 
     /// Runs a checkpoint now: flush the ledger store, then move the journal marks.
     pub fn checkpoint(&self) -> Result<(), StorageError> {
-        checkpoint::checkpoint(&self.inner)
+        checkpoint::checkpoint(&self.inner, checkpoint::Durability::Whole)
+    }
+
+    /// The checkpoint the engine's own thread takes when the write cache passes its
+    /// threshold: it frees the write cache, but may stage the ledger store's index and
+    /// then leave the journal's marks where they are (see `checkpoint.rs`).
+    pub fn checkpoint_for_room(&self) -> Result<(), StorageError> {
+        checkpoint::checkpoint(&self.inner, checkpoint::Durability::MayStage)
     }
 
     /// Bytes in the ledger store's write cache, not yet flushed to an entry log.
@@ -696,7 +716,7 @@ impl Storage {
     pub fn shutdown(&self) {
         self.stop();
         if !self.is_read_only()
-            && let Err(e) = checkpoint::checkpoint(&self.inner)
+            && let Err(e) = checkpoint::checkpoint(&self.inner, checkpoint::Durability::Whole)
         {
             tracing::error!("final checkpoint failed: {e}");
         }
@@ -892,6 +912,10 @@ impl LedgerBackend for crate::ledger_store::LedgerStore {
 
     fn flush(&self) -> Result<(), BackendError> {
         Ok(crate::ledger_store::LedgerStore::flush(self)?)
+    }
+
+    fn flush_for_room(&self) -> Result<bool, BackendError> {
+        Ok(crate::ledger_store::LedgerStore::flush_for_room(self)?)
     }
 
     fn write_cache_used(&self) -> u64 {

@@ -285,6 +285,8 @@ fn workload_with(
     // Their choices come from a second generator, so the rest of each seed's workload
     // (which the negative controls' seeds were picked on) stays as it was.
     let copies = SystemRng::with_seed(seed ^ 0xdef0);
+    // Whether a checkpoint is one for room (it may stage the index), from a third.
+    let for_room = SystemRng::with_seed(seed ^ 0x57a6);
     for _ in 0..steps {
         let li = rng.below(LEDGERS as u64) as usize;
         let l = base + li as i64;
@@ -366,6 +368,8 @@ fn workload_with(
                         }
                         cp.join().unwrap()
                     })
+                } else if for_room.below(3) > 0 {
+                    run.storage.checkpoint_for_room()
                 } else {
                     run.storage.checkpoint()
                 };
@@ -611,6 +615,26 @@ fn the_checker_catches_a_force_that_does_not_wait_for_the_flush() {
     assert!(
         caught > 0,
         "a force that skips the flush must lose a forced copy"
+    );
+}
+
+#[test]
+fn the_checker_catches_journal_marks_moved_past_a_staged_index() {
+    // A checkpoint for room may only stage the index: the journal must keep its records
+    // until a later checkpoint commits them.
+    let broken = NegativeControls {
+        marks_past_a_staged_index: true,
+        ..NegativeControls::default()
+    };
+    let caught = (1..=4)
+        .map(|seed| {
+            crash_everywhere_with(seed, 300, CrashMode::Clean, false, Layout::Shared, broken)
+        })
+        .filter(|bad| bad.iter().any(|b| b.contains("acknowledged entry")))
+        .count();
+    assert!(
+        caught > 0,
+        "marks moved past a staged index must lose an entry"
     );
 }
 

@@ -10,9 +10,11 @@
 
 pub mod backend;
 pub mod codec;
+mod staged;
 mod tails;
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use folio_env::{FileSystem, OpenOptions};
 use parking_lot::Mutex;
@@ -87,6 +89,8 @@ pub struct LedgerIndex {
     path: PathBuf,
     /// Held across each write transaction that changes `entry_blocks` (see [`Tails`]).
     tails: Mutex<Tails>,
+    /// Flushes staged, not yet committed (see [`staged`]); every lookup sees them.
+    staged: Mutex<staged::Staged>,
 }
 
 impl LedgerIndex {
@@ -95,7 +99,47 @@ impl LedgerIndex {
             db,
             path,
             tails: Mutex::default(),
+            staged: Mutex::default(),
         }
+    }
+
+    /// The staged batches now (cheap: a few `Arc`s).
+    fn staged(&self) -> staged::Staged {
+        self.staged.lock().clone()
+    }
+
+    /// Keeps `batch` (a flush whose entry logs are synced) for a later commit instead of
+    /// committing it: from now on every lookup sees it, but it is not durable until
+    /// [`LedgerIndex::commit`] (which commits every staged batch with its own) returns.
+    ///
+    /// A batch that puts an entry of a ledger a staged batch deletes is committed at once,
+    /// after them (a commit applies its deletions after its puts; ledger ids are not
+    /// reused, so the ledger store never does this, but the index stays exact if it did).
+    pub fn stage(&self, batch: IndexBatch) -> Result<(), LedgerStoreError> {
+        if self.puts_after_a_staged_deletion(&batch) {
+            return self.commit(&batch);
+        }
+        self.staged
+            .lock()
+            .push(Arc::new(staged::StagedBatch::new(batch)));
+        Ok(())
+    }
+
+    /// Whether `batch` puts an entry of a ledger that a staged batch deletes.
+    fn puts_after_a_staged_deletion(&self, batch: &IndexBatch) -> bool {
+        let staged = self.staged.lock();
+        staged.iter().any(|b| {
+            b.batch
+                .deleted
+                .iter()
+                .any(|&l| batch.locations.iter().any(|&(x, _, _)| x == l))
+        })
+    }
+
+    /// How many flushes are staged, and how many locations they hold.
+    pub fn staged_flushes(&self) -> (usize, usize) {
+        let s = self.staged.lock();
+        (s.len(), staged::locations(&s))
     }
 
     /// Opens (or creates) the index in `dir` (which must exist) on `fs`.
@@ -249,6 +293,9 @@ impl LedgerIndex {
 
     /// Where entry `entry` of `ledger` is, if the index has it.
     pub fn get(&self, ledger: i64, entry: i64) -> Result<Option<Location>, LedgerStoreError> {
+        if let Some(found) = staged::get(&self.staged.lock(), ledger, entry) {
+            return Ok(found);
+        }
         let r = self.db.begin_read().map_err(|e| self.err(e))?;
         let t = r.open_table(ENTRY_BLOCKS).map_err(|e| self.err(e))?;
         let (block, slot) = codec::block_of(entry);
@@ -260,7 +307,8 @@ impl LedgerIndex {
             .map_err(|r| self.corrupt(format!("entry {ledger}:{entry}: {r}")))
     }
 
-    /// How many entries the index holds (kept by each commit: no scan).
+    /// How many entries the index holds as committed (kept by each commit: no scan;
+    /// staged flushes are counted once committed).
     pub fn entry_count(&self) -> Result<u64, LedgerStoreError> {
         let r = self.db.begin_read().map_err(|e| self.err(e))?;
         let t = r.open_table(COUNTS).map_err(|e| self.err(e))?;
@@ -273,6 +321,26 @@ impl LedgerIndex {
     /// (ledger, entry, location) of each entry in `first..=last`, in key order; `ledger`
     /// `None` for every ledger's.
     fn scan(
+        &self,
+        ledger: Option<i64>,
+        first: i64,
+        last: i64,
+        mut each: impl FnMut(i64, i64, Location),
+    ) -> Result<(), LedgerStoreError> {
+        let staged = self.staged();
+        if staged.is_empty() || ledger.is_some_and(|l| !staged::touches(&staged, l)) {
+            return self.scan_committed(ledger, first, last, each);
+        }
+        let mut committed = Vec::new();
+        self.scan_committed(ledger, first, last, |l, e, loc| committed.push((l, e, loc)))?;
+        for (l, e, loc) in staged::overlay(&staged, committed, ledger, first, last) {
+            each(l, e, loc);
+        }
+        Ok(())
+    }
+
+    /// [`LedgerIndex::scan`] of what is committed only.
+    fn scan_committed(
         &self,
         ledger: Option<i64>,
         first: i64,
@@ -327,6 +395,12 @@ impl LedgerIndex {
 
     /// The highest entry id the index has of `ledger`, from the ledger's last block.
     pub fn last_entry(&self, ledger: i64) -> Result<Option<i64>, LedgerStoreError> {
+        let staged = self.staged();
+        if staged::touches(&staged, ledger) {
+            let mut last = None;
+            self.scan(Some(ledger), i64::MIN, i64::MAX, |_, e, _| last = Some(e))?;
+            return Ok(last);
+        }
         let r = self.db.begin_read().map_err(|e| self.err(e))?;
         let t = r.open_table(ENTRY_BLOCKS).map_err(|e| self.err(e))?;
         let lo = codec::block_key(ledger, i64::MIN);
@@ -457,13 +531,32 @@ impl LedgerIndex {
         Ok(out)
     }
 
-    /// Applies `batch` in one write transaction and makes it durable before returning.
+    /// Applies the staged batches and `batch` in one write transaction and makes them
+    /// durable before returning (in two, the staged ones first, if `batch` puts entries
+    /// of a ledger a staged batch deletes: a transaction applies its deletions last). If
+    /// it fails, the staged batches stay staged.
     pub fn commit(&self, batch: &IndexBatch) -> Result<(), LedgerStoreError> {
+        if !batch.locations.is_empty() && self.puts_after_a_staged_deletion(batch) {
+            self.commit(&IndexBatch::default())?;
+        }
         let mut tails = self.tails.lock();
-        let done = self.commit_caching(batch, &mut tails);
-        if done.is_err() {
+        // Stage and commit are the ledger store's flush's (one at a time): none is
+        // staged while this commits, so the ones committed are the first `n`.
+        let staged = self.staged();
+        let combined;
+        let all = if staged.is_empty() {
+            batch
+        } else {
+            combined = staged::combined(&staged, batch);
+            &combined
+        };
+        let done = self.commit_caching(all, &mut tails);
+        match &done {
+            Ok(()) => {
+                self.staged.lock().drain(..staged.len());
+            }
             // What this transaction cached may not be what the index holds.
-            tails.clear();
+            Err(_) => tails.clear(),
         }
         done
     }
@@ -1108,8 +1201,10 @@ mod tests {
     fn the_index_holds_what_a_plain_map_holds_through_random_changes() {
         use std::collections::BTreeMap;
         let d = tempfile::tempdir().unwrap();
-        let idx = LedgerIndex::open(&folio_env::RealFileSystem, d.path()).unwrap();
+        let mut idx = LedgerIndex::open(&folio_env::RealFileSystem, d.path()).unwrap();
         let mut model: BTreeMap<(i64, i64), Location> = BTreeMap::new();
+        // What is committed (the model without the staged batches): what a reopen finds.
+        let mut committed = model.clone();
         let mut seed = 0x9e37_79b9_7f4a_7c15u64;
         let mut next = |n: u64| {
             seed ^= seed << 13;
@@ -1118,17 +1213,43 @@ mod tests {
             seed % n
         };
         for round in 0..300 {
-            match next(10) {
+            // Half the batches are staged, the others committed with every staged one.
+            let apply = |idx: &LedgerIndex,
+                         batch: IndexBatch,
+                         stage: bool,
+                         model: &BTreeMap<(i64, i64), Location>,
+                         committed: &mut BTreeMap<(i64, i64), Location>| {
+                if stage {
+                    idx.stage(batch).unwrap();
+                    if idx.staged_flushes().0 == 0 {
+                        // Committed after all (a put after a staged deletion).
+                        *committed = model.clone();
+                    }
+                } else {
+                    idx.commit(&batch).unwrap();
+                    *committed = model.clone();
+                }
+            };
+            match next(12) {
                 0 => {
                     let l = next(4) as i64;
-                    idx.commit(&IndexBatch {
+                    model.retain(|&(ml, _), _| ml != l);
+                    let batch = IndexBatch {
                         deleted: vec![l],
                         ..Default::default()
-                    })
-                    .unwrap();
-                    model.retain(|&(ml, _), _| ml != l);
+                    };
+                    apply(&idx, batch, next(2) == 0, &model, &mut committed);
+                }
+                10 => {
+                    // A restart: what was staged is gone.
+                    drop(idx);
+                    idx = LedgerIndex::open(&folio_env::RealFileSystem, d.path()).unwrap();
+                    model = committed.clone();
                 }
                 1 | 2 => {
+                    // Compaction commits what is staged before it moves entries (the
+                    // model is then what is committed, as after the relocation below).
+                    idx.commit(&IndexBatch::default()).unwrap();
                     let mut moves = Vec::new();
                     let held: Vec<_> = model.iter().map(|(&k, &v)| (k, v)).collect();
                     for _ in 0..next(40) {
@@ -1159,6 +1280,7 @@ mod tests {
                         }
                     }
                     assert_eq!(idx.relocate(&moves).unwrap(), moved, "round {round}");
+                    committed = model.clone();
                 }
                 _ => {
                     let mut locations = Vec::new();
@@ -1174,18 +1296,18 @@ mod tests {
                         locations.push((l, e, at));
                         model.insert((l, e), at);
                     }
-                    idx.commit(&IndexBatch {
+                    let batch = IndexBatch {
                         locations,
                         ..Default::default()
-                    })
-                    .unwrap();
+                    };
+                    apply(&idx, batch, next(2) == 0, &model, &mut committed);
                 }
             }
             let all: Vec<_> = model.iter().map(|(&(l, e), &at)| (l, e, at)).collect();
             assert_eq!(idx.all_locations().unwrap(), all, "round {round}");
             assert_eq!(
                 idx.entry_count().unwrap(),
-                model.len() as u64,
+                committed.len() as u64,
                 "round {round}"
             );
             for l in 0..4 {
@@ -1215,6 +1337,11 @@ mod tests {
                 );
                 let e = next(200) as i64 - 40;
                 assert_eq!(idx.get(l, e).unwrap(), model.get(&(l, e)).copied());
+                assert_eq!(
+                    idx.last_entry(l).unwrap(),
+                    ids.last().copied(),
+                    "round {round}"
+                );
             }
         }
         drop(idx);

@@ -187,7 +187,15 @@ impl LedgerStore {
         let compacted: HashSet<u64> = self.index.compacted_logs()?.into_iter().collect();
         let mut stats = CompactionStats::default();
         let mut chosen = Vec::new();
-        for log_id in self.logs.rotated_log_ids() {
+        let rotated = {
+            // With the staged flushes committed and no flush running, the logs rotated so
+            // far hold no staged location: compaction's lookups and relocations see the
+            // committed index whole for them (later flushes write only to open logs).
+            let _no_flush = self.flush_lock.lock();
+            self.commit_staged_index()?;
+            self.logs.rotated_log_ids()
+        };
+        for log_id in rotated {
             match self.candidate(log_id, &deleted, &known, &compacted) {
                 Ok(c) if c.usage.usage() < threshold => chosen.push(c),
                 Ok(_) => {}
@@ -380,6 +388,9 @@ impl LedgerStore {
         ledgers: &[i64],
     ) -> Result<Option<u64>, LedgerStoreError> {
         let _no_flush = self.flush_lock.lock();
+        // Decided on the committed index: a staged deletion could be forgotten by a crash,
+        // and its ledger's committed locations would then point into the removed log.
+        self.commit_staged_index()?;
         if let Some(&(ledger, entry, _)) = self.index.locations_in_log(ledgers, log_id)?.first() {
             tracing::info!(
                 log_id,

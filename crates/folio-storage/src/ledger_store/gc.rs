@@ -103,6 +103,15 @@ impl LedgerStore {
         // committing them: decide again with no flush running, and remove before one can
         // start (deleted ledgers never come back, so the answer cannot change after).
         let _no_flush = self.flush_lock.lock();
+        // A staged deletion is flushed but not durable: a crash would bring the ledger's
+        // committed locations back, pointing into a removed log. Commit it first.
+        if let Err(e) = self.commit_staged_index() {
+            tracing::warn!("garbage collection cannot commit the staged index flushes: {e}");
+            for (id, _) in candidates {
+                stats.failures.push((id, e.to_string()));
+            }
+            return;
+        }
         for (id, ledgers) in candidates {
             if !self.all_deleted_and_flushed(&ledgers) {
                 continue;
@@ -261,6 +270,8 @@ mod tests {
             read_ahead_batch_size: crate::ledger_store::DEFAULT_READ_AHEAD_BATCH_SIZE,
             read_ahead_batch_bytes: crate::ledger_store::DEFAULT_READ_AHEAD_BATCH_BYTES,
             index_cache_bytes: crate::index::DEFAULT_INDEX_CACHE_BYTES,
+            index_commit_flushes: crate::ledger_store::DEFAULT_INDEX_COMMIT_FLUSHES,
+            skip_last_entry_lookup_for_tests: false,
         }
     }
 

@@ -32,6 +32,8 @@ fn dirs(limit: u64, cache: u64) -> Dirs {
         read_ahead_batch_size: crate::ledger_store::DEFAULT_READ_AHEAD_BATCH_SIZE,
         read_ahead_batch_bytes: crate::ledger_store::DEFAULT_READ_AHEAD_BATCH_BYTES,
         index_cache_bytes: crate::index::DEFAULT_INDEX_CACHE_BYTES,
+        index_commit_flushes: crate::ledger_store::DEFAULT_INDEX_COMMIT_FLUSHES,
+        skip_last_entry_lookup_for_tests: false,
     };
     Dirs { _tmp: tmp, config }
 }
@@ -111,6 +113,27 @@ fn the_last_entry_after_a_reopen_is_the_last_the_index_has() {
     assert_eq!(s.ledger_info(1).unwrap().unwrap().last_entry_id, Some(40));
     assert_eq!(s.get_entry(1, -1).unwrap(), Some(data(1, 40)));
     assert_eq!(s.get_entry(3, -1).unwrap(), None);
+}
+
+/// The negative control the simulator runs (`skip_last_entry_lookup_for_tests`): without
+/// the index lookup the reopened store answers the info's stale last entry.
+#[test]
+fn without_the_index_lookup_the_last_entry_after_a_reopen_is_stale() {
+    let mut d = dirs(1 << 20, 1 << 20);
+    {
+        let s = open(&d);
+        for e in 0..3 {
+            s.put_entry(1, e, data(1, e)).unwrap();
+        }
+        s.flush().unwrap();
+        for e in 3..40 {
+            s.put_entry(1, e, data(1, e)).unwrap();
+        }
+        s.flush().unwrap();
+    }
+    d.config.skip_last_entry_lookup_for_tests = true;
+    let s = open(&d);
+    assert_eq!(s.get_entry(1, -1).unwrap(), Some(data(1, 2)));
 }
 
 #[test]

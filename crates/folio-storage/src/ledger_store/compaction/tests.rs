@@ -36,6 +36,8 @@ fn dirs(limit: u64) -> Dirs {
         read_ahead_batch_size: crate::ledger_store::DEFAULT_READ_AHEAD_BATCH_SIZE,
         read_ahead_batch_bytes: crate::ledger_store::DEFAULT_READ_AHEAD_BATCH_BYTES,
         index_cache_bytes: crate::index::DEFAULT_INDEX_CACHE_BYTES,
+        index_commit_flushes: crate::ledger_store::DEFAULT_INDEX_COMMIT_FLUSHES,
+        skip_last_entry_lookup_for_tests: false,
     };
     Dirs { _tmp: tmp, config }
 }
@@ -452,6 +454,8 @@ fn sim_config() -> LedgerStoreConfig {
         read_ahead_batch_size: crate::ledger_store::DEFAULT_READ_AHEAD_BATCH_SIZE,
         read_ahead_batch_bytes: crate::ledger_store::DEFAULT_READ_AHEAD_BATCH_BYTES,
         index_cache_bytes: crate::index::DEFAULT_INDEX_CACHE_BYTES,
+        index_commit_flushes: crate::ledger_store::DEFAULT_INDEX_COMMIT_FLUSHES,
+        skip_last_entry_lookup_for_tests: false,
     }
 }
 
@@ -733,8 +737,16 @@ fn a_log_rotated_by_a_flush_still_committing_is_not_removed() {
     flusher.join().unwrap().unwrap();
     let stats = compactor.join().unwrap().unwrap();
     assert!(stats.failures.is_empty(), "{stats:?}");
-    let first = s.entry_log_usage(0).unwrap();
-    assert!(first.total_bytes > 0 && first.usage() < 0.5, "{first:?}");
+    // The compaction lists the logs under the flush lock (after committing any staged
+    // flush), so it waits for the paused flush and then may compact log 0 whole, moving
+    // ledger 2's entries out of it; or keep it. Either way none is lost.
+    match s.entry_log_usage(0) {
+        Ok(first) => assert!(first.total_bytes > 0 && first.usage() < 0.5, "{first:?}"),
+        Err(_) => assert!(
+            stats.entries_moved > 0 && !s.entry_log_ids().contains(&0),
+            "{stats:?}"
+        ),
+    }
     *s.before_index_commit.lock() = None;
     check(&s, &[2], &[1], 40);
     drop(s);
