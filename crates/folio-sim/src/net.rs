@@ -108,6 +108,13 @@ struct State {
     /// forgotten when the bookie goes down (a restart may lose them; the copier sees the
     /// connection break and copies again).
     unforced: BTreeMap<BookieId, BTreeMap<(i64, i64), Bytes>>,
+    /// Per (client, ledger), the bookies whose answer to a LAC read (OK, no such entry or
+    /// no such ledger: what readLastConfirmed counts) reached the client's stream.
+    lac_answers: BTreeMap<(usize, i64), BTreeSet<BookieId>>,
+    /// Reads of entry -1 answered by a bookie that had acknowledged entries of the ledger,
+    /// and those whose answer named an older entry (or none).
+    last_entries_checked: u64,
+    stale_last_entries: Vec<String>,
 }
 
 /// FNV-1a over `bytes`, continuing from `h`.
@@ -288,6 +295,36 @@ impl Net {
         (acked.len() as u64, lost)
     }
 
+    /// The bookies whose answer to a LAC read of `ledger` reached client `client`'s
+    /// stream so far (see `State::lac_answers`).
+    pub fn lac_answers(&self, client: usize, ledger: i64) -> BTreeSet<BookieId> {
+        self.state
+            .lock()
+            .lac_answers
+            .get(&(client, ledger))
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// Bookies' answers to reads of entry -1 that named an entry older than one they had
+    /// acknowledged (see [`Net::owed_last_entry`]), and how many answers were checked.
+    pub fn stale_last_entries(&self) -> (u64, Vec<String>) {
+        let s = self.state.lock();
+        (s.last_entries_checked, s.stale_last_entries.clone())
+    }
+
+    /// The last entry of `ledger` that `bookie` acknowledged (and still owes): its answer
+    /// to a read of entry -1 (the LAC read, a recovery's fencing read) must name that
+    /// entry or a newer one, whatever restarts came between.
+    fn owed_last_entry(&self, bookie: &BookieId, ledger: i64) -> Option<i64> {
+        let s = self.state.lock();
+        s.acknowledged
+            .get(bookie)?
+            .range((ledger, i64::MIN)..=(ledger, i64::MAX))
+            .next_back()
+            .map(|((_, e), _)| *e)
+    }
+
     /// The bookie starts over on an empty disk (reformatted): it owes nothing.
     pub fn forget_acknowledged(&self, bookie: &BookieId) {
         self.state.lock().acknowledged.remove(bookie);
@@ -395,21 +432,33 @@ async fn serve(
     mut killed: watch::Receiver<bool>,
 ) {
     let (mut rd, mut wr) = tokio::io::split(stream);
-    let (out_tx, mut out_rx) = mpsc::unbounded_channel::<Bytes>();
+    let (out_tx, mut out_rx) = mpsc::unbounded_channel::<Outgoing>();
     let mut wkilled = killed.clone();
+    let (wnet, wbookie) = (net.clone(), bookie.clone());
     let writer = tokio::spawn(async move {
         loop {
-            let body = tokio::select! {
+            let out = tokio::select! {
                 // Polled in this order (no random branch choice): the run follows the seed.
                 biased;
                 _ = wkilled.wait_for(|k| *k) => None,
-                body = out_rx.recv() => body,
+                out = out_rx.recv() => out,
             };
-            let Some(body) = body else { return };
+            let Some((body, lac_answer)) = out else {
+                return;
+            };
             let mut frame = BytesMut::new();
             folio_proto::encode_frame(&body, &mut frame);
             if wr.write_all(&frame).await.is_err() {
                 return;
+            }
+            // In the client's stream: its reader gets it, even if the connection closes.
+            if let Some(ledger) = lac_answer {
+                wnet.state
+                    .lock()
+                    .lac_answers
+                    .entry((client, ledger))
+                    .or_default()
+                    .insert(wbookie.clone());
             }
         }
     });
@@ -425,7 +474,7 @@ async fn serve(
             if net.per_mille(faults.drop_request) || (lie && net.per_mille(50)) {
                 net.state.lock().dropped_requests += 1;
                 if lie && let Some(answer) = no_entry(frame.clone()) {
-                    let _ = out_tx.send(answer);
+                    let _ = out_tx.send((answer, None));
                 }
                 continue;
             }
@@ -466,6 +515,10 @@ async fn serve(
     writer.abort();
 }
 
+/// An answer on its way to a client, with the ledger if it is an answer to a LAC read
+/// that readLastConfirmed counts (see `State::lac_answers`).
+type Outgoing = (Bytes, Option<i64>);
+
 /// Delivers one request after `delay`, processes it, and sends the answer (after another
 /// seeded delay) if `out` is given and the path is still open.
 async fn handle(
@@ -475,7 +528,7 @@ async fn handle(
     epoch: u64,
     frame: Bytes,
     delay: Duration,
-    out: Option<mpsc::UnboundedSender<Bytes>>,
+    out: Option<mpsc::UnboundedSender<Outgoing>>,
 ) {
     tokio::time::sleep(delay).await;
     let breaks = net.state.lock().breaks;
@@ -483,7 +536,7 @@ async fn handle(
         if breaks.lost_read_as_no_entry
             && let (Some(out), Some(answer)) = (out, no_entry(frame))
         {
-            let _ = out.send(answer);
+            let _ = out.send((answer, None));
         }
         return;
     };
@@ -491,7 +544,7 @@ async fn handle(
         Decoded::Request(r, e) => (r, e),
         Decoded::Answer(body) => {
             if let Some(out) = out {
-                let _ = out.send(body);
+                let _ = out.send((body, None));
             }
             return;
         }
@@ -543,8 +596,44 @@ async fn handle(
             .unwrap_or_default(),
         _ => Vec::new(),
     };
+    // A read of entry -1 (the LAC read, a fencing read): what the bookie owes it, taken
+    // before the request is processed (an add acknowledged later may be processed after).
+    let last_entry_read = match &request {
+        Request::ReadLac { ledger } => Some((*ledger, "LAC read")),
+        Request::Read(r) if r.entry == folio_types::LAST_ENTRY_ID && r.previous_lac.is_none() => {
+            Some((r.ledger, if r.fence { "fencing read" } else { "read" }))
+        }
+        _ => None,
+    }
+    .and_then(|(ledger, what)| {
+        net.owed_last_entry(&bookie, ledger)
+            .map(|owed| (ledger, what, owed))
+    });
     let response = process_together(&net, &bookie, epoch, &inc, request).await;
     let Some(response) = response else { return };
+    if let Some((ledger, what, owed)) = last_entry_read
+        && let Some(answered) = last_entry_answered(&response)
+    {
+        let mut s = net.state.lock();
+        s.last_entries_checked += 1;
+        if answered.is_none_or(|e| e < owed) {
+            let at = net.start.elapsed().as_millis();
+            let named = answered.map_or("no entry".to_string(), |e| format!("entry {e}"));
+            s.stale_last_entries.push(format!(
+                "{bookie} answered a {what} of entry -1 of ledger {ledger} at {at} ms with \
+                 {named}, older than entry {owed} it acknowledged"
+            ));
+        }
+    }
+    let lac_answer = match &response {
+        Response::ReadLac {
+            status:
+                folio_proto::Status::Ok | folio_proto::Status::NoEntry | folio_proto::Status::NoLedger,
+            ledger,
+            ..
+        } => Some(*ledger),
+        _ => None,
+    };
     match (add, &response) {
         (
             Some((ledger, entry, body, deferred)),
@@ -594,7 +683,40 @@ async fn handle(
         return;
     }
     if let Some(out) = out {
-        let _ = out.send(wire::encode(&echo, response));
+        let _ = out.send((wire::encode(&echo, response), lac_answer));
+    }
+}
+
+/// The last entry a bookie's answer to a read of entry -1 names: `Some(Some(id))` an
+/// entry, `Some(None)` none (no such entry or ledger, or only an explicit LAC), `None`
+/// when the answer is another error (a read-only or failed bookie), which owes nothing.
+fn last_entry_answered(response: &Response) -> Option<Option<i64>> {
+    use folio_proto::Status;
+    let entry_id = |b: &Option<Bytes>| {
+        b.as_deref()
+            .and_then(folio_proto::EntryHeader::peek)
+            .map(|h| h.entry_id)
+    };
+    match response {
+        Response::ReadLac {
+            status: Status::Ok,
+            last_entry_body,
+            ..
+        } => Some(entry_id(last_entry_body)),
+        Response::Read {
+            status: Status::Ok,
+            body,
+            ..
+        } => Some(entry_id(body)),
+        Response::ReadLac {
+            status: Status::NoEntry | Status::NoLedger,
+            ..
+        }
+        | Response::Read {
+            status: Status::NoEntry | Status::NoLedger,
+            ..
+        } => Some(None),
+        _ => None,
     }
 }
 

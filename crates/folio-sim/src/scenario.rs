@@ -17,7 +17,7 @@ use parking_lot::Mutex;
 
 use crate::bookie::{BookieKnobs, Incarnation};
 use crate::clock::{EPOCH_MS, VirtualClock};
-use crate::history::{History, Read};
+use crate::history::{History, LacBound, LacRead, Read};
 use crate::meta::{FlakyStore, Outage};
 use crate::net::{FNV_START, Net, NetFaults, ProtocolBreaks, fnv};
 use crate::rng::SimRng;
@@ -113,6 +113,13 @@ pub struct FaultCounts {
     pub mid_op_crashes: u64,
     /// Entries a restarted bookie had acknowledged, read back from it after its replay.
     pub bookie_entries_checked: u64,
+    /// Reads of entry -1 (LAC reads, fencing reads) answered by a bookie that owed an
+    /// entry of the ledger, checked against the last one it acknowledged.
+    pub last_entries_checked: u64,
+    /// readLastConfirmed of an open ledger by a reader's open, and of those the ones held
+    /// to what was acknowledged before them (answers covering every ack quorum).
+    pub lac_reads: u64,
+    pub lac_reads_judged: u64,
     /// Scratch ledgers written straight into a bookie and deleted later (dead bytes).
     pub scratch_ledgers: u64,
     pub writer_crashes: u64,
@@ -195,6 +202,9 @@ impl FaultCounts {
         self.gc_logs_removed += o.gc_logs_removed;
         self.mid_op_crashes += o.mid_op_crashes;
         self.bookie_entries_checked += o.bookie_entries_checked;
+        self.last_entries_checked += o.last_entries_checked;
+        self.lac_reads += o.lac_reads;
+        self.lac_reads_judged += o.lac_reads_judged;
         self.scratch_ledgers += o.scratch_ledgers;
         self.writer_crashes += o.writer_crashes;
         self.zombies += o.zombies;
@@ -227,6 +237,7 @@ impl std::fmt::Display for FaultCounts {
              failed, {} applied then failed), wiped-disk {}, checkpoint {} (+{} by the store), \
              requests processed together {}, reads without blocking {}, force-write steps {} ({} groups), \
              compaction {} ({} entries moved), gc {} ({} logs removed), scratch-ledger {}, mid-op power cut {}, bookie entries checked {}, \
+             last entries checked {}, LAC reads {} ({} judged), \
              writer-crash {}, \
              zombie {}, concurrent-recovery {}, dropped-request {}, dropped-response {}, \
              duplicate {}; autorecovery runs {} ({} with two workers, {} healed and checked): \
@@ -259,6 +270,9 @@ impl std::fmt::Display for FaultCounts {
             self.scratch_ledgers,
             self.mid_op_crashes,
             self.bookie_entries_checked,
+            self.last_entries_checked,
+            self.lac_reads,
+            self.lac_reads_judged,
             self.writer_crashes,
             self.zombies,
             self.concurrent_recoveries,
@@ -353,6 +367,12 @@ impl World {
         self.client_session().0
     }
 
+    /// A client of its own, and its number on the network (`Net::connector`).
+    fn numbered_client(&self) -> (Client, usize) {
+        let (client, _, n) = self.new_client();
+        (client, n)
+    }
+
     /// The bookie the operator adds for a lost one.
     fn spare_id(&self) -> BookieId {
         BookieId::new(format!("10.0.0.{}:3181", self.ids.len() + 1)).expect("valid id")
@@ -360,6 +380,11 @@ impl World {
 
     /// A client of its own metadata session (behind the run's outages), and the session.
     fn client_session(&self) -> (Client, MemMetadataStore) {
+        let (client, session, _) = self.new_client();
+        (client, session)
+    }
+
+    fn new_client(&self) -> (Client, MemMetadataStore, usize) {
         let session = self.cluster.connect();
         let n = {
             let mut c = self.next_client.lock();
@@ -382,7 +407,7 @@ impl World {
             Arc::new(self.rng.fork()),
             self.clock.clone(),
         );
-        (client, session)
+        (client, session, n)
     }
 
     async fn register(&self, id: &BookieId, mode: BookieMode) {
@@ -685,7 +710,9 @@ pub fn run(seed: u64, cfg: &SimConfig) -> Outcome {
         }
     }
     drop(rt);
-    let h = world.history.lock();
+    let mut h = world.history.lock();
+    let (last_entries_checked, stale) = world.net.stale_last_entries();
+    h.stale_last_entries = stale;
     let violations = h.check();
     let trace_hash = h
         .trace
@@ -700,8 +727,13 @@ pub fn run(seed: u64, cfg: &SimConfig) -> Outcome {
         digest = fnv(fnv(digest, &r.entry.to_le_bytes()), &r.payload);
         digest = fnv(digest, r.who.as_bytes());
     }
+    for r in &h.lac_reads {
+        digest = fnv(fnv(digest, &r.lac.to_le_bytes()), r.who.as_bytes());
+        digest = fnv(digest, &[u8::from(r.bound.is_some())]);
+    }
     let mut faults = world.faults.lock().clone();
     world.net.count_faults(&mut faults);
+    faults.last_entries_checked = last_entries_checked;
     faults.metadata_calls_failed = world.outage.failed.load(Ordering::Relaxed);
     faults.metadata_applied_then_failed = world.outage.applied_then_failed.load(Ordering::Relaxed);
     Outcome {
@@ -855,6 +887,12 @@ async fn writer(w: Arc<World>, l: usize) {
         format!("tail{l}"),
         w.rng.range(100, 4000),
     ));
+    readers.spawn(lac_reader(
+        w.clone(),
+        ledger,
+        format!("lac{l}"),
+        w.rng.range(200, 5000),
+    ));
     let zombie_at = w.rng.chance(1, 3).then(|| w.rng.range(0, w.cfg.entries));
     let crash_at = w.rng.chance(1, 4).then(|| w.rng.range(0, w.cfg.entries));
     let mut k: u64 = 0;
@@ -877,10 +915,12 @@ async fn writer(w: Arc<World>, l: usize) {
         let mut acks = Vec::new();
         for _ in 0..batch {
             let payload = Bytes::from(format!("L{ledger}:E{k}:{:016x}", w.rng.next_u64()));
-            w.history
-                .lock()
-                .issued
-                .insert((ledger, k as i64), payload.clone());
+            {
+                let mut h = w.history.lock();
+                h.issued.insert((ledger, k as i64), payload.clone());
+                let at = h.step();
+                h.appended_at.insert((ledger, k as i64), at);
+            }
             acks.push((k, payload.clone(), lh.append(payload)));
             k += 1;
         }
@@ -891,7 +931,10 @@ async fn writer(w: Arc<World>, l: usize) {
                     if id != n as i64 {
                         w.note(format!("writer {l}: append {n} acknowledged as entry {id}"));
                     }
-                    w.history.lock().acked.push((ledger, id, payload));
+                    let mut h = w.history.lock();
+                    h.acked.push((ledger, id, payload));
+                    let at = h.step();
+                    h.acked_at.insert((ledger, id), at);
                 }
                 Err(err) => {
                     if !failed {
@@ -996,11 +1039,7 @@ async fn tailer(w: Arc<World>, ledger: LedgerId, who: String, at_ms: u64) {
     /// Long polls per tailer, each up to 1.5 simulated seconds.
     const POLLS: usize = 12;
     tokio::time::sleep(Duration::from_millis(at_ms)).await;
-    let client = w.client();
-    let Ok(rh) = client
-        .open_ledger(ledger, PASSWORD, OpenOptions::no_recovery())
-        .await
-    else {
+    let Some((_client, rh)) = open_asking_lac(&w, ledger, &who).await else {
         return;
     };
     let record = |entries: Vec<folio_client::LedgerEntry>, closed: bool| {
@@ -1044,6 +1083,106 @@ async fn tailer(w: Arc<World>, ledger: LedgerId, who: String, at_ms: u64) {
         ));
         record(entries, rh.is_closed());
         lac = next;
+    }
+}
+
+/// Opens `ledger` without recovery on a client of its own, as a reader of a ledger being
+/// written does: the open asks the bookies of the last fragment for their LAC
+/// (`ReadHandle::read_last_add_confirmed`). The LAC it got is recorded, and held to what
+/// was acknowledged before the open when the answers that reached the client (a new one,
+/// so every LAC answer it got is this read's) cover every ack quorum of that fragment.
+async fn open_asking_lac(
+    w: &World,
+    ledger: LedgerId,
+    who: &str,
+) -> Option<(Client, folio_client::ReadHandle)> {
+    let (client, n) = w.numbered_client();
+    let since = w.history.lock().step();
+    let rh = client
+        .open_ledger(ledger, PASSWORD, OpenOptions::no_recovery())
+        .await
+        .ok()?;
+    let lac = rh.last_add_confirmed();
+    let meta = rh.metadata();
+    let mut bound = None;
+    if meta.state == folio_types::metadata::LedgerState::Open
+        && let Ok(quorum) = meta.quorum()
+        && let Some((start, ensemble)) = meta.current_ensemble()
+    {
+        let answered = w.net.lac_answers(n, ledger);
+        let has: Vec<bool> = ensemble.iter().map(|b| answered.contains(b)).collect();
+        if folio_client::coverage::covers_ensemble(&quorum, &has) {
+            bound = Some(LacBound {
+                since,
+                fragment_start: start,
+            });
+        }
+    }
+    if !meta.is_closed() {
+        let mut f = w.faults.lock();
+        f.lac_reads += 1;
+        f.lac_reads_judged += u64::from(bound.is_some());
+    }
+    w.history.lock().lac_reads.push(LacRead {
+        ledger,
+        lac,
+        bound,
+        who: format!("{who} (open)"),
+    });
+    Some((client, rh))
+}
+
+/// A reader polling the LAC of a ledger being written, across crashes and restarts: each
+/// round a client of its own opens the ledger without recovery (readLastConfirmed, held to
+/// what was acknowledged before it, see [`open_asking_lac`]), asks again on that handle a
+/// little later (`read_last_add_confirmed` or `try_read_last_add_confirmed`), and reads
+/// the entry at the LAC it got; until the ledger is closed.
+async fn lac_reader(w: Arc<World>, ledger: LedgerId, who: String, at_ms: u64) {
+    const ROUNDS: usize = 4;
+    tokio::time::sleep(Duration::from_millis(at_ms)).await;
+    for _ in 0..ROUNDS {
+        if let Some((_client, rh)) = open_asking_lac(&w, ledger, &who).await {
+            if rh.is_closed() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(w.rng.range(50, 800))).await;
+            let (asked, how) = if w.rng.chance(1, 2) {
+                (
+                    rh.read_last_add_confirmed().await,
+                    "read_last_add_confirmed",
+                )
+            } else {
+                (
+                    rh.try_read_last_add_confirmed().await,
+                    "try_read_last_add_confirmed",
+                )
+            };
+            if let Ok(lac) = asked {
+                w.history.lock().lac_reads.push(LacRead {
+                    ledger,
+                    lac,
+                    bound: None,
+                    who: format!("{who} ({how})"),
+                });
+                // Every entry up to the LAC is readable: the last one is read back (and
+                // judged as a tail read).
+                if lac >= 0
+                    && let Ok(entries) = rh.read(lac, lac).await
+                {
+                    let mut h = w.history.lock();
+                    for e in entries {
+                        h.reads.push(Read {
+                            ledger,
+                            entry: e.entry_id,
+                            payload: e.payload,
+                            closed: false,
+                            who: who.clone(),
+                        });
+                    }
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(w.rng.range(200, 2000))).await;
     }
 }
 
