@@ -8,6 +8,12 @@
 //!
 //! A new Auditor audits at once (BookKeeper's bookie check runs at start), so one that
 //! takes over from an Auditor killed mid-audit finishes its work.
+//!
+//! Time, as in the ReplicationWorker (`worker`) and the client: the polls, the lost-bookie
+//! delay and the check schedule run on `tokio::time` (`sleep`, `sleep_until`, its
+//! `Instant`), which the simulator pauses, so they are virtual there; the checks' ctime
+//! records are wall-clock times read through the client's `folio_env::Clock`
+//! ([`Client::clock`]). That `Clock` has no async sleep (ARCHITECTURE.md, "Seams").
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
