@@ -22,9 +22,6 @@ use std::time::Duration;
 use crate::error::StorageError;
 use crate::storage::Inner;
 
-/// One checkpoint. A failure makes the engine read-only: after a failed fsync the
-/// kernel may have dropped the data it could not write, and a later "successful"
-/// flush would then move the mark past data that never reached the disk.
 /// Whether a checkpoint must make the ledger store durable, or may stage its index.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Durability {
@@ -32,6 +29,9 @@ pub(crate) enum Durability {
     MayStage,
 }
 
+/// One checkpoint. A failure makes the engine read-only: after a failed fsync the
+/// kernel may have dropped the data it could not write, and a later "successful"
+/// flush would then move the mark past data that never reached the disk.
 pub(crate) fn checkpoint(inner: &Inner, durability: Durability) -> Result<(), StorageError> {
     let _one_at_a_time = inner.checkpoint_lock.lock();
     // A ForceLedger waits for a flush that makes its deferred-sync adds durable.

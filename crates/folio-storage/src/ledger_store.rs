@@ -106,8 +106,10 @@ pub const DEFAULT_READ_AHEAD_BATCH_BYTES: usize = 128 << 10;
 /// every 16 MiB flush rewrote an index block per 1.6 entries (docs/performance.md, "Ten
 /// thousand ledgers written at once"); a journal replays at most this many flushes more.
 pub const DEFAULT_INDEX_COMMIT_FLUSHES: usize = 4;
-/// Staged locations past which a flush for room commits anyway (about 40 bytes each).
-const MAX_STAGED_LOCATIONS: usize = 1 << 20;
+/// The most locations staged (40 bytes each, about 10 MiB): a flush for room that would
+/// stage more commits. A 16 MiB flush of 1 KiB entries holds about 16,000, of 100-byte
+/// entries about 130,000, so those commit every other flush.
+const MAX_STAGED_LOCATIONS: usize = 256 << 10;
 
 impl LedgerStoreConfig {
     /// A configuration with BookKeeper's default sizes.
@@ -865,10 +867,6 @@ impl LedgerStore {
 
     fn flush_with(&self, may_stage: bool) -> Result<bool, LedgerStoreError> {
         let _one_at_a_time = self.flush_lock.lock();
-        let (flushes, locations) = self.index.staged_flushes();
-        let stage = may_stage
-            && flushes + 1 < self.index_commit_flushes
-            && locations < MAX_STAGED_LOCATIONS;
         let (entries, batch_ledgers, deleted) = {
             let mut st = self.state.lock();
             Self::check_poisoned(&st)?;
@@ -882,6 +880,10 @@ impl LedgerStore {
             let deleted = std::mem::take(&mut st.deleted_pending);
             (entries, ledgers, deleted)
         };
+        let (flushes, locations) = self.index.staged_flushes();
+        let stage = may_stage
+            && flushes + 1 < self.index_commit_flushes
+            && locations + entries.len() <= MAX_STAGED_LOCATIONS;
         let started = std::time::Instant::now();
         let result = self.write_out(&entries, batch_ledgers.clone(), &deleted, stage);
         crate::bk_stats::flushed(&entries, started, result.is_ok());
