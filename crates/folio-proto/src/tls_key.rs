@@ -134,6 +134,10 @@ fn decrypt(der: &[u8], secret: &[u8]) -> Result<Vec<u8>, String> {
             Err(pkcs8::Error::EncryptedPrivateKey(
                 pkcs8::pkcs5::Error::DecryptFailed | pkcs8::pkcs5::Error::EncryptFailed,
             )) => last = "wrong password".into(),
+            // Or it passed the padding check and the bytes are not DER at all (`decrypt`
+            // parses them; the encrypted structure itself was parsed above): about one
+            // wrong password in 256 (a client TLS test met it).
+            Err(pkcs8::Error::Asn1(_)) => last = "wrong password".into(),
             Err(e) => return Err(e.to_string()),
         }
     }
@@ -149,6 +153,11 @@ mod tests {
     /// PKCS#8 DER. The plain key is a fixed Ed25519 PKCS#8 document, so no key generator is
     /// needed here.
     fn encrypted_key(password: &[u8]) -> (String, Vec<u8>) {
+        encrypted_key_with(password, 2048)
+    }
+
+    /// [`encrypted_key`] with `rounds` of PBKDF2.
+    fn encrypted_key_with(password: &[u8], rounds: u32) -> (String, Vec<u8>) {
         // RFC 8410 section 10.3's example private key.
         let plain: Vec<u8> = [
             0x30, 0x2e, 0x02, 0x01, 0x00, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x04, 0x22,
@@ -158,7 +167,8 @@ mod tests {
         ]
         .to_vec();
         let params =
-            pbes2::Parameters::pbkdf2_sha256_aes256cbc(2048, b"salt-for-test", &[7u8; 16]).unwrap();
+            pbes2::Parameters::pbkdf2_sha256_aes256cbc(rounds, b"salt-for-test", &[7u8; 16])
+                .unwrap();
         let info = pkcs8::PrivateKeyInfo::from_der(&plain).unwrap();
         let enc = info.encrypt_with_params(params, password).unwrap();
         let pem = pkcs8::der::pem::encode_string(
@@ -208,6 +218,18 @@ mod tests {
         );
         let e = decode_private_key(pem.as_bytes(), names_without_password(), no_file).unwrap_err();
         assert!(e.contains("set thePasswordSetting"), "{e}");
+    }
+
+    #[test]
+    fn every_wrong_password_says_so_even_one_that_passes_the_padding_check() {
+        // About one wrong password in 256 decrypts to a valid padding; its bytes then fail
+        // to parse. 3,000 tries meet that with odds of 1 - e^-11.7 (one PBKDF2 round each).
+        let (pem, _) = encrypted_key_with(b"right", 1);
+        for i in 0..3000 {
+            let pw = format!("wrong-{i}").into_bytes();
+            let e = decode_private_key(pem.as_bytes(), names(), |_| Ok(pw.clone())).unwrap_err();
+            assert!(e.contains("wrong password"), "password {i}: {e}");
+        }
     }
 
     #[test]
