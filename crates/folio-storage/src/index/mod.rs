@@ -393,14 +393,15 @@ impl LedgerIndex {
         Ok(ids)
     }
 
-    /// The highest entry id the index has of `ledger`, from the ledger's last block.
+    /// The highest entry id the index has of `ledger`, from the ledger's last block (and
+    /// the staged batches).
     pub fn last_entry(&self, ledger: i64) -> Result<Option<i64>, LedgerStoreError> {
-        let staged = self.staged();
-        if staged::touches(&staged, ledger) {
-            let mut last = None;
-            self.scan(Some(ledger), i64::MIN, i64::MAX, |_, e, _| last = Some(e))?;
-            return Ok(last);
-        }
+        let committed = self.last_entry_committed(ledger)?;
+        Ok(staged::last_entry(&self.staged(), ledger, committed))
+    }
+
+    /// [`LedgerIndex::last_entry`] of what is committed only.
+    fn last_entry_committed(&self, ledger: i64) -> Result<Option<i64>, LedgerStoreError> {
         let r = self.db.begin_read().map_err(|e| self.err(e))?;
         let t = r.open_table(ENTRY_BLOCKS).map_err(|e| self.err(e))?;
         let lo = codec::block_key(ledger, i64::MIN);

@@ -75,6 +75,25 @@ pub(super) fn get(
     None
 }
 
+/// The last entry of `ledger` after the staged batches, given `committed`, the last one
+/// committed.
+pub(super) fn last_entry(
+    staged: &[Arc<StagedBatch>],
+    ledger: i64,
+    committed: Option<i64>,
+) -> Option<i64> {
+    let mut last = committed;
+    for b in staged {
+        if let Some(&(_, e, _)) = b.of_ledger(ledger).last() {
+            last = last.max(Some(e));
+        }
+        if b.deletes(ledger) {
+            last = None;
+        }
+    }
+    last
+}
+
 /// Whether any staged batch puts or deletes an entry of `ledger`.
 pub(super) fn touches(staged: &[Arc<StagedBatch>], ledger: i64) -> bool {
     staged
