@@ -281,7 +281,13 @@ mod tests {
         h.acked.push((1, 0, Bytes::from("e0")));
         h.acked.push((1, 1, Bytes::from("e1")));
         h.closes.push((1, 1, "r1".into()));
-        for e in 0..2 {
+        read_closed(&mut h, 0..2);
+        h
+    }
+
+    /// Reader r1's reads of ledger 1's `entries` ("e<id>") after its close.
+    fn read_closed(h: &mut History, entries: std::ops::Range<i64>) {
+        for e in entries {
             h.reads.push(Read {
                 ledger: 1,
                 entry: e,
@@ -290,7 +296,6 @@ mod tests {
                 who: "r1".into(),
             });
         }
-        h
     }
 
     #[test]
@@ -376,15 +381,7 @@ mod tests {
             who: "lac1".into(),
         });
         h.closes.push((1, 2, "r1".into()));
-        for e in 0..3 {
-            h.reads.push(Read {
-                ledger: 1,
-                entry: e,
-                payload: Bytes::from(format!("e{e}")),
-                closed: true,
-                who: "r1".into(),
-            });
-        }
+        read_closed(&mut h, 0..3);
         h
     }
 

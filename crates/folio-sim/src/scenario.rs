@@ -1005,17 +1005,21 @@ async fn read_closed(
         .read(0, end)
         .await
         .map_err(|e| format!("read 0..={end}: {e}"))?;
-    let mut h = w.history.lock();
+    record_reads(&mut w.history.lock(), entries, true, who);
+    Ok(())
+}
+
+/// Records entries a reader read back, for the checker.
+fn record_reads(h: &mut History, entries: Vec<folio_client::LedgerEntry>, closed: bool, who: &str) {
     for e in entries {
         h.reads.push(Read {
-            ledger,
+            ledger: e.ledger_id,
             entry: e.entry_id,
             payload: e.payload,
-            closed: true,
+            closed,
             who: who.to_string(),
         });
     }
-    Ok(())
 }
 
 async fn recoverer(w: Arc<World>, ledger: LedgerId, who: String, at_ms: u64) {
@@ -1043,16 +1047,7 @@ async fn tailer(w: Arc<World>, ledger: LedgerId, who: String, at_ms: u64) {
         return;
     };
     let record = |entries: Vec<folio_client::LedgerEntry>, closed: bool| {
-        let mut h = w.history.lock();
-        for e in entries {
-            h.reads.push(Read {
-                ledger,
-                entry: e.entry_id,
-                payload: e.payload,
-                closed,
-                who: who.clone(),
-            });
-        }
+        record_reads(&mut w.history.lock(), entries, closed, &who);
     };
     let mut lac = rh.last_add_confirmed();
     if lac >= 0 {
@@ -1169,16 +1164,7 @@ async fn lac_reader(w: Arc<World>, ledger: LedgerId, who: String, at_ms: u64) {
                 if lac >= 0
                     && let Ok(entries) = rh.read(lac, lac).await
                 {
-                    let mut h = w.history.lock();
-                    for e in entries {
-                        h.reads.push(Read {
-                            ledger,
-                            entry: e.entry_id,
-                            payload: e.payload,
-                            closed: false,
-                            who: who.clone(),
-                        });
-                    }
+                    record_reads(&mut w.history.lock(), entries, false, &who);
                 }
             }
         }
