@@ -101,11 +101,13 @@ impl Generation {
 
     /// Every entry in (ledger, entry) order: the order a flush writes them in.
     pub fn iter(&self) -> impl Iterator<Item = (i64, i64, &Bytes)> {
-        let mut ledgers: Vec<i64> = self.ledgers.keys().copied().collect();
-        ledgers.sort_unstable();
+        // Sorted with their vectors, so that each ledger is not looked up again.
+        let mut ledgers: Vec<(i64, &Vec<(i64, Bytes)>)> =
+            self.ledgers.iter().map(|(l, v)| (*l, v)).collect();
+        ledgers.sort_unstable_by_key(|(l, _)| *l);
         ledgers
             .into_iter()
-            .flat_map(move |l| self.ledgers[&l].iter().map(move |(e, data)| (l, *e, data)))
+            .flat_map(|(l, v)| v.iter().map(move |(e, data)| (l, *e, data)))
     }
 }
 
@@ -232,7 +234,14 @@ impl WriteCache {
     /// The caller drops the snapshot before [`WriteCache::finish_flush`], so that the
     /// generation's chunks can be used again.
     pub fn start_flush(&mut self) -> Arc<Generation> {
-        let active = std::mem::take(&mut self.active);
+        // The next generation is sized for as many ledgers as this one held: with thousands
+        // of ledgers written at once it would otherwise grow (and rehash) from empty after
+        // every flush.
+        let next = Generation {
+            ledgers: HashMap::with_capacity(self.active.ledgers.len()),
+            ..Generation::default()
+        };
+        let active = std::mem::replace(&mut self.active, next);
         if self.flushing.is_empty() {
             self.flushing = Arc::new(active);
         } else {

@@ -153,6 +153,40 @@ fn a_wrong_master_key_or_malformed_entry_is_refused() {
     assert!(e.to_string().contains("entry Some(4)"), "{e}");
 }
 
+/// Keys of BookKeeper's usual 20 bytes are kept inline and others as they came: each is
+/// checked whole (not by a prefix or its length), before and after a restart.
+#[test]
+fn master_keys_of_any_length_are_checked_whole_across_a_restart() {
+    let tmp = tempfile::tempdir().unwrap();
+    let short: &[u8] = b"short key";
+    let mut near = KEY.to_vec();
+    near[19] ^= 1;
+    let refused = |s: &Storage, ledger: i64, e: i64, key: &[u8]| {
+        let r = add(s, ledger, e, key, false);
+        assert!(
+            matches!(r, Err(StorageError::Unauthorized { .. })),
+            "ledger {ledger} took key {key:?}: {r:?}"
+        );
+    };
+    for restart in [false, true] {
+        let s = open(tmp.path(), config(tmp.path()));
+        let first = if restart { 2 } else { 0 };
+        add(&s, 1, first, KEY, false).unwrap();
+        add(&s, 2, first, short, false).unwrap();
+        refused(&s, 1, first + 1, &near);
+        refused(&s, 1, first + 1, &KEY[..19]);
+        refused(&s, 1, first + 1, short);
+        refused(&s, 2, first + 1, b"short kez");
+        refused(&s, 2, first + 1, b"short");
+        refused(&s, 2, first + 1, KEY);
+        assert!(s.write_close(1, &near).is_err());
+        assert!(s.write_close(2, KEY).is_err());
+        add(&s, 1, first + 1, KEY, false).unwrap();
+        add(&s, 2, first + 1, short, false).unwrap();
+        s.checkpoint().unwrap();
+    }
+}
+
 #[test]
 fn fencing_survives_restarts_and_admits_only_recovery_adds() {
     let tmp = tempfile::tempdir().unwrap();

@@ -3,14 +3,21 @@
 //! (`entries`, `seconds`, `entries_per_sec`, `mb_per_sec`, `latency_ms`), to which a
 //! subcommand adds its own fields.
 
-use std::time::Duration;
+use std::io::Write;
+use std::path::Path;
+use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 use serde_json::{Map, Value, json};
 
-/// Per-operation latencies in microseconds, 1 µs to 10 minutes, 3 significant digits.
+/// Per-operation latencies in microseconds, 1 µs to 10 minutes, 3 significant digits;
+/// with [`Latencies::with_series`], also each operation's start and latency in order, for
+/// `--latency-file` (BookKeeper's benchmark's `-latencyFile`): a tail shows there as a
+/// time, not just a percentile.
 pub struct Latencies {
     hist: Histogram<u64>,
+    /// The phase's start and (start offset, latency) of each operation, in µs.
+    series: Option<(Instant, Vec<(u64, u64)>)>,
 }
 
 impl Latencies {
@@ -18,7 +25,45 @@ impl Latencies {
         Latencies {
             hist: Histogram::new_with_bounds(1, 600_000_000, 3)
                 .expect("static histogram bounds are valid"),
+            series: None,
         }
+    }
+
+    /// Latencies that also keep every operation's start (from `origin`) and latency.
+    pub fn with_series(origin: Instant) -> Self {
+        Latencies {
+            series: Some((origin, Vec::new())),
+            ..Self::new()
+        }
+    }
+
+    /// Records an operation started at `start` that took until now.
+    pub fn record_since(&mut self, start: Instant) {
+        let took = start.elapsed();
+        self.record(took);
+        if let Some((origin, v)) = &mut self.series {
+            let at = start.saturating_duration_since(*origin);
+            v.push((at.as_micros() as u64, took.as_micros() as u64));
+        }
+    }
+
+    /// Writes the series kept by [`Latencies::with_series`] to `path`, one operation per
+    /// line in start order: `start_ms latency_ms`.
+    pub fn write_series(&self, path: &Path) -> anyhow::Result<()> {
+        use anyhow::Context as _;
+        let Some((_, v)) = &self.series else {
+            anyhow::bail!("no latency series was kept");
+        };
+        let mut sorted = v.clone();
+        sorted.sort_unstable();
+        let f = std::fs::File::create(path)
+            .with_context(|| format!("cannot create the latency file {}", path.display()))?;
+        let mut w = std::io::BufWriter::new(f);
+        for (at, took) in sorted {
+            writeln!(w, "{:.3} {:.3}", at as f64 / 1000.0, took as f64 / 1000.0)?;
+        }
+        w.flush()
+            .with_context(|| format!("cannot write the latency file {}", path.display()))
     }
 
     pub fn record(&mut self, d: Duration) {
@@ -145,6 +190,34 @@ fn round(x: f64, digits: i32) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_latency_series_is_written_in_start_order() {
+        let origin = Instant::now() - Duration::from_millis(50);
+        let mut l = Latencies::with_series(origin);
+        // Recorded out of order (a later start answered first), written in start order.
+        l.record_since(origin + Duration::from_millis(20));
+        l.record_since(origin + Duration::from_millis(10));
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("lat.txt");
+        l.write_series(&path).unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let rows: Vec<(f64, f64)> = text
+            .lines()
+            .map(|line| {
+                let (a, b) = line.split_once(' ').unwrap();
+                (a.parse().unwrap(), b.parse().unwrap())
+            })
+            .collect();
+        assert_eq!(rows.len(), 2, "{text}");
+        assert!((9.9..10.1).contains(&rows[0].0), "{text}");
+        assert!((19.9..20.1).contains(&rows[1].0), "{text}");
+        // The one started 10 ms after the origin waited longer than the one at 20 ms.
+        assert!(rows[0].1 >= 39.9 && rows[0].1 > rows[1].1, "{text}");
+        assert_eq!(l.len(), 2);
+        let e = Latencies::new().write_series(&path).unwrap_err();
+        assert!(e.to_string().contains("no latency series"), "{e}");
+    }
 
     #[test]
     fn json_has_the_design_fields_and_the_extra_ones() {

@@ -10,6 +10,7 @@
 
 use std::collections::VecDeque;
 use std::io::IsTerminal;
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -48,6 +49,10 @@ pub struct WriteBenchArgs {
     /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,
+    /// Write each append's start and latency to this file (`start_ms latency_ms` per line,
+    /// in start order), like BookKeeper's benchmark's `-latencyFile`.
+    #[arg(long, value_name = "FILE")]
+    pub latency_file: Option<PathBuf>,
 }
 
 /// When a run stops.
@@ -198,9 +203,13 @@ async fn bench(a: &WriteBenchArgs, uri: &str) -> anyhow::Result<String> {
     } else {
         ProgressBar::hidden()
     };
-    let latencies = Arc::new(Mutex::new(Latencies::new()));
     let cpu = PhaseCpu::start();
     let start = Instant::now();
+    let latencies = Arc::new(Mutex::new(if a.latency_file.is_some() {
+        Latencies::with_series(start)
+    } else {
+        Latencies::new()
+    }));
     let n = a.ledgers;
     let mut tasks = Vec::new();
     for (i, ledger) in ledgers.iter().enumerate() {
@@ -242,6 +251,9 @@ async fn bench(a: &WriteBenchArgs, uri: &str) -> anyhow::Result<String> {
         return Err(e);
     }
     let latencies = std::mem::take(&mut *latencies.lock().expect("latency lock"));
+    if let Some(path) = &a.latency_file {
+        latencies.write_series(path)?;
+    }
     let summary = Summary {
         entries,
         bytes: entries * a.shape.entry_size as u64,
@@ -312,7 +324,7 @@ pub(super) async fn append_loop(
         };
         fut.await
             .with_context(|| format!("append to ledger {} failed", ledger.id()))?;
-        latencies.lock().expect("latency lock").record(t0.elapsed());
+        latencies.lock().expect("latency lock").record_since(t0);
         acked += 1;
         progress.inc(1);
     }
@@ -336,6 +348,7 @@ mod tests {
             ledgers: 1,
             keep: false,
             json: true,
+            latency_file: None,
         }
     }
 
