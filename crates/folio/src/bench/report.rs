@@ -59,10 +59,12 @@ impl Latencies {
         let f = std::fs::File::create(path)
             .with_context(|| format!("cannot create the latency file {}", path.display()))?;
         let mut w = std::io::BufWriter::new(f);
-        for (at, took) in sorted {
-            writeln!(w, "{:.3} {:.3}", at as f64 / 1000.0, took as f64 / 1000.0)?;
-        }
-        w.flush()
+        sorted
+            .iter()
+            .try_for_each(|(at, took)| {
+                writeln!(w, "{:.3} {:.3}", *at as f64 / 1000.0, *took as f64 / 1000.0)
+            })
+            .and_then(|()| w.flush())
             .with_context(|| format!("cannot write the latency file {}", path.display()))
     }
 

@@ -50,7 +50,8 @@ pub struct WriteBenchArgs {
     #[arg(long)]
     pub json: bool,
     /// Write each append's start and latency to this file (`start_ms latency_ms` per line,
-    /// in start order), like BookKeeper's benchmark's `-latencyFile`.
+    /// in start order), like BookKeeper's benchmark's `-latencyFile`. Every append is kept
+    /// in memory until the run ends (16 bytes each).
     #[arg(long, value_name = "FILE")]
     pub latency_file: Option<PathBuf>,
 }
