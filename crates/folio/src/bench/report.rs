@@ -48,13 +48,12 @@ impl Latencies {
     }
 
     /// Writes the series kept by [`Latencies::with_series`] to `path`, one operation per
-    /// line in start order: `start_ms latency_ms`.
-    pub fn write_series(&self, path: &Path) -> anyhow::Result<()> {
+    /// line in start order (sorted in place): `start_ms latency_ms`.
+    pub fn write_series(&mut self, path: &Path) -> anyhow::Result<()> {
         use anyhow::Context as _;
-        let Some((_, v)) = &self.series else {
+        let Some((_, sorted)) = &mut self.series else {
             anyhow::bail!("no latency series was kept");
         };
-        let mut sorted = v.clone();
         sorted.sort_unstable();
         let f = std::fs::File::create(path)
             .with_context(|| format!("cannot create the latency file {}", path.display()))?;

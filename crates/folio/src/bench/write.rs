@@ -251,7 +251,7 @@ async fn bench(a: &WriteBenchArgs, uri: &str) -> anyhow::Result<String> {
     if let Some(e) = failure {
         return Err(e);
     }
-    let latencies = std::mem::take(&mut *latencies.lock().expect("latency lock"));
+    let mut latencies = std::mem::take(&mut *latencies.lock().expect("latency lock"));
     if let Some(path) = &a.latency_file {
         latencies.write_series(path)?;
     }
