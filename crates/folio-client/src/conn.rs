@@ -26,7 +26,7 @@ use folio_proto::{FrameDecoder, Status, v3};
 use folio_types::BookieId;
 use parking_lot::Mutex;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use crate::config::ClientConfig;
@@ -143,8 +143,8 @@ impl std::fmt::Display for RpcError {
 enum Waiter {
     /// A caller's future ([`Bookies::call`] and friends).
     Call(oneshot::Sender<Result<pb::Response, RpcError>>),
-    /// A ledger writer's add, answered straight into the writer's queue: no future, no
-    /// channel and no timer per add and bookie (together about 15% of a writer's CPU).
+    /// A ledger writer's add, answered straight to the writer: no future, no channel and
+    /// no timer per add and bookie (together about 15% of a writer's CPU).
     Add(AddRoute),
 }
 
@@ -162,7 +162,24 @@ impl Waiter {
 }
 
 /// Where the answers of a ledger writer's adds go ([`Bookies::start_add`]).
-pub(crate) type AddAnswers = mpsc::UnboundedSender<AddAnswer>;
+pub(crate) type AddAnswers = Arc<dyn AnswerSink>;
+
+/// Takes the answers of routed adds, on whatever task learns them: a bookie's answer and
+/// a timeout on the connection's reader and the sweeper, which hold no lock then; an
+/// `Unreachable` (the connection torn down) wherever the last handle of the connection
+/// was let go, locks of this module or of the writer included. So an implementation
+/// must not block on a lock of its own, nor take this module's, for `Unreachable`
+/// answers (`writer::Writer` takes those on a task of their own).
+pub(crate) trait AnswerSink: Send + Sync {
+    fn answer(self: Arc<Self>, answer: AddAnswer);
+}
+
+#[cfg(test)]
+impl AnswerSink for tokio::sync::mpsc::UnboundedSender<AddAnswer> {
+    fn answer(self: Arc<Self>, answer: AddAnswer) {
+        let _ = self.send(answer);
+    }
+}
 
 /// A bookie's answer to a routed add.
 pub(crate) struct AddAnswer {
@@ -208,8 +225,7 @@ impl AddRoute {
             }
             Err(e) => (Err(e), None),
         };
-        // A writer that is gone no longer needs the answer.
-        let _ = answers.send(AddAnswer {
+        answers.answer(AddAnswer {
             entry,
             bookie,
             result,
@@ -788,7 +804,7 @@ impl Bookies {
         bookie: &BookieId,
         mut req: pb::Request,
         timeout: Duration,
-        answers: &AddAnswers,
+        answers: AddAnswers,
         entry: i64,
     ) -> Option<Started> {
         let deadline = Instant::now() + timeout;
@@ -798,7 +814,7 @@ impl Bookies {
             req.header.txn_id = txn;
             let frame = v3::encode_request_frame_pieces(&req);
             let route = AddRoute {
-                answers: answers.clone(),
+                answers,
                 entry,
                 bookie: bookie.clone(),
                 operation,
@@ -1531,15 +1547,9 @@ mod tests {
         let b = bookies();
         let id = BookieId::new("127.0.0.1:1".to_string()).unwrap();
         let t = Duration::from_secs(1);
-        let (tx, _rx) = mpsc::unbounded_channel();
+        let (tx, _rx) = answers();
         let started = b
-            .start_add(
-                &id,
-                req::add(1, 0, &[0; 20], Bytes::new(), false),
-                t,
-                &tx,
-                0,
-            )
+            .start_add(&id, req::add(1, 0, &[0; 20], Bytes::new(), false), t, tx, 0)
             .expect("no connection: not routed");
         let finish = b.finish(started);
         assert!(
@@ -1729,6 +1739,12 @@ mod tests {
         req::add(1, entry, &[0; 20], Bytes::new(), false)
     }
 
+    /// A sink for routed answers and the queue it fills.
+    fn answers() -> (AddAnswers, mpsc::UnboundedReceiver<AddAnswer>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        (Arc::new(tx), rx)
+    }
+
     /// The next routed answer, within a generous bound.
     async fn answer(rx: &mut mpsc::UnboundedReceiver<AddAnswer>) -> AddAnswer {
         tokio::time::timeout(Duration::from_secs(60), rx.recv())
@@ -1745,12 +1761,12 @@ mod tests {
         let (id, mut seen) = serve_scripted(|_, _| Act::Answer).await;
         let b = bookies();
         let t = Duration::from_secs(60);
-        let (tx, mut rx) = mpsc::unbounded_channel();
+        let (tx, mut rx) = answers();
         b.call(&id, add(0), t).await.unwrap();
         assert_eq!(seen.recv().await, Some(Seen::Add(0, 0)));
         for e in 1..=5 {
             assert!(
-                b.start_add(&id, add(e), t, &tx, e).is_none(),
+                b.start_add(&id, add(e), t, tx.clone(), e).is_none(),
                 "a live connection takes it"
             );
         }
@@ -1769,7 +1785,9 @@ mod tests {
         assert_eq!(b.waiting_on(&id), 0);
         // Without a connection the add is handed back, and made on a new one at its finish.
         let (id, mut seen) = serve_scripted(|_, _| Act::Answer).await;
-        let s = b.start_add(&id, add(7), t, &tx, 7).expect("not routed");
+        let s = b
+            .start_add(&id, add(7), t, tx.clone(), 7)
+            .expect("not routed");
         assert!(matches!(s.how, StartedHow::Unsent(_)));
         assert_eq!(b.finish(s).await.unwrap().add_response.unwrap().entry_id, 7);
         assert_eq!(seen.recv().await, Some(Seen::Add(0, 7)));
@@ -1781,10 +1799,10 @@ mod tests {
         let (id, _h) = serve_once(|r| Some(ok_add(&r, pb::StatusCode::Efenced))).await;
         let b = bookies();
         let t = Duration::from_secs(60);
-        let (tx, mut rx) = mpsc::unbounded_channel();
+        let (tx, mut rx) = answers();
         let r = b.call(&id, add(0), t).await;
         assert_eq!(r.unwrap_err(), RpcError::Status(Status::Fenced));
-        assert!(b.start_add(&id, add(1), t, &tx, 1).is_none());
+        assert!(b.start_add(&id, add(1), t, tx.clone(), 1).is_none());
         b.flush(&id);
         let a = answer(&mut rx).await;
         assert_eq!(a.result, Err(RpcError::Status(Status::Fenced)));
@@ -1802,14 +1820,14 @@ mod tests {
         })
         .await;
         let b = bookies();
-        let (tx, mut rx) = mpsc::unbounded_channel();
+        let (tx, mut rx) = answers();
         b.call(&id, add(0), Duration::from_secs(60)).await.unwrap();
         assert!(
-            b.start_add(&id, add(1), Duration::from_millis(50), &tx, 1)
+            b.start_add(&id, add(1), Duration::from_millis(50), tx.clone(), 1)
                 .is_none()
         );
         assert!(
-            b.start_add(&id, add(2), Duration::from_secs(3600), &tx, 2)
+            b.start_add(&id, add(2), Duration::from_secs(3600), tx.clone(), 2)
                 .is_none()
         );
         b.flush(&id);
@@ -1841,9 +1859,9 @@ mod tests {
         .await;
         let b = bookies();
         let t = Duration::from_secs(60);
-        let (tx, mut rx) = mpsc::unbounded_channel();
+        let (tx, mut rx) = answers();
         b.call(&id, add(0), t).await.unwrap();
-        assert!(b.start_add(&id, add(1), t, &tx, 1).is_none());
+        assert!(b.start_add(&id, add(1), t, tx.clone(), 1).is_none());
         b.flush(&id);
         let a = answer(&mut rx).await;
         assert!(
@@ -1868,15 +1886,15 @@ mod tests {
         let (id, mut seen) = serve_scripted(|_, _| Act::Ignore).await;
         let b = bookies();
         let t = Duration::from_secs(60);
-        let (tx, mut rx) = mpsc::unbounded_channel();
-        let s = b.start_add(&id, add(0), t, &tx, 0);
+        let (tx, mut rx) = answers();
+        let s = b.start_add(&id, add(0), t, tx.clone(), 0);
         assert!(s.is_some(), "no connection yet");
         drop(s);
         // Made by `call`; this one is never answered.
         let r = b.call(&id, add(1), Duration::from_millis(100)).await;
         assert_eq!(r.unwrap_err(), RpcError::Timeout);
         assert_eq!(seen.recv().await, Some(Seen::Add(0, 1)));
-        assert!(b.start_add(&id, add(2), t, &tx, 2).is_none()); // queued, never flushed
+        assert!(b.start_add(&id, add(2), t, tx.clone(), 2).is_none()); // queued, never flushed
         b.close_all();
         let wait = Duration::from_secs(60);
         let next = tokio::time::timeout(wait, seen.recv()).await.unwrap();

@@ -35,7 +35,6 @@
 //! # }
 //! ```
 
-mod adds;
 mod client;
 pub mod config;
 pub mod conn;
@@ -50,6 +49,7 @@ pub mod recovery;
 mod replica;
 pub mod tls;
 mod write_close;
+mod writer;
 
 pub use client::{Client, ClientStats, CreateOptions, OpenOptions, proto_digest};
 pub use config::ClientConfig;

@@ -229,3 +229,65 @@ async fn a_read_caught_by_a_broken_pooled_connection_is_sent_again() {
         "never reconnected"
     );
 }
+
+/// Many ledgers written at once, each from its own task with appends in flight, on two
+/// worker threads: the answers of three connections race the appends for each writer's
+/// lock, and those that find it held wait in its inbox for the holder. Half the ledgers
+/// keep few appends in flight (taken on the caller's task), half many (queued for the
+/// writer's task once 16 are pending). Every append is acknowledged with its own id in
+/// order, the LAC and the close say the last entry, and every bookie of the write quorum
+/// (all three) has every entry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_racing_appends_on_many_ledgers_are_all_taken() {
+    const LEDGERS: usize = 24;
+    const ENTRIES: i64 = 150;
+    let cluster = Cluster::start(3).await;
+    let client = cluster.client().await;
+    let mut tasks = Vec::new();
+    for i in 0..LEDGERS {
+        let in_flight = if i % 2 == 0 { 4 } else { 40 };
+        let w = patient(client.create_ledger(opts())).await.unwrap();
+        tasks.push(tokio::spawn(async move {
+            let mut window = std::collections::VecDeque::new();
+            for e in 0..ENTRIES {
+                window.push_back((e, w.append(payload(e))));
+                if window.len() == in_flight {
+                    let (want, a) = window.pop_front().unwrap();
+                    assert_eq!(patient(a).await.unwrap(), want);
+                }
+            }
+            for (want, a) in window {
+                assert_eq!(patient(a).await.unwrap(), want);
+            }
+            assert_eq!(w.last_add_confirmed(), ENTRIES - 1);
+            patient(w.close()).await.unwrap();
+            w.id()
+        }));
+    }
+    let mut ledgers = Vec::new();
+    for t in tasks {
+        ledgers.push(t.await.unwrap());
+    }
+    let all: Vec<i64> = (0..ENTRIES).collect();
+    for &ledger in &ledgers {
+        let meta = client.ledger_metadata(ledger).await.unwrap();
+        assert_eq!(meta.last_entry_id, ENTRIES - 1, "ledger {ledger}");
+        for b in &cluster.bookies {
+            // The third copy of the last entries may still be on its way after the close.
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+            loop {
+                let got = held(&b.id, ledger, ENTRIES).await;
+                if got == all {
+                    break;
+                }
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "{} holds {} of ledger {ledger}'s {ENTRIES} entries",
+                    b.id,
+                    got.len()
+                );
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    }
+}
