@@ -113,6 +113,41 @@ pub struct ClientStats {
 }
 
 impl Inner {
+    /// The ledger's metadata and its version, a metadata error said as the client's.
+    pub(crate) async fn read_ledger(
+        &self,
+        ledger: LedgerId,
+    ) -> Result<folio_metadata::Versioned<folio_types::metadata::LedgerMetadata>> {
+        self.metadata
+            .read_ledger(ledger)
+            .await
+            .map_err(|e| ClientError::from_metadata(ledger, e))
+    }
+
+    /// `ensemble` with its `failed` positions given to writable bookies now, neither in
+    /// the ensemble nor in `excluded`, by the placement policy (rack-aware when the
+    /// client is): the one choice of replacements for a writer's ensemble change,
+    /// recovery's and autorecovery's.
+    pub(crate) async fn replacements(
+        &self,
+        ensemble: &[folio_types::BookieId],
+        write_quorum: usize,
+        failed: &std::collections::BTreeMap<usize, folio_types::BookieId>,
+        excluded: &std::collections::BTreeSet<folio_types::BookieId>,
+    ) -> Result<Vec<folio_types::BookieId>> {
+        let writable = self.metadata.list_bookies().await?.writable;
+        let racks = self.racks(&writable).await?;
+        crate::ensemble::replace_bookies(
+            ensemble,
+            write_quorum,
+            failed,
+            &writable,
+            excluded,
+            &racks,
+            self.rng.as_ref(),
+        )
+    }
+
     /// The racks of `bookies`, when rack-aware placement is on: from the rack mapping
     /// file for the bookies it names, else from the `rack` property of their registration
     /// (bookies with neither, or whose registration cannot be read, have none).
@@ -386,11 +421,7 @@ impl Client {
         opts: OpenOptions,
     ) -> Result<ReadHandle> {
         let inner = &self.inner;
-        let mut meta = inner
-            .metadata
-            .read_ledger(ledger)
-            .await
-            .map_err(|e| ClientError::from_metadata(ledger, e))?;
+        let mut meta = inner.read_ledger(ledger).await?;
         meta.value
             .validate()
             .map_err(|reason| ClientError::MetadataConflict { ledger, reason })?;
@@ -434,13 +465,7 @@ impl Client {
 
     /// A ledger's metadata as stored now.
     pub async fn ledger_metadata(&self, ledger: LedgerId) -> Result<LedgerMetadata> {
-        Ok(self
-            .inner
-            .metadata
-            .read_ledger(ledger)
-            .await
-            .map_err(|e| ClientError::from_metadata(ledger, e))?
-            .value)
+        Ok(self.inner.read_ledger(ledger).await?.value)
     }
 
     /// Drops every bookie connection. Handles made by this client fail afterwards

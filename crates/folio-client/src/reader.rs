@@ -735,12 +735,7 @@ impl ReadHandle {
 
     /// Re-reads the metadata (to notice a close or a new fragment).
     pub async fn refresh_metadata(&self) -> Result<()> {
-        let m = self
-            .inner
-            .metadata
-            .read_ledger(self.ledger)
-            .await
-            .map_err(|e| ClientError::from_metadata(self.ledger, e))?;
+        let m = self.inner.read_ledger(self.ledger).await?;
         m.value
             .validate()
             .map_err(|reason| ClientError::MetadataConflict {

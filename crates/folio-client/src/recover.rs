@@ -13,7 +13,7 @@ use tokio::sync::mpsc;
 
 use crate::client::Inner;
 use crate::conn::{RpcError, req};
-use crate::ensemble::{replace_bookies, with_new_fragment};
+use crate::ensemble::with_new_fragment;
 use crate::error::{ClientError, Result};
 use crate::reader::read_entry;
 use crate::recovery::{FenceAnswer, ReadAnswer, Recovery, RecoveryAction, WriteAnswer};
@@ -73,11 +73,7 @@ async fn recover_once(
     // Step 1: flag the ledger in recovery, so the writer cannot change its ensemble.
     let mut attempt = 0;
     let mut meta = loop {
-        let current = inner
-            .metadata
-            .read_ledger(ledger)
-            .await
-            .map_err(|e| ClientError::from_metadata(ledger, e))?;
+        let current = inner.read_ledger(ledger).await?;
         current
             .value
             .validate()
@@ -133,11 +129,7 @@ async fn recover_once(
             }
             Err(e) if e.is_bad_version() && attempt < retries => {
                 attempt += 1;
-                let current = inner
-                    .metadata
-                    .read_ledger(ledger)
-                    .await
-                    .map_err(|e| ClientError::from_metadata(ledger, e))?;
+                let current = inner.read_ledger(ledger).await?;
                 if current.value.is_closed() {
                     tracing::debug!(
                         ledger,
@@ -312,17 +304,9 @@ async fn change_ensemble(
                 reason: "the metadata has no ensemble".into(),
             });
         };
-        let writable = inner.metadata.list_bookies().await?.writable;
-        let racks = inner.racks(&writable).await?;
-        let next = replace_bookies(
-            ensemble,
-            meta.value.write_quorum,
-            &failed,
-            &writable,
-            &excluded,
-            &racks,
-            inner.rng.as_ref(),
-        )?;
+        let next = inner
+            .replacements(ensemble, meta.value.write_quorum, &failed, &excluded)
+            .await?;
         let mut value = with_new_fragment(
             ledger,
             &meta.value,
@@ -352,11 +336,7 @@ async fn change_ensemble(
             Ok(version) => return Ok(ChangeOutcome::Changed(Versioned { value, version })),
             Err(e) if e.is_bad_version() && attempt < retries => {
                 attempt += 1;
-                let current = inner
-                    .metadata
-                    .read_ledger(ledger)
-                    .await
-                    .map_err(|e| ClientError::from_metadata(ledger, e))?;
+                let current = inner.read_ledger(ledger).await?;
                 if current.value.is_closed() {
                     return Ok(ChangeOutcome::ClosedByOther(current));
                 }

@@ -19,7 +19,6 @@ use folio_types::{BookieId, EntryId, LedgerId};
 
 use crate::client::Client;
 use crate::conn::{RpcError, req};
-use crate::ensemble::replace_bookies;
 use crate::error::{ClientError, Result};
 use crate::reader::rpc_error;
 
@@ -306,19 +305,11 @@ impl Client {
         position: usize,
         excluded: &BTreeSet<BookieId>,
     ) -> Result<BookieId> {
-        let inner = self.inner();
-        let writable = inner.metadata.list_bookies().await?.writable;
-        let racks = inner.racks(&writable).await?;
         let failed = std::collections::BTreeMap::from([(position, ensemble[position].clone())]);
-        let next = replace_bookies(
-            ensemble,
-            write_quorum,
-            &failed,
-            &writable,
-            excluded,
-            &racks,
-            inner.rng.as_ref(),
-        )?;
+        let next = self
+            .inner()
+            .replacements(ensemble, write_quorum, &failed, excluded)
+            .await?;
         Ok(next[position].clone())
     }
 }

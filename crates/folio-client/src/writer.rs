@@ -39,7 +39,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::client::{Inner, proto_digest};
 use crate::conn::{AddAnswer, AddAnswers, AnswerSink, RpcError, Started, req};
-use crate::ensemble::{replace_bookies, with_new_fragment};
+use crate::ensemble::with_new_fragment;
 use crate::error::{ClientError, Result};
 use crate::pending::{AddOutcome, WriterAction, WriterSettings, WriterState};
 
@@ -555,12 +555,7 @@ impl Writer {
                 }
                 Err(e) if e.is_bad_version() && attempt < retries => {
                     attempt += 1;
-                    meta = self
-                        .inner
-                        .metadata
-                        .read_ledger(self.ledger)
-                        .await
-                        .map_err(|e| ClientError::from_metadata(self.ledger, e))?;
+                    meta = self.inner.read_ledger(self.ledger).await?;
                 }
                 Err(e) => return Err(ClientError::from_metadata(self.ledger, e)),
             }
@@ -673,17 +668,9 @@ async fn change_ensemble(
     let retries = inner.config.metadata_retries.max(1);
     let mut attempt = 0;
     loop {
-        let writable = inner.metadata.list_bookies().await?.writable;
-        let racks = inner.racks(&writable).await?;
-        let next = replace_bookies(
-            &ensemble,
-            meta.value.write_quorum,
-            &failed,
-            &writable,
-            &excluded,
-            &racks,
-            inner.rng.as_ref(),
-        )?;
+        let next = inner
+            .replacements(&ensemble, meta.value.write_quorum, &failed, &excluded)
+            .await?;
         let value =
             with_new_fragment(ledger, &meta.value, LedgerState::Open, fragment_start, next)?;
         match inner
@@ -694,11 +681,7 @@ async fn change_ensemble(
             Ok(version) => return Ok(Versioned { value, version }),
             Err(e) if e.is_bad_version() && attempt < retries => {
                 attempt += 1;
-                let current = inner
-                    .metadata
-                    .read_ledger(ledger)
-                    .await
-                    .map_err(|e| ClientError::from_metadata(ledger, e))?;
+                let current = inner.read_ledger(ledger).await?;
                 if current.value.state != LedgerState::Open {
                     return Err(ClientError::Fenced { ledger });
                 }
