@@ -102,10 +102,9 @@ pub(crate) enum Cmd {
 
 /// A writer with this many appends pending queues the next for its task, which takes
 /// them in bursts: at 128 appends in flight on one ledger, taking each on the caller's
-/// task flushed each one's adds on its own (twice the socket writes and context
-/// switches, 9% fewer appends a second, docs/performance.md); with one or a few in
-/// flight (many ledgers written at once, or a writer that waits for each append) the
-/// caller's task saves the hand-off.
+/// task flushed each one's adds on its own (twice the client's socket writes and context
+/// switches, docs/performance.md); with one or a few in flight (many ledgers written at
+/// once, or a writer that waits for each append) the caller's task saves the hand-off.
 const QUEUE_AT_PENDING: usize = 16;
 
 /// Appends taken in one turn of the writer's task at most, before their adds are
