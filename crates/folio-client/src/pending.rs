@@ -1,10 +1,10 @@
 //! The writer's protocol core, sans-IO: pending adds, quorum tracking, in-order
 //! acknowledgement, bookie failures and the ensemble changes they call for.
 //!
-//! The async shell (`ledger::LedgerHandle`) feeds it the caller's appends, the bookies'
-//! answers and the outcome of metadata updates, and carries out the [`WriterAction`]s it
-//! returns; nothing here waits, sleeps or touches a socket, so the unit tests drive every
-//! interleaving with plain function calls.
+//! The async shell (`writer::Writer`, behind `LedgerHandle`) feeds it the caller's
+//! appends, the bookies' answers and the outcome of metadata updates, and carries out the
+//! [`WriterAction`]s it returns; nothing here waits, sleeps or touches a socket, so the
+//! unit tests drive every interleaving with plain function calls.
 //!
 //! Rules kept here, each the answer to a known BookKeeper bug or seed requirement:
 //! * an entry is acknowledged once `Qa` bookies *of its write set in the current
