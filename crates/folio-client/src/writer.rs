@@ -83,7 +83,7 @@ struct Core {
     unflushed: Vec<BookieId>,
     close_waiters: Vec<oneshot::Sender<Result<()>>>,
     /// The close task was started (once every pending append was answered).
-    closing: bool,
+    close_started: bool,
     /// Commands sent to the writer's task and not yet taken by it.
     queued: usize,
 }
@@ -160,7 +160,7 @@ impl Writer {
                 explicit_lac_sent: -1,
                 unflushed: Vec::new(),
                 close_waiters: Vec::new(),
-                closing: false,
+                close_started: false,
                 queued: 0,
             }),
             inbox: Mutex::new(Vec::new()),
@@ -296,8 +296,8 @@ impl Writer {
                 self.inner.bookies.flush(&bookie);
             }
             let drained = core.state.pending_count() == 0 && !core.state.is_changing_ensemble();
-            if drained && !core.closing && !core.close_waiters.is_empty() {
-                core.closing = true;
+            if drained && !core.close_started && !core.close_waiters.is_empty() {
+                core.close_started = true;
                 self.rt.spawn(Arc::clone(self).finish_close());
             }
             drop(core);
