@@ -135,17 +135,18 @@ impl Inner {
         failed: &std::collections::BTreeMap<usize, folio_types::BookieId>,
         excluded: &std::collections::BTreeSet<folio_types::BookieId>,
     ) -> Result<Vec<folio_types::BookieId>> {
-        let writable = self.metadata.list_bookies().await?.writable;
-        let racks = self.racks(&writable).await?;
+        let bookies = self.metadata.list_bookies().await?;
+        let racks = self.racks(&bookies.writable).await?;
         crate::ensemble::replace_bookies(
             ensemble,
             write_quorum,
             failed,
-            &writable,
+            &bookies.writable,
             excluded,
             &racks,
             self.rng.as_ref(),
         )
+        .map_err(|e| e.counting_read_only(&bookies))
     }
 
     /// The racks of `bookies`, when rack-aware placement is on: from the rack mapping
@@ -372,15 +373,16 @@ impl Client {
         let quorum = QuorumConfig::new(opts.ensemble_size, opts.write_quorum, opts.ack_quorum)
             .map_err(ClientError::InvalidArgument)?;
         let inner = &self.inner;
-        let writable = inner.metadata.list_bookies().await?.writable;
-        let racks = inner.racks(&writable).await?;
+        let bookies = inner.metadata.list_bookies().await?;
+        let racks = inner.racks(&bookies.writable).await?;
         let ensemble = choose_ensemble(
             quorum.ensemble_size,
             quorum.write_quorum,
-            &writable,
+            &bookies.writable,
             &racks,
             inner.rng.as_ref(),
-        )?;
+        )
+        .map_err(|e| e.counting_read_only(&bookies))?;
         let mut meta =
             LedgerMetadata::new_open(quorum, ensemble, opts.digest_type, opts.password.clone());
         meta.custom_metadata = opts.custom_metadata.clone();
@@ -442,8 +444,10 @@ impl Client {
         }
         let handle = ReadHandle::new(self.inner.clone(), ledger, meta, digest);
         if !handle.is_closed() {
-            // Without recovery the reader starts at the LAC the bookies know now; if none
-            // answer it starts at what the metadata proves (before the last fragment).
+            // Without recovery the reader starts at the LAC the bookies know now. Where too
+            // few answer to cover every ack quorum it starts at what the metadata proves
+            // (before the last fragment) and may ask again: BookKeeper fails the open
+            // instead, which leaves a reader nothing to read even the entries it could.
             let _ = handle.read_last_add_confirmed().await;
         }
         Ok(handle)

@@ -102,6 +102,7 @@ pub fn choose_ensemble(
         return Err(ClientError::NotEnoughBookies {
             need: size,
             have: writable.len(),
+            read_only: 0,
         });
     }
     let mut pool: Vec<BookieId> = writable.iter().cloned().collect();
@@ -133,6 +134,7 @@ pub fn replace_bookies(
         return Err(ClientError::NotEnoughBookies {
             need: ensemble.len(),
             have: ensemble.len() - failed.len() + candidates.len(),
+            read_only: 0,
         });
     }
     let mut placed: Vec<Option<BookieId>> = ensemble
@@ -222,7 +224,11 @@ mod tests {
         }
         assert_eq!(
             choose_ensemble(3, 2, &set(&[0, 1]), &Racks::new(), &rng).unwrap_err(),
-            ClientError::NotEnoughBookies { need: 3, have: 2 }
+            ClientError::NotEnoughBookies {
+                need: 3,
+                have: 2,
+                read_only: 0
+            }
         );
     }
 
@@ -255,7 +261,11 @@ mod tests {
         );
         assert_eq!(
             err.unwrap_err(),
-            ClientError::NotEnoughBookies { need: 3, have: 2 }
+            ClientError::NotEnoughBookies {
+                need: 3,
+                have: 2,
+                read_only: 0
+            }
         );
     }
 

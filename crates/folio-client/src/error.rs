@@ -23,9 +23,15 @@ pub enum ClientError {
     #[error("no such entry {entry} in ledger {ledger}")]
     NoSuchEntry { ledger: LedgerId, entry: EntryId },
 
-    /// Too few writable bookies to build or repair an ensemble.
-    #[error("not enough bookies: need {need}, have {have}")]
-    NotEnoughBookies { need: usize, have: usize },
+    /// Too few writable bookies to build or repair an ensemble. `read_only` counts the
+    /// registered bookies that are read-only (a full disk, or started so): an operator
+    /// seeing "have 0" needs to know whether the bookies are gone or only refusing writes.
+    #[error("not enough bookies: need {need}, have {have} writable{}", read_only_suffix(*.read_only))]
+    NotEnoughBookies {
+        need: usize,
+        have: usize,
+        read_only: usize,
+    },
 
     /// An operation did not complete in time.
     #[error("timed out: {what}")]
@@ -112,6 +118,13 @@ fn ledger_suffix(ledger: LedgerId) -> String {
     }
 }
 
+fn read_only_suffix(read_only: usize) -> String {
+    match read_only {
+        0 => String::new(),
+        n => format!(" ({n} more registered read-only)"),
+    }
+}
+
 fn bookie_suffix(bookie: &Option<BookieId>) -> String {
     match bookie {
         Some(b) => format!(" at bookie {b}"),
@@ -120,6 +133,19 @@ fn bookie_suffix(bookie: &Option<BookieId>) -> String {
 }
 
 impl ClientError {
+    /// [`ClientError::NotEnoughBookies`] with the read-only bookies of `bookies` counted
+    /// (placement sees only the writable ones); any other error as it is.
+    pub(crate) fn counting_read_only(self, bookies: &folio_metadata::BookieSet) -> ClientError {
+        match self {
+            ClientError::NotEnoughBookies { need, have, .. } => ClientError::NotEnoughBookies {
+                need,
+                have,
+                read_only: bookies.readonly.len(),
+            },
+            other => other,
+        }
+    }
+
     /// Maps a metadata error about `ledger`, turning "not found" into [`ClientError::NoSuchLedger`].
     pub(crate) fn from_metadata(ledger: LedgerId, e: MetadataError) -> ClientError {
         if e.is_not_found() {
@@ -154,8 +180,22 @@ mod tests {
             "no such ledger 7"
         );
         assert_eq!(
-            ClientError::NotEnoughBookies { need: 3, have: 2 }.to_string(),
-            "not enough bookies: need 3, have 2"
+            ClientError::NotEnoughBookies {
+                need: 3,
+                have: 2,
+                read_only: 0
+            }
+            .to_string(),
+            "not enough bookies: need 3, have 2 writable"
+        );
+        assert_eq!(
+            ClientError::NotEnoughBookies {
+                need: 3,
+                have: 0,
+                read_only: 3
+            }
+            .to_string(),
+            "not enough bookies: need 3, have 0 writable (3 more registered read-only)"
         );
         let m = ClientError::DigestMismatch {
             ledger: 7,

@@ -762,11 +762,19 @@ mod tests {
         let mut w = writer(3, 2, 2);
         w.add(None, b"x", Instant::now()).unwrap();
         w.on_add_response(0, &b(0), AddOutcome::Failed("x".into()));
-        let a = w.on_ensemble_change_failed(ClientError::NotEnoughBookies { need: 3, have: 2 });
+        let a = w.on_ensemble_change_failed(ClientError::NotEnoughBookies {
+            need: 3,
+            have: 2,
+            read_only: 0,
+        });
         assert_eq!(failed(&a), vec![0]);
         assert_eq!(
             w.add(None, b"x", Instant::now()).unwrap_err(),
-            ClientError::NotEnoughBookies { need: 3, have: 2 }
+            ClientError::NotEnoughBookies {
+                need: 3,
+                have: 2,
+                read_only: 0
+            }
         );
     }
 

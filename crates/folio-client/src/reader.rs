@@ -517,6 +517,9 @@ impl ReadHandle {
 
     /// Asks every bookie of the last ensemble for its LAC (explicit LAC or the LAC carried
     /// by its last entry) until the answers cover every ack quorum; returns the new LAC.
+    /// Fails, with the last bookie's error, when every bookie has answered or failed and the
+    /// answers still do not cover every ack quorum: the LAC then cannot be known to be as
+    /// recent as the last acknowledged entry (BookKeeper's `readLastAddConfirmed` fails too).
     pub async fn read_last_add_confirmed(&self) -> Result<EntryId> {
         self.read_lac(LacMode::Quorum).await
     }
@@ -583,12 +586,10 @@ impl ReadHandle {
         let mut answered = vec![false; ensemble.len()];
         let mut best = metadata_lac(&meta);
         let mut last_error = None;
-        let mut any = false;
         while let Some(r) = set.join_next().await {
             let Ok((p, answer)) = r else { continue };
             match answer {
                 Ok(lac) => {
-                    any = true;
                     answered[p] = true;
                     if let Some(l) = lac {
                         best = best.max(l);
@@ -599,16 +600,27 @@ impl ReadHandle {
                     };
                     if done {
                         set.abort_all();
-                        break;
+                        return Ok(self.raise_lac(best));
                     }
+                }
+                // As BookKeeper's ReadLastConfirmedOp: a bookie refusing the client ends
+                // the read at once.
+                Err(e @ ClientError::Unauthorized { .. }) => {
+                    set.abort_all();
+                    return Err(e);
                 }
                 Err(e) => last_error = Some(e),
             }
         }
-        if !any && let Some(e) = last_error {
-            return Err(e);
-        }
-        Ok(self.raise_lac(best))
+        // Every bookie answered or failed and the answers do not cover every ack quorum:
+        // the highest LAC heard may be older than an entry already acknowledged, so it is
+        // not returned (BookKeeper's ReadLastConfirmedOp fails with the last error too).
+        Err(last_error.unwrap_or_else(|| ClientError::Timeout {
+            what: format!(
+                "reading the LAC of ledger {}: too few bookies answered to cover every ack quorum",
+                self.ledger
+            ),
+        }))
     }
 
     /// Waits until the LAC passes `previous` (a long poll on the bookies of the last

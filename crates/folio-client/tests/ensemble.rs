@@ -103,7 +103,7 @@ async fn no_replacement_bookie_fails_the_writer_and_keeps_acknowledged_entries()
     assert!(!errors.is_empty());
     assert_eq!(
         errors[0].to_string(),
-        "not enough bookies: need 3, have 2",
+        "not enough bookies: need 3, have 2 writable",
         "{errors:?}"
     );
     // A replacement bookie appears; recovery (whose write-backs may need it, with

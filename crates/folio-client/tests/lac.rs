@@ -211,3 +211,44 @@ async fn the_entry_a_long_poll_piggybacks_is_read_without_asking_a_bookie() {
     // Delivered once: asked again, it needs a bookie, and none is up.
     assert!(patient(r.read(1, 1)).await.is_err());
 }
+
+/// BookKeeper's `ReadLastConfirmedOp`: the LAC read from the bookies stands only when the
+/// answers cover every ack quorum (`Qw - Qa + 1` of a write set); with fewer the read fails
+/// with the last bookie's error, since the highest LAC heard may be older than an entry
+/// already acknowledged. `try_read_last_add_confirmed` takes the first answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quorum_lac_read_fails_when_the_answers_cover_no_ack_quorum() {
+    let mut cluster = Cluster::start(3).await;
+    let client = cluster.client().await;
+    let w = patient(client.create_ledger(opts().quorum(3, 3, 2)))
+        .await
+        .unwrap();
+    for e in 0..4 {
+        patient(w.append(payload(e))).await.unwrap();
+    }
+    let reader = cluster.client().await;
+    let r = patient(reader.open_ledger(w.id(), b"pw", OpenOptions::no_recovery()))
+        .await
+        .unwrap();
+    assert_eq!(r.last_add_confirmed(), 2);
+    let meta = client.ledger_metadata(w.id()).await.unwrap();
+    let ensemble = meta.current_ensemble().unwrap().1.to_vec();
+    // Two of three answer: every write set has Qw - Qa + 1 = 2 answers.
+    cluster.kill(&ensemble[0]).await;
+    assert_eq!(patient(r.read_last_add_confirmed()).await.unwrap(), 2);
+    // One of three: not enough to know the LAC is as recent as the last acknowledged entry.
+    cluster.kill(&ensemble[1]).await;
+    let e = patient(r.read_last_add_confirmed()).await.unwrap_err();
+    assert!(
+        matches!(e, ClientError::BookieUnreachable { ref bookie, .. } if ensemble[..2].contains(bookie)),
+        "{e}"
+    );
+    // The first answer is enough for tryReadLastAddConfirmed.
+    assert_eq!(patient(r.try_read_last_add_confirmed()).await.unwrap(), 2);
+    // The open without recovery still succeeds, at the LAC the metadata proves (-1: the
+    // ledger's only fragment is its last), as BookKeeper's would not.
+    let again = patient(reader.open_ledger(w.id(), b"pw", OpenOptions::no_recovery()))
+        .await
+        .unwrap();
+    assert_eq!(again.last_add_confirmed(), -1);
+}

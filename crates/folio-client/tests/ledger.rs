@@ -306,7 +306,29 @@ async fn creation_checks_quorums_and_bookie_count() {
         .create_ledger(opts().quorum(3, 2, 2))
         .await
         .unwrap_err();
-    assert_eq!(err.to_string(), "not enough bookies: need 3, have 2");
+    assert_eq!(
+        err.to_string(),
+        "not enough bookies: need 3, have 2 writable"
+    );
+    // A read-only bookie (say, its disk full) does not count, and the error says it is there.
+    let readonly = folio_types::BookieId::new("127.0.0.1:1".to_string()).unwrap();
+    let _registration = cluster
+        .metadata
+        .register_bookie(
+            &readonly,
+            folio_metadata::BookieMode::ReadOnly,
+            &Default::default(),
+        )
+        .await
+        .unwrap();
+    let err = client
+        .create_ledger(opts().quorum(3, 2, 2))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "not enough bookies: need 3, have 2 writable (1 more registered read-only)"
+    );
     for (e, w, a) in [(2, 3, 2), (2, 2, 3), (2, 2, 0)] {
         assert!(matches!(
             client.create_ledger(opts().quorum(e, w, a)).await,

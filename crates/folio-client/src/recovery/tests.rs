@@ -317,12 +317,17 @@ fn a_failed_write_back_ensemble_change_fails_recovery() {
         r.on_write_answer(0, &b(2), WriteAnswer::Error("EIO".into()))
             .is_empty()
     );
-    let a = r.on_ensemble_change_failed(ClientError::NotEnoughBookies { need: 3, have: 1 });
+    let a = r.on_ensemble_change_failed(ClientError::NotEnoughBookies {
+        need: 3,
+        have: 1,
+        read_only: 0,
+    });
     assert_eq!(
         a,
         vec![RecoveryAction::Fail(ClientError::NotEnoughBookies {
             need: 3,
-            have: 1
+            have: 1,
+            read_only: 0
         })]
     );
     assert!(r.is_done());
@@ -828,9 +833,11 @@ impl World {
         let mut spare = (0..self.bookies.len())
             .filter(|i| !current.contains(i) && !self.failed_bookies.contains(i));
         for &p in failed.keys() {
-            next[p] = spare
-                .next()
-                .ok_or(ClientError::NotEnoughBookies { need: 1, have: 0 })?;
+            next[p] = spare.next().ok_or(ClientError::NotEnoughBookies {
+                need: 1,
+                have: 0,
+                read_only: 0,
+            })?;
         }
         self.meta.ensembles.insert(fragment_start, next.clone());
         Ok(next.into_iter().map(b).collect())
