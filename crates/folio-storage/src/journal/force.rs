@@ -77,7 +77,7 @@ impl Syncer {
     /// that got bytes (in order), then every callback in order; or, if the journal is or
     /// becomes poisoned, fails them all.
     pub(crate) fn complete(&mut self, mut jobs: Vec<SyncJob>) {
-        let poison = self.shared.poison.lock().clone();
+        let poison = self.shared.poison.get();
         if let Some(p) = poison {
             fail_jobs(jobs, || p.later_error());
             return;

@@ -138,7 +138,7 @@ impl Journal {
         }
         let mut stats = ReplayStats::default();
         let mut prepared = Vec::new();
-        let poison = Arc::new(Mutex::new(None));
+        let poison = Arc::new(writer::PoisonSlot::default());
         for d in &cfg.dirs {
             let current = d.join("current");
             env.fs.create_dir_all(&current).map_err(|e| {
@@ -231,7 +231,7 @@ impl Journal {
 
     /// Why the journal takes no more writes, if it does not (a failed write or fsync).
     pub fn read_only_reason(&self) -> Option<String> {
-        self.dirs[0].poison.lock().as_ref().map(|p| p.reason())
+        self.dirs[0].poison.get().map(|p| p.reason())
     }
 
     /// Why the journal takes no more writes *for good* (a failed fsync, invariant 9): not
@@ -239,8 +239,7 @@ impl Journal {
     pub fn fatal_reason(&self) -> Option<String> {
         self.dirs[0]
             .poison
-            .lock()
-            .as_ref()
+            .get()
             .filter(|p| !p.no_space)
             .map(|p| p.reason())
     }
@@ -250,8 +249,7 @@ impl Journal {
     /// the caller has seen space freed. A poison for good (a failed fsync) stays: returns
     /// whether writes resumed.
     pub fn resume_after_space_freed(&self) -> bool {
-        let mut p = self.dirs[0].poison.lock();
-        match p.as_ref() {
+        self.dirs[0].poison.update(|p| match p.as_ref() {
             Some(poison) if poison.no_space => {
                 tracing::info!(
                     "space freed: the journal takes writes again (stopped by: {})",
@@ -261,7 +259,7 @@ impl Journal {
                 true
             }
             _ => false,
-        }
+        })
     }
 
     /// Stops all writes (invariant 9) because something outside the journal failed in
@@ -279,20 +277,20 @@ impl Journal {
     }
 
     fn record_poison(&self, poison: writer::Poison) {
-        let mut p = self.dirs[0].poison.lock();
-        let before = p.as_ref().map(|p| p.no_space);
-        writer::Poison::record(&mut p, &poison);
-        if before != p.as_ref().map(|p| p.no_space) {
-            tracing::error!("storage read-only: {}", poison.reason());
-        }
+        self.dirs[0].poison.update(|p| {
+            let before = p.as_ref().map(|p| p.no_space);
+            writer::Poison::record(p, &poison);
+            if before != p.as_ref().map(|p| p.no_space) {
+                tracing::error!("storage read-only: {}", poison.reason());
+            }
+        })
     }
 
     /// The error a write gets when the journal is poisoned.
     pub(crate) fn poison_error(&self, ledger: i64) -> Option<StorageError> {
         self.dirs[self.dir_index(ledger)]
             .poison
-            .lock()
-            .as_ref()
+            .get()
             .map(|p| p.later_error())
     }
 

@@ -1137,7 +1137,7 @@ fn a_batch_spanning_a_roll_syncs_both_files_before_any_callback() {
     let shared = Arc::new(DirShared::new(
         PathBuf::from("/j/current"),
         Position::default(),
-        Arc::new(parking_lot::Mutex::new(None)),
+        Arc::new(super::writer::PoisonSlot::default()),
     ));
     let mut syncer = Syncer::new(shared.clone(), Arc::new(SystemClock), true, false);
     let (tx, rx) = mpsc::channel();

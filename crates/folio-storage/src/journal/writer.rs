@@ -23,7 +23,7 @@ use std::collections::VecDeque;
 use std::io;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant;
 
 use bytes::Bytes;
@@ -213,6 +213,35 @@ struct Fill {
     records: usize,
 }
 
+/// The journal's poison, shared by all its directories: set when a write or fdatasync
+/// failed, or a full disk refused a write. Every add reads it (the submit, the bookie's
+/// read-only check), so the common case, no poison, is one atomic load rather than a
+/// lock the journal's threads share with every connection.
+#[derive(Default)]
+pub(crate) struct PoisonSlot {
+    /// Whether `slot` holds a poison; written only under `slot`'s lock.
+    poisoned: AtomicBool,
+    slot: Mutex<Option<Poison>>,
+}
+
+impl PoisonSlot {
+    /// The poison, if any.
+    pub(crate) fn get(&self) -> Option<Poison> {
+        if !self.poisoned.load(Ordering::Acquire) {
+            return None;
+        }
+        self.slot.lock().clone()
+    }
+
+    /// Changes the poison under its lock.
+    pub(crate) fn update<R>(&self, f: impl FnOnce(&mut Option<Poison>) -> R) -> R {
+        let mut slot = self.slot.lock();
+        let r = f(&mut slot);
+        self.poisoned.store(slot.is_some(), Ordering::Release);
+        r
+    }
+}
+
 /// State shared by a directory's writer thread and the engine.
 pub(crate) struct DirShared {
     /// `<journal dir>/current`
@@ -222,7 +251,7 @@ pub(crate) struct DirShared {
     /// Signalled when the writer becomes idle.
     idle_cv: Condvar,
     /// Shared by all directories: one failed write or fdatasync stops them all.
-    pub(crate) poison: Arc<Mutex<Option<Poison>>>,
+    pub(crate) poison: Arc<PoisonSlot>,
     /// End of the last group made durable: every record before it was applied to the
     /// ledger store before it was queued, so a checkpoint may take it as its mark.
     pub(crate) synced: Mutex<Position>,
@@ -235,7 +264,7 @@ pub(crate) struct DirShared {
 }
 
 impl DirShared {
-    pub(crate) fn new(dir: PathBuf, mark: Position, poison: Arc<Mutex<Option<Poison>>>) -> Self {
+    pub(crate) fn new(dir: PathBuf, mark: Position, poison: Arc<PoisonSlot>) -> Self {
         DirShared {
             dir,
             queue: Mutex::new(Queue::default()),
@@ -255,7 +284,7 @@ impl DirShared {
 
     /// Queues a request, or fails it at once if the directory is poisoned or shut down.
     pub(crate) fn submit(&self, req: Request) {
-        if let Some(p) = self.poison.lock().clone() {
+        if let Some(p) = self.poison.get() {
             fail(req, p.later_error());
             return;
         }
@@ -281,7 +310,7 @@ impl DirShared {
     /// when it next looks).
     pub(crate) fn poison_all(&self, p: &Poison) {
         tracing::error!("journal poisoned: {}", p.reason());
-        Poison::record(&mut self.poison.lock(), p);
+        self.poison.update(|slot| Poison::record(slot, p));
         let rest: Vec<Request> = {
             let mut q = self.queue.lock();
             q.bytes = 0;
@@ -518,7 +547,7 @@ impl Writer {
     }
 
     fn commit_batch(&mut self) {
-        let poison = self.shared.poison.lock().clone();
+        let poison = self.shared.poison.get();
         if let Some(p) = poison {
             for r in self.batch.drain(..) {
                 fail(r, p.later_error());
@@ -565,7 +594,7 @@ impl Writer {
                 // After handing the group on (inline: after its callbacks): the zeroes
                 // are not needed for its durability.
                 if !backlog
-                    && self.shared.poison.lock().is_none()
+                    && self.shared.poison.get().is_none()
                     && let Err(p) = self.top_up(self.pieces_per_group() * PREALLOC_CHUNK)
                 {
                     self.poison(p);
