@@ -13,6 +13,7 @@ use bytes::Bytes;
 use folio_metadata::Versioned;
 use folio_proto::{DigestManager, Status, VerifiedEntry, pb};
 use folio_types::metadata::LedgerMetadata;
+use folio_types::quorum::QuorumConfig;
 use folio_types::{BookieId, EntryId, LedgerId};
 use parking_lot::Mutex;
 use tokio::task::JoinSet;
@@ -94,6 +95,28 @@ impl InFlight<'_> {
     }
 }
 
+/// Consecutive entries a reader asks of the same replica first, where it has them.
+const READ_RUN: i64 = 16;
+
+/// The ensemble positions to ask for `entry`, in order: its write set, with the replica
+/// that serves the entry's run of [`READ_RUN`] entries first when it is in the write set
+/// (always, when E = Qw). BookKeeper asks the write set's first bookie, so a reader of
+/// consecutive entries sends each bookie every E-th entry; asking one bookie for a run
+/// gives each bookie bursts of requests for neighbouring entries, which it serves from one
+/// read-ahead run and answers with one write, and gives the reader its answers in bursts
+/// on one connection. Catch-up reads of 1 KiB entries with 100 in flight ran 1.2x faster
+/// against Folio's bookies and against BookKeeper's (docs/performance.md, "Reading runs
+/// from one replica"). Any replica of the write set may be asked: a replica without the
+/// entry answers "no entry" and the next is asked at once.
+fn read_order(quorum: &QuorumConfig, entry: EntryId) -> Vec<usize> {
+    let mut order = quorum.write_set(entry);
+    let run_replica = (entry.max(0) / READ_RUN) as usize % quorum.ensemble_size;
+    if let Some(i) = order.iter().position(|&p| p == run_replica) {
+        order[..=i].rotate_right(1);
+    }
+    order
+}
+
 /// Reads one entry from the replicas of its write set, in order, until one returns it
 /// with a valid digest. An error or a digest mismatch moves on to the next replica at
 /// once; a replica that has not answered after [`ClientConfig::speculative_read_timeout`]
@@ -120,8 +143,7 @@ pub(crate) async fn read_entry(
     let Some(ensemble) = meta.ensemble_for_entry(entry) else {
         return Err(ClientError::NoSuchEntry { ledger, entry });
     };
-    let replicas: Vec<&BookieId> = quorum
-        .write_set(entry)
+    let replicas: Vec<&BookieId> = read_order(&quorum, entry)
         .into_iter()
         .map(|p| &ensemble[p])
         .collect();
@@ -765,5 +787,42 @@ impl ReadHandle {
             self.raise_lac(lac);
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn q(e: usize, w: usize, a: usize) -> QuorumConfig {
+        QuorumConfig::new(e, w, a).unwrap()
+    }
+
+    #[test]
+    fn a_run_of_entries_is_asked_of_one_replica_first_then_the_write_set_in_order() {
+        let e3 = q(3, 3, 2);
+        for entry in 0..16 {
+            assert_eq!(read_order(&e3, entry)[0], 0, "entry {entry}");
+        }
+        assert_eq!(read_order(&e3, 16), vec![1, 2, 0]);
+        assert_eq!(read_order(&e3, 17), vec![1, 2, 0]);
+        assert_eq!(read_order(&e3, 18), vec![1, 0, 2]);
+        assert_eq!(read_order(&e3, 32), vec![2, 0, 1]);
+        assert_eq!(read_order(&e3, 48), vec![0, 1, 2]);
+        // Striped (E > Qw): the run's replica first where the entry is on it, else the
+        // write set as BookKeeper orders it; always a permutation of the write set.
+        let e5 = q(5, 2, 2);
+        assert_eq!(read_order(&e5, 0), vec![0, 1]);
+        assert_eq!(read_order(&e5, 1), vec![1, 2]);
+        assert_eq!(read_order(&e5, 4), vec![0, 4]);
+        assert_eq!(read_order(&e5, 16), vec![1, 2]);
+        assert_eq!(read_order(&e5, 17), vec![2, 3]);
+        for entry in 0..200 {
+            let mut got = read_order(&e5, entry);
+            got.sort_unstable();
+            let mut want = e5.write_set(entry);
+            want.sort_unstable();
+            assert_eq!(got, want, "entry {entry}");
+        }
     }
 }
