@@ -117,6 +117,9 @@ pub struct BookieConfig {
     /// Memory the index keeps of its pages (redb's cache).
     #[serde(alias = "dbStorage_rocksDB_blockCacheSize")]
     pub index_cache_bytes: u64,
+    /// Flushes for room per index commit (Folio's own; at least 1): the flushes between
+    /// commits stage their locations in memory.
+    pub index_commit_flushes: usize,
     #[serde(alias = "nettyMaxFrameSizeBytes")]
     pub max_frame_size: usize,
     #[serde(alias = "maxPendingAddRequestsPerThread")]
@@ -268,6 +271,7 @@ impl Default for BookieConfig {
             read_ahead_batch_size: 100,
             write_cache_bytes: 64 << 20,
             index_cache_bytes: folio_storage::index::DEFAULT_INDEX_CACHE_BYTES,
+            index_commit_flushes: folio_storage::ledger_store::DEFAULT_INDEX_COMMIT_FLUSHES,
             max_frame_size: 5 * 1024 * 1024,
             max_pending_adds: 10_000,
             max_pending_reads: 10_000,
@@ -469,6 +473,14 @@ write_cache_bytes = 67108864
 # Memory the index keeps of its pages: those read, and those a flush is writing (redb's cache;
 # the index file stays in the OS page cache besides). [dbStorage_rocksDB_blockCacheSize]
 index_cache_bytes = 16777216
+
+# Flushes of the write cache for room per index commit (Folio's own, no BookKeeper key): the
+# flushes in between keep their entries' locations in memory (at most about 10 MiB of them) and
+# the next commit writes them all, so that a bookie writing thousands of ledgers at once rewrites
+# each ledger's index block once per several flushes rather than every flush. Reads find staged
+# locations as they find committed ones. A staged flush is not durable: the journal's mark moves
+# only at a commit, so a restart replays up to this many flushes more. 1 commits every flush.
+index_commit_flushes = 4
 
 # Largest frame accepted on the bookie port, in bytes; a longer frame closes the connection.
 # [nettyMaxFrameSizeBytes]
@@ -771,6 +783,11 @@ impl BookieConfig {
                  accepts must fit in its write cache",
                 self.write_cache_bytes, self.max_frame_size
             )));
+        }
+        if self.index_commit_flushes == 0 {
+            return Err(ConfigError::Invalid(
+                "index_commit_flushes is 0: at least 1 (1 commits the index at every flush)".into(),
+            ));
         }
         if self.max_frame_size < 1024 {
             return Err(ConfigError::Invalid(format!(
@@ -1126,7 +1143,27 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(e.contains("max_long_poll_timeout_ms"), "{e}");
+        let e = BookieConfig {
+            index_commit_flushes: 0,
+            ..base.clone()
+        }
+        .validate()
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("index_commit_flushes is 0"), "{e}");
         base.validate().unwrap();
+    }
+
+    #[test]
+    fn index_commit_flushes_reaches_the_ledger_store() {
+        let c = BookieConfig::from_toml("index_commit_flushes = 2", Path::new("x.toml")).unwrap();
+        assert_eq!(crate::engine::storage_config(&c).1.index_commit_flushes, 2);
+        assert_eq!(
+            crate::engine::storage_config(&BookieConfig::default())
+                .1
+                .index_commit_flushes,
+            folio_storage::ledger_store::DEFAULT_INDEX_COMMIT_FLUSHES
+        );
     }
 
     #[test]

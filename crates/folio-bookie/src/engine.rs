@@ -67,6 +67,7 @@ pub fn storage_config(config: &BookieConfig) -> (StorageConfig, LedgerStoreConfi
     store.read_ahead_batch_size = config.read_ahead_batch_size;
     store.write_cache_bytes = config.write_cache_bytes;
     store.index_cache_bytes = config.index_cache_bytes;
+    store.index_commit_flushes = config.index_commit_flushes;
     (storage, store)
 }
 
