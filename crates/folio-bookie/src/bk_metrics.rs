@@ -6,14 +6,12 @@
 //! [`QUANTILES`]. Folio's own `folio_*` metrics say more (a status label, a histogram with
 //! buckets, seconds); these exist only for compatibility.
 
-use std::time::Duration;
-
 /// The quantiles of BookKeeper's op-stats summaries.
-pub const QUANTILES: &[f64] = &[0.5, 0.75, 0.95, 0.99, 0.999, 0.9999, 1.0];
+pub use folio_env::op_stats::QUANTILES;
 
 /// BookKeeper's request-level and processing-level op stats for a request (Folio's op
 /// names, `wire::op_name`). Folio times one span per request, from its decoding to its
-/// response, and reports it under both.
+/// response, and reports it under both (`request_metrics`, one op stats shown twice).
 pub(crate) fn op_stats(op: &str) -> Option<(&'static str, &'static str)> {
     Some(match op {
         "add" => (
@@ -46,17 +44,6 @@ pub(crate) fn op_stats(op: &str) -> Option<(&'static str, &'static str)> {
         ),
         _ => return None,
     })
-}
-
-/// Records a finished request under BookKeeper's names.
-pub(crate) fn request_done(op: &str, ok: bool, elapsed: Duration) {
-    let Some((request, processing)) = op_stats(op) else {
-        return;
-    };
-    let ms = elapsed.as_secs_f64() * 1000.0;
-    let success = if ok { "true" } else { "false" };
-    metrics::histogram!(request, "success" => success).record(ms);
-    metrics::histogram!(processing, "success" => success).record(ms);
 }
 
 /// BookKeeper's `bookie_SERVER_STATUS`: 1 writable, 0 read-only, -1 not registered.

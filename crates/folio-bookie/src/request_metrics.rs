@@ -1,22 +1,25 @@
 //! The metrics every request records, with their handles registered once per bookie
-//! server instead of looked up on every request: Folio's latency histogram and request
-//! counter, BookKeeper's `bookkeeper_server_*` op stats (`bk_metrics`), and the bytes in
-//! and out. A `metrics::counter!` with labels builds its key (allocating the labels),
-//! hashes it and finds it in the recorder's registry each time; at 100-byte adds the six
-//! such lookups of a request were a visible part of a bookie's CPU per entry. Requests
-//! answered with an error are rare and take the macros' path. The tests of `/metrics`
-//! (folio-http's `bookie_routes`, the binary's `standalone_http` with a label per bookie)
-//! read what these record.
+//! server instead of looked up on every request: one op stats per op and outcome
+//! (`folio_env::op_stats`), shown as Folio's latency histogram and as BookKeeper's
+//! `bookkeeper_server_*` request and processing op stats (`bk_metrics`); Folio's request
+//! counter; the bytes in and out. A `metrics::counter!` with labels builds its key
+//! (allocating the labels), hashes it and finds it in the recorder's registry each time,
+//! and each exporter histogram sample is a timestamped queue push: at small adds these were
+//! a visible part of a bookie's CPU per entry. The tests of `/metrics` (folio-http's
+//! `bookie_routes`, the binary's `standalone_http` with a label per bookie) read what
+//! these record.
 //!
 //! Handles are registered on first use, on one of the bookie's threads, so that where one
 //! process runs several bookies each gets its own `bookie` label (`folio_env::metric_label`).
 //! The process's recorder must be installed before the bookie serves (folio-http's
-//! `BookieAdmin` installs it when it is built); handles registered without one record nowhere.
+//! `BookieAdmin` installs it when it is built); counters registered without one count
+//! nowhere.
 
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use metrics::{Counter, Histogram};
+use folio_env::op_stats::{self, Kind, OpStats};
+use metrics::Counter;
 
 use crate::request::Status;
 use crate::wire::OP_NAMES;
@@ -29,32 +32,45 @@ pub(crate) struct RequestMetrics {
     bytes_out: OnceLock<Counter>,
 }
 
-/// The handles of one op answered EOK.
+/// The handles of one op.
 struct OpMetrics {
-    latency: Histogram,
-    ok: Counter,
-    /// BookKeeper's request and processing op stats with `success="true"`, for the ops
-    /// BookKeeper has.
-    bk: Option<(Histogram, Histogram)>,
+    /// Answered EOK, and answered otherwise (BookKeeper's `success` label).
+    ok: Arc<OpStats>,
+    failed: Arc<OpStats>,
+    ok_count: Counter,
 }
 
 impl OpMetrics {
     fn register(op: &'static str) -> OpMetrics {
+        let ok = op_stats::op_stats();
+        let failed = op_stats::op_stats();
+        op_stats::expose(
+            "folio_bookie_request_latency_seconds",
+            Kind::Histogram,
+            &[("op", op)],
+            &[&ok, &failed],
+        );
+        if let Some((request, processing)) = crate::bk_metrics::op_stats(op) {
+            for name in [request, processing] {
+                op_stats::expose(name, Kind::Summary, &[("success", "true")], &[&ok]);
+                op_stats::expose(name, Kind::Summary, &[("success", "false")], &[&failed]);
+            }
+        }
         OpMetrics {
-            latency: metrics::histogram!("folio_bookie_request_latency_seconds", "op" => op),
-            ok: metrics::counter!(
-                "folio_bookie_requests_total",
-                "op" => op,
-                "status" => status_label(Status::Ok)
-            ),
-            bk: crate::bk_metrics::op_stats(op).map(|(request, processing)| {
-                (
-                    metrics::histogram!(request, "success" => "true"),
-                    metrics::histogram!(processing, "success" => "true"),
-                )
-            }),
+            ok,
+            failed,
+            ok_count: requests_total(op, Status::Ok),
         }
     }
+}
+
+/// Folio's request counter of `op` answered with `status`.
+fn requests_total(op: &'static str, status: Status) -> Counter {
+    metrics::counter!(
+        "folio_bookie_requests_total",
+        "op" => op,
+        "status" => status_label(status)
+    )
 }
 
 impl RequestMetrics {
@@ -62,30 +78,15 @@ impl RequestMetrics {
     /// (from its decoding to its answer).
     pub(crate) fn done(&self, op: usize, status: Status, elapsed: Duration) {
         let name = OP_NAMES[op];
-        if status != Status::Ok {
-            return Self::done_slowly(name, status, elapsed);
-        }
         let m = self.ops[op].get_or_init(|| OpMetrics::register(name));
-        m.latency.record(elapsed.as_secs_f64());
-        m.ok.increment(1);
-        if let Some((request, processing)) = &m.bk {
-            let ms = elapsed.as_secs_f64() * 1000.0;
-            request.record(ms);
-            processing.record(ms);
+        if status == Status::Ok {
+            m.ok.record(elapsed);
+            m.ok_count.increment(1);
+        } else {
+            // Rare: the counter's key is looked up each time.
+            m.failed.record(elapsed);
+            requests_total(name, status).increment(1);
         }
-    }
-
-    /// The same metrics through the macros, for an error answer.
-    fn done_slowly(op: &'static str, status: Status, elapsed: Duration) {
-        metrics::histogram!("folio_bookie_request_latency_seconds", "op" => op)
-            .record(elapsed.as_secs_f64());
-        metrics::counter!(
-            "folio_bookie_requests_total",
-            "op" => op,
-            "status" => status_label(status)
-        )
-        .increment(1);
-        crate::bk_metrics::request_done(op, status == Status::Ok, elapsed);
     }
 
     /// Bytes read from clients (frames with their length prefix).

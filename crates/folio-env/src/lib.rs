@@ -10,6 +10,7 @@ pub mod aligned;
 pub mod clock;
 pub mod fs;
 pub mod metric_label;
+pub mod op_stats;
 pub mod rand;
 #[cfg(feature = "sim")]
 pub mod sim;

@@ -48,8 +48,9 @@ const UPKEEP_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
 /// `build_recorder` starts no upkeep (`install` would): every histogram sample then stays
 /// queued until the next scrape, so a bookie that nobody scrapes grows by each request's
 /// samples, about 1 MB a second per bookie at 30,000 adds a second (RSS 169 to 357 MB in
-/// 60 s of 100-byte adds, measured). A thread of its own folds them in every 5 s, as the
-/// exporter's own upkeep task would, every [`UPKEEP_INTERVAL`].
+/// 60 s of 100-byte adds, measured). A thread of its own folds them in every
+/// [`UPKEEP_INTERVAL`], as the exporter's own upkeep task would, and starts the summary
+/// windows of Folio's op stats (`folio_env::op_stats::rotate`).
 fn start_upkeep(handle: PrometheusHandle) {
     let started = std::thread::Builder::new()
         .name("metrics-upkeep".into())
@@ -57,6 +58,7 @@ fn start_upkeep(handle: PrometheusHandle) {
             loop {
                 std::thread::sleep(UPKEEP_INTERVAL);
                 handle.run_upkeep();
+                folio_env::op_stats::rotate(std::time::Instant::now());
             }
         });
     if let Err(e) = started {
@@ -121,24 +123,14 @@ fn own_samples(text: &str, label: &str) -> String {
     out
 }
 
-/// Folio's own latency histograms get buckets (seconds, 100 µs to 10 s); everything else
-/// is a summary with BookKeeper's quantiles, as its Prometheus provider reports op stats.
+/// Every op stats summary the exporter records has BookKeeper's quantiles, as its
+/// Prometheus provider reports op stats. (The request latencies and the journal's adds are
+/// `folio_env::op_stats`, rendered after the exporter's text.)
 fn recorder() -> PrometheusBuilder {
-    const BUCKETS: &[f64] = &[
-        0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
-        5.0, 10.0,
-    ];
-    // Both fail only on an empty list; these are constants.
+    // Fails only on an empty list; this is a constant.
     PrometheusBuilder::new()
         .set_quantiles(folio_bookie::bk_metrics::QUANTILES)
         .expect("quantiles")
-        .set_buckets_for_metric(
-            metrics_exporter_prometheus::Matcher::Full(
-                "folio_bookie_request_latency_seconds".into(),
-            ),
-            BUCKETS,
-        )
-        .expect("buckets")
 }
 
 pub(crate) async fn metrics_text(State(s): State<AdminState>) -> Response {
@@ -158,14 +150,19 @@ pub(crate) async fn metrics_text(State(s): State<AdminState>) -> Response {
         crate::host_metrics::set_directory_gauges(disk, writable);
     }
     match prometheus() {
-        Some(h) => (
-            [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-            match &s.metrics_label {
-                Some(label) => own_samples(&h.render(), label),
-                None => h.render(),
-            },
-        )
-            .into_response(),
+        Some(h) => {
+            let mut text = h.render();
+            folio_env::op_stats::rotate(std::time::Instant::now());
+            folio_env::op_stats::render(&mut text);
+            (
+                [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+                match &s.metrics_label {
+                    Some(label) => own_samples(&text, label),
+                    None => text,
+                },
+            )
+                .into_response()
+        }
         None => (
             StatusCode::SERVICE_UNAVAILABLE,
             "metrics recorder not installed\n",

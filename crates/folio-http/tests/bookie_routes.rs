@@ -163,6 +163,19 @@ async fn admin_http_endpoint_answers() {
             "no {name} {labels:?} series in {body}"
         );
     }
+    // One TYPE line per family, its samples together: a Prometheus server refuses a scrape
+    // with a family twice (the request op stats are rendered apart from the exporter's).
+    let mut families = Vec::new();
+    for line in body.lines().filter(|l| l.starts_with("# TYPE ")) {
+        let family = line.split(' ').nth(2).unwrap();
+        assert!(!families.contains(&family), "{family} twice in {body}");
+        families.push(family);
+    }
+    assert!(
+        families.contains(&"bookkeeper_server_ADD_ENTRY_REQUEST")
+            && families.contains(&"folio_bookie_request_latency_seconds"),
+        "{families:?}"
+    );
     // Every bookie metric the shipped Grafana dashboard charts exists (autorecovery's and
     // GC's appear once those have run, which this bookie does not).
     let dashboard: serde_json::Value =

@@ -19,6 +19,7 @@ use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use folio_env::op_stats::{self, Kind, OpStats};
 use folio_env::{Clock, File};
 use parking_lot::{Condvar, Mutex};
 
@@ -54,6 +55,9 @@ pub(crate) struct Syncer {
     /// The file whose pages were last dropped, and the offset below which they were.
     cache_file: u64,
     cache_dropped: u64,
+    /// BookKeeper's `bookie_journal_JOURNAL_ADD_ENTRY` (ms, `success="true"`), registered
+    /// by the first group on this (labelled) thread; one op stats sample per entry.
+    add_entry: Option<Arc<OpStats>>,
 }
 
 impl Syncer {
@@ -70,6 +74,7 @@ impl Syncer {
             remove_pages_from_cache,
             cache_file: 0,
             cache_dropped: 0,
+            add_entry: None,
         }
     }
 
@@ -127,12 +132,20 @@ impl Syncer {
         // the position cover its record.
         *self.shared.synced.lock() = end;
         let now = self.clock.now();
-        let add_entry =
-            metrics::histogram!("bookie_journal_JOURNAL_ADD_ENTRY", "success" => "true");
+        let add_entry = self.add_entry.get_or_insert_with(|| {
+            let s = op_stats::op_stats();
+            op_stats::expose(
+                "bookie_journal_JOURNAL_ADD_ENTRY",
+                Kind::Summary,
+                &[("success", "true")],
+                &[&s],
+            );
+            s
+        });
         for job in &mut jobs {
             for r in job.batch.drain(..) {
                 // From the submit to durable: what an add waits for the journal.
-                add_entry.record(now.saturating_duration_since(r.enqueued).as_secs_f64() * 1e3);
+                add_entry.record(now.saturating_duration_since(r.enqueued));
                 if let Some(done) = r.done {
                     done(Ok(()));
                 }
