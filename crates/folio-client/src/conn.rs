@@ -795,7 +795,7 @@ enum StartedHow {
 impl Bookies {
     /// Queues the add `req` on the live connection to `bookie` without waking its writer,
     /// so that a ledger writer sending many adds flushes them together
-    /// ([`Bookies::flush`]). Its answer (or `Timeout` once `timeout` passed and the
+    /// ([`Bookies::flush`]). Its answer (or `Timeout` once `deadline` passed and the
     /// sweeper looked, or `Unreachable` with a retry if the connection
     /// broke) goes to `answers`, tagged with `entry` and the bookie; `None` says so.
     /// With no live connection the add is handed back, for [`Bookies::finish`] to send.
@@ -803,11 +803,10 @@ impl Bookies {
         &self,
         bookie: &BookieId,
         mut req: pb::Request,
-        timeout: Duration,
+        deadline: Instant,
         answers: AddAnswers,
         entry: i64,
     ) -> Option<Started> {
-        let deadline = Instant::now() + timeout;
         let operation = req.header.operation;
         if let Some(conn) = self.live(bookie) {
             let txn = self.next_txn.fetch_add(1, Ordering::Relaxed);
@@ -1549,7 +1548,13 @@ mod tests {
         let t = Duration::from_secs(1);
         let (tx, _rx) = answers();
         let started = b
-            .start_add(&id, req::add(1, 0, &[0; 20], Bytes::new(), false), t, tx, 0)
+            .start_add(
+                &id,
+                req::add(1, 0, &[0; 20], Bytes::new(), false),
+                Instant::now() + t,
+                tx,
+                0,
+            )
             .expect("no connection: not routed");
         let finish = b.finish(started);
         assert!(
@@ -1766,7 +1771,8 @@ mod tests {
         assert_eq!(seen.recv().await, Some(Seen::Add(0, 0)));
         for e in 1..=5 {
             assert!(
-                b.start_add(&id, add(e), t, tx.clone(), e).is_none(),
+                b.start_add(&id, add(e), Instant::now() + t, tx.clone(), e)
+                    .is_none(),
                 "a live connection takes it"
             );
         }
@@ -1786,7 +1792,7 @@ mod tests {
         // Without a connection the add is handed back, and made on a new one at its finish.
         let (id, mut seen) = serve_scripted(|_, _| Act::Answer).await;
         let s = b
-            .start_add(&id, add(7), t, tx.clone(), 7)
+            .start_add(&id, add(7), Instant::now() + t, tx.clone(), 7)
             .expect("not routed");
         assert!(matches!(s.how, StartedHow::Unsent(_)));
         assert_eq!(b.finish(s).await.unwrap().add_response.unwrap().entry_id, 7);
@@ -1802,7 +1808,10 @@ mod tests {
         let (tx, mut rx) = answers();
         let r = b.call(&id, add(0), t).await;
         assert_eq!(r.unwrap_err(), RpcError::Status(Status::Fenced));
-        assert!(b.start_add(&id, add(1), t, tx.clone(), 1).is_none());
+        assert!(
+            b.start_add(&id, add(1), Instant::now() + t, tx.clone(), 1)
+                .is_none()
+        );
         b.flush(&id);
         let a = answer(&mut rx).await;
         assert_eq!(a.result, Err(RpcError::Status(Status::Fenced)));
@@ -1823,12 +1832,24 @@ mod tests {
         let (tx, mut rx) = answers();
         b.call(&id, add(0), Duration::from_secs(60)).await.unwrap();
         assert!(
-            b.start_add(&id, add(1), Duration::from_millis(50), tx.clone(), 1)
-                .is_none()
+            b.start_add(
+                &id,
+                add(1),
+                Instant::now() + Duration::from_millis(50),
+                tx.clone(),
+                1
+            )
+            .is_none()
         );
         assert!(
-            b.start_add(&id, add(2), Duration::from_secs(3600), tx.clone(), 2)
-                .is_none()
+            b.start_add(
+                &id,
+                add(2),
+                Instant::now() + Duration::from_secs(3600),
+                tx.clone(),
+                2
+            )
+            .is_none()
         );
         b.flush(&id);
         assert_eq!(seen.recv().await, Some(Seen::Add(0, 0)));
@@ -1861,7 +1882,10 @@ mod tests {
         let t = Duration::from_secs(60);
         let (tx, mut rx) = answers();
         b.call(&id, add(0), t).await.unwrap();
-        assert!(b.start_add(&id, add(1), t, tx.clone(), 1).is_none());
+        assert!(
+            b.start_add(&id, add(1), Instant::now() + t, tx.clone(), 1)
+                .is_none()
+        );
         b.flush(&id);
         let a = answer(&mut rx).await;
         assert!(
@@ -1887,14 +1911,17 @@ mod tests {
         let b = bookies();
         let t = Duration::from_secs(60);
         let (tx, mut rx) = answers();
-        let s = b.start_add(&id, add(0), t, tx.clone(), 0);
+        let s = b.start_add(&id, add(0), Instant::now() + t, tx.clone(), 0);
         assert!(s.is_some(), "no connection yet");
         drop(s);
         // Made by `call`; this one is never answered.
         let r = b.call(&id, add(1), Duration::from_millis(100)).await;
         assert_eq!(r.unwrap_err(), RpcError::Timeout);
         assert_eq!(seen.recv().await, Some(Seen::Add(0, 1)));
-        assert!(b.start_add(&id, add(2), t, tx.clone(), 2).is_none()); // queued, never flushed
+        assert!(
+            b.start_add(&id, add(2), Instant::now() + t, tx.clone(), 2)
+                .is_none()
+        ); // queued, never flushed
         b.close_all();
         let wait = Duration::from_secs(60);
         let next = tokio::time::timeout(wait, seen.recv()).await.unwrap();

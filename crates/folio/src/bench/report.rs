@@ -37,9 +37,11 @@ impl Latencies {
         }
     }
 
-    /// Records an operation started at `start` that took until now.
-    pub fn record_since(&mut self, start: Instant) {
-        let took = start.elapsed();
+    /// Records an operation started at `start` and done at `end` (the caller's clock
+    /// reading, which it may use again: one reading per operation keeps the benchmark's own
+    /// cost out of what it measures).
+    pub fn record_between(&mut self, start: Instant, end: Instant) {
+        let took = end.saturating_duration_since(start);
         self.record(took);
         if let Some((origin, v)) = &mut self.series {
             let at = start.saturating_duration_since(*origin);
@@ -197,8 +199,9 @@ mod tests {
         let origin = Instant::now() - Duration::from_millis(50);
         let mut l = Latencies::with_series(origin);
         // Recorded out of order (a later start answered first), written in start order.
-        l.record_since(origin + Duration::from_millis(20));
-        l.record_since(origin + Duration::from_millis(10));
+        let now = Instant::now();
+        l.record_between(origin + Duration::from_millis(20), now);
+        l.record_between(origin + Duration::from_millis(10), now);
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("lat.txt");
         l.write_series(&path).unwrap();

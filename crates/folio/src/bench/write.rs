@@ -300,6 +300,10 @@ pub(super) fn payload(size: usize) -> Bytes {
 
 /// Appends to one ledger with up to `window` outstanding until `limit`; returns how many
 /// were acknowledged. Acknowledgements come in entry order, so the oldest is awaited first.
+/// The clock is read once per entry when the window is full, as it mostly is: the reading
+/// that ends an entry's latency starts the next one's (and checks the time limit), since
+/// that entry is appended right after. The clock was 8% of the client's CPU at 1 KiB adds
+/// when read four times per entry (perf).
 pub(super) async fn append_loop(
     ledger: Arc<LedgerHandle>,
     payload: Bytes,
@@ -310,14 +314,19 @@ pub(super) async fn append_loop(
 ) -> anyhow::Result<u64> {
     let mut pending = VecDeque::new();
     let (mut sent, mut acked) = (0u64, 0u64);
+    let mut now = Instant::now();
     loop {
         let more = match limit {
             Limit::Entries(n) => sent < n,
-            Limit::Until(t) => Instant::now() < t,
+            Limit::Until(t) => now < t,
         };
         if more && (pending.len() as u64) < window {
-            pending.push_back((Instant::now(), ledger.append(payload.clone())));
+            pending.push_back((now, ledger.append(payload.clone())));
             sent += 1;
+            if (pending.len() as u64) < window {
+                // Filling the window: each append gets its own start.
+                now = Instant::now();
+            }
             continue;
         }
         let Some((t0, fut)) = pending.pop_front() else {
@@ -325,7 +334,11 @@ pub(super) async fn append_loop(
         };
         fut.await
             .with_context(|| format!("append to ledger {} failed", ledger.id()))?;
-        latencies.lock().expect("latency lock").record_since(t0);
+        now = Instant::now();
+        latencies
+            .lock()
+            .expect("latency lock")
+            .record_between(t0, now);
         acked += 1;
         progress.inc(1);
     }
