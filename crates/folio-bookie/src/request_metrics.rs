@@ -42,8 +42,8 @@ struct OpMetrics {
 
 impl OpMetrics {
     fn register(op: &'static str) -> OpMetrics {
-        let ok = op_stats::op_stats();
-        let failed = op_stats::op_stats();
+        let ok = op_stats::op_stats(&format!("request {op} ok"));
+        let failed = op_stats::op_stats(&format!("request {op} failed"));
         op_stats::expose(
             "folio_bookie_request_latency_seconds",
             Kind::Histogram,

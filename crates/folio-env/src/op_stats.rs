@@ -14,10 +14,11 @@
 //! Summary quantiles cover the last 40 to 60 seconds ([`rotate`] keeps the windows), as the
 //! exporter's and BookKeeper's rolling summaries do; counts and sums are cumulative.
 //!
-//! The series of a thread with a `bookie` label ([`crate::metric_label`]) carry that label,
-//! as the process's recorder labels everything else. A series registered twice (a bookie
-//! server started again in one process) sums both registrations' op stats, so its counts
-//! never go back.
+//! The op stats and series of a thread with a `bookie` label ([`crate::metric_label`]) carry
+//! that label, as the process's recorder labels everything else. Like the exporter's
+//! handles, op stats are kept per key and label for the life of the process: a bookie
+//! started again in one process (a restart in a test, thousands in the simulator) counts on
+//! into the same ones, so memory stays bounded and counts never go back.
 
 use std::collections::VecDeque;
 use std::fmt::Write as _;
@@ -169,8 +170,8 @@ struct Series {
 #[derive(Default)]
 struct Registry {
     series: Vec<Series>,
-    /// Every op stats once, for [`rotate`].
-    all: Vec<Arc<OpStats>>,
+    /// Every op stats, by key and `bookie` label.
+    stats: Vec<(String, Option<Arc<str>>, Arc<OpStats>)>,
 }
 
 fn registry() -> &'static Mutex<Registry> {
@@ -178,15 +179,22 @@ fn registry() -> &'static Mutex<Registry> {
     R.get_or_init(Mutex::default)
 }
 
-/// A new op stats, counted in the summary windows.
-pub fn op_stats() -> Arc<OpStats> {
+/// The op stats of `key` under this thread's `bookie` label, made at the first call: every
+/// call with the same key on a thread with the same label gets the same one.
+pub fn op_stats(key: &str) -> Arc<OpStats> {
+    let bookie = crate::metric_label::current();
+    let mut r = registry().lock();
+    if let Some((_, _, s)) = r.stats.iter().find(|(k, b, _)| k == key && *b == bookie) {
+        return Arc::clone(s);
+    }
     let s = Arc::new(OpStats::new());
-    registry().lock().all.push(s.clone());
+    r.stats.push((key.to_string(), bookie, Arc::clone(&s)));
     s
 }
 
 /// Shows the sum of `parts` as series `family{labels}` of `kind`, with this thread's
-/// `bookie` label after `labels`. A series registered again adds its parts to those it has.
+/// `bookie` label after `labels`; a series already shown is left as it is (its parts are
+/// the same op stats, [`op_stats`]).
 pub fn expose(family: &'static str, kind: Kind, labels: &[(&str, &str)], parts: &[&Arc<OpStats>]) {
     let mut rendered = String::new();
     let bookie = crate::metric_label::current();
@@ -203,26 +211,29 @@ pub fn expose(family: &'static str, kind: Kind, labels: &[(&str, &str)], parts: 
         let _ = write!(rendered, "{k}=\"{v}\"");
     }
     let mut r = registry().lock();
-    let parts = parts.iter().map(|p| Arc::clone(p));
-    match r
-        .series
-        .iter_mut()
-        .find(|s| s.family == family && s.labels == rendered)
+    if r.series
+        .iter()
+        .any(|s| s.family == family && s.labels == rendered)
     {
-        Some(s) => s.parts.extend(parts),
-        None => r.series.push(Series {
-            family,
-            kind,
-            labels: rendered,
-            parts: parts.collect(),
-        }),
+        return;
     }
+    r.series.push(Series {
+        family,
+        kind,
+        labels: rendered,
+        parts: parts.iter().map(|p| Arc::clone(p)).collect(),
+    });
 }
 
 /// Starts new summary windows where the newest is [`WINDOW`] old (call it every few
 /// seconds; a scrape calls it too).
 pub fn rotate(now: Instant) {
-    let all = registry().lock().all.clone();
+    let all: Vec<Arc<OpStats>> = registry()
+        .lock()
+        .stats
+        .iter()
+        .map(|(_, _, s)| s.clone())
+        .collect();
     for s in all {
         s.rotate(now);
     }
@@ -357,8 +368,8 @@ mod tests {
 
     #[test]
     fn a_summary_and_a_histogram_render_the_same_samples() {
-        let ok = op_stats();
-        let failed = op_stats();
+        let ok = op_stats("test x ok");
+        let failed = op_stats("test x failed");
         expose("test_op", Kind::Summary, &[("success", "true")], &[&ok]);
         expose(
             "test_op",
@@ -372,7 +383,12 @@ mod tests {
             &[("op", "x")],
             &[&ok, &failed],
         );
-        expose("test_unused", Kind::Summary, &[], &[&op_stats()]);
+        expose(
+            "test_unused",
+            Kind::Summary,
+            &[],
+            &[&op_stats("test unused")],
+        );
         for ms in [1, 2, 3, 300] {
             ok.record(Duration::from_millis(ms));
         }
@@ -412,6 +428,25 @@ mod tests {
             5.0
         );
         assert_eq!(text.matches("# TYPE test_op summary").count(), 1, "{text}");
+
+        // Registered again (a bookie started again in this process): the same op stats
+        // and series, counting on.
+        let again = op_stats("test x ok");
+        assert!(Arc::ptr_eq(&again, &ok));
+        expose("test_op", Kind::Summary, &[("success", "true")], &[&again]);
+        again.record(Duration::from_millis(4));
+        let mut text = String::new();
+        render(&mut text);
+        assert_eq!(sample(&text, "test_op_count{success=\"true\"}"), 5.0);
+        assert_eq!(text.matches("test_op_count{success=\"true\"}").count(), 1);
+        // Another bookie's label gets its own.
+        let other = std::thread::spawn(|| {
+            crate::metric_label::set(Some("b2".into()));
+            op_stats("test x ok")
+        })
+        .join()
+        .unwrap();
+        assert!(!Arc::ptr_eq(&other, &ok));
     }
 
     #[test]

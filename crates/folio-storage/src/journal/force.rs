@@ -55,8 +55,8 @@ pub(crate) struct Syncer {
     /// The file whose pages were last dropped, and the offset below which they were.
     cache_file: u64,
     cache_dropped: u64,
-    /// BookKeeper's `bookie_journal_JOURNAL_ADD_ENTRY` (ms, `success="true"`), registered
-    /// by the first group on this (labelled) thread; one op stats sample per entry.
+    /// BookKeeper's `bookie_journal_JOURNAL_ADD_ENTRY` (ms, `success="true"`), looked up by
+    /// the first group on this (labelled) thread; one op stats sample per entry.
     add_entry: Option<Arc<OpStats>>,
 }
 
@@ -133,7 +133,7 @@ impl Syncer {
         *self.shared.synced.lock() = end;
         let now = self.clock.now();
         let add_entry = self.add_entry.get_or_insert_with(|| {
-            let s = op_stats::op_stats();
+            let s = op_stats::op_stats("journal add");
             op_stats::expose(
                 "bookie_journal_JOURNAL_ADD_ENTRY",
                 Kind::Summary,
