@@ -69,11 +69,24 @@ async fn two_bookie_failures_change_the_ensemble_twice() {
     let a = first.current_ensemble().unwrap().1[0].clone();
     cluster.kill(&a).await;
     write(&w, 10, 20).await;
-    let second = client.ledger_metadata(w.id()).await.unwrap();
+    // Entries 10..20 may all be acknowledged by the other two before the client sees `a`
+    // gone, so the change that replaces it can come after them: wait for it, and write on
+    // the new ensemble before the second failure, so that the two changes start at
+    // different entries (failed 1 in a full test run when `b` was killed at once).
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    let second = loop {
+        let m = client.ledger_metadata(w.id()).await.unwrap();
+        if !m.current_ensemble().unwrap().1.contains(&a) {
+            break m;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{:?}", m.ensembles);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    write(&w, 20, 25).await;
     let b = second.current_ensemble().unwrap().1[2].clone();
     assert_ne!(a, b);
     cluster.kill(&b).await;
-    write(&w, 20, 30).await;
+    write(&w, 25, 30).await;
     patient(w.close()).await.unwrap();
     let meta = client.ledger_metadata(w.id()).await.unwrap();
     assert!(meta.ensembles.len() >= 3, "{:?}", meta.ensembles);
