@@ -4,7 +4,8 @@
 //! already converted to the protocol-neutral [`request`] model), talks to storage through the
 //! [`storage::BookieStorage`] trait and hands back responses through a callback, so it can be
 //! tested with the in-memory [`memory::MemoryStorage`] and driven by the simulator. The async shell
-//! ([`server`]) only moves frames between sockets and the processor; [`wire`] converts frames to
+//! ([`server`]) only moves frames between sockets and the processor (answers through a
+//! connection's `responder`); [`wire`] converts frames to
 //! and from the model. [`engine`] adapts the real storage engine, [`gc`] deletes ledgers whose
 //! metadata is gone, [`registration`] checks the cookie and keeps the bookie registered, [`admin`] is the seam to the admin
 //! HTTP endpoint (served by `folio-http`), [`config`] the TOML
@@ -23,6 +24,7 @@ pub mod read_pool;
 pub mod registration;
 pub mod request;
 mod request_metrics;
+mod responder;
 pub mod server;
 pub mod storage;
 pub mod tls;

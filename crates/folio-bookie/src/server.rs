@@ -2,8 +2,9 @@
 //!
 //! Per connection, a reader decodes frames (v3 or v2, per frame) and hands each request to the
 //! processor; responses are written as they complete, in whatever order that is (clients match
-//! them by txn id or by ledger and entry), by a writer task that batches whatever is ready into
-//! one flush. Bounds: a frame larger than `max_frame_size` closes the connection (one log line);
+//! them by txn id or by ledger and entry): the answers a journal group completes by the journal
+//! thread, one write per connection, the rest by the connection's writer task, which batches
+//! whatever is ready into one flush (`responder`). Bounds: a frame larger than `max_frame_size` closes the connection (one log line);
 //! at most `max_pending_per_connection` requests of a connection are unanswered at once, beyond
 //! which the reader stops reading the socket until responses drain (TCP backpressure reaches the
 //! client); at most `max_connections` connections are served, further ones are closed at accept.
@@ -26,9 +27,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufWriter};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream, ToSocketAddrs};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio::task::JoinSet;
 use tracing::{debug, info, warn};
 
@@ -36,6 +37,7 @@ use crate::processor::{ConnectionId, LongPollTimer, Processor, Reply};
 use crate::read_pool::ReadPool;
 use crate::request::{Request, Response, Status};
 use crate::request_metrics::RequestMetrics;
+use crate::responder::{self, Outgoing, Socket};
 use crate::storage::BookieStorage;
 use crate::tls::{Access, ServerTls, Verdict};
 use crate::wire::{self, Decoded};
@@ -236,36 +238,6 @@ impl Drop for ConnectionGauge {
     }
 }
 
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
-/// A response ready to write, holding its connection's pending slot until written: its
-/// frame body, in two pieces when a read's entry is sent as it was read (`tail`).
-struct Outgoing {
-    body: Bytes,
-    tail: Option<Bytes>,
-    _slot: OwnedSemaphorePermit,
-}
-
-impl Outgoing {
-    fn whole(body: Bytes, slot: OwnedSemaphorePermit) -> Outgoing {
-        Outgoing {
-            body,
-            tail: None,
-            _slot: slot,
-        }
-    }
-
-    fn len(&self) -> usize {
-        self.body.len() + self.tail.as_ref().map_or(0, Bytes::len)
-    }
-}
-
 async fn serve_connection<S: BookieStorage>(
     stream: TcpStream,
     conn: Conn<S>,
@@ -281,19 +253,34 @@ async fn serve_connection<S: BookieStorage>(
         None => {
             let (rd, wr) = stream.into_split();
             let decoder = folio_proto::FrameDecoder::with_max_frame_size(config.max_frame_size);
-            conn.serve(rd, wr, decoder, None, Access::Open, shutdown)
+            conn.serve(rd, Socket::Plain(wr), decoder, None, Access::Open, shutdown)
                 .await;
         }
         Some(tls) => match start_tls(stream, peer, tls, &config, &mut shutdown).await {
             Upgrade::Tls(stream, access) => {
                 let (rd, wr) = tokio::io::split(*stream);
                 let decoder = folio_proto::FrameDecoder::with_max_frame_size(config.max_frame_size);
-                conn.serve(rd, wr, decoder, None, access, shutdown).await;
+                conn.serve(
+                    rd,
+                    Socket::Tls(Box::new(wr)),
+                    decoder,
+                    None,
+                    access,
+                    shutdown,
+                )
+                .await;
             }
             Upgrade::Plain(stream, decoder, first) => {
                 let (rd, wr) = stream.into_split();
-                conn.serve(rd, wr, decoder, Some(first), Access::Open, shutdown)
-                    .await;
+                conn.serve(
+                    rd,
+                    Socket::Plain(wr),
+                    decoder,
+                    Some(first),
+                    Access::Open,
+                    shutdown,
+                )
+                .await;
             }
             Upgrade::Closed => {}
         },
@@ -483,17 +470,16 @@ struct Conn<S: BookieStorage> {
 impl<S: BookieStorage> Conn<S> {
     /// Serves requests over a plaintext or TLS stream until it closes or the server stops.
     /// `first` is a frame already read (by [`start_tls`]); `access` decides each request.
-    async fn serve<R, W>(
+    async fn serve<R>(
         self,
         mut rd: R,
-        wr: W,
+        socket: Socket,
         mut decoder: folio_proto::FrameDecoder,
         mut first: Option<Bytes>,
         access: Access,
         mut shutdown: watch::Receiver<bool>,
     ) where
         R: AsyncRead + Unpin,
-        W: AsyncWrite + Unpin + Send + 'static,
     {
         let Conn {
             peer,
@@ -502,14 +488,9 @@ impl<S: BookieStorage> Conn<S> {
             config,
             request_metrics,
         } = self;
-        let (tx, rx) = mpsc::unbounded_channel::<Outgoing>();
-        // Aborted with this task (a shutdown past its drain timeout), closing the socket.
-        let mut writer = AbortOnDrop(tokio::spawn(write_loop(
-            wr,
-            rx,
-            peer,
-            request_metrics.clone(),
-        )));
+        // Dropped with this task (a shutdown past its drain timeout), the writer stops and
+        // the connection's answers still pending are dropped.
+        let (tx, mut writer) = responder::start(socket, peer, request_metrics.clone());
         let pending = Arc::new(Semaphore::new(config.max_pending_per_connection));
         // This connection's long polls: bounded, dropped when it closes.
         let polls = processor.connection();
@@ -554,7 +535,7 @@ impl<S: BookieStorage> Conn<S> {
                                 &echo,
                                 Response::error_for(&request, Status::Unauthorized),
                             );
-                            let _ = tx.send(Outgoing::whole(body, slot));
+                            tx.send(Outgoing::whole(body, slot));
                         }
                         Verdict::DenyAndClose(why) => {
                             metrics::counter!("folio_bookie_unauthorized_total").increment(1);
@@ -563,12 +544,12 @@ impl<S: BookieStorage> Conn<S> {
                                 &echo,
                                 Response::error_for(&request, Status::Unauthorized),
                             );
-                            let _ = tx.send(Outgoing::whole(body, slot));
+                            tx.send(Outgoing::whole(body, slot));
                             break 'conn;
                         }
                     },
                     Decoded::Answer(body) => {
-                        let _ = tx.send(Outgoing::whole(body, slot));
+                        tx.send(Outgoing::whole(body, slot));
                         if matches!(access, Access::Refused(_)) {
                             break 'conn;
                         }
@@ -603,7 +584,7 @@ impl<S: BookieStorage> Conn<S> {
         drop(polls);
         // The writer ends once every pending reply has been sent (each holds a sender).
         drop(tx);
-        let _ = (&mut writer.0).await;
+        writer.wait().await;
     }
 }
 
@@ -619,7 +600,7 @@ fn dispatch<S: BookieStorage>(
     request: Request,
     echo: wire::Echo,
     slot: OwnedSemaphorePermit,
-    tx: mpsc::UnboundedSender<Outgoing>,
+    tx: responder::Sender,
     request_metrics: Arc<RequestMetrics>,
 ) {
     let op = wire::op_index(&request);
@@ -627,11 +608,7 @@ fn dispatch<S: BookieStorage>(
     let reply: Reply = Box::new(move |response| {
         request_metrics.done(op, response.status(), started.elapsed());
         let (body, tail) = wire::encode_pieces(&echo, response);
-        let _ = tx.send(Outgoing {
-            body,
-            tail,
-            _slot: slot,
-        });
+        tx.send(Outgoing::new(body, tail, slot));
     });
     let blocking = matches!(
         request,
@@ -687,48 +664,4 @@ fn schedule_expiry<S: BookieStorage>(
 /// Resolves once the shutdown flag is set (the watch guard is not held across an await).
 async fn stopped(shutdown: &mut watch::Receiver<bool>) {
     let _ = shutdown.wait_for(|stop| *stop).await;
-}
-
-async fn write_loop<W: AsyncWrite + Unpin>(
-    wr: W,
-    mut rx: mpsc::UnboundedReceiver<Outgoing>,
-    peer: SocketAddr,
-    request_metrics: Arc<RequestMetrics>,
-) {
-    let mut w = BufWriter::with_capacity(64 * 1024, wr);
-    while let Some(first) = rx.recv().await {
-        let mut batch = vec![first];
-        while let Ok(more) = rx.try_recv() {
-            batch.push(more);
-            if batch.len() >= 256 {
-                break;
-            }
-        }
-        let mut bytes = 0u64;
-        for out in &batch {
-            bytes += out.len() as u64 + 4;
-            let written = async {
-                w.write_u32(out.len() as u32).await?;
-                w.write_all(&out.body).await?;
-                match &out.tail {
-                    // Written past the buffer when at least its size (BufWriter's rule).
-                    Some(tail) => w.write_all(tail).await,
-                    None => Ok(()),
-                }
-            }
-            .await;
-            if let Err(e) = written {
-                debug!(%peer, "write failed: {e}");
-                return;
-            }
-        }
-        if let Err(e) = w.flush().await {
-            debug!(%peer, "write failed: {e}");
-            return;
-        }
-        request_metrics.bytes_out(bytes);
-        // The slots are released only now that the responses are on the socket.
-        drop(batch);
-    }
-    let _ = w.shutdown().await;
 }

@@ -8,6 +8,7 @@
 //! may have lost. [`Storage`] is the engine the bookie calls.
 
 mod bk_stats;
+pub mod callback_batch;
 pub mod checkpoint;
 pub mod config;
 pub mod consistency;

@@ -142,15 +142,19 @@ impl Syncer {
             );
             s
         });
-        for job in &mut jobs {
-            for r in job.batch.drain(..) {
-                // From the submit to durable: what an add waits for the journal.
-                add_entry.record(now.saturating_duration_since(r.enqueued));
-                if let Some(done) = r.done {
-                    done(Ok(()));
+        // One batch: what the callbacks leave (a bookie's answers to write, one write per
+        // connection) runs once they all have.
+        crate::callback_batch::run(|| {
+            for job in &mut jobs {
+                for r in job.batch.drain(..) {
+                    // From the submit to durable: what an add waits for the journal.
+                    add_entry.record(now.saturating_duration_since(r.enqueued));
+                    if let Some(done) = r.done {
+                        done(Ok(()));
+                    }
                 }
             }
-        }
+        });
         // After the callbacks: not needed for any group's durability.
         if let Some(last) = jobs.last() {
             self.drop_synced_pages(last);
