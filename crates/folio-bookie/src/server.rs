@@ -4,9 +4,10 @@
 //! processor; responses are written as they complete, in whatever order that is (clients match
 //! them by txn id or by ledger and entry): the answers a journal group completes by the journal
 //! thread, one write per connection, the rest by the connection's writer task, which batches
-//! whatever is ready into one flush (`responder`). Bounds: a frame larger than `max_frame_size` closes the connection (one log line);
-//! at most `max_pending_per_connection` requests of a connection are unanswered at once, beyond
-//! which the reader stops reading the socket until responses drain (TCP backpressure reaches the
+//! whatever is ready into one flush (`responder`). Bounds: a frame larger than
+//! `max_frame_size` closes the connection (one log line); at most
+//! `max_pending_per_connection` requests of a connection are unanswered at once, beyond which
+//! the reader stops reading the socket until responses drain (TCP backpressure reaches the
 //! client); at most `max_connections` connections are served, further ones are closed at accept.
 //! Input that is not a request closes only its own connection and touches nothing stored.
 //!
