@@ -225,14 +225,12 @@ impl Responder {
     /// Writes what is queued without blocking, under the queue's lock.
     fn write_queued(&self) -> Progress {
         let mut q = self.queue.lock();
+        // Held until broken, which lets go of it (under this lock): so it is not broken.
         let Some(sock) = q.sock.clone() else {
             return Progress::Broken;
         };
         let mut written = 0u64;
         let progress = loop {
-            if q.broken {
-                break Progress::Broken;
-            }
             if q.answers.is_empty() {
                 break Progress::Written;
             }
