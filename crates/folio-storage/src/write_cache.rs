@@ -17,7 +17,10 @@
 //! An entry is a [`Bytes`] slice of its chunk,
 //! so reads and the flush still share it without copying; a chunk goes back to the spare
 //! list only when nothing holds a slice of it any more. Each ledger's entries are kept in
-//! a vector sorted by entry id (they arrive in order), not one tree node per entry.
+//! a vector sorted by entry id (they arrive in order), not one tree node per entry; a
+//! flushed generation's vectors are kept, emptied, for the next generation's ledgers,
+//! since growing them again from empty after every flush cost fresh memory (page faults)
+//! and copies at every doubling.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -35,10 +38,13 @@ const MAX_CHUNK: usize = 1024 * 1024;
 /// docs/performance.md).
 const OWN_BUFFER_MIN: usize = 16 * 1024;
 
+/// One ledger's entries in a generation, sorted by entry id.
+type EntryList = Vec<(i64, Bytes)>;
+
 /// One generation of entries: per ledger, sorted by entry id.
 #[derive(Debug, Default)]
 pub struct Generation {
-    ledgers: HashMap<i64, Vec<(i64, Bytes)>>,
+    ledgers: HashMap<i64, EntryList>,
     /// The chunks this generation's entries were copied into: each handle is the unused
     /// end of its chunk (the last one is still being filled).
     chunks: Vec<BytesMut>,
@@ -69,8 +75,12 @@ impl Generation {
     }
 
     /// Adds or replaces; entries of a ledger usually arrive in order, so this is a push.
-    fn put(&mut self, ledger: i64, entry: i64, data: Bytes) {
-        let v = self.ledgers.entry(ledger).or_default();
+    /// A ledger new to this generation takes an empty list from `spare` if there is one.
+    fn put(&mut self, ledger: i64, entry: i64, data: Bytes, spare: &mut Vec<EntryList>) {
+        let v = self
+            .ledgers
+            .entry(ledger)
+            .or_insert_with(|| spare.pop().unwrap_or_default());
         self.bytes += data.len() as u64;
         match v.last() {
             Some((last, _)) if *last >= entry => {
@@ -102,7 +112,7 @@ impl Generation {
     /// Every entry in (ledger, entry) order: the order a flush writes them in.
     pub fn iter(&self) -> impl Iterator<Item = (i64, i64, &Bytes)> {
         // Sorted with their vectors, so that each ledger is not looked up again.
-        let mut ledgers: Vec<(i64, &Vec<(i64, Bytes)>)> =
+        let mut ledgers: Vec<(i64, &EntryList)> =
             self.ledgers.iter().map(|(l, v)| (*l, v)).collect();
         ledgers.sort_unstable_by_key(|(l, _)| *l);
         ledgers
@@ -120,6 +130,8 @@ pub struct WriteCache {
     flushing: Arc<Generation>,
     /// Chunks whose entries are all gone, ready to be filled again.
     spare: Vec<BytesMut>,
+    /// A flushed generation's per-ledger lists, emptied, for ledgers of the next ones.
+    spare_lists: Vec<EntryList>,
     /// Flushes finished so far (see [`WriteCache::flushes`]).
     flushes: u64,
 }
@@ -132,6 +144,7 @@ impl WriteCache {
             active: Generation::default(),
             flushing: Arc::new(Generation::default()),
             spare: Vec::new(),
+            spare_lists: Vec::new(),
             flushes: 0,
         }
     }
@@ -169,7 +182,7 @@ impl WriteCache {
         } else {
             self.copy_in(&data)
         };
-        self.active.put(ledger, entry, data);
+        self.active.put(ledger, entry, data, &mut self.spare_lists);
     }
 
     fn copy_in(&mut self, data: &[u8]) -> Bytes {
@@ -251,7 +264,7 @@ impl WriteCache {
             } = active;
             for (l, entries) in ledgers {
                 for (e, data) in entries {
-                    merged.put(l, e, data);
+                    merged.put(l, e, data, &mut Vec::new());
                 }
             }
             merged.chunks.extend(chunks);
@@ -272,7 +285,16 @@ impl WriteCache {
         else {
             return;
         };
-        drop(ledgers);
+        // The lists go first: their entries hold slices of the chunks. As many are kept
+        // as the generation had ledgers, so that they stay bounded by what it held.
+        let lists = ledgers.len();
+        for (_, mut list) in ledgers {
+            if self.spare_lists.len() >= lists {
+                break;
+            }
+            list.clear();
+            self.spare_lists.push(list);
+        }
         let keep = (self.limit / self.chunk as u64) as usize + 1;
         for mut c in chunks {
             if self.spare.len() >= keep {
@@ -406,6 +428,12 @@ mod tests {
             held.as_ref(),
             &[7u8; 1000][..],
             "a held entry is never overwritten"
+        );
+        // The flushed generation's list comes back for a ledger of the next one.
+        assert!(
+            c.active.ledgers[&2].capacity() >= 100,
+            "ledger 2 took ledger 1's list: capacity {}",
+            c.active.ledgers[&2].capacity()
         );
         // Large entries keep their own buffer; one just below the bound is copied.
         let big = Bytes::from(vec![1u8; OWN_BUFFER_MIN]);

@@ -137,19 +137,6 @@ pub(super) fn overlay(
     view.into_iter().map(|((l, e), loc)| (l, e, loc)).collect()
 }
 
-/// The staged batches and `latest` as one batch, in the order a commit must apply them
-/// (each batch's puts, oldest first, then every deletion: a ledger is never written
-/// after its deletion, so applying them all last is the same).
-pub(super) fn combined(staged: &[Arc<StagedBatch>], latest: &IndexBatch) -> IndexBatch {
-    let mut out = IndexBatch::default();
-    for b in staged.iter().map(|b| &b.batch).chain([latest]) {
-        out.locations.extend_from_slice(&b.locations);
-        out.ledgers.extend(b.ledgers.iter().cloned());
-        out.deleted.extend_from_slice(&b.deleted);
-    }
-    out
-}
-
 /// How many locations the staged batches hold.
 pub(super) fn locations(staged: &[Arc<StagedBatch>]) -> usize {
     staged.iter().map(|b| b.batch.locations.len()).sum()

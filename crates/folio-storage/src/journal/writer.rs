@@ -580,7 +580,9 @@ impl Writer {
                         offset: self.offset,
                     },
                     wrote,
-                    batch: std::mem::take(&mut self.batch),
+                    // The next group starts with room for one like this one, rather
+                    // than growing from empty (fresh memory at every doubling).
+                    batch: std::mem::replace(&mut self.batch, Vec::with_capacity(records)),
                 };
                 match &mut self.sync {
                     Sync::Thread(q) => {
