@@ -285,9 +285,11 @@ impl WriteCache {
         else {
             return;
         };
-        // The lists go first: their entries hold slices of the chunks. As many are kept
-        // as the generation had ledgers, so that they stay bounded by what it held.
+        // The lists go first: their entries hold slices of the chunks. At most as many are
+        // kept as this generation had ledgers, so that the spare ones follow the latest
+        // generation (a burst over thousands of ledgers is not kept for ever after).
         let lists = ledgers.len();
+        self.spare_lists.truncate(lists);
         for (_, mut list) in ledgers {
             if self.spare_lists.len() >= lists {
                 break;
@@ -434,6 +436,22 @@ mod tests {
             c.active.ledgers[&2].capacity() >= 100,
             "ledger 2 took ledger 1's list: capacity {}",
             c.active.ledgers[&2].capacity()
+        );
+        // Spare lists follow the latest generation: one that held a single ledger leaves
+        // one, however many an earlier one left.
+        for l in 10..20 {
+            c.insert(l, 0, b(10));
+        }
+        drop(c.start_flush());
+        c.finish_flush();
+        assert_eq!(c.spare_lists.len(), 11, "ledger 2 and ledgers 10-19");
+        c.insert(30, 0, b(10));
+        drop(c.start_flush());
+        c.finish_flush();
+        assert_eq!(
+            c.spare_lists.len(),
+            1,
+            "kept as many as the last generation's ledgers"
         );
         // Large entries keep their own buffer; one just below the bound is copied.
         let big = Bytes::from(vec![1u8; OWN_BUFFER_MIN]);
