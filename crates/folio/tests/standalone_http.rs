@@ -258,6 +258,24 @@ fn autorecovery_routes_and_metrics_under_bookkeepers_names() {
         (status, body.as_str()),
         (200, "Successfully triggered audit\n")
     );
+    // The Auditor's metrics under BookKeeper's embedded names, and Folio's gauge. Waited
+    // for before autorecovery is disabled below: a triggered audit that has not started
+    // by then waits for it to be enabled again, and records nothing.
+    let deadline = std::time::Instant::now() + common::TIMEOUT;
+    loop {
+        let (_, metrics) = http(&addr, "GET", "/metrics");
+        if metrics.contains("replication_auditor_election_attempts")
+            && metrics.contains("replication_auditor_AUDIT_BOOKIES_TIME")
+            && metrics.contains("folio_autorecovery_under_replicated_ledgers 0")
+        {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "metrics missing: {metrics}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
     fails(
         &addr,
         "PUT",
@@ -285,22 +303,6 @@ fn autorecovery_routes_and_metrics_under_bookkeepers_names() {
     );
     assert_eq!(body, "lostBookieRecoveryDelay value: 0\n");
 
-    // The Auditor's metrics under BookKeeper's embedded names, and Folio's gauge.
-    let deadline = std::time::Instant::now() + common::TIMEOUT;
-    loop {
-        let (_, metrics) = http(&addr, "GET", "/metrics");
-        if metrics.contains("replication_auditor_election_attempts")
-            && metrics.contains("replication_auditor_AUDIT_BOOKIES_TIME")
-            && metrics.contains("folio_autorecovery_under_replicated_ledgers 0")
-        {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "metrics missing: {metrics}"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(200));
-    }
     sa.stop();
 }
 
