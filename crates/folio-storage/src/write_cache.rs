@@ -67,6 +67,11 @@ impl Generation {
         self.bytes
     }
 
+    /// Ledgers with an entry here.
+    pub fn ledger_count(&self) -> usize {
+        self.ledgers.len()
+    }
+
     fn get(&self, ledger: i64, entry: i64) -> Option<&Bytes> {
         let v = self.ledgers.get(&ledger)?;
         v.binary_search_by_key(&entry, |(e, _)| *e)

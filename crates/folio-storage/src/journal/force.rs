@@ -159,6 +159,9 @@ impl Syncer {
         if let Some(last) = jobs.last() {
             self.drop_synced_pages(last);
         }
+        for job in jobs {
+            self.shared.give_back_batch(job.batch);
+        }
     }
 
     /// Drops the pages of durable records (everything before `end`) from the page cache,

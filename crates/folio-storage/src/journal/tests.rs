@@ -1551,3 +1551,33 @@ fn a_full_disk_stops_writes_until_space_is_freed_a_failed_fsync_for_good() {
     let entries: Vec<i64> = seen.iter().map(|r| r.entry).collect();
     assert_eq!(&entries[..2], &[0, 3], "the acknowledged records, in order");
 }
+
+/// A group's list comes back from the force-write thread, emptied, for a later group,
+/// instead of being dropped there and built afresh (a large allocation per group with
+/// thousands of adds in flight); at most a few are kept.
+#[test]
+fn group_lists_come_back_for_later_groups_and_few_are_kept() {
+    use writer::SPARE_BATCHES;
+    let fs = SimFileSystem::new();
+    let c = JournalConfig {
+        force_write_thread: true,
+        ..JournalConfig::with_dirs(vec![PathBuf::from("/j")])
+    };
+    let (j, _) = open(&sim_env(&fs), &c).unwrap();
+    for round in 0..20 {
+        let pending: Vec<Done> = (0..50)
+            .map(|i| append(&j, 1, round * 50 + i, &[7; 100]))
+            .collect();
+        for rx in pending {
+            wait(rx).unwrap();
+        }
+        let spare = j.dirs[0].spare_batches.lock();
+        assert!(
+            (1..=SPARE_BATCHES).contains(&spare.len()),
+            "round {round}: {} lists kept",
+            spare.len()
+        );
+        assert!(spare.iter().all(Vec::is_empty), "kept lists hold no request");
+    }
+    assert!(j.stats().group_commits > 1);
+}

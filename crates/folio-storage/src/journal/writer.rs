@@ -261,7 +261,14 @@ pub(crate) struct DirShared {
     /// Written groups waiting for the force-write thread's fdatasync (BookKeeper's
     /// `JOURNAL_FORCE_WRITE_QUEUE_SIZE`); always 0 without that thread.
     pub(crate) force_write_queued: AtomicU64,
+    /// Emptied group lists the force-write thread handed back, for the writer's next
+    /// groups (see [`DirShared::give_back_batch`]).
+    pub(super) spare_batches: Mutex<Vec<Vec<Request>>>,
 }
+
+/// How many emptied group lists are kept for reuse: enough for the groups in flight
+/// between the writer and the force-write thread.
+pub(super) const SPARE_BATCHES: usize = 4;
 
 impl DirShared {
     pub(crate) fn new(dir: PathBuf, mark: Position, poison: Arc<PoisonSlot>) -> Self {
@@ -275,7 +282,27 @@ impl DirShared {
             persisted_mark: Mutex::new(mark),
             counters: Counters::default(),
             force_write_queued: AtomicU64::new(0),
+            spare_batches: Mutex::new(Vec::new()),
         }
+    }
+
+    /// Keeps a group's emptied list for a later group. A list built on the writer thread
+    /// and dropped on the force-write thread was a fresh allocation per group, large
+    /// with thousands of adds in flight, and its pages were faulted in again each time
+    /// (docs/performance.md).
+    pub(crate) fn give_back_batch(&self, mut batch: Vec<Request>) {
+        batch.clear();
+        let mut spare = self.spare_batches.lock();
+        if spare.len() < SPARE_BATCHES {
+            spare.push(batch);
+        }
+    }
+
+    /// A list for the next group, with room for at least `records`.
+    fn spare_batch(&self, records: usize) -> Vec<Request> {
+        let mut batch = self.spare_batches.lock().pop().unwrap_or_default();
+        batch.reserve(records);
+        batch
     }
 
     pub(crate) fn synced(&self) -> Position {
@@ -581,8 +608,12 @@ impl Writer {
                     },
                     wrote,
                     // The next group starts with room for one like this one, rather
-                    // than growing from empty (fresh memory at every doubling).
-                    batch: std::mem::replace(&mut self.batch, Vec::with_capacity(records)),
+                    // than growing from empty (fresh memory at every doubling), in a
+                    // list an earlier group used if one is back.
+                    batch: std::mem::replace(
+                        &mut self.batch,
+                        self.shared.spare_batch(records),
+                    ),
                 };
                 match &mut self.sync {
                     Sync::Thread(q) => {

@@ -1113,3 +1113,54 @@ fn a_read_that_cannot_block_answers_as_a_blocking_read_or_not_at_all() {
         assert_eq!(s.get_entry(3, 5).unwrap(), None);
     }
 }
+
+/// Flushes for room commit the index once in `index_commit_flushes` when each holds many
+/// entries per ledger, and four times less often when each holds one or two entries of
+/// each of many ledgers (then a commit rewrites an index block per entry or two). Every
+/// entry stays readable meanwhile and after a reopen.
+#[test]
+fn sparse_flushes_for_room_commit_the_index_less_often() {
+    let d = dirs(1 << 20, 8 << 20);
+    let d = Dirs {
+        config: LedgerStoreConfig {
+            index_commit_flushes: 2,
+            ..d.config
+        },
+        ..d
+    };
+    let s = open(&d);
+    // Which of `flushes` flushes for room committed, each of `ledgers` ledgers getting
+    // `per_ledger` entries before each.
+    let mut next = std::collections::HashMap::<i64, i64>::new();
+    let mut run = |ledgers: i64, per_ledger: i64, flushes: usize| -> Vec<bool> {
+        (0..flushes)
+            .map(|_| {
+                for l in 1..=ledgers {
+                    for _ in 0..per_ledger {
+                        let e = next.entry(l).or_default();
+                        s.put_entry(l, *e, data(l, *e)).unwrap();
+                        *e += 1;
+                    }
+                }
+                s.flush_for_room().unwrap()
+            })
+            .collect()
+    };
+    // Dense: 4 ledgers, 8 entries each per flush.
+    assert_eq!(run(4, 8, 4), [false, true, false, true]);
+    // Sparse: 50 ledgers, one entry each per flush: 2 x 4 flushes per commit.
+    assert_eq!(
+        run(50, 1, 16),
+        [[false; 7].as_slice(), &[true], &[false; 7], &[true]].concat()
+    );
+    for (l, n) in &next {
+        for e in 0..*n {
+            assert_eq!(s.get_entry(*l, e).unwrap(), Some(data(*l, e)), "{l}:{e}");
+        }
+    }
+    drop(s);
+    let s = open(&d);
+    for (l, n) in &next {
+        assert_eq!(s.entry_ids(*l).unwrap(), (0..*n).collect::<Vec<_>>(), "ledger {l}");
+    }
+}
