@@ -669,6 +669,10 @@ struct Blocks {
     last: Option<((i64, i64), usize)>,
     /// `touched`'s keys sorted, for writing in key order.
     order: Vec<((i64, i64), usize)>,
+    /// The most blocks a recent transaction touched, decaying by a sixteenth per
+    /// transaction: the room kept follows it, so that a small commit between large ones
+    /// (a periodic checkpoint's) does not give back what the next large one needs.
+    recent_most: usize,
 }
 
 impl Blocks {
@@ -744,8 +748,8 @@ impl Blocks {
         result
     }
 
-    /// Forgets every block, keeping the room they took unless it is far more than they
-    /// needed (a burst over many ledgers is not kept for good).
+    /// Forgets every block, keeping the room they took unless it is far more than recent
+    /// transactions needed (a burst over many ledgers is not kept for good).
     fn clear(&mut self) {
         let used = self.touched.len();
         if used == 0 {
@@ -755,10 +759,12 @@ impl Blocks {
         self.at.clear();
         self.order.clear();
         self.last = None;
-        if self.touched.capacity() > 4 * used.max(64) {
-            self.touched.shrink_to(2 * used.max(64));
-            self.at.shrink_to(2 * used.max(64));
-            self.order.shrink_to(2 * used.max(64));
+        self.recent_most = used.max(self.recent_most - self.recent_most / 16);
+        let keep = 2 * self.recent_most.max(64);
+        if self.touched.capacity() > 2 * keep {
+            self.touched.shrink_to(keep);
+            self.at.shrink_to(keep);
+            self.order.shrink_to(keep);
         }
     }
 }
@@ -898,10 +904,23 @@ mod tests {
         let kept = room();
         assert!(kept >= 1000, "{kept}");
         idx.commit(&batch(1000, 5000)).unwrap();
-        assert_eq!(room(), kept, "the next commit reuses the room, not a new map");
+        assert_eq!(
+            room(),
+            kept,
+            "the next commit reuses the room, not a new map"
+        );
         assert!(idx.write.lock().blocks.touched.is_empty());
+        // One small commit keeps the room (the next may be large again); many give it back.
         idx.commit(&batch(10, 9000)).unwrap();
-        assert!(room() < 1000, "after a smaller commit the room shrinks: {}", room());
+        assert_eq!(room(), kept, "one small commit keeps the room");
+        for _ in 0..40 {
+            idx.commit(&batch(10, 9000)).unwrap();
+        }
+        assert!(
+            room() < 1000,
+            "after many small commits the room shrinks: {}",
+            room()
+        );
         for l in 0..1000 {
             let base = if l < 10 { 9000 } else { 5000 };
             assert_eq!(idx.get(l, 0).unwrap(), Some(loc(base + l as u64)));

@@ -1577,7 +1577,10 @@ fn group_lists_come_back_for_later_groups_and_few_are_kept() {
             "round {round}: {} lists kept",
             spare.len()
         );
-        assert!(spare.iter().all(Vec::is_empty), "kept lists hold no request");
+        assert!(
+            spare.iter().all(Vec::is_empty),
+            "kept lists hold no request"
+        );
     }
     assert!(j.stats().group_commits > 1);
 }

@@ -610,10 +610,7 @@ impl Writer {
                     // The next group starts with room for one like this one, rather
                     // than growing from empty (fresh memory at every doubling), in a
                     // list an earlier group used if one is back.
-                    batch: std::mem::replace(
-                        &mut self.batch,
-                        self.shared.spare_batch(records),
-                    ),
+                    batch: std::mem::replace(&mut self.batch, self.shared.spare_batch(records)),
                 };
                 match &mut self.sync {
                     Sync::Thread(q) => {

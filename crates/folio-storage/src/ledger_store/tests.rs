@@ -1161,6 +1161,10 @@ fn sparse_flushes_for_room_commit_the_index_less_often() {
     drop(s);
     let s = open(&d);
     for (l, n) in &next {
-        assert_eq!(s.entry_ids(*l).unwrap(), (0..*n).collect::<Vec<_>>(), "ledger {l}");
+        assert_eq!(
+            s.entry_ids(*l).unwrap(),
+            (0..*n).collect::<Vec<_>>(),
+            "ledger {l}"
+        );
     }
 }
