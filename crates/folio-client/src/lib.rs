@@ -40,6 +40,7 @@ pub mod config;
 pub mod conn;
 pub mod coverage;
 pub mod ensemble;
+mod entry_queue;
 pub mod error;
 mod ledger;
 pub mod pending;

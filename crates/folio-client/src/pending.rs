@@ -27,6 +27,7 @@ use folio_proto::DigestManager;
 use folio_types::quorum::QuorumConfig;
 use folio_types::{BookieId, EntryId, LedgerId};
 
+use crate::entry_queue::EntryQueue;
 use crate::error::ClientError;
 
 /// What a bookie answered to an add (timeouts and lost connections are `Failed`).
@@ -80,7 +81,7 @@ pub struct WriterState {
     digest: DigestManager,
     /// Caller-chosen entry ids ("adv" ledger).
     adv: bool,
-    pending: BTreeMap<EntryId, PendingAdd>,
+    pending: EntryQueue<PendingAdd>,
     lac: EntryId,
     /// Highest entry id handed out or added.
     last_added: EntryId,
@@ -133,7 +134,7 @@ impl WriterState {
             ensemble,
             digest,
             adv: settings.adv,
-            pending: BTreeMap::new(),
+            pending: EntryQueue::default(),
             lac: -1,
             last_added: -1,
             length: 0,
@@ -331,7 +332,7 @@ impl WriterState {
         // for the next change.
         let ensemble = &self.ensemble;
         self.failed.retain(|p, b| &ensemble[*p] == b);
-        for (&entry, add) in &self.pending {
+        for (entry, add) in self.pending.iter() {
             for p in self.quorum.write_set(entry) {
                 if replaced.contains(&p)
                     && !self.failed.contains_key(&p)
@@ -371,7 +372,7 @@ impl WriterState {
         if self.error.is_some() {
             return actions;
         }
-        if let Some((&entry, add)) = self.pending.iter().next()
+        if let Some((entry, add)) = self.pending.first()
             && now.saturating_duration_since(add.added_at) >= timeout
         {
             let error = ClientError::Timeout {
@@ -410,7 +411,7 @@ impl WriterState {
         if changing {
             return;
         }
-        while let Some((&entry, add)) = self.pending.iter().next() {
+        while let Some((entry, add)) = self.pending.first() {
             if entry != self.lac + 1 || self.ack_count(entry, add) < self.quorum.ack_quorum {
                 break;
             }
@@ -426,7 +427,7 @@ impl WriterState {
     /// delayed and every pending entry can still reach its ack quorum without them.
     fn change_needed(&self) -> bool {
         !self.delay_ensemble_change
-            || self.pending.keys().any(|&e| {
+            || self.pending.keys().any(|e| {
                 self.quorum
                     .write_set(e)
                     .into_iter()
@@ -459,7 +460,7 @@ impl WriterState {
 
     fn fail_all(&mut self, error: ClientError, actions: &mut Vec<WriterAction>) {
         self.error = Some(error.clone());
-        for (entry, _) in std::mem::take(&mut self.pending) {
+        for (entry, _) in self.pending.drain() {
             actions.push(WriterAction::Failed {
                 entry,
                 error: error.clone(),

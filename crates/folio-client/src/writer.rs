@@ -40,6 +40,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::client::{Inner, proto_digest};
 use crate::conn::{AddAnswer, AddAnswers, AnswerSink, RpcError, Started, req};
 use crate::ensemble::with_new_fragment;
+use crate::entry_queue::EntryQueue;
 use crate::error::{ClientError, Result};
 use crate::pending::{AddOutcome, WriterAction, WriterSettings, WriterState};
 
@@ -71,7 +72,7 @@ pub(crate) struct Writer {
 struct Core {
     state: WriterState,
     meta: Versioned<LedgerMetadata>,
-    callbacks: BTreeMap<EntryId, oneshot::Sender<Result<EntryId>>>,
+    callbacks: EntryQueue<oneshot::Sender<Result<EntryId>>>,
     /// Every bookie that failed this writer (never chosen again as a replacement).
     failed_bookies: BTreeSet<BookieId>,
     last_add: Instant,
@@ -153,7 +154,7 @@ impl Writer {
             core: Mutex::new(Core {
                 state,
                 meta,
-                callbacks: BTreeMap::new(),
+                callbacks: EntryQueue::default(),
                 failed_bookies: BTreeSet::new(),
                 last_add: inner.clock.now(),
                 piggybacked_lac: -1,
