@@ -113,7 +113,7 @@ pub const DEFAULT_INDEX_COMMIT_FLUSHES: usize = 4;
 const SPARSE_ENTRIES_PER_LEDGER: usize = 4;
 /// After a sparse flush, a commit comes this many times less often (16 flushes by
 /// default): each index block is then rewritten once for several entries. At 10,000
-/// ledgers the checkpoint's CPU per entry fell by a third and throughput rose 8%, at
+/// ledgers the checkpoint's CPU per entry fell by 30% and throughput rose 9-10%, at
 /// no cost when few ledgers are written (docs/performance.md, 2026-12-06 (20:00)).
 const SPARSE_COMMIT_FACTOR: usize = 4;
 /// The most locations staged (40 bytes each, about 10 MiB): a flush for room that would
