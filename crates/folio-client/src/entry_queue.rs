@@ -89,6 +89,7 @@ impl<V> EntryQueue<V> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use folio_env::Rng;
     use std::collections::BTreeMap;
 
     /// Random adds (mostly in order, some out of order as an adv ledger's caller may),
@@ -97,13 +98,8 @@ mod tests {
     fn behaves_as_an_ordered_map() {
         let mut q = EntryQueue::default();
         let mut m = BTreeMap::new();
-        let mut seed = 0x2545_f491_4f6c_dd1du64;
-        let mut next = |n: u64| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed % n
-        };
+        let rng = folio_env::SystemRng::with_seed(0x2545_f491_4f6c_dd1d);
+        let next = |n: u64| rng.below(n);
         let mut top = 0i64;
         for step in 0..20_000 {
             match next(10) {
