@@ -35,8 +35,9 @@ pub struct Location {
 /// Bytes of records per ledger in one log, for its ledgers map. A flush appends ledger
 /// by ledger, so the bytes of a run of one ledger's records are summed apart and added
 /// to the map once per run: with 10,000 ledgers in a log, a lookup of the map per record
-/// was a walk of a tree too large for the CPU's caches (0.8 µs per append against 0.5 at
-/// 100 ledgers; docs/performance.md).
+/// was a walk of a tree too large for the CPU's caches, part of why an append cost 0.8 µs
+/// against 0.5 at 100 ledgers (the gain measured is within the noise of single runs;
+/// docs/performance.md, 2026-12-06 (22:30)).
 #[derive(Debug, Default)]
 struct LedgerBytes {
     map: BTreeMap<i64, u64>,
