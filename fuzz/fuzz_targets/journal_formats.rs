@@ -18,7 +18,9 @@ fuzz_target!(|data: &[u8]| {
     if data.len() >= RECORD_HEADER_LEN {
         let h = RecordHeader::parse(&data[..RECORD_HEADER_LEN]);
         if h.plausible(data.len() as u64) {
-            let _ = h.checksum_ok(7, data);
+            for version in format::OLDEST_VERSION..=format::FORMAT_VERSION {
+                let _ = h.checksum_ok(version, 7, data);
+            }
         }
     }
     if let Ok(p) = format::decode_mark(data) {

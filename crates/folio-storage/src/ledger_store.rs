@@ -525,10 +525,24 @@ impl LedgerStore {
     /// write cache is full, until a flush (or a delete) frees room; if a flush fails
     /// meanwhile, returns `WriteCacheFull` with that flush's error.
     pub fn put_entry(&self, ledger: i64, entry: i64, data: Bytes) -> Result<(), LedgerStoreError> {
+        self.put_entry_crc(ledger, entry, data).map(drop)
+    }
+
+    /// [`LedgerStore::put_entry`], returning the entry's record checksum
+    /// (`entry_log::format::payload_record_crc`) computed as the write cache took it in,
+    /// or `None` for an entry dropped (a deleted ledger's).
+    pub fn put_entry_crc(
+        &self,
+        ledger: i64,
+        entry: i64,
+        data: Bytes,
+    ) -> Result<Option<u32>, LedgerStoreError> {
         if entry < 0 {
             return Err(LedgerStoreError::InvalidEntryId { ledger, entry });
         }
         let len = data.len() as u64;
+        // Outside the lock, which every put of the bookie takes.
+        let crc = crate::entry_log::format::payload_record_crc(ledger, entry, &data);
         let mut st = self.state.lock();
         let mut asked = false;
         let mut waited_since = None;
@@ -543,7 +557,7 @@ impl LedgerStore {
             }
             if st.ledgers.get(&ledger).is_some_and(|i| i.deleted) {
                 tracing::debug!(ledger, entry, "dropping a put to a deleted ledger");
-                return Ok(());
+                return Ok(None);
             }
             if st.cache.has_room(len) {
                 break;
@@ -567,7 +581,7 @@ impl LedgerStore {
                 "put waited for write cache room"
             );
         }
-        st.cache.insert(ledger, entry, data);
+        st.cache.insert(ledger, entry, data, crc);
         if self.read_ahead {
             self.read_cache.lock().remove(ledger, entry);
         }
@@ -586,7 +600,7 @@ impl LedgerStore {
                 st.dirty.insert(ledger);
             }
         }
-        Ok(())
+        Ok(Some(crc))
     }
 
     /// Where a read finds an entry before going to the index: absent, in memory, or
@@ -957,14 +971,15 @@ impl LedgerStore {
             return self.logs.rotate_idle_and_closed();
         }
         let mut locations = Vec::with_capacity(entries.len());
-        for (i, (ledger, entry, data)) in entries.iter().enumerate() {
+        for (i, (ledger, c)) in entries.iter().enumerate() {
             if deleted.contains(&ledger) {
                 continue;
             }
             if i % 64 == 0 {
                 self.logs.set_direct_piece(self.direct_piece_now());
             }
-            locations.push((ledger, entry, self.logs.append(ledger, entry, data)?));
+            let location = self.logs.append(ledger, c.entry, &c.data, c.crc)?;
+            locations.push((ledger, c.entry, location));
         }
         // With a log per ledger: the logs of write-closed and idle ledgers rotate now,
         // after this flush's entries are in them and before the index points at them

@@ -43,6 +43,17 @@ pub struct StoredLedger {
 pub trait LedgerBackend: Send + Sync + 'static {
     /// Stores an entry; readable at once; idempotent (replay puts entries again).
     fn put_entry(&self, ledger: i64, entry: i64, data: Bytes) -> Result<(), BackendError>;
+    /// [`LedgerBackend::put_entry`], returning the entry's record checksum
+    /// (`entry_log::format::payload_record_crc`) if the backend computed it on the way,
+    /// for the journal's record of the add. Default: `put_entry`, no checksum.
+    fn put_entry_crc(
+        &self,
+        ledger: i64,
+        entry: i64,
+        data: Bytes,
+    ) -> Result<Option<u32>, BackendError> {
+        self.put_entry(ledger, entry, data).map(|()| None)
+    }
     /// `entry == -1`: the last entry. Ok(None) only when the entry is absent.
     fn get_entry(&self, ledger: i64, entry: i64) -> Result<Option<Bytes>, BackendError>;
     /// `get_entry` only if it cannot wait for the disk; `None` when it would, or when
@@ -154,6 +165,9 @@ pub struct LacRead {
 /// Bytes of the entry header a stored entry must have (ledger, entry, LAC, length).
 const ENTRY_HEADER_LEN: usize = 32;
 const SHARDS: usize = 16;
+
+/// A shard of ledger states, locked (see `Storage::with_ledger`).
+type LedgerGuard<'a> = parking_lot::MutexGuard<'a, HashMap<i64, LedgerState>>;
 
 #[derive(Debug, Clone)]
 struct LedgerState {
@@ -346,10 +360,20 @@ impl Storage {
         done: WriteCallback,
     ) -> bool {
         match self.put_checked(ledger, entry, master_key, data.clone(), recovery) {
-            Ok(guard) => {
-                self.inner
-                    .journal
-                    .append(RecordKind::Add, ledger, entry, data, Some(done));
+            Ok((crc, guard)) => {
+                let journal = &self.inner.journal;
+                // The write cache's checksum of the entry spares the journal a pass.
+                match crc {
+                    Some(crc) => journal.append_with_crc(
+                        RecordKind::Add,
+                        ledger,
+                        entry,
+                        data,
+                        crc,
+                        Some(done),
+                    ),
+                    None => journal.append(RecordKind::Add, ledger, entry, data, Some(done)),
+                }
                 drop(guard);
                 checkpoint::request_if_due(&self.inner);
                 true
@@ -376,7 +400,7 @@ impl Storage {
         done: WriteCallback,
     ) -> bool {
         match self.put_checked(ledger, entry, master_key, data, true) {
-            Ok(guard) => {
+            Ok((_, guard)) => {
                 drop(guard);
                 self.inner.deferred.put_done(ledger);
                 checkpoint::request_if_due(&self.inner);
@@ -773,19 +797,17 @@ impl Storage {
         master_key: &[u8],
         data: Bytes,
         recovery: bool,
-    ) -> Result<parking_lot::MutexGuard<'_, HashMap<i64, LedgerState>>, StorageError> {
+    ) -> Result<(Option<u32>, LedgerGuard<'_>), StorageError> {
         check_entry(ledger, entry, &data)?;
         if let Some(e) = self.inner.journal.poison_error(ledger) {
             return Err(e);
         }
-        let ((), guard) = self.with_ledger(ledger, master_key, |inner, st| {
+        self.with_ledger(ledger, master_key, |inner, st| {
             if st.fenced && !recovery {
                 return Err(StorageError::Fenced { ledger });
             }
-            inner.store.put_entry(ledger, entry, data)?;
-            Ok(())
-        })?;
-        Ok(guard)
+            Ok(inner.store.put_entry_crc(ledger, entry, data)?)
+        })
     }
 
     /// Runs `f` with the ledger's state locked, after checking `master_key` (or
@@ -796,7 +818,7 @@ impl Storage {
         ledger: i64,
         master_key: &[u8],
         f: impl FnOnce(&Inner, &mut LedgerState) -> Result<T, StorageError>,
-    ) -> Result<(T, parking_lot::MutexGuard<'_, HashMap<i64, LedgerState>>), StorageError> {
+    ) -> Result<(T, LedgerGuard<'_>), StorageError> {
         let inner = &*self.inner;
         let mut map = inner.shards[shard_of(ledger)].lock();
         let st = match map.entry(ledger) {
@@ -895,6 +917,17 @@ fn apply_record(store: &dyn LedgerBackend, r: ReplayRecord) -> Result<(), Storag
 impl LedgerBackend for crate::ledger_store::LedgerStore {
     fn put_entry(&self, ledger: i64, entry: i64, data: Bytes) -> Result<(), BackendError> {
         Ok(crate::ledger_store::LedgerStore::put_entry(
+            self, ledger, entry, data,
+        )?)
+    }
+
+    fn put_entry_crc(
+        &self,
+        ledger: i64,
+        entry: i64,
+        data: Bytes,
+    ) -> Result<Option<u32>, BackendError> {
+        Ok(crate::ledger_store::LedgerStore::put_entry_crc(
             self, ledger, entry, data,
         )?)
     }

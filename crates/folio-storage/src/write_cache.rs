@@ -27,6 +27,8 @@ use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 
+use crate::entry_log::format::payload_record_crc;
+
 /// Chunks are `limit / CHUNKS_PER_LIMIT`, within [`MIN_CHUNK`, `MAX_CHUNK`].
 const CHUNKS_PER_LIMIT: u64 = 16;
 const MIN_CHUNK: usize = 64 * 1024;
@@ -38,8 +40,19 @@ const MAX_CHUNK: usize = 1024 * 1024;
 /// docs/performance.md).
 const OWN_BUFFER_MIN: usize = 16 * 1024;
 
+/// An entry in the write cache, with its entry log record's checksum.
+#[derive(Debug, Clone)]
+pub struct CachedEntry {
+    pub entry: i64,
+    /// [`payload_record_crc`] of the entry, computed once as it was put: the journal's
+    /// record of the add is checksummed from it too, so that the flush and the journal
+    /// make no pass of their own over the payload (docs/performance.md).
+    pub crc: u32,
+    pub data: Bytes,
+}
+
 /// One ledger's entries in a generation, sorted by entry id.
-type EntryList = Vec<(i64, Bytes)>;
+type EntryList = Vec<CachedEntry>;
 
 /// One generation of entries: per ledger, sorted by entry id.
 #[derive(Debug, Default)]
@@ -74,34 +87,34 @@ impl Generation {
 
     fn get(&self, ledger: i64, entry: i64) -> Option<&Bytes> {
         let v = self.ledgers.get(&ledger)?;
-        v.binary_search_by_key(&entry, |(e, _)| *e)
+        v.binary_search_by_key(&entry, |c| c.entry)
             .ok()
-            .map(|i| &v[i].1)
+            .map(|i| &v[i].data)
     }
 
     /// Adds or replaces; entries of a ledger usually arrive in order, so this is a push.
     /// A ledger new to this generation takes an empty list from `spare` if there is one.
-    fn put(&mut self, ledger: i64, entry: i64, data: Bytes, spare: &mut Vec<EntryList>) {
+    fn put(&mut self, ledger: i64, c: CachedEntry, spare: &mut Vec<EntryList>) {
         let v = self
             .ledgers
             .entry(ledger)
             .or_insert_with(|| spare.pop().unwrap_or_default());
-        self.bytes += data.len() as u64;
+        self.bytes += c.data.len() as u64;
         match v.last() {
-            Some((last, _)) if *last >= entry => {
-                match v.binary_search_by_key(&entry, |(e, _)| *e) {
+            Some(last) if last.entry >= c.entry => {
+                match v.binary_search_by_key(&c.entry, |c| c.entry) {
                     Ok(i) => {
-                        let old = std::mem::replace(&mut v[i].1, data);
-                        self.bytes -= old.len() as u64;
+                        let old = std::mem::replace(&mut v[i], c);
+                        self.bytes -= old.data.len() as u64;
                     }
                     Err(i) => {
-                        v.insert(i, (entry, data));
+                        v.insert(i, c);
                         self.count += 1;
                     }
                 }
             }
             _ => {
-                v.push((entry, data));
+                v.push(c);
                 self.count += 1;
             }
         }
@@ -110,19 +123,20 @@ impl Generation {
     fn remove_ledger(&mut self, ledger: i64) {
         if let Some(v) = self.ledgers.remove(&ledger) {
             self.count -= v.len();
-            self.bytes -= v.iter().map(|(_, b)| b.len() as u64).sum::<u64>();
+            self.bytes -= v.iter().map(|c| c.data.len() as u64).sum::<u64>();
         }
     }
 
-    /// Every entry in (ledger, entry) order: the order a flush writes them in.
-    pub fn iter(&self) -> impl Iterator<Item = (i64, i64, &Bytes)> {
+    /// Every entry with its ledger, in (ledger, entry) order: the order a flush writes
+    /// them in.
+    pub fn iter(&self) -> impl Iterator<Item = (i64, &CachedEntry)> {
         // Sorted with their vectors, so that each ledger is not looked up again.
         let mut ledgers: Vec<(i64, &EntryList)> =
             self.ledgers.iter().map(|(l, v)| (*l, v)).collect();
         ledgers.sort_unstable_by_key(|(l, _)| *l);
         ledgers
             .into_iter()
-            .flat_map(|(l, v)| v.iter().map(move |(e, data)| (l, *e, data)))
+            .flat_map(|(l, v)| v.iter().map(move |c| (l, c)))
     }
 }
 
@@ -181,13 +195,17 @@ impl WriteCache {
 
     /// Adds (or replaces) an entry in the active generation, copying it into a chunk
     /// unless it is [`OWN_BUFFER_MIN`] or larger (such an entry keeps its own buffer).
-    pub fn insert(&mut self, ledger: i64, entry: i64, data: Bytes) {
+    /// `crc` is the entry's record checksum ([`payload_record_crc`]), computed by the
+    /// caller outside its lock.
+    pub fn insert(&mut self, ledger: i64, entry: i64, data: Bytes, crc: u32) {
+        debug_assert_eq!(crc, payload_record_crc(ledger, entry, &data));
         let data = if data.len() >= OWN_BUFFER_MIN {
             data
         } else {
             self.copy_in(&data)
         };
-        self.active.put(ledger, entry, data, &mut self.spare_lists);
+        let c = CachedEntry { entry, crc, data };
+        self.active.put(ledger, c, &mut self.spare_lists);
     }
 
     fn copy_in(&mut self, data: &[u8]) -> Bytes {
@@ -234,7 +252,7 @@ impl WriteCache {
             .into_iter()
             .filter_map(|g| g.ledgers.get(&ledger))
             .flatten()
-            .map(|(e, _)| *e)
+            .map(|c| c.entry)
             .collect();
         ids.sort_unstable();
         ids.dedup();
@@ -268,8 +286,8 @@ impl WriteCache {
                 ledgers, chunks, ..
             } = active;
             for (l, entries) in ledgers {
-                for (e, data) in entries {
-                    merged.put(l, e, data, &mut Vec::new());
+                for c in entries {
+                    merged.put(l, c, &mut Vec::new());
                 }
             }
             merged.chunks.extend(chunks);
@@ -332,20 +350,26 @@ impl Clone for Generation {
 mod tests {
     use super::*;
 
+    /// `WriteCache::insert` with the entry's checksum computed here.
+    fn insert(c: &mut WriteCache, ledger: i64, entry: i64, data: Bytes) {
+        let crc = payload_record_crc(ledger, entry, &data);
+        c.insert(ledger, entry, data, crc);
+    }
+
     fn b(n: usize) -> Bytes {
         Bytes::from(vec![n as u8; n])
     }
 
     fn keys(g: &Generation) -> Vec<(i64, i64)> {
-        g.iter().map(|(l, e, _)| (l, e)).collect()
+        g.iter().map(|(l, c)| (l, c.entry)).collect()
     }
 
     #[test]
     fn accounting_replacement_and_room() {
         let mut c = WriteCache::new(10);
         assert!(c.has_room(100), "an empty cache takes an oversized entry");
-        c.insert(1, 0, b(4));
-        c.insert(1, 0, b(6));
+        insert(&mut c, 1, 0, b(4));
+        insert(&mut c, 1, 0, b(6));
         assert_eq!(c.used(), 6, "a re-put replaces, it does not add");
         assert!(c.has_room(4));
         assert!(!c.has_room(5));
@@ -356,14 +380,14 @@ mod tests {
     #[test]
     fn flushing_generation_stays_readable_and_counted_until_finished() {
         let mut c = WriteCache::new(100);
-        c.insert(2, 0, b(1));
-        c.insert(1, 1, b(3));
-        c.insert(1, 0, b(2));
+        insert(&mut c, 2, 0, b(1));
+        insert(&mut c, 1, 1, b(3));
+        insert(&mut c, 1, 0, b(2));
         let snap = c.start_flush();
         assert_eq!(keys(&snap), vec![(1, 0), (1, 1), (2, 0)]);
         assert_eq!((snap.len(), snap.bytes()), (3, 6));
         drop(snap);
-        c.insert(1, 2, b(5));
+        insert(&mut c, 1, 2, b(5));
         assert_eq!(c.used(), 11);
         assert_eq!(c.get(1, 1), Some(b(3)));
         assert_eq!(c.entry_ids(1), vec![0, 1, 2]);
@@ -376,10 +400,10 @@ mod tests {
     #[test]
     fn a_failed_flush_is_retried_with_the_new_entries() {
         let mut c = WriteCache::new(100);
-        c.insert(1, 0, b(2));
+        insert(&mut c, 1, 0, b(2));
         let _first = c.start_flush();
-        c.insert(1, 1, b(3));
-        c.insert(1, 0, b(4)); // re-put while the first flush is pending
+        insert(&mut c, 1, 1, b(3));
+        insert(&mut c, 1, 0, b(4)); // re-put while the first flush is pending
         let second = c.start_flush();
         assert_eq!(second.len(), 2);
         assert_eq!(second.get(1, 0), Some(&b(4)), "the newer copy wins");
@@ -389,8 +413,8 @@ mod tests {
     #[test]
     fn remove_ledger_frees_its_bytes() {
         let mut c = WriteCache::new(100);
-        c.insert(1, 0, b(2));
-        c.insert(2, 0, b(3));
+        insert(&mut c, 1, 0, b(2));
+        insert(&mut c, 2, 0, b(3));
         c.remove_ledger(1);
         assert_eq!(c.used(), 3);
         assert_eq!(c.get(1, 0), None);
@@ -401,13 +425,13 @@ mod tests {
     fn entries_out_of_order_are_kept_sorted() {
         let mut c = WriteCache::new(1 << 20);
         for e in [5, 1, 9, 3, 7, 0, 9] {
-            c.insert(4, e, b(e as usize + 1));
+            insert(&mut c, 4, e, b(e as usize + 1));
         }
         assert_eq!(c.entry_ids(4), vec![0, 1, 3, 5, 7, 9]);
         let snap = c.start_flush();
         assert_eq!(
             snap.iter()
-                .map(|(_, e, d)| (e, d.len()))
+                .map(|(_, c)| (c.entry, c.data.len()))
                 .collect::<Vec<_>>(),
             vec![(0, 1), (1, 2), (3, 4), (5, 6), (7, 8), (9, 10)]
         );
@@ -419,17 +443,17 @@ mod tests {
     fn chunks_are_used_again_once_nothing_holds_their_entries() {
         let mut c = WriteCache::new(1 << 20); // 64 KiB chunks: 65 entries of 1000 B each
         let arrived = Bytes::from(vec![7u8; 1000]);
-        c.insert(1, 0, arrived.clone());
+        insert(&mut c, 1, 0, arrived.clone());
         assert!(arrived.is_unique(), "the arriving buffer is not kept");
         for e in 1..100 {
-            c.insert(1, e, b(1000));
+            insert(&mut c, 1, e, b(1000));
         }
         let second_chunk = c.get(1, 65).unwrap().as_ptr();
         let held = c.get(1, 0).unwrap(); // a reader holds an entry of the first chunk
         drop(c.start_flush());
         c.finish_flush();
         assert_eq!(c.spare.len(), 1, "only the chunk nobody holds comes back");
-        c.insert(2, 0, b(10));
+        insert(&mut c, 2, 0, b(10));
         assert_eq!(c.get(2, 0).unwrap().as_ptr(), second_chunk, "filled again");
         assert_eq!(
             held.as_ref(),
@@ -445,12 +469,12 @@ mod tests {
         // Spare lists follow the latest generation: one that held a single ledger leaves
         // one, however many an earlier one left.
         for l in 10..20 {
-            c.insert(l, 0, b(10));
+            insert(&mut c, l, 0, b(10));
         }
         drop(c.start_flush());
         c.finish_flush();
         assert_eq!(c.spare_lists.len(), 11, "ledger 2 and ledgers 10-19");
-        c.insert(30, 0, b(10));
+        insert(&mut c, 30, 0, b(10));
         drop(c.start_flush());
         c.finish_flush();
         assert_eq!(
@@ -460,10 +484,10 @@ mod tests {
         );
         // Large entries keep their own buffer; one just below the bound is copied.
         let big = Bytes::from(vec![1u8; OWN_BUFFER_MIN]);
-        c.insert(3, 1, big.clone());
+        insert(&mut c, 3, 1, big.clone());
         assert_eq!(c.get(3, 1).unwrap().as_ptr(), big.as_ptr());
         let below = Bytes::from(vec![2u8; OWN_BUFFER_MIN - 1]);
-        c.insert(3, 2, below.clone());
+        insert(&mut c, 3, 2, below.clone());
         assert_ne!(c.get(3, 2).unwrap().as_ptr(), below.as_ptr());
         assert_eq!(c.get(3, 2).unwrap(), below);
     }

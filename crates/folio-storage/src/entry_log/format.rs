@@ -137,17 +137,30 @@ pub fn record_crc(len: u32, ledger: i64, entry: i64, payload: &[u8]) -> u32 {
     crc32c::crc32c_append(crc, payload)
 }
 
+/// The checksum of `payload`'s record as (`ledger`, `entry`): [`record_crc`] with the
+/// payload's length.
+pub fn payload_record_crc(ledger: i64, entry: i64, payload: &[u8]) -> u32 {
+    record_crc(payload_len(payload.len()), ledger, entry, payload)
+}
+
+fn payload_len(len: usize) -> u32 {
+    u32::try_from(len).expect("entry larger than 4 GiB")
+}
+
 /// Appends one record to `out`.
 pub fn encode_record(out: &mut Vec<u8>, ledger: i64, entry: i64, payload: &[u8]) {
-    encode_record_header(out, ledger, entry, payload);
+    let crc = payload_record_crc(ledger, entry, payload);
+    encode_record_header(out, ledger, entry, payload.len(), crc);
     out.extend_from_slice(payload);
 }
 
-/// Appends the header of `payload`'s record to `out` (the payload is to follow it).
-pub fn encode_record_header(out: &mut Vec<u8>, ledger: i64, entry: i64, payload: &[u8]) {
-    let len = u32::try_from(payload.len()).expect("entry larger than 4 GiB");
-    out.extend_from_slice(&len.to_le_bytes());
-    out.extend_from_slice(&record_crc(len, ledger, entry, payload).to_le_bytes());
+/// Appends the header of a record of `len` payload bytes to `out` (the payload is to
+/// follow it). `crc` is the record's [`payload_record_crc`], computed by the caller, who
+/// may have done so while the payload was still in the CPU's caches (the write cache, as
+/// it copies an entry in).
+pub fn encode_record_header(out: &mut Vec<u8>, ledger: i64, entry: i64, len: usize, crc: u32) {
+    out.extend_from_slice(&payload_len(len).to_le_bytes());
+    out.extend_from_slice(&crc.to_le_bytes());
     out.extend_from_slice(&ledger.to_le_bytes());
     out.extend_from_slice(&entry.to_le_bytes());
 }

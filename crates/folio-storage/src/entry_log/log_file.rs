@@ -253,19 +253,23 @@ impl LogWriter {
         entry: i64,
         payload: &[u8],
     ) -> Result<Location, LedgerStoreError> {
-        self.append_record(ledger, entry, payload, None)
+        let crc = format::payload_record_crc(ledger, entry, payload);
+        self.append_record(ledger, entry, payload, None, crc)
     }
 
     /// Buffers one record whose payload, if large, is written from `payload` itself
     /// (kept until the next write) rather than copied: a 64 KiB entry was otherwise
-    /// copied once here and once more by the kernel.
+    /// copied once here and once more by the kernel. `crc` is the record's checksum,
+    /// [`format::payload_record_crc`] of these three.
     pub fn append_shared(
         &mut self,
         ledger: i64,
         entry: i64,
         payload: &Bytes,
+        crc: u32,
     ) -> Result<Location, LedgerStoreError> {
-        self.append_record(ledger, entry, payload, Some(payload))
+        debug_assert_eq!(crc, format::payload_record_crc(ledger, entry, payload));
+        self.append_record(ledger, entry, payload, Some(payload), crc)
     }
 
     fn append_record(
@@ -274,17 +278,18 @@ impl LogWriter {
         entry: i64,
         payload: &[u8],
         shared: Option<&Bytes>,
+        crc: u32,
     ) -> Result<Location, LedgerStoreError> {
         let offset = self.end();
         let start = self.buf.len();
+        format::encode_record_header(&mut self.buf, ledger, entry, payload.len(), crc);
         match shared.filter(|p| p.len() >= UNCOPIED_PAYLOAD_BYTES) {
             Some(p) => {
-                format::encode_record_header(&mut self.buf, ledger, entry, payload);
                 self.extend_buf_piece(start);
                 self.pieces.push(Piece::Shared(p.clone()));
             }
             None => {
-                format::encode_record(&mut self.buf, ledger, entry, payload);
+                self.buf.extend_from_slice(payload);
                 self.extend_buf_piece(start);
             }
         }
@@ -847,7 +852,19 @@ pub fn scan_file(
 #[cfg(test)]
 mod tests {
     use super::*;
+
     use folio_env::RealFileSystem;
+
+    /// `LogWriter::append_shared` with the record's checksum computed here.
+    fn append_shared(
+        w: &mut LogWriter,
+        ledger: i64,
+        entry: i64,
+        payload: &Bytes,
+    ) -> Result<Location, LedgerStoreError> {
+        let crc = format::payload_record_crc(ledger, entry, payload);
+        w.append_shared(ledger, entry, payload, crc)
+    }
 
     #[test]
     fn file_names_round_trip_and_reject_others() {
@@ -921,7 +938,7 @@ mod tests {
             // Sizes around the threshold, up to 70 KiB: several MiB in all.
             let len = [10, 4095, 4096, 70_000, 65_536, 1][e as usize % 6];
             let payload = Bytes::from(vec![e as u8; len]);
-            let a = shared.append_shared(e % 3, e, &payload).unwrap();
+            let a = append_shared(&mut shared, e % 3, e, &payload).unwrap();
             let b = copied.append(e % 3, e, &payload).unwrap();
             assert_eq!((a.offset, a.len), (b.offset, b.len));
             locs.push((e, a, payload));
@@ -965,7 +982,7 @@ mod tests {
                 w.set_direct_piece(p);
             }
             for e in 0..30 {
-                w.append_shared(1, e, &payload).unwrap();
+                append_shared(&mut w, 1, e, &payload).unwrap();
             }
             w.pending
         };
@@ -1003,8 +1020,8 @@ mod tests {
         let mut locs = Vec::new();
         for e in 0..120i64 {
             let payload = mixed_payload(e);
-            let a = direct.append_shared(e % 3, e, &payload).unwrap();
-            let b = buffered.append_shared(e % 3, e, &payload).unwrap();
+            let a = append_shared(&mut direct, e % 3, e, &payload).unwrap();
+            let b = append_shared(&mut buffered, e % 3, e, &payload).unwrap();
             assert_eq!((a.offset, a.len), (b.offset, b.len));
             locs.push((e, a, payload));
             if e % 7 == 0 {
@@ -1066,13 +1083,13 @@ mod tests {
             let mut e = 0i64;
             for _ in 0..(1 + seed % 5) {
                 let payload = mixed_payload(e + seed as i64);
-                synced.push((e, w.append_shared(1, e, &payload).unwrap(), payload));
+                synced.push((e, append_shared(&mut w, 1, e, &payload).unwrap(), payload));
                 e += 1;
             }
             w.sync().unwrap();
             for _ in 0..(1 + seed % 3) {
                 let payload = mixed_payload(e * 3 + seed as i64);
-                w.append_shared(1, e, &payload).unwrap();
+                append_shared(&mut w, 1, e, &payload).unwrap();
                 w.write_buffer().unwrap();
                 e += 1;
             }

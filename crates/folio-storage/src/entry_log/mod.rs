@@ -187,12 +187,14 @@ impl EntryLogs {
 
     /// Buffers a record for `ledger`/`entry`, rotating the slot's log first if the record
     /// would take it past the size limit. Not durable until [`EntryLogs::sync`]. A large
-    /// payload is kept (not copied) until the log's next write.
+    /// payload is kept (not copied) until the log's next write. `crc` is the record's
+    /// checksum ([`format::payload_record_crc`]), which the caller may have at hand.
     pub fn append(
         &self,
         ledger: i64,
         entry: i64,
         payload: &Bytes,
+        crc: u32,
     ) -> Result<Location, LedgerStoreError> {
         let slot = self.placement.slot_for(ledger);
         let record_len = (format::RECORD_HEADER_LEN + payload.len()) as u64;
@@ -244,7 +246,7 @@ impl EntryLogs {
         }
         let writer = w.current.get_mut(&slot).expect("inserted above");
         writer.set_direct_piece(self.direct_piece.load(std::sync::atomic::Ordering::Relaxed));
-        writer.append_shared(ledger, entry, payload)
+        writer.append_shared(ledger, entry, payload, crc)
     }
 
     /// Sets the size of the pieces direct-I/O appends are written in from now on: smaller
@@ -514,7 +516,8 @@ mod tests {
         let payload = Bytes::from(vec![7u8; 50]); // 74-byte records: three fit after the 64-byte header
         let mut locs = Vec::new();
         for e in 0..7 {
-            locs.push(logs.append(e % 2, e, &payload).unwrap());
+            let crc = format::payload_record_crc(e % 2, e, &payload);
+            locs.push(logs.append(e % 2, e, &payload, crc).unwrap());
         }
         logs.sync().unwrap();
         let ids = logs.log_ids();
@@ -545,13 +548,27 @@ mod tests {
         let dirs = vec![a.path().to_path_buf(), b.path().to_path_buf()];
         let loc = {
             let logs = open(&dirs, 1 << 20);
-            let loc = logs.append(1, 0, &Bytes::from_static(b"x")).unwrap();
+            let loc = logs
+                .append(
+                    1,
+                    0,
+                    &Bytes::from_static(b"x"),
+                    format::payload_record_crc(1, 0, b"x"),
+                )
+                .unwrap();
             logs.sync().unwrap();
             loc
         };
         let logs = open(&dirs, 1 << 20);
         assert_eq!(logs.read(loc, 1, 0).unwrap(), &b"x"[..]);
-        let loc2 = logs.append(1, 1, &Bytes::from_static(b"y")).unwrap();
+        let loc2 = logs
+            .append(
+                1,
+                1,
+                &Bytes::from_static(b"y"),
+                format::payload_record_crc(1, 1, b"y"),
+            )
+            .unwrap();
         assert_eq!(loc2.log_id, 1);
         logs.sync().unwrap();
         assert!(logs.path_of(1).unwrap().starts_with(b.path()));

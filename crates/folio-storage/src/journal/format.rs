@@ -3,13 +3,25 @@
 //! All integers are little-endian. Every record carries a CRC32C seeded with the
 //! file's id, so a record copied from another journal file (or embedded in an
 //! entry's payload) never passes as a record of this file.
+//!
+//! Version 2 checksums a record's payload through the entry log's record checksum of
+//! the same entry ([`payload_record_crc`]): the write cache computes that one as it
+//! copies an add in, so the journal and the entry log share one pass over the payload
+//! where version 1 took two. Version 1 files are still read (a journal written before
+//! the upgrade is replayed); new files are version 2.
+
+use crate::entry_log::format::payload_record_crc;
 
 /// Magic at the start of every journal file.
 pub const FILE_MAGIC: &[u8; 8] = b"FOLIOJNL";
 /// Magic at the start of a mark file.
 pub const MARK_MAGIC: &[u8; 8] = b"FOLIOMRK";
-/// The journal format version written and read by this code.
-pub const FORMAT_VERSION: u32 = 1;
+/// The journal format version written by this code (it reads 1 as well).
+pub const FORMAT_VERSION: u32 = 2;
+/// The oldest journal format version this code reads.
+pub const OLDEST_VERSION: u32 = 1;
+/// The mark file's version (unchanged by the journal's version 2).
+pub const MARK_VERSION: u32 = 1;
 /// Bytes of the file header; records start here.
 pub const HEADER_LEN: u64 = 32;
 /// Bytes of a record header (before the payload).
@@ -80,8 +92,8 @@ pub fn encode_header(file_id: u64) -> [u8; HEADER_LEN as usize] {
     h
 }
 
-/// Checks a file header; Err says what is wrong.
-pub fn decode_header(h: &[u8], expected_id: u64) -> Result<(), String> {
+/// Checks a file header and returns its format version; Err says what is wrong.
+pub fn decode_header(h: &[u8], expected_id: u64) -> Result<u32, String> {
     if h.len() < HEADER_LEN as usize {
         return Err("header too short".into());
     }
@@ -93,9 +105,9 @@ pub fn decode_header(h: &[u8], expected_id: u64) -> Result<(), String> {
         return Err("header checksum mismatch".into());
     }
     let version = u32::from_le_bytes(h[8..12].try_into().unwrap());
-    if version != FORMAT_VERSION {
+    if !(OLDEST_VERSION..=FORMAT_VERSION).contains(&version) {
         return Err(format!(
-            "unsupported journal format version {version} (this build reads {FORMAT_VERSION})"
+            "unsupported journal format version {version} (this build reads {OLDEST_VERSION} to {FORMAT_VERSION})"
         ));
     }
     let id = u64::from_le_bytes(h[16..24].try_into().unwrap());
@@ -104,14 +116,32 @@ pub fn decode_header(h: &[u8], expected_id: u64) -> Result<(), String> {
             "header names file id {id:x}, file name says {expected_id:x}"
         ));
     }
-    Ok(())
+    Ok(version)
 }
 
-fn record_crc(file_id: u64, body: &[u8]) -> u32 {
-    crc32c::crc32c_append(crc32c::crc32c(&file_id.to_le_bytes()), body)
+/// A record's checksum in a file of `version`; `record` is the whole record (its
+/// checksum field is not read). Version 1: CRC32C of the file id and every byte after
+/// the checksum field. Version 2: CRC32C of the file id, the 24 header bytes after the
+/// checksum field and the entry log record checksum of the payload (`payload_crc`, which
+/// is computed from `record` when not given).
+fn record_crc(version: u32, file_id: u64, record: &[u8], payload_crc: Option<u32>) -> u32 {
+    let seed = crc32c::crc32c(&file_id.to_le_bytes());
+    if version == 1 {
+        return crc32c::crc32c_append(seed, &record[4..]);
+    }
+    let header = &record[4..RECORD_HEADER_LEN];
+    let payload_crc = payload_crc.unwrap_or_else(|| {
+        let ledger = i64::from_le_bytes(record[12..20].try_into().unwrap());
+        let entry = i64::from_le_bytes(record[20..28].try_into().unwrap());
+        payload_record_crc(ledger, entry, &record[RECORD_HEADER_LEN..])
+    });
+    let crc = crc32c::crc32c_append(seed, header);
+    crc32c::crc32c_append(crc, &payload_crc.to_le_bytes())
 }
 
-/// Appends one record to `buf`.
+/// Appends one record to `buf`, in the current format. `payload_crc`, if the caller has
+/// it, is the entry log's record checksum of the payload ([`payload_record_crc`] of
+/// `ledger`, `entry` and `payload`), saving a pass over the payload here.
 pub fn encode_record(
     buf: &mut Vec<u8>,
     file_id: u64,
@@ -119,6 +149,7 @@ pub fn encode_record(
     ledger: i64,
     entry: i64,
     payload: &[u8],
+    payload_crc: Option<u32>,
 ) {
     let start = buf.len();
     buf.extend_from_slice(&[0; 4]);
@@ -126,8 +157,13 @@ pub fn encode_record(
     buf.extend_from_slice(&[kind as u8, 0, 0, 0]);
     buf.extend_from_slice(&ledger.to_le_bytes());
     buf.extend_from_slice(&entry.to_le_bytes());
+    let crc = record_crc(
+        FORMAT_VERSION,
+        file_id,
+        &buf[start..],
+        Some(payload_crc.unwrap_or_else(|| payload_record_crc(ledger, entry, payload))),
+    );
     buf.extend_from_slice(payload);
-    let crc = record_crc(file_id, &buf[start + 4..]);
     buf[start..start + 4].copy_from_slice(&crc.to_le_bytes());
 }
 
@@ -163,16 +199,17 @@ impl RecordHeader {
             && u64::from(self.len) <= room
     }
 
-    /// Whether `record` (header + payload bytes) carries a correct checksum.
-    pub fn checksum_ok(&self, file_id: u64, record: &[u8]) -> bool {
-        self.crc == record_crc(file_id, &record[4..])
+    /// Whether `record` (header + payload bytes) carries a correct checksum for a file
+    /// of format `version`.
+    pub fn checksum_ok(&self, version: u32, file_id: u64, record: &[u8]) -> bool {
+        self.crc == record_crc(version, file_id, record, None)
     }
 }
 
 pub fn encode_mark(p: Position) -> [u8; MARK_LEN] {
     let mut m = [0u8; MARK_LEN];
     m[0..8].copy_from_slice(MARK_MAGIC);
-    m[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+    m[8..12].copy_from_slice(&MARK_VERSION.to_le_bytes());
     m[16..24].copy_from_slice(&p.file_id.to_le_bytes());
     m[24..32].copy_from_slice(&p.offset.to_le_bytes());
     let crc = crc32c::crc32c(&m[0..32]);
@@ -191,7 +228,7 @@ pub fn decode_mark(m: &[u8]) -> Result<Position, String> {
         return Err("mark checksum mismatch".into());
     }
     let version = u32::from_le_bytes(m[8..12].try_into().unwrap());
-    if version != FORMAT_VERSION {
+    if version != MARK_VERSION {
         return Err(format!("unsupported mark version {version}"));
     }
     Ok(Position {
@@ -200,26 +237,102 @@ pub fn decode_mark(m: &[u8]) -> Result<Position, String> {
     })
 }
 
+/// A file header of format version 1, as builds before version 2 wrote it.
+#[cfg(test)]
+pub(crate) fn encode_header_v1(file_id: u64) -> [u8; HEADER_LEN as usize] {
+    let mut h = encode_header(file_id);
+    h[8..12].copy_from_slice(&1u32.to_le_bytes());
+    let crc = crc32c::crc32c(&h[0..28]);
+    h[28..32].copy_from_slice(&crc.to_le_bytes());
+    h
+}
+
+/// A record of format version 1, as builds before version 2 wrote it.
+#[cfg(test)]
+pub(crate) fn encode_record_v1(
+    buf: &mut Vec<u8>,
+    file_id: u64,
+    kind: RecordKind,
+    ledger: i64,
+    entry: i64,
+    payload: &[u8],
+) {
+    let start = buf.len();
+    encode_record(buf, file_id, kind, ledger, entry, payload, None);
+    let crc = record_crc(1, file_id, &buf[start..], None);
+    buf[start..start + 4].copy_from_slice(&crc.to_le_bytes());
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn record_round_trip_and_checksum_covers_every_byte() {
-        let mut buf = Vec::new();
-        encode_record(&mut buf, 7, RecordKind::Add, 3, 4, b"payload");
-        assert_eq!(buf.len(), RECORD_HEADER_LEN + 7);
-        let h = RecordHeader::parse(&buf);
-        assert_eq!((h.len, h.kind, h.ledger, h.entry), (7, 1, 3, 4));
-        assert!(h.plausible(100));
-        assert!(h.checksum_ok(7, &buf));
-        assert!(!h.checksum_ok(8, &buf), "the file id seeds the checksum");
-        for i in 4..buf.len() {
-            let mut bad = buf.clone();
-            bad[i] ^= 1;
-            let hb = RecordHeader::parse(&bad);
-            assert!(!hb.checksum_ok(7, &bad), "flip at byte {i} not detected");
+        let mut v1 = Vec::new();
+        encode_record_v1(&mut v1, 7, RecordKind::Add, 3, 4, b"payload");
+        for (version, given) in [
+            (2, None),
+            (2, Some(payload_record_crc(3, 4, b"payload"))),
+            (1, None),
+        ] {
+            let buf = if version == 1 {
+                v1.clone()
+            } else {
+                let mut b = Vec::new();
+                encode_record(&mut b, 7, RecordKind::Add, 3, 4, b"payload", given);
+                b
+            };
+            assert_eq!(buf.len(), RECORD_HEADER_LEN + 7);
+            assert_eq!(
+                &buf[4..],
+                &v1[4..],
+                "only the checksum differs between versions"
+            );
+            let h = RecordHeader::parse(&buf);
+            assert_eq!((h.len, h.kind, h.ledger, h.entry), (7, 1, 3, 4));
+            assert!(h.plausible(100));
+            assert!(h.checksum_ok(version, 7, &buf), "version {version}");
+            assert!(
+                !h.checksum_ok(3 - version, 7, &buf),
+                "the other version's check fails"
+            );
+            assert!(
+                !h.checksum_ok(version, 8, &buf),
+                "the file id seeds the checksum"
+            );
+            for i in 4..buf.len() {
+                let mut bad = buf.clone();
+                bad[i] ^= 1;
+                let hb = RecordHeader::parse(&bad);
+                assert!(
+                    !hb.checksum_ok(version, 7, &bad),
+                    "version {version}: flip at byte {i} not detected"
+                );
+            }
         }
+    }
+
+    #[test]
+    fn a_wrong_payload_checksum_given_makes_a_record_that_fails() {
+        let mut buf = Vec::new();
+        let wrong = payload_record_crc(3, 5, b"payload");
+        encode_record(&mut buf, 7, RecordKind::Add, 3, 4, b"payload", Some(wrong));
+        assert!(!RecordHeader::parse(&buf).checksum_ok(2, 7, &buf));
+    }
+
+    #[test]
+    fn version_1_and_2_headers_are_read_others_refused() {
+        let mut h = encode_header(9);
+        assert_eq!(decode_header(&h, 9), Ok(FORMAT_VERSION));
+        h[8..12].copy_from_slice(&1u32.to_le_bytes());
+        let crc = crc32c::crc32c(&h[0..28]);
+        h[28..32].copy_from_slice(&crc.to_le_bytes());
+        assert_eq!(decode_header(&h, 9), Ok(1));
+        h[8..12].copy_from_slice(&3u32.to_le_bytes());
+        let crc = crc32c::crc32c(&h[0..28]);
+        h[28..32].copy_from_slice(&crc.to_le_bytes());
+        assert!(decode_header(&h, 9).unwrap_err().contains("version 3"));
     }
 
     #[test]

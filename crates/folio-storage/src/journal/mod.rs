@@ -202,12 +202,42 @@ impl Journal {
         payload: Bytes,
         done: Option<WriteCallback>,
     ) {
-        self.submit(RequestKind::Record(kind), ledger, entry, payload, done);
+        self.submit(
+            RequestKind::Record(kind),
+            ledger,
+            entry,
+            payload,
+            None,
+            done,
+        );
+    }
+
+    /// [`Journal::append`] of a record whose payload's entry log record checksum
+    /// (`entry_log::format::payload_record_crc`) the caller has: the journal's checksum
+    /// is made from it rather than from another pass over the payload.
+    pub fn append_with_crc(
+        &self,
+        kind: RecordKind,
+        ledger: i64,
+        entry: i64,
+        payload: Bytes,
+        payload_crc: u32,
+        done: Option<WriteCallback>,
+    ) {
+        let kind = RequestKind::Record(kind);
+        self.submit(kind, ledger, entry, payload, Some(payload_crc), done);
     }
 
     /// `done` runs once everything queued before for this ledger's directory is durable.
     pub fn force(&self, ledger: i64, done: WriteCallback) {
-        self.submit(RequestKind::Force, ledger, 0, Bytes::new(), Some(done));
+        self.submit(
+            RequestKind::Force,
+            ledger,
+            0,
+            Bytes::new(),
+            None,
+            Some(done),
+        );
     }
 
     fn submit(
@@ -216,6 +246,7 @@ impl Journal {
         ledger: i64,
         entry: i64,
         payload: Bytes,
+        payload_crc: Option<u32>,
         done: Option<WriteCallback>,
     ) {
         let req = Request {
@@ -223,6 +254,7 @@ impl Journal {
             ledger,
             entry,
             payload,
+            payload_crc,
             done,
             enqueued: self.clock.now(),
         };

@@ -12,6 +12,7 @@
 //! nothing else; any other damage there is in acknowledged data and stops replay.
 
 use std::io;
+use std::ops::RangeInclusive;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -125,7 +126,9 @@ pub fn replay_file(
         .iter()
         .all(|&b| b == 0)
     {
-        if let Some(q) = find_valid_record(&mut w, file_id, HEADER_LEN).map_err(io_err)? {
+        // The header is gone, so is its version: a record of any version counts.
+        let any = format::OLDEST_VERSION..=format::FORMAT_VERSION;
+        if let Some(q) = find_valid_record(&mut w, file_id, any, HEADER_LEN).map_err(io_err)? {
             return Err(corrupt(
                 0,
                 format!("zeroed header but a valid record at {q}"),
@@ -152,7 +155,8 @@ pub fn replay_file(
         });
     }
     let header = w.get(0, HEADER_LEN as usize).map_err(io_err)?;
-    format::decode_header(header, file_id).map_err(|r| corrupt(0, r))?;
+    let version = format::decode_header(header, file_id).map_err(|r| corrupt(0, r))?;
+    let versions = version..=version;
 
     let mut out = FileReplay {
         end: start.max(HEADER_LEN),
@@ -161,7 +165,7 @@ pub fn replay_file(
     let mut pos = out.end;
     while pos < len {
         let room = len - pos;
-        let bad = match check_record(&mut w, file_id, pos).map_err(io_err)? {
+        let bad = match check_record(&mut w, file_id, versions.clone(), pos).map_err(io_err)? {
             Ok(h) => {
                 let body = w
                     .get(pos + RECORD_HEADER_LEN as u64, h.len as usize)
@@ -197,7 +201,9 @@ pub fn replay_file(
             out.torn_tail = Some(pos);
             break;
         }
-        if let Some(q) = find_valid_record(&mut w, file_id, pos + 1).map_err(io_err)? {
+        if let Some(q) =
+            find_valid_record(&mut w, file_id, versions.clone(), pos + 1).map_err(io_err)?
+        {
             return Err(corrupt(
                 pos,
                 format!("{bad}, yet a valid record follows at offset {q}"),
@@ -280,9 +286,12 @@ fn first_nonzero(w: &mut Window, from: u64) -> io::Result<Option<u64>> {
 }
 
 /// Ok(Ok(header)) when a whole, valid record starts at `pos`; Ok(Err(why)) if not.
+/// `versions`: the format versions the record may be of (the file's; any, when its
+/// header is gone).
 fn check_record(
     w: &mut Window,
     file_id: u64,
+    versions: RangeInclusive<u32>,
     pos: u64,
 ) -> io::Result<Result<RecordHeader, String>> {
     let room = w.len - pos;
@@ -301,7 +310,7 @@ fn check_record(
         )));
     }
     let rec = w.get(pos, RECORD_HEADER_LEN + h.len as usize)?;
-    if !h.checksum_ok(file_id, rec) {
+    if !versions.into_iter().any(|v| h.checksum_ok(v, file_id, rec)) {
         return Ok(Err("record checksum mismatch".into()));
     }
     Ok(Ok(h))
@@ -310,7 +319,12 @@ fn check_record(
 /// The offset of the first valid record at or after `from`. Only offsets whose kind
 /// byte is a known kind are checked, found a window at a time, so runs of
 /// preallocated zeroes are skipped at memory speed.
-fn find_valid_record(w: &mut Window, file_id: u64, from: u64) -> io::Result<Option<u64>> {
+fn find_valid_record(
+    w: &mut Window,
+    file_id: u64,
+    versions: RangeInclusive<u32>,
+    from: u64,
+) -> io::Result<Option<u64>> {
     let hdr = RECORD_HEADER_LEN as u64;
     let mut r = from;
     while r + hdr <= w.len {
@@ -324,7 +338,7 @@ fn find_valid_record(w: &mut Window, file_id: u64, from: u64) -> io::Result<Opti
             None => r += n as u64,
             Some(i) => {
                 let candidate = r + i as u64;
-                if check_record(w, file_id, candidate)?.is_ok() {
+                if check_record(w, file_id, versions.clone(), candidate)?.is_ok() {
                     return Ok(Some(candidate));
                 }
                 r = candidate + 1;

@@ -517,7 +517,7 @@ fn a_valid_record_far_behind_the_damage_is_still_found() {
     f.write_all_at(&vec![0; 4 << 20], offs[1] + 4).unwrap();
     let mut rec = Vec::new();
     let id = format::parse_file_name(file.file_name().unwrap().to_str().unwrap()).unwrap();
-    format::encode_record(&mut rec, id, RecordKind::Fence, 3, 0, b"");
+    format::encode_record(&mut rec, id, RecordKind::Fence, 3, 0, b"", None);
     let far = offs[1] + (3 << 20) + 7;
     f.write_all_at(&rec, far).unwrap();
     let err = open(&sim_env(&fs), &cfg(vec![PathBuf::from("/j")]))
@@ -1162,6 +1162,7 @@ fn a_batch_spanning_a_roll_syncs_both_files_before_any_callback() {
                 ledger: 1,
                 entry: id as i64,
                 payload: Bytes::new(),
+                payload_crc: None,
                 done: Some(Box::new(move |r| {
                     fs_sync_dir_then_send(&probe, &tx, r);
                 })),
@@ -1301,6 +1302,38 @@ fn direct_io_refills_the_headroom_one_piece_per_group() {
 
 /// Opens the journal in `/j` again (which starts a new file), appends `n` records of
 /// ledger 4 and closes it: the files before the new one are then older files.
+/// A journal written before format version 2 (its records checksummed over their bytes,
+/// version 1) is replayed after the upgrade, torn tail and all, and the files written
+/// after it (version 2) are replayed with it at the next start.
+#[test]
+fn a_version_1_journal_from_before_the_upgrade_replays() {
+    let fs = SimFileSystem::new();
+    let file = journal_with_records(&fs, 6);
+    let id = format::parse_file_name(file.file_name().unwrap().to_str().unwrap()).unwrap();
+    let mut v1 = format::encode_header_v1(id).to_vec();
+    for i in 0..6 {
+        format::encode_record_v1(&mut v1, id, RecordKind::Add, 3, i, &payload(3, i));
+    }
+    let mut torn = Vec::new();
+    format::encode_record_v1(&mut torn, id, RecordKind::Add, 3, 6, &payload(3, 6));
+    v1.extend_from_slice(&torn[..torn.len() - 3]);
+    let f = fs.open(&file, OpenOptions::write_create()).unwrap();
+    f.set_len(0).unwrap();
+    f.write_all_at(&v1, 0).unwrap();
+    drop(f);
+    let seen = one_more_run(&fs, 2);
+    let got: Vec<_> = seen.iter().map(|r| (r.ledger, r.entry)).collect();
+    assert_eq!(got, (0..6).map(|i| (3, i)).collect::<Vec<_>>());
+    for r in &seen {
+        assert_eq!(r.payload.as_ref(), payload(3, r.entry).as_slice());
+    }
+    let (_, seen) = open(&sim_env(&fs), &cfg(vec![PathBuf::from("/j")])).unwrap();
+    let got: Vec<_> = seen.iter().map(|r| (r.ledger, r.entry)).collect();
+    let mut want: Vec<_> = (0..6).map(|i| (3, i)).collect();
+    want.extend([(4, 0), (4, 1)]);
+    assert_eq!(got, want, "the version 1 file, then the version 2 one");
+}
+
 fn one_more_run(fs: &SimFileSystem, n: i64) -> Vec<ReplayRecord> {
     let (j, seen) = open(&sim_env(fs), &cfg(vec![PathBuf::from("/j")])).unwrap();
     for i in 0..n {

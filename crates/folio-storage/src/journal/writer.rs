@@ -63,6 +63,8 @@ pub struct Request {
     pub ledger: i64,
     pub entry: i64,
     pub payload: Bytes,
+    /// The payload's entry log record checksum, when the caller had it.
+    pub payload_crc: Option<u32>,
     pub done: Option<WriteCallback>,
     pub(crate) enqueued: Instant,
 }
@@ -708,6 +710,7 @@ impl Writer {
                         r.ledger,
                         r.entry,
                         &r.payload,
+                        r.payload_crc,
                     );
                 }
             }

@@ -420,7 +420,8 @@ impl LedgerStore {
         Self::check_poisoned(&self.state.lock())?;
         let mut moves = Vec::with_capacity(batch.len());
         for (&(ledger, entry, from), payload) in batch.iter().zip(payloads) {
-            let to = self.logs.append(ledger, entry, payload)?;
+            let crc = crate::entry_log::format::payload_record_crc(ledger, entry, payload);
+            let to = self.logs.append(ledger, entry, payload, crc)?;
             *written += (RECORD_HEADER_LEN + payload.len()) as u64;
             moves.push(Relocation {
                 ledger,
