@@ -529,8 +529,9 @@ impl LedgerStore {
     }
 
     /// [`LedgerStore::put_entry`], returning the entry's record checksum
-    /// (`entry_log::format::payload_record_crc`) computed as the write cache took it in,
-    /// or `None` for an entry dropped (a deleted ledger's).
+    /// (`entry_log::format::payload_record_crc`) if it was computed on the way (see
+    /// `write_cache::record_crc_at_put`; `None` also for an entry dropped, a deleted
+    /// ledger's).
     pub fn put_entry_crc(
         &self,
         ledger: i64,
@@ -542,7 +543,7 @@ impl LedgerStore {
         }
         let len = data.len() as u64;
         // Outside the lock, which every put of the bookie takes.
-        let crc = crate::entry_log::format::payload_record_crc(ledger, entry, &data);
+        let crc = crate::write_cache::record_crc_at_put(ledger, entry, &data);
         let mut st = self.state.lock();
         let mut asked = false;
         let mut waited_since = None;
@@ -600,7 +601,7 @@ impl LedgerStore {
                 st.dirty.insert(ledger);
             }
         }
-        Ok(Some(crc))
+        Ok(crc)
     }
 
     /// Where a read finds an entry before going to the index: absent, in memory, or
@@ -978,7 +979,9 @@ impl LedgerStore {
             if i % 64 == 0 {
                 self.logs.set_direct_piece(self.direct_piece_now());
             }
-            let location = self.logs.append(ledger, c.entry, &c.data, c.crc)?;
+            let location = self
+                .logs
+                .append(ledger, c.entry, &c.data, c.record_crc(ledger))?;
             locations.push((ledger, c.entry, location));
         }
         // With a log per ledger: the logs of write-closed and idle ledgers rotate now,

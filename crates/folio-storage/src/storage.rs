@@ -362,7 +362,7 @@ impl Storage {
         match self.put_checked(ledger, entry, master_key, data.clone(), recovery) {
             Ok((crc, guard)) => {
                 let journal = &self.inner.journal;
-                // The write cache's checksum of the entry spares the journal a pass.
+                // A large entry's checksum, computed as it was put, spares the journal a pass.
                 match crc {
                     Some(crc) => journal.append_with_crc(
                         RecordKind::Add,

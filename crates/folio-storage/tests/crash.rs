@@ -104,8 +104,14 @@ fn key(ledger: i64) -> [u8; 20] {
     [(ledger % 200) as u8 + 1; 20]
 }
 
+/// Mostly small entries; one in 16 is large enough (16 KiB and more) to be kept in its own
+/// buffer and checksummed once as it is put, for the journal and the entry log alike.
 fn entry_bytes(ledger: i64, entry: i64, rng: &SystemRng) -> Bytes {
-    let n = rng.below(200) as usize;
+    let n = if rng.below(16) == 0 {
+        16 * 1024 + rng.below(4096) as usize
+    } else {
+        rng.below(200) as usize
+    };
     let mut b = Vec::with_capacity(32 + n);
     b.extend_from_slice(&ledger.to_be_bytes());
     b.extend_from_slice(&entry.to_be_bytes());
