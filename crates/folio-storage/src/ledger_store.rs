@@ -972,17 +972,15 @@ impl LedgerStore {
             return self.logs.rotate_idle_and_closed();
         }
         let mut locations = Vec::with_capacity(entries.len());
-        for (i, (ledger, c)) in entries.iter().enumerate() {
+        for (i, (ledger, entry, data)) in entries.iter().enumerate() {
             if deleted.contains(&ledger) {
                 continue;
             }
             if i % 64 == 0 {
                 self.logs.set_direct_piece(self.direct_piece_now());
             }
-            let location = self
-                .logs
-                .append(ledger, c.entry, &c.data, c.record_crc(ledger))?;
-            locations.push((ledger, c.entry, location));
+            let crc = entries.record_crc(ledger, entry, data);
+            locations.push((ledger, entry, self.logs.append(ledger, entry, data, crc)?));
         }
         // With a log per ledger: the logs of write-closed and idle ledgers rotate now,
         // after this flush's entries are in them and before the index points at them

@@ -40,41 +40,28 @@ const MAX_CHUNK: usize = 1024 * 1024;
 /// docs/performance.md).
 const OWN_BUFFER_MIN: usize = 16 * 1024;
 
-/// An entry in the write cache, with its entry log record's checksum if that was
-/// computed as it was put ([`record_crc_at_put`]).
-#[derive(Debug, Clone)]
-pub struct CachedEntry {
-    pub entry: i64,
-    crc: Option<u32>,
-    pub data: Bytes,
-}
-
-impl CachedEntry {
-    /// The entry's entry log record checksum ([`payload_record_crc`]).
-    pub fn record_crc(&self, ledger: i64) -> u32 {
-        self.crc
-            .unwrap_or_else(|| payload_record_crc(ledger, self.entry, &self.data))
-    }
-}
-
 /// The entry log record checksum of an entry about to be put, if it is computed now:
 /// for an entry of [`OWN_BUFFER_MIN`] or more, so that the journal's record of the add
 /// and the flush's entry log record both use it, one pass over the payload instead of
-/// three (a checksum pass over a 64 KiB entry is a few µs; the bookie's CPU per such
-/// entry fell 2.4%). A smaller entry is checksummed by the journal thread and by the
-/// flush, as before: computed on the connection's task instead, its pass cost that task
-/// more than it saved the others (docs/performance.md, 2026-12-07).
+/// three (a pass over a 64 KiB entry is a few µs; the bookie's CPU per such entry fell
+/// 2.7%). A smaller entry is checksummed by the journal thread and by the flush, as
+/// before: on the connection's task instead, its pass cost that task more than it saved
+/// the others (docs/performance.md, "2026-12-07 (01:14)").
 pub fn record_crc_at_put(ledger: i64, entry: i64, data: &[u8]) -> Option<u32> {
     (data.len() >= OWN_BUFFER_MIN).then(|| payload_record_crc(ledger, entry, data))
 }
 
 /// One ledger's entries in a generation, sorted by entry id.
-type EntryList = Vec<CachedEntry>;
+type EntryList = Vec<(i64, Bytes)>;
 
 /// One generation of entries: per ledger, sorted by entry id.
 #[derive(Debug, Default)]
 pub struct Generation {
     ledgers: HashMap<i64, EntryList>,
+    /// [`record_crc_at_put`] of the entries that have one (those of [`OWN_BUFFER_MIN`] or
+    /// more), by (ledger, entry): kept apart so that the lists of small entries stay 40
+    /// bytes an entry.
+    big_crcs: HashMap<(i64, i64), u32>,
     /// The chunks this generation's entries were copied into: each handle is the unused
     /// end of its chunk (the last one is still being filled).
     chunks: Vec<BytesMut>,
@@ -104,34 +91,63 @@ impl Generation {
 
     fn get(&self, ledger: i64, entry: i64) -> Option<&Bytes> {
         let v = self.ledgers.get(&ledger)?;
-        v.binary_search_by_key(&entry, |c| c.entry)
+        v.binary_search_by_key(&entry, |(e, _)| *e)
             .ok()
-            .map(|i| &v[i].data)
+            .map(|i| &v[i].1)
+    }
+
+    /// The entry log record checksum of an entry held here (`data` is its payload).
+    pub fn record_crc(&self, ledger: i64, entry: i64, data: &[u8]) -> u32 {
+        let kept = (data.len() >= OWN_BUFFER_MIN)
+            .then(|| self.big_crcs.get(&(ledger, entry)))
+            .flatten();
+        match kept {
+            Some(crc) => *crc,
+            None => payload_record_crc(ledger, entry, data),
+        }
     }
 
     /// Adds or replaces; entries of a ledger usually arrive in order, so this is a push.
     /// A ledger new to this generation takes an empty list from `spare` if there is one.
-    fn put(&mut self, ledger: i64, c: CachedEntry, spare: &mut Vec<EntryList>) {
+    /// `crc`: the entry's [`record_crc_at_put`].
+    fn put(
+        &mut self,
+        ledger: i64,
+        entry: i64,
+        data: Bytes,
+        crc: Option<u32>,
+        spare: &mut Vec<EntryList>,
+    ) {
+        match crc {
+            Some(crc) => {
+                self.big_crcs.insert((ledger, entry), crc);
+            }
+            // A replaced large entry's checksum must not outlive it.
+            None if !self.big_crcs.is_empty() => {
+                self.big_crcs.remove(&(ledger, entry));
+            }
+            None => {}
+        }
         let v = self
             .ledgers
             .entry(ledger)
             .or_insert_with(|| spare.pop().unwrap_or_default());
-        self.bytes += c.data.len() as u64;
+        self.bytes += data.len() as u64;
         match v.last() {
-            Some(last) if last.entry >= c.entry => {
-                match v.binary_search_by_key(&c.entry, |c| c.entry) {
+            Some((last, _)) if *last >= entry => {
+                match v.binary_search_by_key(&entry, |(e, _)| *e) {
                     Ok(i) => {
-                        let old = std::mem::replace(&mut v[i], c);
-                        self.bytes -= old.data.len() as u64;
+                        let old = std::mem::replace(&mut v[i].1, data);
+                        self.bytes -= old.len() as u64;
                     }
                     Err(i) => {
-                        v.insert(i, c);
+                        v.insert(i, (entry, data));
                         self.count += 1;
                     }
                 }
             }
             _ => {
-                v.push(c);
+                v.push((entry, data));
                 self.count += 1;
             }
         }
@@ -140,20 +156,22 @@ impl Generation {
     fn remove_ledger(&mut self, ledger: i64) {
         if let Some(v) = self.ledgers.remove(&ledger) {
             self.count -= v.len();
-            self.bytes -= v.iter().map(|c| c.data.len() as u64).sum::<u64>();
+            self.bytes -= v.iter().map(|(_, b)| b.len() as u64).sum::<u64>();
+        }
+        if !self.big_crcs.is_empty() {
+            self.big_crcs.retain(|(l, _), _| *l != ledger);
         }
     }
 
-    /// Every entry with its ledger, in (ledger, entry) order: the order a flush writes
-    /// them in.
-    pub fn iter(&self) -> impl Iterator<Item = (i64, &CachedEntry)> {
+    /// Every entry in (ledger, entry) order: the order a flush writes them in.
+    pub fn iter(&self) -> impl Iterator<Item = (i64, i64, &Bytes)> {
         // Sorted with their vectors, so that each ledger is not looked up again.
         let mut ledgers: Vec<(i64, &EntryList)> =
             self.ledgers.iter().map(|(l, v)| (*l, v)).collect();
         ledgers.sort_unstable_by_key(|(l, _)| *l);
         ledgers
             .into_iter()
-            .flat_map(|(l, v)| v.iter().map(move |c| (l, c)))
+            .flat_map(|(l, v)| v.iter().map(move |(e, data)| (l, *e, data)))
     }
 }
 
@@ -221,8 +239,8 @@ impl WriteCache {
         } else {
             self.copy_in(&data)
         };
-        let c = CachedEntry { entry, crc, data };
-        self.active.put(ledger, c, &mut self.spare_lists);
+        self.active
+            .put(ledger, entry, data, crc, &mut self.spare_lists);
     }
 
     fn copy_in(&mut self, data: &[u8]) -> Bytes {
@@ -269,7 +287,7 @@ impl WriteCache {
             .into_iter()
             .filter_map(|g| g.ledgers.get(&ledger))
             .flatten()
-            .map(|c| c.entry)
+            .map(|(e, _)| *e)
             .collect();
         ids.sort_unstable();
         ids.dedup();
@@ -300,11 +318,15 @@ impl WriteCache {
         } else {
             let merged = Arc::make_mut(&mut self.flushing);
             let Generation {
-                ledgers, chunks, ..
+                ledgers,
+                big_crcs,
+                chunks,
+                ..
             } = active;
             for (l, entries) in ledgers {
-                for c in entries {
-                    merged.put(l, c, &mut Vec::new());
+                for (e, data) in entries {
+                    let crc = big_crcs.get(&(l, e)).copied();
+                    merged.put(l, e, data, crc, &mut Vec::new());
                 }
             }
             merged.chunks.extend(chunks);
@@ -356,6 +378,7 @@ impl Clone for Generation {
     fn clone(&self) -> Self {
         Generation {
             ledgers: self.ledgers.clone(),
+            big_crcs: self.big_crcs.clone(),
             chunks: Vec::new(),
             bytes: self.bytes,
             count: self.count,
@@ -367,10 +390,46 @@ impl Clone for Generation {
 mod tests {
     use super::*;
 
-    /// `WriteCache::insert` with the entry's checksum computed here.
+    /// `WriteCache::insert` with the checksum its caller computes.
     fn insert(c: &mut WriteCache, ledger: i64, entry: i64, data: Bytes) {
         let crc = record_crc_at_put(ledger, entry, &data);
         c.insert(ledger, entry, data, crc);
+    }
+
+    /// Every entry's checksum as the flush takes it is the entry's own.
+    fn assert_checksums(g: &Generation) {
+        for (l, e, data) in g.iter() {
+            assert_eq!(
+                g.record_crc(l, e, data),
+                payload_record_crc(l, e, data),
+                "ledger {l} entry {e}"
+            );
+        }
+    }
+
+    /// A large entry's checksum, computed as it is put, is kept for the flush; it follows
+    /// the entry through replacements, a failed flush's merge and a ledger's removal.
+    #[test]
+    fn large_entries_keep_their_checksums_for_the_flush() {
+        let mut c = WriteCache::new(1 << 24);
+        let big = |v: u8| Bytes::from(vec![v; OWN_BUFFER_MIN]);
+        insert(&mut c, 1, 0, big(1));
+        insert(&mut c, 1, 1, b(10));
+        assert_eq!(c.active.big_crcs.len(), 1, "only the large entry's is kept");
+        insert(&mut c, 1, 0, b(5));
+        assert!(c.active.big_crcs.is_empty(), "replaced by a small entry");
+        insert(&mut c, 1, 0, big(2));
+        assert_checksums(&c.active);
+        // The flush fails (its snapshot still held): its generation is merged into the next.
+        let first = c.start_flush();
+        insert(&mut c, 1, 0, big(3));
+        insert(&mut c, 2, 0, big(4));
+        insert(&mut c, 3, 0, big(5));
+        c.remove_ledger(3);
+        let second = c.start_flush();
+        assert_eq!(second.big_crcs.len(), 2, "ledgers 1 and 2");
+        assert_checksums(&second);
+        assert_checksums(&first);
     }
 
     fn b(n: usize) -> Bytes {
@@ -378,7 +437,7 @@ mod tests {
     }
 
     fn keys(g: &Generation) -> Vec<(i64, i64)> {
-        g.iter().map(|(l, c)| (l, c.entry)).collect()
+        g.iter().map(|(l, e, _)| (l, e)).collect()
     }
 
     #[test]
@@ -448,7 +507,7 @@ mod tests {
         let snap = c.start_flush();
         assert_eq!(
             snap.iter()
-                .map(|(_, c)| (c.entry, c.data.len()))
+                .map(|(_, e, d)| (e, d.len()))
                 .collect::<Vec<_>>(),
             vec![(0, 1), (1, 2), (3, 4), (5, 6), (7, 8), (9, 10)]
         );
