@@ -5,10 +5,11 @@
 //! entry's payload) never passes as a record of this file.
 //!
 //! Version 2 checksums a record's payload through the entry log's record checksum of
-//! the same entry ([`payload_record_crc`]): the write cache computes that one as it
-//! copies an add in, so the journal and the entry log share one pass over the payload
-//! where version 1 took two. Version 1 files are still read (a journal written before
-//! the upgrade is replayed); new files are version 2.
+//! the same entry ([`payload_record_crc`]): for an add of 16 KiB or more the write cache
+//! computes that one as the add is put, so the journal and the entry log share one pass
+//! over the payload where version 1 took two (smaller payloads are checksummed here, as
+//! before). Version 1 files are still read (a journal written before the upgrade is
+//! replayed); new files are version 2.
 
 use crate::entry_log::format::payload_record_crc;
 
