@@ -118,15 +118,8 @@ impl Generation {
         crc: Option<u32>,
         spare: &mut Vec<EntryList>,
     ) {
-        match crc {
-            Some(crc) => {
-                self.big_crcs.insert((ledger, entry), crc);
-            }
-            // A replaced large entry's checksum must not outlive it.
-            None if !self.big_crcs.is_empty() => {
-                self.big_crcs.remove(&(ledger, entry));
-            }
-            None => {}
+        if let Some(crc) = crc {
+            self.big_crcs.insert((ledger, entry), crc);
         }
         let v = self
             .ledgers
@@ -139,6 +132,10 @@ impl Generation {
                     Ok(i) => {
                         let old = std::mem::replace(&mut v[i].1, data);
                         self.bytes -= old.len() as u64;
+                        // A large entry replaced by a small one: its checksum goes too.
+                        if crc.is_none() && old.len() >= OWN_BUFFER_MIN {
+                            self.big_crcs.remove(&(ledger, entry));
+                        }
                     }
                     Err(i) => {
                         v.insert(i, (entry, data));
