@@ -111,15 +111,30 @@ pub const DEFAULT_INDEX_COMMIT_FLUSHES: usize = 4;
 /// written at once, a couple of entries each per flush, so that its commit rewrites an
 /// index block (32 entries' locations) for every entry or two.
 const SPARSE_ENTRIES_PER_LEDGER: usize = 4;
-/// After a sparse flush, a commit comes this many times less often (16 flushes by
-/// default): each index block is then rewritten once for several entries. At 10,000
-/// ledgers the checkpoint's CPU per entry fell by 30% and throughput rose 9-10%, at
-/// no cost when few ledgers are written (docs/performance.md, 2026-12-06 (20:00)).
-const SPARSE_COMMIT_FACTOR: usize = 4;
-/// The most locations staged (40 bytes each, about 10 MiB): a flush for room that would
-/// stage more commits. A 16 MiB flush of 1 KiB entries holds about 16,000, of 100-byte
-/// entries about 130,000, so those commit every other flush.
+/// After a sparse flush, a commit comes this many times less often (64 flushes by
+/// default, though the periodic checkpoint commits sooner): each index block is then
+/// rewritten once for many entries. A commit's cost grows with the ledgers it touches, not
+/// with its entries (each touched ledger's last block is read, rewritten, and its B-tree
+/// leaf copied and synced: half a second of the checkpoint thread at 10,000 ledgers), so
+/// fewer of them is what pays. At 10,000 ledgers a factor of 4 took the checkpoint's CPU
+/// per entry down by 30% and throughput up 9-10% (docs/performance.md, 2026-12-06
+/// (20:00)); 16 halved the commits again and took another fifth off the checkpoint's CPU
+/// (2026-12-07 (06:00)). No cost when few ledgers are written: their flushes are not sparse.
+const SPARSE_COMMIT_FACTOR: usize = 16;
+/// The most locations staged (40 bytes each, about 10 MiB) after a flush that is not
+/// sparse: a flush for room that would stage more commits. A 16 MiB flush of 1 KiB entries
+/// holds about 16,000, of 100-byte entries about 130,000, so those commit every other
+/// flush, and a bookie written by few ledgers keeps its memory.
 const MAX_STAGED_LOCATIONS: usize = 256 << 10;
+/// The same bound after a sparse flush (about 40 MiB): room for [`SPARSE_COMMIT_FACTOR`]
+/// times [`DEFAULT_INDEX_COMMIT_FLUSHES`] flushes of 1 KiB entries. Taken only by a bookie
+/// written by thousands of ledgers at once, where each commit it saves costs more than
+/// the memory (about 3 KiB per ledger at 10,000).
+const MAX_STAGED_LOCATIONS_SPARSE: usize = 1 << 20;
+const _: () = assert!(
+    MAX_STAGED_LOCATIONS_SPARSE >= SPARSE_COMMIT_FACTOR * DEFAULT_INDEX_COMMIT_FLUSHES * 16_000,
+    "the sparse bound must not cut short the sparse commit factor at 1 KiB entries"
+);
 
 impl LedgerStoreConfig {
     /// A configuration with BookKeeper's default sizes.
@@ -890,14 +905,18 @@ impl LedgerStore {
         self.flush_with(true)
     }
 
-    /// Flushes for room per index commit, this flush being `entries`: more when it is
-    /// sparse (see [`SPARSE_ENTRIES_PER_LEDGER`]), unless every flush is to commit.
-    fn commit_every(&self, entries: &Generation) -> usize {
+    /// Flushes for room per index commit, and the most locations staged, this flush being
+    /// `entries`: more of both when it is sparse (see [`SPARSE_ENTRIES_PER_LEDGER`]),
+    /// unless every flush is to commit.
+    fn commit_every(&self, entries: &Generation) -> (usize, usize) {
         let sparse = entries.len() < SPARSE_ENTRIES_PER_LEDGER * entries.ledger_count();
         if sparse && self.index_commit_flushes > 1 {
-            self.index_commit_flushes * SPARSE_COMMIT_FACTOR
+            (
+                self.index_commit_flushes * SPARSE_COMMIT_FACTOR,
+                MAX_STAGED_LOCATIONS_SPARSE,
+            )
         } else {
-            self.index_commit_flushes
+            (self.index_commit_flushes, MAX_STAGED_LOCATIONS)
         }
     }
 
@@ -917,9 +936,9 @@ impl LedgerStore {
             (entries, ledgers, deleted)
         };
         let (flushes, locations) = self.index.staged_flushes();
-        let stage = may_stage
-            && flushes + 1 < self.commit_every(&entries)
-            && locations + entries.len() <= MAX_STAGED_LOCATIONS;
+        let (commit_every, max_staged) = self.commit_every(&entries);
+        let stage =
+            may_stage && flushes + 1 < commit_every && locations + entries.len() <= max_staged;
         let started = std::time::Instant::now();
         let result = self.write_out(&entries, batch_ledgers.clone(), &deleted, stage);
         crate::bk_stats::flushed(&entries, started, result.is_ok());

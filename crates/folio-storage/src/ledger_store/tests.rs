@@ -1115,7 +1115,7 @@ fn a_read_that_cannot_block_answers_as_a_blocking_read_or_not_at_all() {
 }
 
 /// Flushes for room commit the index once in `index_commit_flushes` when each holds many
-/// entries per ledger, and four times less often when each holds one or two entries of
+/// entries per ledger, and `SPARSE_COMMIT_FACTOR` times less often when each holds one or two entries of
 /// each of many ledgers (then a commit rewrites an index block per entry or two). Every
 /// entry stays readable meanwhile and after a reopen.
 #[test]
@@ -1148,11 +1148,11 @@ fn sparse_flushes_for_room_commit_the_index_less_often() {
     };
     // Dense: 4 ledgers, 8 entries each per flush.
     assert_eq!(run(4, 8, 4), [false, true, false, true]);
-    // Sparse: 50 ledgers, one entry each per flush: 2 x 4 flushes per commit.
-    assert_eq!(
-        run(50, 1, 16),
-        [[false; 7].as_slice(), &[true], &[false; 7], &[true]].concat()
-    );
+    // Sparse: 50 ledgers, one entry each per flush: 2 x 16 flushes per commit.
+    let every = 2 * super::SPARSE_COMMIT_FACTOR;
+    let mut expected = vec![false; every - 1];
+    expected.push(true);
+    assert_eq!(run(50, 1, 2 * every), expected.repeat(2));
     for (l, n) in &next {
         for e in 0..*n {
             assert_eq!(s.get_entry(*l, e).unwrap(), Some(data(*l, e)), "{l}:{e}");
