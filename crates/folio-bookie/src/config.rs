@@ -475,13 +475,15 @@ write_cache_bytes = 67108864
 index_cache_bytes = 16777216
 
 # Flushes of the write cache for room per index commit (Folio's own, no BookKeeper key): the
-# flushes in between keep their entries' locations in memory (at most about 10 MiB of them) and
+# flushes in between keep their entries' locations in memory (at most about 10 MiB of them,
+# 40 MiB after sparse flushes) and
 # the next commit writes them all, so that a bookie writing thousands of ledgers at once rewrites
 # each ledger's index block once per several flushes rather than every flush. Reads find staged
 # locations as they find committed ones. A staged flush is not durable: the journal's mark moves
 # only at a commit, so a restart replays up to this many flushes more. Sparse flushes (fewer than
-# 4 entries per ledger: thousands of ledgers written at once) commit 4 times less often, and a
-# restart may replay 4 times as many. 1 commits every flush.
+# 4 entries per ledger: thousands of ledgers written at once) commit 16 times less often, and a
+# restart may replay 16 times as many (the periodic checkpoint, every flush_interval_ms, commits
+# sooner). 1 commits every flush.
 index_commit_flushes = 4
 
 # Largest frame accepted on the bookie port, in bytes; a longer frame closes the connection.
