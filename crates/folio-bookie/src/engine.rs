@@ -107,7 +107,7 @@ pub struct EngineStorage {
 /// are stored, before the processor looks for long polls to wake, so a woken one sees it.
 #[derive(Default)]
 struct LacCache {
-    map: parking_lot::Mutex<std::collections::HashMap<LedgerId, EntryId>>,
+    map: parking_lot::Mutex<folio_types::IdHashMap<LedgerId, EntryId>>,
 }
 
 impl LacCache {

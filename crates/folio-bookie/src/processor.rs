@@ -145,7 +145,7 @@ struct Shared<S> {
 #[derive(Default)]
 struct LongPolls {
     by_id: HashMap<u64, Waiter>,
-    by_ledger: HashMap<LedgerId, Vec<u64>>,
+    by_ledger: folio_types::IdHashMap<LedgerId, Vec<u64>>,
     /// The waiting long polls of each open connection (not of [`ConnectionId::NONE`]).
     by_conn: HashMap<ConnectionId, Vec<u64>>,
 }

@@ -9,7 +9,9 @@
 //! (`crate::read_cache`), then the index and the entry logs; a read
 //! that fails on disk is an error, never "no such entry" (DESIGN invariant 5).
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::BTreeSet;
+
+use folio_types::{IdHashMap, IdHashSet};
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -316,7 +318,7 @@ pub type FlushRequester = Arc<dyn Fn() + Send + Sync>;
 /// consistent cut of the cache and the ledger infos.
 struct State {
     cache: WriteCache,
-    ledgers: HashMap<i64, LedgerInfo>,
+    ledgers: IdHashMap<i64, LedgerInfo>,
     /// Ledgers whose info changed since the last flush. A put alone marks only a new
     /// ledger: the `last_entry_id` a flush writes is not rewritten for every later put
     /// (at 10,000 ledgers written at once that was a sixth of a checkpoint's work), so
@@ -324,7 +326,7 @@ struct State {
     dirty: BTreeSet<i64>,
     /// Ledgers whose `last_entry_id` here is known to be at least the index's last entry
     /// of them (looked up once since open).
-    last_known: HashSet<i64>,
+    last_known: IdHashSet<i64>,
     /// Ledgers deleted since the last flush (their index entries are still there).
     deleted_pending: BTreeSet<i64>,
     poisoned: Option<String>,
@@ -471,7 +473,7 @@ impl LedgerStore {
                 cache: WriteCache::new(config.write_cache_bytes),
                 ledgers,
                 dirty: BTreeSet::new(),
-                last_known: HashSet::new(),
+                last_known: IdHashSet::default(),
                 deleted_pending: BTreeSet::new(),
                 poisoned: None,
                 flush_failures: 0,

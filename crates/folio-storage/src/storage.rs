@@ -7,7 +7,7 @@
 //! order they were decided: an add that passed the fence check before a fence is
 //! acknowledged before that fence is.
 
-use std::collections::HashMap;
+use folio_types::IdHashMap;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
@@ -167,7 +167,7 @@ const ENTRY_HEADER_LEN: usize = 32;
 const SHARDS: usize = 16;
 
 /// A shard of ledger states, locked (see `Storage::with_ledger`).
-type LedgerGuard<'a> = parking_lot::MutexGuard<'a, HashMap<i64, LedgerState>>;
+type LedgerGuard<'a> = parking_lot::MutexGuard<'a, IdHashMap<i64, LedgerState>>;
 
 #[derive(Debug, Clone)]
 struct LedgerState {
@@ -205,7 +205,7 @@ impl MasterKey {
 pub(crate) struct Inner {
     pub(crate) journal: Journal,
     pub(crate) store: Arc<dyn LedgerBackend>,
-    shards: Vec<Mutex<HashMap<i64, LedgerState>>>,
+    shards: Vec<Mutex<IdHashMap<i64, LedgerState>>>,
     pub(crate) checkpoint_lock: Mutex<()>,
     pub(crate) stop: Mutex<bool>,
     /// Set by the ledger store's flush requester: checkpoint now.
@@ -271,7 +271,7 @@ impl Storage {
         let inner = Arc::new(Inner {
             journal,
             store,
-            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
             checkpoint_lock: Mutex::new(()),
             stop: Mutex::new(false),
             checkpoint_requested: std::sync::atomic::AtomicBool::new(false),

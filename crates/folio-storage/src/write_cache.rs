@@ -22,7 +22,7 @@
 //! since growing them again from empty after every flush cost fresh memory (page faults)
 //! and copies at every doubling.
 
-use std::collections::HashMap;
+use folio_types::IdHashMap;
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
@@ -57,11 +57,11 @@ type EntryList = Vec<(i64, Bytes)>;
 /// One generation of entries: per ledger, sorted by entry id.
 #[derive(Debug, Default)]
 pub struct Generation {
-    ledgers: HashMap<i64, EntryList>,
+    ledgers: IdHashMap<i64, EntryList>,
     /// [`record_crc_at_put`] of the entries that have one (those of [`OWN_BUFFER_MIN`] or
     /// more), by (ledger, entry): kept apart so that the lists of small entries stay 40
     /// bytes an entry.
-    big_crcs: HashMap<(i64, i64), u32>,
+    big_crcs: IdHashMap<(i64, i64), u32>,
     /// The chunks this generation's entries were copied into: each handle is the unused
     /// end of its chunk (the last one is still being filled).
     chunks: Vec<BytesMut>,
@@ -306,7 +306,10 @@ impl WriteCache {
         // of ledgers written at once it would otherwise grow (and rehash) from empty after
         // every flush.
         let next = Generation {
-            ledgers: HashMap::with_capacity(self.active.ledgers.len()),
+            ledgers: IdHashMap::with_capacity_and_hasher(
+                self.active.ledgers.len(),
+                Default::default(),
+            ),
             ..Generation::default()
         };
         let active = std::mem::replace(&mut self.active, next);

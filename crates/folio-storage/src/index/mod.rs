@@ -13,7 +13,7 @@ pub mod codec;
 mod staged;
 mod tails;
 
-use std::collections::HashMap;
+use folio_types::IdHashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -663,7 +663,7 @@ struct Blocks {
     /// The touched blocks, in the order first touched.
     touched: Vec<((i64, i64), Block)>,
     /// (ledger, block) -> its place in `touched`.
-    at: HashMap<(i64, i64), usize>,
+    at: IdHashMap<(i64, i64), usize>,
     /// The last one looked up: a flush's locations come ledger by ledger, entry by entry,
     /// so runs of them fall in one block.
     last: Option<((i64, i64), usize)>,

@@ -10,7 +10,7 @@
 //! stale, and a failed write transaction drops everything. [`super::LedgerIndex`] holds the
 //! lock across each of its write transactions, which redb serializes anyway.
 
-use std::collections::HashMap;
+use folio_types::IdHashMap;
 
 /// The bytes kept at most (the encoded blocks; about 330 per ledger half way through a
 /// block). Past it the cache starts over, keeping only what later commits write: the
@@ -20,7 +20,7 @@ const MAX_BYTES: usize = 4 << 20;
 #[derive(Default)]
 pub(super) struct Tails {
     /// ledger -> (block, its encoded value as committed).
-    blocks: HashMap<i64, (i64, Vec<u8>)>,
+    blocks: IdHashMap<i64, (i64, Vec<u8>)>,
     bytes: usize,
 }
 
