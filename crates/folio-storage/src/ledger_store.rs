@@ -10,14 +10,13 @@
 //! that fails on disk is an error, never "no such entry" (DESIGN invariant 5).
 
 use std::collections::BTreeSet;
-
-use folio_types::{IdHashMap, IdHashSet};
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use bytes::Bytes;
 use folio_env::Env;
+use folio_types::{IdHashMap, IdHashSet};
 use parking_lot::{Condvar, Mutex, MutexGuard, RwLock};
 
 use crate::entry_log::{
@@ -120,8 +119,8 @@ const SPARSE_ENTRIES_PER_LEDGER: usize = 4;
 /// leaf copied and synced: half a second of the checkpoint thread at 10,000 ledgers), so
 /// fewer of them is what pays. At 10,000 ledgers a factor of 4 took the checkpoint's CPU
 /// per entry down by 30% and throughput up 9-10% (docs/performance.md, 2026-12-06
-/// (20:00)); 16 halved the commits again and took another fifth off the checkpoint's CPU
-/// (2026-12-07 (06:00)). No cost when few ledgers are written: their flushes are not sparse.
+/// (20:00)); 16 halved the commits again and took about 30% more off the checkpoint's CPU
+/// (2026-12-07 (04:45)). No cost when few ledgers are written: their flushes are not sparse.
 const SPARSE_COMMIT_FACTOR: usize = 16;
 /// The most locations staged (40 bytes each, about 10 MiB) after a flush that is not
 /// sparse: a flush for room that would stage more commits. A 16 MiB flush of 1 KiB entries

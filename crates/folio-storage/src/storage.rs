@@ -7,12 +7,12 @@
 //! order they were decided: an add that passed the fence check before a fence is
 //! acknowledged before that fence is.
 
-use folio_types::IdHashMap;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use bytes::Bytes;
 use folio_env::Env;
+use folio_types::IdHashMap;
 use parking_lot::{Condvar, Mutex};
 
 use crate::checkpoint;

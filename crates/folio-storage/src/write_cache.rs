@@ -22,10 +22,10 @@
 //! since growing them again from empty after every flush cost fresh memory (page faults)
 //! and copies at every doubling.
 
-use folio_types::IdHashMap;
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
+use folio_types::IdHashMap;
 
 use crate::entry_log::format::payload_record_crc;
 

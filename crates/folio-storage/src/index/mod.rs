@@ -13,11 +13,11 @@ pub mod codec;
 mod staged;
 mod tails;
 
-use folio_types::IdHashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use folio_env::{FileSystem, OpenOptions};
+use folio_types::IdHashMap;
 use parking_lot::Mutex;
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 

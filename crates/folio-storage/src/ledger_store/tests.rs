@@ -1115,9 +1115,9 @@ fn a_read_that_cannot_block_answers_as_a_blocking_read_or_not_at_all() {
 }
 
 /// Flushes for room commit the index once in `index_commit_flushes` when each holds many
-/// entries per ledger, and `SPARSE_COMMIT_FACTOR` times less often when each holds one or two entries of
-/// each of many ledgers (then a commit rewrites an index block per entry or two). Every
-/// entry stays readable meanwhile and after a reopen.
+/// entries per ledger, and `SPARSE_COMMIT_FACTOR` times less often when each holds one or
+/// two entries of each of many ledgers (then a commit rewrites an index block per entry or
+/// two). Every entry stays readable meanwhile and after a reopen.
 #[test]
 fn sparse_flushes_for_room_commit_the_index_less_often() {
     let d = dirs(1 << 20, 8 << 20);
