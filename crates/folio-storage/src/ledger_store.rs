@@ -909,7 +909,7 @@ impl LedgerStore {
     /// Flushes for room per index commit, and the most locations staged, this flush being
     /// `entries`: more of both when it is sparse (see [`SPARSE_ENTRIES_PER_LEDGER`]),
     /// unless every flush is to commit.
-    fn commit_every(&self, entries: &Generation) -> (usize, usize) {
+    fn staging_bounds(&self, entries: &Generation) -> (usize, usize) {
         let sparse = entries.len() < SPARSE_ENTRIES_PER_LEDGER * entries.ledger_count();
         if sparse && self.index_commit_flushes > 1 {
             (
@@ -937,7 +937,7 @@ impl LedgerStore {
             (entries, ledgers, deleted)
         };
         let (flushes, locations) = self.index.staged_flushes();
-        let (commit_every, max_staged) = self.commit_every(&entries);
+        let (commit_every, max_staged) = self.staging_bounds(&entries);
         let stage =
             may_stage && flushes + 1 < commit_every && locations + entries.len() <= max_staged;
         let started = std::time::Instant::now();
