@@ -680,14 +680,14 @@ impl Storage {
 
     /// Runs a checkpoint now: flush the ledger store, then move the journal marks.
     pub fn checkpoint(&self) -> Result<(), StorageError> {
-        checkpoint::checkpoint(&self.inner, checkpoint::Durability::Whole)
+        checkpoint::checkpoint(&self.inner, checkpoint::Durability::Whole).map(drop)
     }
 
     /// The checkpoint the engine's own thread takes when the write cache passes its
     /// threshold: it frees the write cache, but may stage the ledger store's index and
     /// then leave the journal's marks where they are (see `checkpoint.rs`).
     pub fn checkpoint_for_room(&self) -> Result<(), StorageError> {
-        checkpoint::checkpoint(&self.inner, checkpoint::Durability::MayStage)
+        checkpoint::checkpoint(&self.inner, checkpoint::Durability::MayStage).map(drop)
     }
 
     /// Bytes in the ledger store's write cache, not yet flushed to an entry log.
