@@ -23,7 +23,7 @@ use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 
 use codec::Block;
 pub use codec::LedgerInfo;
-use tails::Tails;
+use tails::{Lookup, Tails};
 
 use crate::entry_log::Location;
 use crate::ledger_store::LedgerStoreError;
@@ -587,7 +587,7 @@ impl LedgerIndex {
             for &(ledger, entry, loc) in batches.iter().flat_map(|b| &b.locations) {
                 let (block, slot) = codec::block_of(entry);
                 let b = blocks
-                    .load(&entries, ledger, block, tails.get(ledger, block))
+                    .load(&entries, ledger, block, Some(&mut *tails))
                     .map_err(|e| self.fault(e))?;
                 if b.set(slot, loc) {
                     count += 1;
@@ -673,18 +673,23 @@ struct Blocks {
     /// transaction: the room kept follows it, so that a small commit between large ones
     /// (a periodic checkpoint's) does not give back what the next large one needs.
     recent_most: usize,
+    /// Lookups made in the B-tree (tests count them).
+    #[cfg(test)]
+    lookups: usize,
 }
 
 impl Blocks {
-    /// The block, on first use decoded from `cached` (its committed value, see [`Tails`])
-    /// or else read from `t` (empty if absent). One left as it was is written again as it
-    /// was (compaction's moves that no longer apply: rare).
+    /// The block, on first use read from `t` (empty if absent), or with `tails` known
+    /// from there: decoded from the ledger's last block as committed, or empty without a
+    /// lookup if above it (a ledger `tails` knows nothing of has its last block looked up
+    /// first, and kept there). One left as it was is written again as it was
+    /// (compaction's moves that no longer apply: rare).
     fn load(
         &mut self,
         t: &BlockTable<'_>,
         ledger: i64,
         block: i64,
-        cached: Option<&[u8]>,
+        tails: Option<&mut Tails>,
     ) -> Result<&mut Block, IndexFault> {
         use std::collections::hash_map::Entry;
         let key = (ledger, block);
@@ -697,15 +702,36 @@ impl Blocks {
                         let corrupt = |r: String| {
                             IndexFault::Corrupt(format!("ledger {ledger} block {block}: {r}"))
                         };
-                        let b = match cached {
-                            Some(value) => Block::decode(value).map_err(corrupt)?,
-                            None => match t
-                                .get(&codec::block_key(ledger, block)[..])
-                                .map_err(redb_fault)?
-                            {
-                                Some(g) => Block::decode(g.value()).map_err(corrupt)?,
-                                None => Block::default(),
-                            },
+                        let known = match tails {
+                            Some(tails) => {
+                                if !tails.knows(ledger) {
+                                    #[cfg(test)]
+                                    {
+                                        self.lookups += 1;
+                                    }
+                                    tails.learn(ledger, last_block(t, ledger)?);
+                                }
+                                tails.lookup(ledger, block)
+                            }
+                            None => Lookup::Unknown,
+                        };
+                        let b = match known {
+                            Lookup::Value(value) => Block::decode(value).map_err(corrupt)?,
+                            Lookup::Absent => Block::default(),
+                            // Unknown only if what was just learned was dropped for room.
+                            Lookup::Below | Lookup::Unknown => {
+                                #[cfg(test)]
+                                {
+                                    self.lookups += 1;
+                                }
+                                match t
+                                    .get(&codec::block_key(ledger, block)[..])
+                                    .map_err(redb_fault)?
+                                {
+                                    Some(g) => Block::decode(g.value()).map_err(corrupt)?,
+                                    None => Block::default(),
+                                }
+                            }
                         };
                         self.touched.push((key, b));
                         *v.insert(self.touched.len() - 1)
@@ -718,8 +744,8 @@ impl Blocks {
         Ok(&mut self.touched[i].1)
     }
 
-    /// Writes every block that holds a location, in key order; with `tails`, keeps each
-    /// ledger's last block written there (the caller drops them if its transaction fails).
+    /// Writes every block that holds a location, in key order; with `tails`, keeps there
+    /// each ledger's highest block (the caller drops them if its transaction fails).
     /// Empties `self` for the next transaction, whether or not this one failed.
     fn store(
         &mut self,
@@ -740,7 +766,7 @@ impl Blocks {
                     break;
                 }
                 if let Some(tails) = tails.as_deref_mut() {
-                    tails.put(ledger, block, value);
+                    tails.wrote(ledger, block, value);
                 }
             }
         }
@@ -767,6 +793,18 @@ impl Blocks {
             self.order.shrink_to(keep);
         }
     }
+}
+
+/// The last block of `ledger` in `t` and its value, if it has one: what [`Tails`] learns.
+fn last_block(t: &BlockTable<'_>, ledger: i64) -> Result<Option<(i64, Vec<u8>)>, IndexFault> {
+    let lo = codec::block_key(ledger, i64::MIN);
+    let hi = codec::block_key(ledger, i64::MAX);
+    let Some(kv) = t.range(&lo[..]..=&hi[..]).map_err(redb_fault)?.next_back() else {
+        return Ok(None);
+    };
+    let (k, v) = kv.map_err(redb_fault)?;
+    let (_, block) = codec::decode_block_key(k.value()).map_err(IndexFault::Corrupt)?;
+    Ok(Some((block, v.value().to_vec())))
 }
 
 /// Rewrites a version 1 index's `entries` (a key per entry) as `entry_blocks` and drops
@@ -925,6 +963,57 @@ mod tests {
             let base = if l < 10 { 9000 } else { 5000 };
             assert_eq!(idx.get(l, 0).unwrap(), Some(loc(base + l as u64)));
         }
+    }
+
+    /// A commit looks a ledger's last block up once; after that, its blocks above the
+    /// last are known to be new without a lookup, also after a lower block is written out
+    /// of order, and a deletion or a relocation makes it look again.
+    #[test]
+    fn a_known_ledgers_new_blocks_are_not_looked_up() {
+        let d = tempfile::tempdir().unwrap();
+        let idx = LedgerIndex::open(&folio_env::RealFileSystem, d.path()).unwrap();
+        let lookups = || idx.write.lock().blocks.lookups;
+        let commit = |entries: std::ops::Range<i64>| {
+            let locations = entries.map(|e| (1, e, loc(e as u64))).collect();
+            idx.commit(&IndexBatch {
+                locations,
+                ..Default::default()
+            })
+            .unwrap();
+        };
+        commit(0..10);
+        assert_eq!(lookups(), 1, "the ledger's last block, once");
+        commit(10..100);
+        assert_eq!(lookups(), 1, "block 0 as committed, blocks 1-3 new");
+        // Entry 200 (block 6), then entry 150 (block 4, below it: looked up), then 201.
+        commit(200..201);
+        commit(150..151);
+        assert_eq!(lookups(), 2);
+        commit(201..202);
+        assert_eq!(lookups(), 2, "block 6 is still the last");
+        let ids: Vec<i64> = (0..100).chain([150, 200, 201]).collect();
+        assert_eq!(idx.entry_ids(1).unwrap(), ids);
+        // A relocation drops what is known: the next commit looks again.
+        idx.relocate(&[Relocation {
+            ledger: 1,
+            entry: 0,
+            from: loc(0),
+            to: loc(7000),
+        }])
+        .unwrap();
+        let before = lookups();
+        commit(202..203);
+        assert_eq!(lookups(), before + 1);
+        // So does a deletion, after which the ledger has no block.
+        idx.commit(&IndexBatch {
+            deleted: vec![1],
+            ..Default::default()
+        })
+        .unwrap();
+        commit(0..1);
+        assert_eq!(lookups(), before + 2);
+        assert_eq!(idx.entry_ids(1).unwrap(), vec![0]);
+        assert_eq!(idx.get(1, 0).unwrap(), Some(loc(0)));
     }
 
     #[test]
