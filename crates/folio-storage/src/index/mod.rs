@@ -679,11 +679,11 @@ struct Blocks {
 }
 
 impl Blocks {
-    /// The block, on first use read from `t` (empty if absent), or with `tails` known
-    /// from there: decoded from the ledger's last block as committed, or empty without a
-    /// lookup if above it (a ledger `tails` knows nothing of has its last block looked up
-    /// first, and kept there). One left as it was is written again as it was
-    /// (compaction's moves that no longer apply: rare).
+    /// The block, on first use: with `tails`, decoded from the ledger's highest block as
+    /// committed if it is that one, or empty without a lookup if it is above it (a ledger
+    /// `tails` knows nothing of has its last block looked up first, and kept there);
+    /// otherwise read from `t` (empty if absent). One left as it was is written again as
+    /// it was (compaction's moves that no longer apply: rare).
     fn load(
         &mut self,
         t: &BlockTable<'_>,
