@@ -2,7 +2,9 @@
 //! BookKeeper's `benchmark reads -listen`, measuring how soon a reader has each entry.
 //!
 //! The writer appends with `--in-flight` appends outstanding until `--entries` are
-//! acknowledged or `--seconds` have passed: those are the measured entries. Each reader
+//! acknowledged or `--seconds` have passed: those are the measured entries. With `--rate`
+//! it is also paced (the n-th append not before n / rate seconds), so that two clusters can
+//! be compared at the same load rather than each at its own most. Each reader
 //! has its own client (its own connections, as a separate process would), opens the ledger
 //! without recovery before the first append, and follows it: it long-polls the bookies for
 //! an LAC beyond what it has read, reads the newly confirmed entries, and stops once it has
@@ -24,9 +26,11 @@ use anyhow::{Context, bail};
 use bytes::Bytes;
 use clap::Args;
 use folio_client::{
-    Client, ClientConfig, CreateOptions, DigestType, LedgerHandle, OpenOptions, ReadHandle,
+    AppendFuture, Client, ClientConfig, CreateOptions, DigestType, LedgerHandle, OpenOptions,
+    ReadHandle,
 };
 use folio_metadata::MetadataStore;
+use folio_types::{EntryId, LedgerId};
 use serde_json::{Map, json};
 
 use super::report::{Latencies, PhaseCpu, Summary};
@@ -55,6 +59,10 @@ pub struct TailBenchArgs {
     /// Appends the writer keeps outstanding.
     #[arg(long, value_name = "K", default_value_t = 100)]
     pub in_flight: u64,
+    /// Pace the writer at this many appends per second (still at most --in-flight
+    /// outstanding), to compare delivery latency at the same load; unpaced without it.
+    #[arg(long, value_name = "PER_SECOND")]
+    pub rate: Option<f64>,
     /// Tailing readers, each with its own client.
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub readers: u64,
@@ -83,6 +91,11 @@ fn validate(a: &TailBenchArgs) -> anyhow::Result<()> {
         ("--readers", a.readers),
     ])?;
     positive_seconds(a.seconds)?;
+    if let Some(r) = a.rate
+        && !(r.is_finite() && r > 0.0)
+    {
+        bail!("--rate must be a positive number of appends per second, not {r}");
+    }
     Ok(())
 }
 
@@ -131,6 +144,7 @@ async fn bench(a: &TailBenchArgs, uri: &str) -> anyhow::Result<String> {
         extra.insert("ack_quorum".into(), json!(a.shape.ack_quorum));
         extra.insert("entry_size".into(), json!(a.shape.entry_size));
         extra.insert("in_flight".into(), json!(a.in_flight));
+        extra.insert("rate".into(), json!(a.rate));
         extra.insert("readers".into(), json!(a.readers));
         extra.insert("explicit_lac_ms".into(), json!(a.explicit_lac_ms));
         extra.insert("ledger_id".into(), json!(id));
@@ -158,7 +172,7 @@ async fn bench(a: &TailBenchArgs, uri: &str) -> anyhow::Result<String> {
         )
     };
     Ok(format!(
-        "folio bench tail: E{} Qw{} Qa{}, {} B entries, {} in flight, {} tailing reader(s)\n{}\n\
+        "folio bench tail: E{} Qw{} Qa{}, {} B entries, {} in flight{}, {} tailing reader(s)\n{}\n\
          (latency: the writer's acknowledgement to delivery at a reader; {} entries written \
          in all, the measured {} and a cool-down)\n{}\n{}",
         a.shape.ensemble,
@@ -166,6 +180,9 @@ async fn bench(a: &TailBenchArgs, uri: &str) -> anyhow::Result<String> {
         a.shape.ack_quorum,
         a.shape.entry_size,
         a.in_flight,
+        a.rate
+            .map(|r| format!(" paced at {r} per second"))
+            .unwrap_or_default(),
         a.readers,
         delivery.to_text(),
         o.written,
@@ -247,7 +264,10 @@ async fn run_ledger(
         &writer,
         payload(a.shape.entry_size),
         limit,
-        a.in_flight,
+        Pace {
+            window: a.in_flight,
+            rate: a.rate,
+        },
         a.readers,
         &progress,
     )
@@ -314,13 +334,39 @@ struct Written {
     latencies: Latencies,
 }
 
-/// The writer: up to `window` appends outstanding until `limit` (the measured entries),
-/// then the same until every reader has stopped or as many entries again are written.
+/// How the writer sends: at most `window` appends outstanding, and with a `rate` no more
+/// appends than the pacer's ticks (the n-th at n / rate seconds after the first).
+struct Pace {
+    window: u64,
+    rate: Option<f64>,
+}
+
+/// Ticks `rate` times a second from a thread of its own, each tick one append allowed, until
+/// the receiver is dropped. A thread, not tokio's timer: that one works in whole
+/// milliseconds, so a writer paced by it sends its appends in bursts, and each burst's entries
+/// wait for the next burst to carry their LAC.
+fn pacer(rate: f64) -> tokio::sync::mpsc::UnboundedReceiver<()> {
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let first = Instant::now();
+    std::thread::spawn(move || {
+        for n in 0u64.. {
+            let due = first + Duration::from_secs_f64(n as f64 / rate);
+            std::thread::sleep(due.saturating_duration_since(Instant::now()));
+            if tx.send(()).is_err() {
+                return;
+            }
+        }
+    });
+    rx
+}
+
+/// The writer: appends as `pace` allows until `limit` (the measured entries), then the
+/// same until every reader has stopped or as many entries again are written.
 async fn append_loop(
     ledger: &LedgerHandle,
     payload: Bytes,
     limit: Limit,
-    window: u64,
+    pace: Pace,
     readers: u64,
     progress: &Progress,
 ) -> anyhow::Result<Written> {
@@ -331,8 +377,11 @@ async fn append_loop(
         acked: Vec::new(),
         latencies: Latencies::new(),
     };
-    let mut pending = VecDeque::new();
+    let mut pending: VecDeque<(Instant, EntryId, AppendFuture)> = VecDeque::new();
     let mut measured: Option<u64> = None;
+    let mut ticks = pace.rate.map(pacer);
+    // Ticks received and not yet spent on an append.
+    let mut allowed = 0u64;
     loop {
         let n = w.sent.len() as u64;
         if measured.is_none() {
@@ -351,10 +400,36 @@ async fn append_loop(
             // visible to the readers.
             Some(m) => progress.stopped.load(Ordering::SeqCst) < readers && n < 2 * m,
         };
-        if more && (pending.len() as u64) < window {
+        if more && (pending.len() as u64) < pace.window {
+            if let Some(ticks) = ticks.as_mut() {
+                while allowed == 0 && ticks.try_recv().is_ok() {
+                    allowed += 1;
+                }
+                if allowed == 0 {
+                    // Not the next append's time yet: take an acknowledgement meanwhile.
+                    let Some((_, _, head)) = pending.front_mut() else {
+                        ticks.recv().await.context("the pacer stopped")?;
+                        allowed += 1;
+                        continue;
+                    };
+                    tokio::select! {
+                        biased;
+                        got = head => {
+                            let (t0, want, _) = pending.pop_front().expect("the head was polled");
+                            w.acknowledged(ledger.id(), t0, want, got, measured)?;
+                        }
+                        tick = ticks.recv() => {
+                            tick.context("the pacer stopped")?;
+                            allowed += 1;
+                        }
+                    }
+                    continue;
+                }
+                allowed -= 1;
+            }
             let t0 = Instant::now();
             w.sent.push(t0);
-            pending.push_back((t0, n as i64, ledger.append(payload.clone())));
+            pending.push_back((t0, n as EntryId, ledger.append(payload.clone())));
             continue;
         }
         let Some((t0, want, fut)) = pending.pop_front() else {
@@ -362,19 +437,29 @@ async fn append_loop(
             w.written = n;
             return Ok(w);
         };
-        let got = fut
-            .await
-            .with_context(|| format!("append to ledger {} failed", ledger.id()))?;
+        w.acknowledged(ledger.id(), t0, want, fut.await, measured)?;
+    }
+}
+
+impl Written {
+    /// Records append `want` (sent at `t0`) as acknowledged now, checking its entry id.
+    fn acknowledged(
+        &mut self,
+        ledger: LedgerId,
+        t0: Instant,
+        want: EntryId,
+        got: folio_client::Result<EntryId>,
+        measured: Option<u64>,
+    ) -> anyhow::Result<()> {
+        let got = got.with_context(|| format!("append to ledger {ledger} failed"))?;
         if got != want {
-            bail!(
-                "ledger {}: append {want} was acknowledged as entry {got}",
-                ledger.id()
-            );
+            bail!("ledger {ledger}: append {want} was acknowledged as entry {got}");
         }
-        w.acked.push(Instant::now());
+        self.acked.push(Instant::now());
         if measured.is_none_or(|m| (got as u64) < m) {
-            w.latencies.record(t0.elapsed());
+            self.latencies.record(t0.elapsed());
         }
+        Ok(())
     }
 }
 
@@ -435,6 +520,7 @@ mod tests {
             entries: Some(10),
             seconds: None,
             in_flight: 4,
+            rate: None,
             readers: 1,
             explicit_lac_ms: None,
             keep: false,
@@ -455,5 +541,13 @@ mod tests {
         a.entries = None;
         a.seconds = Some(f64::NAN);
         assert!(validate(&a).unwrap_err().to_string().contains("--seconds"));
+        for bad in [0.0, -1.0, f64::INFINITY] {
+            let mut a = args();
+            a.rate = Some(bad);
+            assert!(validate(&a).unwrap_err().to_string().contains("--rate"));
+        }
+        let mut a = args();
+        a.rate = Some(2000.0);
+        assert!(validate(&a).is_ok());
     }
 }

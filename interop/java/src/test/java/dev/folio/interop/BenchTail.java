@@ -11,6 +11,7 @@ import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicLong;
 import java.util.concurrent.atomic.AtomicLongArray;
 import java.util.concurrent.atomic.AtomicReference;
+import java.util.concurrent.locks.LockSupport;
 import org.apache.bookkeeper.client.BKException;
 import org.apache.bookkeeper.client.BookKeeper;
 import org.apache.bookkeeper.client.BookKeeper.DigestType;
@@ -38,8 +39,11 @@ import org.apache.bookkeeper.conf.ClientConfiguration;
  *
  * <pre>java -cp CLASSPATH dev.folio.interop.BenchTail --metadata zk+null://HOST:PORT/ROOT
  *     [-e 3] [-w 3] [-a 2] [--entry-size 1024] [--entries 10000] [--in-flight 16]
- *     [--readers 1] [--poll-ms 1000] [--warmup 1] [--parallel false]</pre>
+ *     [--readers 1] [--poll-ms 1000] [--warmup 1] [--parallel false] [--rate 0]</pre>
  * {@code --parallel true} long-polls every bookie of the write set at once instead of one.
+ * {@code --rate R} paces the writer at R adds per second (the n-th add not before n / R seconds
+ * after the first; the window still bounds it), as {@code folio bench tail --rate} does, to
+ * compare delivery latency at the same load.
  */
 public final class BenchTail {
     private BenchTail() {}
@@ -61,6 +65,7 @@ public final class BenchTail {
         long pollMs = 1000;
         int warmup = 1;
         boolean parallel = false;
+        double rate = 0;
         for (int i = 0; i < args.length; i++) {
             String v = i + 1 < args.length ? args[i + 1] : null;
             switch (args[i]) {
@@ -75,6 +80,7 @@ public final class BenchTail {
                 case "--poll-ms" -> pollMs = Long.parseLong(v);
                 case "--warmup" -> warmup = Integer.parseInt(v);
                 case "--parallel" -> parallel = Boolean.parseBoolean(v);
+                case "--rate" -> rate = Double.parseDouble(v);
                 default -> {
                     System.err.println("BenchTail: unknown argument " + args[i]);
                     System.exit(2);
@@ -82,8 +88,9 @@ public final class BenchTail {
             }
             i++;
         }
-        if (uri == null || entries < 1 || inFlight < 1 || readers < 1) {
-            System.err.println("BenchTail: --metadata URI is required; --entries, --in-flight and --readers >= 1");
+        if (uri == null || entries < 1 || inFlight < 1 || readers < 1 || !(rate >= 0) || Double.isInfinite(rate)) {
+            System.err.println("BenchTail: --metadata URI is required; --entries, --in-flight and --readers >= 1;"
+                    + " --rate a finite number of adds per second (0: unpaced)");
             System.exit(2);
         }
         ClientConfiguration conf = new ClientConfiguration();
@@ -98,9 +105,9 @@ public final class BenchTail {
                 clients.add(new BookKeeper(conf));
             }
             if (warmup > 0) {
-                run(writer, clients, e, qw, qa, payload, Math.max(1, entries / 10), inFlight, pollMs, parallel);
+                run(writer, clients, e, qw, qa, payload, Math.max(1, entries / 10), inFlight, pollMs, parallel, rate);
             }
-            Run run = run(writer, clients, e, qw, qa, payload, entries, inFlight, pollMs, parallel);
+            Run run = run(writer, clients, e, qw, qa, payload, entries, inFlight, pollMs, parallel, rate);
             long[] d = run.delivery;
             long[] x = run.e2e;
             long[] a = run.appends;
@@ -112,10 +119,11 @@ public final class BenchTail {
                             + "\"mb_per_sec\":%.2f,\"latency_ms\":%s,\"e2e_latency_ms\":%s,\"append_latency_ms\":%s,"
                             + "\"latency_from\":\"ack\",\"entry_size\":%d,\"in_flight\":%d,\"readers\":%d,"
                             + "\"written\":%d,\"delivered\":%d,\"ledger_id\":%d,\"ensemble\":%d,"
-                            + "\"write_quorum\":%d,\"ack_quorum\":%d,\"phase_cpu_s\":%.3f}",
+                            + "\"write_quorum\":%d,\"ack_quorum\":%d,\"phase_cpu_s\":%.3f,\"rate\":%s}",
                     entries, run.seconds, entries / run.seconds, (double) entries * size / 1e6 / run.seconds,
                     percentiles(d), percentiles(x), percentiles(a), size, inFlight, readers, run.written,
-                    (long) entries * readers, run.ledger, e, qw, qa, run.cpuSeconds));
+                    (long) entries * readers, run.ledger, e, qw, qa, run.cpuSeconds,
+                    rate > 0 ? String.format(Locale.ROOT, "%.1f", rate) : "null"));
         } finally {
             for (BookKeeper c : clients) {
                 c.close();
@@ -135,7 +143,7 @@ public final class BenchTail {
             double cpuSeconds) {}
 
     static Run run(BookKeeper writerClient, List<BookKeeper> readerClients, int e, int qw, int qa, byte[] payload,
-            int entries, int inFlight, long pollMs, boolean parallel) throws Exception {
+            int entries, int inFlight, long pollMs, boolean parallel, double rate) throws Exception {
         LedgerHandle w = writerClient.createLedger(e, qw, qa, DigestType.CRC32C, PASSWORD);
         // Each entry's add call and callback, by entry id; the cool-down writes at most `entries` more.
         int cap = 2 * entries;
@@ -169,8 +177,15 @@ public final class BenchTail {
         int n = 0;
         // Until `entries` are written, then (the cool-down) until every reader has stopped: later
         // adds carry the LAC that makes the measured entries visible to the readers.
+        long first = System.nanoTime();
         while (failure.get() == null && n < cap && (n < entries || stopped.get() < readerClients.size())) {
             window.acquire();
+            if (rate > 0) {
+                long due = first + (long) (n * 1e9 / rate);
+                for (long now = System.nanoTime(); now < due; now = System.nanoTime()) {
+                    LockSupport.parkNanos(due - now);
+                }
+            }
             final int id = n;
             sent.set(id, System.nanoTime());
             w.asyncAddEntry(payload, (rc, h, entryId, ctx) -> {
