@@ -29,6 +29,9 @@ struct Inner {
     hold_completions: bool,
     held: Vec<(WriteCallback, Result<(), StorageError>)>,
     space: folio_env::DiskSpace,
+    /// Whether `read_entry_nowait` and `known_lac` answer (as the engine's write cache and
+    /// LAC map do); off by default, so that every read goes the way that may wait.
+    without_waiting: bool,
 }
 
 /// See the module comment.
@@ -51,12 +54,19 @@ impl MemoryStorage {
                 fail_io: None,
                 hold_completions: false,
                 held: Vec::new(),
+                without_waiting: false,
                 space: folio_env::DiskSpace {
                     free: 1 << 30,
                     total: 4 << 30,
                 },
             }),
         }
+    }
+
+    /// From now on entries and LACs are also served without waiting
+    /// (`read_entry_nowait`, `known_lac`), as the engine serves those it holds in memory.
+    pub fn serve_without_waiting(&self, on: bool) {
+        self.inner.lock().without_waiting = on;
     }
 
     pub fn set_read_only(&self, read_only: bool) {
@@ -200,6 +210,22 @@ impl BookieStorage for MemoryStorage {
         found
             .cloned()
             .ok_or(StorageError::NoEntry { ledger, entry })
+    }
+
+    fn read_entry_nowait(&self, ledger: LedgerId, entry: EntryId) -> Option<Bytes> {
+        let inner = self.inner.lock();
+        if !inner.without_waiting || inner.fail_io.is_some() {
+            return None;
+        }
+        inner.ledgers.get(&ledger)?.entries.get(&entry).cloned()
+    }
+
+    fn known_lac(&self, ledger: LedgerId) -> Option<EntryId> {
+        let inner = self.inner.lock();
+        if !inner.without_waiting || inner.fail_io.is_some() {
+            return None;
+        }
+        inner.ledgers.get(&ledger).map(|l| l.lac)
     }
 
     fn last_add_confirmed(&self, ledger: LedgerId) -> Result<EntryId, StorageError> {

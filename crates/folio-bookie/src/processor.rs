@@ -142,6 +142,11 @@ struct Shared<S> {
     offload: std::sync::OnceLock<Offload>,
 }
 
+/// The most long polls a write wakes and answers on its own thread (the rest go to the read
+/// threads): a few tailing readers per ledger are the common case, and a write should not
+/// carry the answers of hundreds.
+const INLINE_WAKES: usize = 8;
+
 #[derive(Default)]
 struct LongPolls {
     by_id: HashMap<u64, Waiter>,
@@ -182,6 +187,30 @@ struct Pending<S> {
 impl<S> Drop for Pending<S> {
     fn drop(&mut self) {
         (self.counter)(&self.shared).fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// A plain read's answer from what storage gave, with `max_lac` on success.
+fn read_answer(
+    read: &ReadRequest,
+    result: Result<Bytes, StorageError>,
+    max_lac: impl FnOnce() -> Option<EntryId>,
+) -> Response {
+    match result {
+        Ok(body) => Response::Read {
+            status: Status::Ok,
+            ledger: read.ledger,
+            entry: read.entry,
+            body: Some(body),
+            max_lac: max_lac(),
+        },
+        Err(e) => Response::Read {
+            status: read_status(&e),
+            ledger: read.ledger,
+            entry: read.entry,
+            body: None,
+            max_lac: None,
+        },
     }
 }
 
@@ -273,11 +302,48 @@ impl<S: BookieStorage> Processor<S> {
             .contains_key(&ledger)
     }
 
-    /// After a write made `ledger`'s LAC move (maybe): wakes its long polls, off this thread.
+    /// After a write made `ledger`'s LAC move (maybe): wakes its long polls. With the LAC
+    /// known in memory, the first [`INLINE_WAKES`] whose answers storage gives without
+    /// waiting (a tailing reader's next entry is in the write cache) are answered here; the
+    /// others, and all of them when the LAC is not known in memory, off this thread. A read
+    /// thread's wake-up and the hand-back to the reader's connection cost more than such an
+    /// answer: at a thousand tailed entries a second they were two of a bookie's eleven
+    /// context switches per entry (docs/performance.md, "2026-12-07 (11:24)").
     fn lac_may_have_moved(&self, ledger: LedgerId) {
-        if self.has_long_polls(ledger) {
+        if !self.has_long_polls(ledger) {
+            return;
+        }
+        let Some(lac) = self.shared.storage.known_lac(ledger) else {
             let this = self.clone();
             self.offloaded(move || this.notify_lac(ledger));
+            return;
+        };
+        let mut rest = Vec::new();
+        for (i, waiter) in self.take_woken(ledger, lac).into_iter().enumerate() {
+            let answer = (i < INLINE_WAKES)
+                .then(|| {
+                    self.long_poll_answer(&waiter.request, waiter.previous_lac, lac, |e| {
+                        self.shared
+                            .storage
+                            .read_entry_nowait(waiter.request.ledger, e)
+                            .map(Ok)
+                    })
+                })
+                .flatten();
+            match answer {
+                Some(response) => (waiter.reply)(response),
+                None => rest.push(waiter),
+            }
+        }
+        if !rest.is_empty() {
+            let this = self.clone();
+            self.offloaded(move || {
+                for waiter in rest {
+                    let response =
+                        this.long_poll_response(&waiter.request, waiter.previous_lac, lac);
+                    (waiter.reply)(response);
+                }
+            });
         }
     }
 
@@ -730,22 +796,9 @@ impl<S: BookieStorage> Processor<S> {
     /// A plain read, answering with the bookie's known LAC as `maxLAC`.
     fn read_now(&self, read: &ReadRequest, known_lac: Option<EntryId>) -> Response {
         let storage = &self.shared.storage;
-        match storage.read_entry(read.ledger, read.entry) {
-            Ok(body) => Response::Read {
-                status: Status::Ok,
-                ledger: read.ledger,
-                entry: read.entry,
-                body: Some(body),
-                max_lac: known_lac.or_else(|| storage.last_add_confirmed(read.ledger).ok()),
-            },
-            Err(e) => Response::Read {
-                status: read_status(&e),
-                ledger: read.ledger,
-                entry: read.entry,
-                body: None,
-                max_lac: None,
-            },
-        }
+        read_answer(read, storage.read_entry(read.ledger, read.entry), || {
+            known_lac.or_else(|| storage.last_add_confirmed(read.ledger).ok())
+        })
     }
 
     /// The answer to a long poll once the LAC passed `previous_lac` or the wait timed out.
@@ -755,21 +808,36 @@ impl<S: BookieStorage> Processor<S> {
         previous_lac: EntryId,
         lac: EntryId,
     ) -> Response {
+        self.long_poll_answer(read, previous_lac, lac, |e| {
+            Some(self.shared.storage.read_entry(read.ledger, e))
+        })
+        .expect("a read that may wait always answers")
+    }
+
+    /// The answer to a long poll at `lac`, reading its entry with `get`; `None` if `get`
+    /// would have to wait for it.
+    fn long_poll_answer(
+        &self,
+        read: &ReadRequest,
+        previous_lac: EntryId,
+        lac: EntryId,
+        get: impl FnOnce(EntryId) -> Option<Result<Bytes, StorageError>>,
+    ) -> Option<Response> {
         if !read.piggyback {
-            return self.read_now(read, Some(lac));
+            return Some(read_answer(read, get(read.entry)?, || Some(lac)));
         }
         if lac <= previous_lac {
             // Timed out: EOK with the current LAC and no entry.
-            return Response::Read {
+            return Some(Response::Read {
                 status: Status::Ok,
                 ledger: read.ledger,
                 entry: read.entry,
                 body: None,
                 max_lac: Some(lac),
-            };
+            });
         }
         let next = previous_lac + 1;
-        match self.shared.storage.read_entry(read.ledger, next) {
+        Some(match get(next)? {
             Ok(body) => Response::Read {
                 status: Status::Ok,
                 ledger: read.ledger,
@@ -787,7 +855,7 @@ impl<S: BookieStorage> Processor<S> {
                 max_lac: Some(lac),
             },
             Err(e) => Response::error_for(&Request::Read(read.clone()), read_status(&e)),
-        }
+        })
     }
 
     /// Wakes the long polls of `ledger` whose previous LAC the ledger's LAC has now passed.
@@ -799,25 +867,24 @@ impl<S: BookieStorage> Processor<S> {
         let Ok(lac) = self.shared.storage.last_add_confirmed(ledger) else {
             return;
         };
-        let woken: Vec<(Waiter, EntryId)> = {
-            let mut polls = self.shared.long_polls.lock();
-            let Some(ids) = polls.by_ledger.get(&ledger).cloned() else {
-                return;
-            };
-            let passed: Vec<u64> = ids
-                .into_iter()
-                .filter(|id| polls.by_id.get(id).is_some_and(|w| w.previous_lac < lac))
-                .collect();
-            passed
-                .into_iter()
-                .filter_map(|id| polls.remove(id))
-                .map(|w| (w, lac))
-                .collect()
-        };
-        for (waiter, lac) in woken {
+        for waiter in self.take_woken(ledger, lac) {
             let response = self.long_poll_response(&waiter.request, waiter.previous_lac, lac);
             (waiter.reply)(response);
         }
+    }
+
+    /// Takes out the long polls of `ledger` whose previous LAC `lac` has passed.
+    fn take_woken(&self, ledger: LedgerId, lac: EntryId) -> Vec<Waiter> {
+        let mut polls = self.shared.long_polls.lock();
+        let Some(ids) = polls.by_ledger.get(&ledger).cloned() else {
+            return Vec::new();
+        };
+        ids.into_iter()
+            .filter(|id| polls.by_id.get(id).is_some_and(|w| w.previous_lac < lac))
+            .collect::<Vec<u64>>()
+            .into_iter()
+            .filter_map(|id| polls.remove(id))
+            .collect()
     }
 
     /// The shell's timer for a long poll fired: answer with the current LAC if still waiting.

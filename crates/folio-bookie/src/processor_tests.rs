@@ -892,9 +892,91 @@ fn reads_after_a_completion_run_on_the_offload_executor() {
     );
 }
 
+type Jobs = Arc<Mutex<Vec<Box<dyn FnOnce() + Send>>>>;
+
+/// A processor whose offloaded jobs queue up until the test runs them, on storage that
+/// serves entries and LACs from memory without waiting.
+fn processor_with_held_offload() -> (Processor<Arc<MemoryStorage>>, Jobs) {
+    let (p, storage) = processor();
+    storage.serve_without_waiting(true);
+    let jobs: Jobs = Arc::default();
+    let queue = jobs.clone();
+    assert!(p.set_offload(Arc::new(move |job| queue.lock().push(job))));
+    (p, jobs)
+}
+
+fn max_lac(r: &Response) -> Option<i64> {
+    match r {
+        Response::Read { max_lac, .. } => *max_lac,
+        other => panic!("not a read response: {other:?}"),
+    }
+}
+
+#[test]
+fn a_long_poll_whose_entry_is_in_memory_is_answered_by_the_add_that_moves_the_lac() {
+    let (p, jobs) = processor_with_held_offload();
+    call(&p, add(4, 0, -1, KEY));
+    let replies = Replies::default();
+    replies.send(&p, long_poll(4, -1, 60_000)).expect("waits");
+    assert!(replies.take().is_empty());
+    // Entry 1 carries LAC 0: the poll is answered at once, on this thread, with entry 0.
+    call(&p, add(4, 1, 0, KEY));
+    let got = replies.take();
+    assert_eq!(got.len(), 1, "answered without the read threads");
+    assert_eq!(
+        read_body(&got[0]).unwrap(),
+        entry_body(4, 0, -1, b"payload 0")
+    );
+    assert_eq!(max_lac(&got[0]), Some(0));
+    assert!(
+        jobs.lock().is_empty(),
+        "nothing was left for the read threads"
+    );
+}
+
+#[test]
+fn long_polls_past_the_inline_few_or_needing_a_read_that_waits_go_to_the_read_threads() {
+    let (p, jobs) = processor_with_held_offload();
+    call(&p, add(5, 0, -1, KEY));
+    let replies = Replies::default();
+    for _ in 0..10 {
+        replies.send(&p, long_poll(5, -1, 60_000)).expect("waits");
+    }
+    call(&p, add(5, 1, 0, KEY));
+    // Eight answered by the add, two by the read threads.
+    assert_eq!(replies.take().len(), 8);
+    let pending: Vec<_> = std::mem::take(&mut *jobs.lock());
+    assert_eq!(pending.len(), 1);
+    pending.into_iter().for_each(|job| job());
+    let got = replies.take();
+    assert_eq!(got.len(), 2);
+    for r in &got {
+        assert_eq!(read_body(r).unwrap(), entry_body(5, 0, -1, b"payload 0"));
+        assert_eq!(max_lac(r), Some(0));
+    }
+    // A poll past entry 1 wants entry 2, which this bookie does not hold (entry 3 carries
+    // LAC 2): not in memory, so the read threads answer, with the new LAC alone.
+    replies.send(&p, long_poll(5, 1, 60_000)).expect("waits");
+    call(&p, add(5, 3, 2, KEY));
+    assert!(replies.take().is_empty());
+    let pending: Vec<_> = std::mem::take(&mut *jobs.lock());
+    pending.into_iter().for_each(|job| job());
+    let got = replies.take();
+    assert_eq!(got.len(), 1);
+    assert_eq!(read_body(&got[0]), None);
+    assert_eq!(max_lac(&got[0]), Some(2));
+}
+
 #[test]
 fn no_long_poll_misses_its_wake_up_under_concurrent_adds() {
-    let (p, _) = processor();
+    // Woken on the read threads' path, and answered by the adds themselves.
+    no_long_poll_misses_its_wake_up(false);
+    no_long_poll_misses_its_wake_up(true);
+}
+
+fn no_long_poll_misses_its_wake_up(without_waiting: bool) {
+    let (p, storage) = processor();
+    storage.serve_without_waiting(without_waiting);
     call(&p, add(9, 0, -1, KEY));
     let replies = Replies::default();
     let polls = 200;
