@@ -876,15 +876,11 @@ impl<S: BookieStorage> Processor<S> {
     /// Takes out the long polls of `ledger` whose previous LAC `lac` has passed.
     fn take_woken(&self, ledger: LedgerId, lac: EntryId) -> Vec<Waiter> {
         let mut polls = self.shared.long_polls.lock();
-        let Some(ids) = polls.by_ledger.get(&ledger).cloned() else {
+        let Some(mut ids) = polls.by_ledger.get(&ledger).cloned() else {
             return Vec::new();
         };
-        ids.into_iter()
-            .filter(|id| polls.by_id.get(id).is_some_and(|w| w.previous_lac < lac))
-            .collect::<Vec<u64>>()
-            .into_iter()
-            .filter_map(|id| polls.remove(id))
-            .collect()
+        ids.retain(|id| polls.by_id.get(id).is_some_and(|w| w.previous_lac < lac));
+        ids.into_iter().filter_map(|id| polls.remove(id)).collect()
     }
 
     /// The shell's timer for a long poll fired: answer with the current LAC if still waiting.

@@ -380,8 +380,8 @@ async fn append_loop(
     let mut pending: VecDeque<(Instant, EntryId, AppendFuture)> = VecDeque::new();
     let mut measured: Option<u64> = None;
     let mut ticks = pace.rate.map(pacer);
-    // Ticks received and not yet spent on an append.
-    let mut allowed = 0u64;
+    // A tick received and not yet spent on an append.
+    let mut ticked = false;
     loop {
         let n = w.sent.len() as u64;
         if measured.is_none() {
@@ -402,14 +402,12 @@ async fn append_loop(
         };
         if more && (pending.len() as u64) < pace.window {
             if let Some(ticks) = ticks.as_mut() {
-                while allowed == 0 && ticks.try_recv().is_ok() {
-                    allowed += 1;
-                }
-                if allowed == 0 {
+                ticked = ticked || ticks.try_recv().is_ok();
+                if !ticked {
                     // Not the next append's time yet: take an acknowledgement meanwhile.
                     let Some((_, _, head)) = pending.front_mut() else {
                         ticks.recv().await.context("the pacer stopped")?;
-                        allowed += 1;
+                        ticked = true;
                         continue;
                     };
                     tokio::select! {
@@ -420,12 +418,12 @@ async fn append_loop(
                         }
                         tick = ticks.recv() => {
                             tick.context("the pacer stopped")?;
-                            allowed += 1;
+                            ticked = true;
                         }
                     }
                     continue;
                 }
-                allowed -= 1;
+                ticked = false;
             }
             let t0 = Instant::now();
             w.sent.push(t0);
