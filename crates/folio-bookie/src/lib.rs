@@ -30,7 +30,7 @@ pub mod storage;
 pub mod tls;
 pub mod wire;
 
-pub use processor::{LongPollTimer, Processor, ProcessorConfig, Reply};
+pub use processor::{ConnectionId, LongPollTimer, Processor, ProcessorConfig, Reply};
 pub use request::{Request, Response, Status};
 pub use storage::{BookieStorage, StorageError, WriteCallback};
 

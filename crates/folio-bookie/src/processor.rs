@@ -142,6 +142,15 @@ struct Shared<S> {
     offload: std::sync::OnceLock<Offload>,
 }
 
+/// Where a long poll's LAC comes from: storage, which may read the disk for it (on a read
+/// thread), or only memory (on the connection's task; see
+/// [`Processor::long_poll_without_blocking`]).
+#[derive(Clone, Copy)]
+enum Lac {
+    FromStorage,
+    InMemory,
+}
+
 /// The most long polls a write wakes and answers on its own thread (the rest go to the read
 /// threads): a few tailing readers per ledger are the common case, and a write should not
 /// carry the answers of hundreds.
@@ -384,7 +393,7 @@ impl<S: BookieStorage> Processor<S> {
                 self.add(add, reply);
                 None
             }
-            Request::Read(read) => self.read(conn, read, reply),
+            Request::Read(read) => self.read(conn, read, reply, Lac::FromStorage),
             Request::ReadLac { ledger } => {
                 self.counted_read(&Request::ReadLac { ledger }, reply, |reply| {
                     reply(self.read_lac(ledger))
@@ -600,7 +609,38 @@ impl<S: BookieStorage> Processor<S> {
         })
     }
 
-    fn read(&self, conn: ConnectionId, read: ReadRequest, reply: Reply) -> Option<LongPollTimer> {
+    /// A long poll taken on the caller's thread (the connection's task) when storage knows
+    /// its ledger's LAC in memory: it registers to wait, or is answered at once from memory,
+    /// as [`Processor::process_on`] would. Registering needs no disk, and a read thread's
+    /// wake-up to do it cost more than the registering: tailing readers send one poll per
+    /// entry. An answer whose entry is not in memory still goes to the read threads (the
+    /// offload). `Err` gives the request back, untouched, when the LAC is not in memory or
+    /// it is not a long poll: process it as usual, on a read thread.
+    pub fn long_poll_without_blocking(
+        &self,
+        conn: ConnectionId,
+        request: Request,
+        reply: Reply,
+    ) -> Result<Option<LongPollTimer>, (Request, Reply)> {
+        match request {
+            Request::Read(read)
+                if read.previous_lac.is_some()
+                    && !read.fence
+                    && self.shared.storage.known_lac(read.ledger).is_some() =>
+            {
+                Ok(self.read(conn, read, reply, Lac::InMemory))
+            }
+            request => Err((request, reply)),
+        }
+    }
+
+    fn read(
+        &self,
+        conn: ConnectionId,
+        read: ReadRequest,
+        reply: Reply,
+        lac_from: Lac,
+    ) -> Option<LongPollTimer> {
         let max = self.shared.config.max_pending_reads;
         let Some(slot) = self.admit(|s| &s.pending_reads, max) else {
             reply(Response::error_for(
@@ -669,12 +709,27 @@ impl<S: BookieStorage> Processor<S> {
                 },
             );
         }
-        let answer_now = match self.shared.storage.last_add_confirmed(read.ledger) {
-            Err(e) => Some(Response::error_for(&Request::Read(read), read_status(&e))),
-            Ok(lac) if timeout_ms.is_none() || lac > previous_lac => {
-                Some(self.long_poll_response(&read, previous_lac, lac))
-            }
-            Ok(_) => None,
+        let storage = &self.shared.storage;
+        let answer_now = match lac_from {
+            Lac::FromStorage => match storage.last_add_confirmed(read.ledger) {
+                Err(e) => Some(Response::error_for(&Request::Read(read), read_status(&e))),
+                Ok(lac) if timeout_ms.is_none() || lac > previous_lac => {
+                    Some(self.long_poll_response(&read, previous_lac, lac))
+                }
+                Ok(_) => None,
+            },
+            Lac::InMemory => match storage.known_lac(read.ledger) {
+                Some(lac) if timeout_ms.is_none() || lac > previous_lac => {
+                    let nowait = |e| storage.read_entry_nowait(read.ledger, e).map(Ok);
+                    match self.long_poll_answer(&read, previous_lac, lac, nowait) {
+                        Some(answer) => Some(answer),
+                        None => return self.answer_off_thread(id),
+                    }
+                }
+                Some(_) => None,
+                // Gone from memory since the caller looked (evicted, deleted, halted).
+                None => return self.answer_off_thread(id),
+            },
         };
         if let Some(answer) = answer_now {
             // Unless a wake-up answered it meanwhile.
@@ -689,6 +744,19 @@ impl<S: BookieStorage> Processor<S> {
             id,
             timeout: Duration::from_millis(t),
         })
+    }
+
+    /// A registered long poll whose answer needs the disk: a read thread answers it with the
+    /// LAC then, unless a wake-up answered it first.
+    fn answer_off_thread(&self, id: u64) -> Option<LongPollTimer> {
+        let this = self.clone();
+        self.offloaded(move || {
+            let waiter = this.shared.long_polls.lock().remove(id);
+            if let Some(waiter) = waiter {
+                this.answer_waiter(waiter);
+            }
+        });
+        None
     }
 
     /// FENCE_LEDGER: the fence is made durable first, then the entry is read (BookKeeper answers

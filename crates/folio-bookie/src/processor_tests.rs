@@ -6,7 +6,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 use parking_lot::Mutex;
 
 use crate::memory::MemoryStorage;
-use crate::processor::{LongPollTimer, Processor, ProcessorConfig};
+use crate::processor::{ConnectionId, LongPollTimer, Processor, ProcessorConfig, Reply};
 use crate::request::{AddRequest, AuthMessage, ReadRequest, Request, Response, Status};
 use folio_proto::availability::AvailabilityOfEntries;
 
@@ -967,14 +967,112 @@ fn long_polls_past_the_inline_few_or_needing_a_read_that_waits_go_to_the_read_th
     assert_eq!(max_lac(&got[0]), Some(2));
 }
 
-#[test]
-fn no_long_poll_misses_its_wake_up_under_concurrent_adds() {
-    // Woken on the read threads' path, and answered by the adds themselves.
-    no_long_poll_misses_its_wake_up(false);
-    no_long_poll_misses_its_wake_up(true);
+impl Replies {
+    /// Sends a long poll as a bookie's connection task does: taken there if the processor
+    /// can, otherwise `Err` with the request given back.
+    fn poll_without_blocking(
+        &self,
+        p: &Processor<Arc<MemoryStorage>>,
+        request: Request,
+    ) -> Result<Option<LongPollTimer>, Request> {
+        let sink = self.0.clone();
+        let reply: Reply = Box::new(move |r| sink.lock().push(r));
+        p.long_poll_without_blocking(ConnectionId::NONE, request, reply)
+            .map_err(|(request, _)| request)
+    }
 }
 
-fn no_long_poll_misses_its_wake_up(without_waiting: bool) {
+#[test]
+fn a_long_poll_whose_lac_is_in_memory_is_taken_without_the_read_threads() {
+    let (p, jobs) = processor_with_held_offload();
+    call(&p, add(4, 0, -1, KEY));
+    let replies = Replies::default();
+    // Waits: registered on the caller's thread, nothing for the read threads.
+    let timer = replies
+        .poll_without_blocking(&p, long_poll(4, 0, 60_000))
+        .expect("taken")
+        .expect("waits");
+    assert_eq!(timer.timeout, std::time::Duration::from_secs(60));
+    assert_eq!(p.waiting_long_polls(), 1);
+    assert!(replies.take().is_empty());
+    // Woken by the add that carries LAC 1, answered with entry 1.
+    call(&p, add(4, 1, 0, KEY));
+    call(&p, add(4, 2, 1, KEY));
+    let got = replies.take();
+    assert_eq!(got.len(), 1);
+    assert_eq!(
+        read_body(&got[0]).unwrap(),
+        entry_body(4, 1, 0, b"payload 1")
+    );
+    assert_eq!(max_lac(&got[0]), Some(1));
+    // A poll the LAC already passed is answered at once, from memory.
+    let at_once = replies.poll_without_blocking(&p, long_poll(4, -1, 60_000));
+    assert!(matches!(at_once, Ok(None)), "{at_once:?}");
+    let got = replies.take();
+    assert_eq!(got.len(), 1);
+    assert_eq!(
+        read_body(&got[0]).unwrap(),
+        entry_body(4, 0, -1, b"payload 0")
+    );
+    assert_eq!(p.waiting_long_polls(), 0);
+    assert_eq!(p.pending_reads(), 0);
+    assert!(
+        jobs.lock().is_empty(),
+        "nothing was left for the read threads"
+    );
+}
+
+#[test]
+fn a_long_poll_not_servable_from_memory_is_given_back_or_answered_by_the_read_threads() {
+    let (p, jobs) = processor_with_held_offload();
+    // An unknown ledger's LAC is not in memory: given back, untouched.
+    let poll = long_poll(7, 0, 60_000);
+    let replies = Replies::default();
+    assert_eq!(replies.poll_without_blocking(&p, poll.clone()), Err(poll));
+    // Nor is anything that is not a long poll.
+    call(&p, add(5, 0, -1, KEY));
+    for request in [
+        Request::Read(ReadRequest::entry(5, 0)),
+        fence_read(5, 0, Some(KEY)),
+        Request::ReadLac { ledger: 5 },
+    ] {
+        assert_eq!(
+            replies.poll_without_blocking(&p, request.clone()),
+            Err(request)
+        );
+    }
+    // The LAC passed entry 1, which this bookie does not hold (entry 3 carries LAC 2): the
+    // answer needs a read that may wait, so the read threads give it, with the LAC alone.
+    call(&p, add(5, 3, 2, KEY));
+    let taken = replies.poll_without_blocking(&p, long_poll(5, 0, 60_000));
+    assert!(matches!(taken, Ok(None)), "{taken:?}");
+    assert!(replies.take().is_empty());
+    let pending: Vec<_> = std::mem::take(&mut *jobs.lock());
+    assert_eq!(pending.len(), 1);
+    pending.into_iter().for_each(|job| job());
+    let got = replies.take();
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].status(), Status::Ok);
+    assert_eq!(read_body(&got[0]), None);
+    assert_eq!(max_lac(&got[0]), Some(2));
+    assert_eq!(p.waiting_long_polls(), 0);
+    // Storage that serves nothing from memory: every long poll is given back.
+    let (p, _) = processor();
+    call(&p, add(6, 0, -1, KEY));
+    let poll = long_poll(6, 0, 60_000);
+    assert_eq!(replies.poll_without_blocking(&p, poll.clone()), Err(poll));
+}
+
+#[test]
+fn no_long_poll_misses_its_wake_up_under_concurrent_adds() {
+    // Woken on the read threads' path, answered by the adds themselves, and registered by
+    // the connection's task as well.
+    no_long_poll_misses_its_wake_up(false, false);
+    no_long_poll_misses_its_wake_up(true, false);
+    no_long_poll_misses_its_wake_up(true, true);
+}
+
+fn no_long_poll_misses_its_wake_up(without_waiting: bool, polls_without_blocking: bool) {
     let (p, storage) = processor();
     storage.serve_without_waiting(without_waiting);
     call(&p, add(9, 0, -1, KEY));
@@ -989,7 +1087,13 @@ fn no_long_poll_misses_its_wake_up(without_waiting: bool) {
         for prev in 0..polls {
             let (p, replies) = (&p, &replies);
             s.spawn(move || {
-                let _ = replies.send(p, long_poll(9, prev, 600_000));
+                let poll = long_poll(9, prev, 600_000);
+                if polls_without_blocking {
+                    let taken = replies.poll_without_blocking(p, poll);
+                    assert!(taken.is_ok(), "ledger 9's LAC is in memory: {taken:?}");
+                } else {
+                    let _ = replies.send(p, poll);
+                }
             });
         }
         adder.join().unwrap();
@@ -1007,6 +1111,44 @@ fn no_long_poll_misses_its_wake_up(without_waiting: bool) {
     }
     assert_eq!(p.waiting_long_polls(), 0);
     assert!(replies.take().iter().all(|r| r.status() == Status::Ok));
+}
+
+#[test]
+fn a_long_poll_racing_the_last_add_is_answered() {
+    // No later add would wake a poll that missed this one's wake-up.
+    a_long_poll_racing_the_last_add(false);
+    a_long_poll_racing_the_last_add(true);
+}
+
+fn a_long_poll_racing_the_last_add(polls_without_blocking: bool) {
+    let (p, storage) = processor();
+    storage.serve_without_waiting(true);
+    call(&p, add(10, 0, -1, KEY));
+    let replies = Replies::default();
+    let rounds = 300;
+    for e in 1..=rounds {
+        let start = std::sync::Barrier::new(2);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                start.wait();
+                assert_eq!(call(&p, add(10, e, e - 1, KEY)).status(), Status::Ok);
+            });
+            start.wait();
+            let poll = long_poll(10, e - 2, 600_000);
+            if polls_without_blocking {
+                assert!(replies.poll_without_blocking(&p, poll).is_ok());
+            } else {
+                let _ = replies.send(&p, poll);
+            }
+        });
+        // The LAC is now e - 1, past the poll's e - 2: answered, with no timer fired.
+        assert_eq!(
+            replies.take().len(),
+            1,
+            "round {e}: the poll missed the add's wake-up"
+        );
+        assert_eq!(p.waiting_long_polls(), 0);
+    }
 }
 
 /// One random request over a small space of ledgers, entries and keys.

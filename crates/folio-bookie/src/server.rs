@@ -590,8 +590,8 @@ impl<S: BookieStorage> Conn<S> {
 }
 
 /// Hands one request to the processor. Reads may block on disk, so they run on the read
-/// threads, unless storage has the entry in memory or the page cache; writes only queue
-/// work for the journal and run inline.
+/// threads, unless storage has the entry in memory or the page cache, or they are long polls
+/// whose LAC storage knows in memory; writes only queue work for the journal and run inline.
 #[allow(clippy::too_many_arguments)]
 fn dispatch<S: BookieStorage>(
     processor: &Processor<S>,
@@ -623,6 +623,22 @@ fn dispatch<S: BookieStorage>(
             reply(response);
             return;
         }
+        let (request, reply) = match processor.long_poll_without_blocking(conn, request, reply) {
+            Ok(timer) => {
+                if let Some(timer) = timer {
+                    let runtime = tokio::runtime::Handle::current();
+                    schedule_expiry(
+                        &runtime,
+                        processor.clone(),
+                        reads.clone(),
+                        shutdown.clone(),
+                        timer,
+                    );
+                }
+                return;
+            }
+            Err(not_taken) => not_taken,
+        };
         let p = processor.clone();
         let pool = reads.clone();
         let runtime = tokio::runtime::Handle::current();

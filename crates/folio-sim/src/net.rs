@@ -97,6 +97,8 @@ struct State {
     batched_requests: u64,
     /// Reads answered by `Processor::read_without_blocking`.
     reads_without_blocking: u64,
+    /// Long polls taken by `Processor::long_poll_without_blocking`.
+    long_polls_without_blocking: u64,
     /// Stepped force-write path: steps taken, and the groups they made durable.
     force_write_steps: u64,
     force_write_groups: u64,
@@ -270,6 +272,7 @@ impl Net {
         into.store_checkpoints += s.store_checkpoints;
         into.batched_requests += s.batched_requests;
         into.reads_without_blocking += s.reads_without_blocking;
+        into.long_polls_without_blocking += s.long_polls_without_blocking;
         into.force_write_steps += s.force_write_steps;
         into.force_write_groups += s.force_write_groups;
     }
@@ -920,7 +923,8 @@ fn defer_to_step(net: &Net, inc: &Arc<Incarnation>, pending: Vec<Pending>) {
 }
 
 /// What a bookie's connection does with a request (folio-bookie's `dispatch`): a read that
-/// storage can serve without the disk is answered at once, anything else is processed.
+/// storage can serve without the disk is answered at once, a long poll whose LAC storage
+/// knows in memory is taken at once, anything else is processed.
 fn process_as_a_bookie(
     net: &Net,
     processor: &folio_bookie::Processor<Arc<folio_bookie::engine::EngineStorage>>,
@@ -932,7 +936,13 @@ fn process_as_a_bookie(
         reply(response);
         return None;
     }
-    processor.process(request, reply)
+    match processor.long_poll_without_blocking(folio_bookie::ConnectionId::NONE, request, reply) {
+        Ok(timer) => {
+            net.state.lock().long_polls_without_blocking += 1;
+            timer
+        }
+        Err((request, reply)) => processor.process(request, reply),
+    }
 }
 
 /// Runs the request through the processor and waits for its answer, blocking the runtime

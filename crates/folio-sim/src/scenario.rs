@@ -97,6 +97,9 @@ pub struct FaultCounts {
     /// Reads a bookie answered without blocking (the entry in memory or, on the simulated
     /// disk's rule, in the page cache), as a bookie's connection task does.
     pub reads_without_blocking: u64,
+    /// Long polls a bookie took without blocking (their LAC known in memory), as a
+    /// bookie's connection task does.
+    pub long_polls_without_blocking: u64,
     /// Steps of the force-write path (bookies started with `force_write`), and the
     /// journal groups they made durable (more groups than steps: groups were written
     /// while earlier ones awaited their fdatasync).
@@ -194,6 +197,7 @@ impl FaultCounts {
         self.store_checkpoints += o.store_checkpoints;
         self.batched_requests += o.batched_requests;
         self.reads_without_blocking += o.reads_without_blocking;
+        self.long_polls_without_blocking += o.long_polls_without_blocking;
         self.force_write_steps += o.force_write_steps;
         self.force_write_groups += o.force_write_groups;
         self.compactions += o.compactions;
@@ -235,7 +239,7 @@ impl std::fmt::Display for FaultCounts {
             "crash {}, power-loss {}, restart {}, partition {}, fsync-eio {}, enospc {}, \
              slow-disk {} ({} slow writes), session-expiry {}, metadata-outage {} ({} calls \
              failed, {} applied then failed), wiped-disk {}, checkpoint {} (+{} by the store), \
-             requests processed together {}, reads without blocking {}, force-write steps {} ({} groups), \
+             requests processed together {}, reads without blocking {}, long polls without blocking {}, force-write steps {} ({} groups), \
              compaction {} ({} entries moved), gc {} ({} logs removed), scratch-ledger {}, mid-op power cut {}, bookie entries checked {}, \
              last entries checked {}, LAC reads {} ({} judged), \
              writer-crash {}, \
@@ -261,6 +265,7 @@ impl std::fmt::Display for FaultCounts {
             self.store_checkpoints,
             self.batched_requests,
             self.reads_without_blocking,
+            self.long_polls_without_blocking,
             self.force_write_steps,
             self.force_write_groups,
             self.compactions,
