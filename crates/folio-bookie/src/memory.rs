@@ -32,6 +32,9 @@ struct Inner {
     /// Whether `read_entry_nowait` and `known_lac` answer (as the engine's write cache and
     /// LAC map do); off by default, so that every read goes the way that may wait.
     without_waiting: bool,
+    /// Reads asked of this storage (`read_entry` and `read_entry_nowait`), for tests that
+    /// count the work a client gives the bookies.
+    reads: u64,
 }
 
 /// See the module comment.
@@ -55,12 +58,18 @@ impl MemoryStorage {
                 hold_completions: false,
                 held: Vec::new(),
                 without_waiting: false,
+                reads: 0,
                 space: folio_env::DiskSpace {
                     free: 1 << 30,
                     total: 4 << 30,
                 },
             }),
         }
+    }
+
+    /// Entry reads asked of this storage so far (`read_entry` and `read_entry_nowait`).
+    pub fn reads(&self) -> u64 {
+        self.inner.lock().reads
     }
 
     /// From now on entries and LACs are also served without waiting
@@ -194,7 +203,8 @@ impl BookieStorage for MemoryStorage {
     }
 
     fn read_entry(&self, ledger: LedgerId, entry: EntryId) -> Result<Bytes, StorageError> {
-        let inner = self.inner.lock();
+        let mut inner = self.inner.lock();
+        inner.reads += 1;
         if let Some(reason) = &inner.fail_io {
             return Err(StorageError::Io(reason.clone()));
         }
@@ -213,7 +223,8 @@ impl BookieStorage for MemoryStorage {
     }
 
     fn read_entry_nowait(&self, ledger: LedgerId, entry: EntryId) -> Option<Bytes> {
-        let inner = self.inner.lock();
+        let mut inner = self.inner.lock();
+        inner.reads += 1;
         if !inner.without_waiting || inner.fail_io.is_some() {
             return None;
         }

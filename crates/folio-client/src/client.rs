@@ -100,6 +100,7 @@ pub(crate) struct Inner {
 pub(crate) struct Stats {
     pub speculative_reads: AtomicU64,
     pub speculative_read_wins: AtomicU64,
+    pub speculative_long_polls: AtomicU64,
 }
 
 /// What a client has done so far.
@@ -110,6 +111,11 @@ pub struct ClientStats {
     pub speculative_reads: u64,
     /// Entries whose verified answer came from a replica asked speculatively.
     pub speculative_read_wins: u64,
+    /// Long polls sent to a further bookie because the previous one had not answered
+    /// within [`ClientConfig::speculative_read_lac_timeout`].
+    ///
+    /// [`ClientConfig::speculative_read_lac_timeout`]: crate::ClientConfig::speculative_read_lac_timeout
+    pub speculative_long_polls: u64,
 }
 
 impl Inner {
@@ -335,6 +341,7 @@ impl Client {
         ClientStats {
             speculative_reads: s.speculative_reads.load(Ordering::Relaxed),
             speculative_read_wins: s.speculative_read_wins.load(Ordering::Relaxed),
+            speculative_long_polls: s.speculative_long_polls.load(Ordering::Relaxed),
         }
     }
 

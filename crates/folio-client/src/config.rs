@@ -18,6 +18,11 @@ pub struct ClientConfig {
     /// also goes to the next replica of the entry's write set and the first valid answer
     /// wins (`speculativeReadTimeout`). Zero disables speculative reads. Default: 2 s.
     pub speculative_read_timeout: Duration,
+    /// A long poll (`ReadHandle::wait_for_lac_beyond`) asks one bookie; when it has not
+    /// answered for this long, the next bookie is asked too and the first answer that moves
+    /// the LAC wins (`firstSpeculativeReadLACTimeout`). A bookie that fails is followed by
+    /// the next at once. Zero asks every bookie of the ensemble at once. Default: 1.5 s.
+    pub speculative_read_lac_timeout: Duration,
     /// TCP connect timeout (`clientConnectTimeoutMillis`). Default: 10 s.
     pub connect_timeout: Duration,
     /// After a failed connection, requests to that bookie fail at once for this long
@@ -64,6 +69,7 @@ impl Default for ClientConfig {
             add_entry_quorum_timeout: None,
             read_timeout: Duration::from_secs(5),
             speculative_read_timeout: Duration::from_millis(2000),
+            speculative_read_lac_timeout: Duration::from_millis(1500),
             connect_timeout: Duration::from_secs(10),
             reconnect_backoff: Duration::from_millis(100),
             max_reconnect_backoff: Duration::from_secs(5),

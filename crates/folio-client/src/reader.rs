@@ -301,6 +301,18 @@ pub(crate) async fn read_entry(
         .unwrap_or(ClientError::NoSuchEntry { ledger, entry }))
 }
 
+/// The order in which a long poll beyond an LAC asks the ensemble's bookies, `next` being
+/// the entry after that LAC: its replicas first (their answer carries it), those that also
+/// store `next + 1` ahead of the others (the entry that carries `next`'s confirmation
+/// reaches them; with striping, a replica of `next` alone learns it an entry later), then
+/// the rest of the ensemble, which learn the LAC from later entries.
+fn long_poll_order(quorum: &QuorumConfig, next: EntryId) -> Vec<usize> {
+    let mut order = quorum.write_set(next);
+    order.sort_by_key(|&p| !quorum.stores(next + 1, p));
+    order.extend((0..quorum.ensemble_size).filter(|&p| !quorum.stores(next, p)));
+    order
+}
+
 /// How to read the LAC.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum LacMode {
@@ -645,9 +657,12 @@ impl ReadHandle {
         }))
     }
 
-    /// Waits until the LAC passes `previous` (a long poll on the bookies of the last
-    /// ensemble) or `timeout` elapses; returns the LAC then. A ledger found closed in the
-    /// meantime returns its last entry.
+    /// Waits until the LAC passes `previous` (a long poll on a bookie of the last ensemble,
+    /// more when it fails or is slow: [`ClientConfig::speculative_read_lac_timeout`]) or
+    /// `timeout` elapses; returns the LAC then. A ledger found closed in the meantime
+    /// returns its last entry.
+    ///
+    /// [`ClientConfig::speculative_read_lac_timeout`]: crate::ClientConfig::speculative_read_lac_timeout
     pub async fn wait_for_lac_beyond(
         &self,
         previous: EntryId,
@@ -664,15 +679,23 @@ impl ReadHandle {
         let Some(ensemble) = meta.current_ensemble().map(|(_, e)| e.to_vec()) else {
             return Ok(current);
         };
+        let quorum = meta.quorum().map_err(|e| ClientError::MetadataConflict {
+            ledger: self.ledger,
+            reason: e,
+        })?;
+        let bookies: Vec<BookieId> = long_poll_order(&quorum, previous + 1)
+            .into_iter()
+            .filter_map(|p| ensemble.get(p).cloned())
+            .collect();
         let timeout_ms = timeout.as_millis().min(i64::MAX as u128) as i64;
-        let mut set = JoinSet::new();
-        for bookie in ensemble {
+        let speculate = self.inner.config.speculative_read_lac_timeout;
+        let poll = |bookie: BookieId| {
             let inner = self.inner.clone();
             let digest = self.digest.clone();
             let ledger = self.ledger;
             // The bookie holds the request up to `timeout`; allow it the read timeout on top.
             let rpc_timeout = timeout + inner.config.read_timeout;
-            set.spawn(async move {
+            async move {
                 inner
                     .bookies
                     .call(
@@ -694,17 +717,65 @@ impl ReadHandle {
                             .map(|v| v.payload);
                         r.max_lac.map(|lac| (lac, entry))
                     })
-            });
-        }
+            }
+        };
+        // One bookie at a time, as BookKeeper's sequential `readLastAddConfirmedAndEntry`:
+        // one answer carries the LAC and the entry, and asking every bookie cost each of
+        // them a poll, an answer and a copy of the entry per tailed entry. A bookie that
+        // fails is followed by the next at once; one that has not answered within
+        // `speculative_read_lac_timeout` gets company. Zero asks every bookie at once.
         let polls = async {
-            while let Some(r) = set.join_next().await {
-                if let Ok(Some((lac, entry))) = r
-                    && lac > previous
-                {
-                    return Some((lac, entry));
+            let mut set = JoinSet::new();
+            let mut asked = 0;
+            let at_once = match speculate.is_zero() {
+                true => bookies.len(),
+                false => bookies.len().min(1),
+            };
+            while asked < at_once {
+                set.spawn(poll(bookies[asked].clone()));
+                asked += 1;
+            }
+            loop {
+                let unasked = asked < bookies.len();
+                let speculation = async {
+                    match speculate.is_zero() {
+                        true => std::future::pending().await,
+                        false => tokio::time::sleep(speculate).await,
+                    }
+                };
+                tokio::select! {
+                    // Deterministic branch order (a simulator replays a seed exactly).
+                    biased;
+                    answer = set.join_next() => match answer {
+                        None => return None,
+                        Some(Ok(Some((lac, entry)))) if lac > previous => {
+                            return Some((lac, entry));
+                        }
+                        // The wait timed out there: the LAC did not move in time.
+                        Some(Ok(Some(_))) if !speculate.is_zero() => return None,
+                        Some(Ok(Some(_))) => {}
+                        // That bookie failed: the next one, at once.
+                        Some(_) if unasked => {
+                            set.spawn(poll(bookies[asked].clone()));
+                            asked += 1;
+                        }
+                        Some(_) => {}
+                    },
+                    () = speculation, if unasked => {
+                        tracing::debug!(
+                            ledger = self.ledger,
+                            previous,
+                            "slow long poll; asking the next bookie too"
+                        );
+                        self.inner
+                            .stats
+                            .speculative_long_polls
+                            .fetch_add(1, Ordering::Relaxed);
+                        set.spawn(poll(bookies[asked].clone()));
+                        asked += 1;
+                    }
                 }
             }
-            None
         };
         // A close (or delete) of the ledger ends the wait at once: no bookie LAC will move.
         let mut watch = self.ledger_watch().await;
@@ -796,6 +867,19 @@ mod tests {
 
     fn q(e: usize, w: usize, a: usize) -> QuorumConfig {
         QuorumConfig::new(e, w, a).unwrap()
+    }
+
+    #[test]
+    fn a_long_poll_asks_the_replica_that_also_stores_the_next_entry_first() {
+        // E3 Qw2: entry 1 is on positions 1 and 2, entry 2 on 2 and 0; position 2 learns
+        // entry 1's confirmation from entry 2, position 1 only from entry 4.
+        assert_eq!(long_poll_order(&q(3, 2, 2), 1), vec![2, 1, 0]);
+        assert_eq!(long_poll_order(&q(3, 2, 2), 0), vec![1, 0, 2]);
+        // E5 Qw3: entry 4 on 4, 0, 1; entry 5 on 0, 1, 2.
+        assert_eq!(long_poll_order(&q(5, 3, 2), 4), vec![0, 1, 4, 2, 3]);
+        // E = Qw: every replica stores every entry; the first asked turns with the entry.
+        assert_eq!(long_poll_order(&q(3, 3, 2), 7), vec![1, 2, 0]);
+        assert_eq!(long_poll_order(&q(3, 3, 2), 8), vec![2, 0, 1]);
     }
 
     #[test]

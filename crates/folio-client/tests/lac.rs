@@ -252,3 +252,82 @@ async fn a_quorum_lac_read_fails_when_the_answers_cover_no_ack_quorum() {
         .unwrap();
     assert_eq!(again.last_add_confirmed(), -1);
 }
+
+/// A tailing reader's long poll asks one bookie while that bookie answers, not every
+/// bookie of the ensemble: each asked bookie reads the piggybacked entry and sends it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tailing_long_poll_asks_one_bookie() {
+    let cluster = Cluster::start_with_memory(3, &[0, 1, 2]).await;
+    let client = cluster.client().await;
+    let w = patient(client.create_ledger(CreateOptions::default().quorum(3, 3, 2).password("pw")))
+        .await
+        .unwrap();
+    patient(w.append(payload(0))).await.unwrap();
+    let reader = cluster
+        .client_with(ClientConfig {
+            // No speculation: each poll is the one bookie's to answer.
+            speculative_read_lac_timeout: Duration::from_secs(3600),
+            ..test_config()
+        })
+        .await;
+    let r = std::sync::Arc::new(
+        patient(reader.open_ledger(w.id(), b"pw", OpenOptions::no_recovery()))
+            .await
+            .unwrap(),
+    );
+    let reads = || -> u64 { cluster.bookies.iter().map(|b| b.memory().reads()).sum() };
+    let before = reads();
+    let polls = 20;
+    for e in 1..=polls {
+        let lac = r.last_add_confirmed();
+        let poller = {
+            let r = r.clone();
+            tokio::spawn(async move { r.wait_for_lac_beyond(lac, PATIENCE).await })
+        };
+        patient(w.append(payload(e))).await.unwrap();
+        let moved = patient(poller).await.unwrap().unwrap();
+        assert!(moved > lac, "poll {e}: LAC {moved} after {lac}");
+        // Delivered from the poll's answer.
+        let got = patient(r.read(lac + 1, moved)).await.unwrap();
+        assert_eq!(got[0].payload, Bytes::from(payload(lac + 1)));
+    }
+    // One read per poll (its piggybacked entry), a few more if a poll's LAC moved past
+    // the entry it carried; asking all three bookies would be three per poll.
+    let read = reads() - before;
+    assert!(
+        read >= polls as u64 && read < 2 * polls as u64,
+        "{read} entry reads for {polls} polls"
+    );
+    assert_eq!(reader.stats().speculative_long_polls, 0);
+}
+
+/// A bookie that fails a long poll (here: it is gone) is followed by the next at once,
+/// not after the speculative timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_poll_moves_past_a_failed_bookie_at_once() {
+    let mut cluster = Cluster::start(3).await;
+    let client = cluster.client().await;
+    let w = patient(client.create_ledger(CreateOptions::default().quorum(3, 3, 2).password("pw")))
+        .await
+        .unwrap();
+    patient(w.append(payload(0))).await.unwrap();
+    patient(w.append(payload(1))).await.unwrap();
+    let reader = cluster
+        .client_with(ClientConfig {
+            speculative_read_lac_timeout: Duration::from_secs(3600),
+            ..test_config()
+        })
+        .await;
+    let r = patient(reader.open_ledger(w.id(), b"pw", OpenOptions::no_recovery()))
+        .await
+        .unwrap();
+    assert_eq!(r.last_add_confirmed(), 0);
+    // Entry 2 carries LAC 1 to the bookies. A poll beyond LAC 0 asks the replicas of
+    // entry 1 first, position 1 of the ensemble first of all: gone.
+    patient(w.append(payload(2))).await.unwrap();
+    let first = client.ledger_metadata(w.id()).await.unwrap().ensembles[&0][1].clone();
+    cluster.kill(&first).await;
+    let lac = patient(r.wait_for_lac_beyond(0, PATIENCE)).await.unwrap();
+    assert_eq!(lac, 1);
+    assert_eq!(reader.stats().speculative_long_polls, 0);
+}

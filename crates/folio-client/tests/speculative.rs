@@ -138,3 +138,47 @@ async fn without_speculation_a_silent_replica_costs_a_timeout_then_the_next_answ
     assert_eq!(client.stats().speculative_reads, 0);
     assert_eq!(client.stats().speculative_read_wins, 0);
 }
+
+/// A long poll whose first bookie never answers gets its answer from the next bookie once
+/// `speculative_read_lac_timeout` passes (the poll's own wait is far longer).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_bookie_is_overtaken_by_a_speculative_long_poll() {
+    let cluster = Cluster::start(3).await;
+    let writer = cluster.client().await;
+    let opts = folio_client::CreateOptions::default()
+        .quorum(3, 3, 2)
+        .digest(folio_client::DigestType::Crc32c)
+        .password("pw");
+    let w = patient(writer.create_ledger(opts)).await.unwrap();
+    for e in 0..4 {
+        patient(w.append(payload(e))).await.unwrap();
+    }
+    let silent = writer.ledger_metadata(w.id()).await.unwrap().ensembles[&0][0].clone();
+    let hole = black_hole().await;
+    let client = reader(
+        &cluster,
+        silent,
+        hole,
+        ClientConfig {
+            read_timeout: Duration::from_secs(3600),
+            speculative_read_lac_timeout: Duration::from_millis(100),
+            ..test_config()
+        },
+    );
+    let r = patient(client.open_ledger(w.id(), b"pw", OpenOptions::no_recovery()))
+        .await
+        .unwrap();
+    assert_eq!(r.last_add_confirmed(), 2);
+    // Entry 4 carries LAC 3 to the bookies. A poll beyond LAC 2 asks the replicas of
+    // entry 3 first, position 0 first of all: the silent one.
+    patient(w.append(payload(4))).await.unwrap();
+    let lac = patient(r.wait_for_lac_beyond(2, Duration::from_secs(3600)))
+        .await
+        .unwrap();
+    assert_eq!(lac, 3);
+    assert!(
+        client.stats().speculative_long_polls >= 1,
+        "{:?}",
+        client.stats()
+    );
+}

@@ -105,6 +105,12 @@ struct State {
     /// Per bookie, every add it acknowledged (its last body per entry), for the check
     /// that a restarted bookie still holds them ([`Net::check_acknowledged`]).
     acknowledged: BTreeMap<BookieId, BTreeMap<(i64, i64), Bytes>>,
+    /// Per bookie, the bodies of adds delivered to it and not (yet) acknowledged: one may
+    /// have reached its journal before the add failed (an fsync error, a crash), so a
+    /// restarted bookie may read it instead of the body it acknowledged for that entry.
+    /// Only a recovery's rewrite of an entry differs from the writer's, in the LAC it
+    /// carries, never in its payload.
+    unacknowledged: BTreeMap<BookieId, BTreeMap<(i64, i64), BTreeSet<Bytes>>>,
     /// Per bookie, deferred-sync recovery adds it acknowledged that no ForceLedger has
     /// covered yet: owed only once one answers OK (they move to `acknowledged` then), and
     /// forgotten when the bookie goes down (a restart may lose them; the copier sees the
@@ -288,9 +294,20 @@ impl Net {
             .cloned()
             .unwrap_or_default();
         let mut lost = Vec::new();
+        let unacked = self
+            .state
+            .lock()
+            .unacknowledged
+            .get(bookie)
+            .cloned()
+            .unwrap_or_default();
         for ((ledger, entry), body) in &acked {
             match inc.read_entry(*ledger, *entry) {
                 Ok(b) if b == body => {}
+                Ok(b)
+                    if unacked
+                        .get(&(*ledger, *entry))
+                        .is_some_and(|u| u.contains(&b)) => {}
                 Ok(_) => lost.push(format!("{ledger}:{entry} reads other bytes")),
                 Err(e) => lost.push(format!("{ledger}:{entry}: {e}")),
             }
@@ -330,7 +347,9 @@ impl Net {
 
     /// The bookie starts over on an empty disk (reformatted): it owes nothing.
     pub fn forget_acknowledged(&self, bookie: &BookieId) {
-        self.state.lock().acknowledged.remove(bookie);
+        let mut s = self.state.lock();
+        s.acknowledged.remove(bookie);
+        s.unacknowledged.remove(bookie);
     }
 
     /// The wait a slow disk adds before `request`, if it writes.
@@ -584,6 +603,16 @@ async fn handle(
         )),
         _ => None,
     };
+    if let Some((ledger, entry, body, _)) = &add {
+        net.state
+            .lock()
+            .unacknowledged
+            .entry(bookie.clone())
+            .or_default()
+            .entry((*ledger, *entry))
+            .or_default()
+            .insert(body.clone());
+    }
     // What a ForceLedger covers: the deferred adds acknowledged before it arrived.
     let forced: Vec<((i64, i64), Bytes)> = match &request {
         Request::ForceLedger { ledger } => net
@@ -646,6 +675,13 @@ async fn handle(
             },
         ) => {
             let mut s = net.state.lock();
+            if let Some(u) = s
+                .unacknowledged
+                .get_mut(&bookie)
+                .and_then(|m| m.get_mut(&(ledger, entry)))
+            {
+                u.remove(&body);
+            }
             let owed = if deferred {
                 &mut s.unforced
             } else {

@@ -552,6 +552,6 @@ fn negative_control_a_stale_last_entry_after_a_restart_is_caught() {
             },
             ..SimConfig::default()
         },
-        20,
+        60,
     );
 }
