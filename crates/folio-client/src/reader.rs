@@ -872,7 +872,7 @@ mod tests {
     #[test]
     fn a_long_poll_asks_the_replica_that_also_stores_the_next_entry_first() {
         // E3 Qw2: entry 1 is on positions 1 and 2, entry 2 on 2 and 0; position 2 learns
-        // entry 1's confirmation from entry 2, position 1 only from entry 4.
+        // entry 1's confirmation from entry 2, position 1 only from entry 3.
         assert_eq!(long_poll_order(&q(3, 2, 2), 1), vec![2, 1, 0]);
         assert_eq!(long_poll_order(&q(3, 2, 2), 0), vec![1, 0, 2]);
         // E5 Qw3: entry 4 on 4, 0, 1; entry 5 on 0, 1, 2.
