@@ -313,10 +313,6 @@ fn long_poll_order(quorum: &QuorumConfig, next: EntryId) -> Vec<usize> {
     order
 }
 
-/// How long a long poll that no bookie answered waits before it returns (see
-/// `ReadHandle::wait_for_lac_beyond`).
-const NO_ANSWER_PAUSE: Duration = Duration::from_millis(100);
-
 /// How to read the LAC.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum LacMode {
@@ -731,8 +727,6 @@ impl ReadHandle {
         let polls = async {
             let mut set = JoinSet::new();
             let mut asked = 0;
-            // Whether any bookie answered (Err(answered) when the LAC did not move).
-            let mut answered = false;
             let at_once = match speculate.is_zero() {
                 true => bookies.len(),
                 false => bookies.len().min(1),
@@ -753,13 +747,13 @@ impl ReadHandle {
                     // Deterministic branch order (a simulator replays a seed exactly).
                     biased;
                     answer = set.join_next() => match answer {
-                        None => return Err(answered),
+                        None => return None,
                         Some(Ok(Some((lac, entry)))) if lac > previous => {
-                            return Ok((lac, entry));
+                            return Some((lac, entry));
                         }
                         // The wait timed out there: the LAC did not move in time.
-                        Some(Ok(Some(_))) if !speculate.is_zero() => return Err(true),
-                        Some(Ok(Some(_))) => answered = true,
+                        Some(Ok(Some(_))) if !speculate.is_zero() => return None,
+                        Some(Ok(Some(_))) => {}
                         // That bookie failed: the next one, at once.
                         Some(_) if unasked => {
                             set.spawn(poll(bookies[asked].clone()));
@@ -802,28 +796,18 @@ impl ReadHandle {
                 }
             }
         };
-        tokio::pin!(ended);
         tokio::select! {
             // Deterministic branch order (a simulator replays a seed exactly).
             biased;
-            lac = polls => match lac {
-                Ok((lac, entry)) => {
+            lac = polls => {
+                if let Some((lac, entry)) = lac {
                     if let Some(payload) = entry {
                         *self.piggybacked.lock() = Some((previous + 1, payload));
                     }
                     return Ok(self.raise_lac(lac));
                 }
-                // No bookie answered: every one failed, or none holds the ledger yet (a
-                // new ledger's bookies answer "no ledger" at once). Pause before the
-                // caller's next poll rather than loop on the bookies and the metadata.
-                Err(false) => tokio::select! {
-                    biased;
-                    () = &mut ended => {}
-                    () = tokio::time::sleep(timeout.min(NO_ANSWER_PAUSE)) => {}
-                },
-                Err(true) => {}
-            },
-            () = &mut ended => {}
+            }
+            () = ended => {}
         }
         // Nothing moved, or the ledger ended: look at the metadata.
         self.refresh_metadata().await?;

@@ -331,38 +331,3 @@ async fn a_long_poll_moves_past_a_failed_bookie_at_once() {
     assert_eq!(lac, 1);
     assert_eq!(reader.stats().speculative_long_polls, 0);
 }
-
-/// A long poll that no bookie answers (a new ledger: its bookies answer "no ledger" at
-/// once) pauses before it returns, so that a tailing loop does not spin on the bookies
-/// and the metadata store until the first entry lands.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_long_poll_no_bookie_answers_pauses_before_returning() {
-    let cluster = Cluster::start(3).await;
-    let client = cluster.client().await;
-    let w = patient(client.create_ledger(opts())).await.unwrap();
-    let r = patient(client.open_ledger(w.id(), b"pw", OpenOptions::no_recovery()))
-        .await
-        .unwrap();
-    assert_eq!(r.last_add_confirmed(), -1);
-    for _ in 0..3 {
-        let started = std::time::Instant::now();
-        let lac = patient(r.wait_for_lac_beyond(-1, Duration::from_secs(60)))
-            .await
-            .unwrap();
-        assert_eq!(lac, -1);
-        let took = started.elapsed();
-        assert!(
-            took >= Duration::from_millis(100),
-            "returned after {took:?}"
-        );
-    }
-    // Once the ledger has an entry its bookies answer, and the poll moves on.
-    let poller = {
-        let r = std::sync::Arc::new(r);
-        tokio::spawn(async move { r.wait_for_entry(0, PATIENCE).await })
-    };
-    patient(w.append(payload(0))).await.unwrap();
-    patient(w.append(payload(1))).await.unwrap();
-    let got = patient(poller).await.unwrap().unwrap().expect("entry 0");
-    assert_eq!(got.payload, Bytes::from(payload(0)));
-}
