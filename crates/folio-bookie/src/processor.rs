@@ -146,9 +146,9 @@ struct Shared<S> {
 /// thread), or only memory (on the connection's task; see
 /// [`Processor::long_poll_without_blocking`]).
 #[derive(Clone, Copy)]
-enum Lac {
-    FromStorage,
-    InMemory,
+enum LacSource {
+    Storage,
+    Memory,
 }
 
 /// The most long polls a write wakes and answers on its own thread (the rest go to the read
@@ -393,7 +393,7 @@ impl<S: BookieStorage> Processor<S> {
                 self.add(add, reply);
                 None
             }
-            Request::Read(read) => self.read(conn, read, reply, Lac::FromStorage),
+            Request::Read(read) => self.read(conn, read, reply, LacSource::Storage),
             Request::ReadLac { ledger } => {
                 self.counted_read(&Request::ReadLac { ledger }, reply, |reply| {
                     reply(self.read_lac(ledger))
@@ -628,7 +628,7 @@ impl<S: BookieStorage> Processor<S> {
                     && !read.fence
                     && self.shared.storage.known_lac(read.ledger).is_some() =>
             {
-                Ok(self.read(conn, read, reply, Lac::InMemory))
+                Ok(self.read(conn, read, reply, LacSource::Memory))
             }
             request => Err((request, reply)),
         }
@@ -639,7 +639,7 @@ impl<S: BookieStorage> Processor<S> {
         conn: ConnectionId,
         read: ReadRequest,
         reply: Reply,
-        lac_from: Lac,
+        lac_from: LacSource,
     ) -> Option<LongPollTimer> {
         let max = self.shared.config.max_pending_reads;
         let Some(slot) = self.admit(|s| &s.pending_reads, max) else {
@@ -711,14 +711,14 @@ impl<S: BookieStorage> Processor<S> {
         }
         let storage = &self.shared.storage;
         let answer_now = match lac_from {
-            Lac::FromStorage => match storage.last_add_confirmed(read.ledger) {
+            LacSource::Storage => match storage.last_add_confirmed(read.ledger) {
                 Err(e) => Some(Response::error_for(&Request::Read(read), read_status(&e))),
                 Ok(lac) if timeout_ms.is_none() || lac > previous_lac => {
                     Some(self.long_poll_response(&read, previous_lac, lac))
                 }
                 Ok(_) => None,
             },
-            Lac::InMemory => match storage.known_lac(read.ledger) {
+            LacSource::Memory => match storage.known_lac(read.ledger) {
                 Some(lac) if timeout_ms.is_none() || lac > previous_lac => {
                     let nowait = |e| storage.read_entry_nowait(read.ledger, e).map(Ok);
                     match self.long_poll_answer(&read, previous_lac, lac, nowait) {
