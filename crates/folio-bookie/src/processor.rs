@@ -4,7 +4,9 @@
 //! [`Processor::process`] takes one request and a [`Reply`] callback. The reply runs exactly once:
 //! at once for reads and refusals, from the storage's durability callback for writes (an add is
 //! answered only once journaled; a fence read only once the fence is durable), or, for a long-poll
-//! read, when the ledger's LAC passes the reader's previous LAC. The processor has no clock: a long
+//! read, when the ledger's LAC passes the reader's previous LAC (on a ledger no entry of which has
+//! reached this bookie yet, too: BookKeeper answers NoLedger at once, and its readers ask again
+//! at once, in a loop until the first add). The processor has no clock: a long
 //! poll returns a [`LongPollTimer`] and the shell calls [`Processor::expire_long_poll`] when it
 //! fires, which answers with the current LAC if nothing woke the read before.
 //!
@@ -712,6 +714,11 @@ impl<S: BookieStorage> Processor<S> {
         let storage = &self.shared.storage;
         let answer_now = match lac_from {
             LacSource::Storage => match storage.last_add_confirmed(read.ledger) {
+                // No entry of this ledger has reached this bookie yet: wait for its first
+                // add as for any other, and answer NoLedger only if the wait times out.
+                // Answered at once, a reader tailing a new or idle empty ledger asked again
+                // at once, a poll (and on Folio's client a metadata read) per turn.
+                Err(StorageError::NoLedger(_)) if timeout_ms.is_some() => None,
                 Err(e) => Some(Response::error_for(&Request::Read(read), read_status(&e))),
                 Ok(lac) if timeout_ms.is_none() || lac > previous_lac => {
                     Some(self.long_poll_response(&read, previous_lac, lac))

@@ -272,7 +272,44 @@ fn no_such_ledger_and_no_such_entry() {
         call(&p, Request::GetListOfEntriesOfLedger { ledger: 6 }).status(),
         Status::NoLedger
     );
-    assert_eq!(call(&p, long_poll(6, 0, 1000)).status(), Status::NoLedger);
+    // A long poll without a wait is a plain LAC read.
+    assert_eq!(call(&p, long_poll(6, 0, 0)).status(), Status::NoLedger);
+}
+
+#[test]
+fn a_long_poll_on_a_ledger_not_here_yet_waits_for_its_first_adds() {
+    let (p, _) = processor();
+    let replies = Replies::default();
+    let timer = replies
+        .send(&p, long_poll(6, -1, 60_000))
+        .expect("waits for the ledger's first add, not NoLedger at once");
+    assert!(replies.take().is_empty());
+    assert_eq!(p.waiting_long_polls(), 1);
+    // A wait that times out with the ledger still unknown: NoLedger then.
+    let other = Replies::default();
+    let expired = other.send(&p, long_poll(7, -1, 10)).expect("waits");
+    p.expire_long_poll(expired.id);
+    let got = other.take();
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].status(), Status::NoLedger);
+    // Entry 0 carries LAC -1, which does not pass -1; entry 1 carries LAC 0 and wakes the
+    // poll with entry 0.
+    call(&p, add(6, 0, -1, KEY));
+    assert!(replies.take().is_empty());
+    call(&p, add(6, 1, 0, KEY));
+    assert_eq!(
+        replies.take(),
+        vec![Response::Read {
+            status: Status::Ok,
+            ledger: 6,
+            entry: 0,
+            body: Some(entry_body(6, 0, -1, b"payload 0")),
+            max_lac: Some(0),
+        }]
+    );
+    assert_eq!(p.waiting_long_polls(), 0);
+    p.expire_long_poll(timer.id);
+    assert!(replies.take().is_empty());
 }
 
 #[test]

@@ -688,6 +688,7 @@ impl ReadHandle {
             .filter_map(|p| ensemble.get(p).cloned())
             .collect();
         let timeout_ms = timeout.as_millis().min(i64::MAX as u128) as i64;
+        let deadline = tokio::time::Instant::now() + timeout;
         let speculate = self.inner.config.speculative_read_lac_timeout;
         let poll = |bookie: BookieId| {
             let inner = self.inner.clone();
@@ -754,8 +755,10 @@ impl ReadHandle {
                         // The wait timed out there: the LAC did not move in time.
                         Some(Ok(Some(_))) if !speculate.is_zero() => return None,
                         Some(Ok(Some(_))) => {}
-                        // That bookie failed: the next one, at once.
-                        Some(_) if unasked => {
+                        // That bookie failed: the next one, at once. Not once the wait is
+                        // over: a bookie that knows no entry of the ledger yet holds the poll
+                        // to its end and then answers NoLedger.
+                        Some(_) if unasked && tokio::time::Instant::now() < deadline => {
                             set.spawn(poll(bookies[asked].clone()));
                             asked += 1;
                         }

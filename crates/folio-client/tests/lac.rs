@@ -253,6 +253,28 @@ async fn a_quorum_lac_read_fails_when_the_answers_cover_no_ack_quorum() {
     assert_eq!(again.last_add_confirmed(), -1);
 }
 
+/// A client of its own whose long polls ask one bookie at a time without speculation
+/// (each poll is the one bookie's to answer), and its reader of `ledger`, opened without
+/// recovery.
+async fn reader_without_speculation(
+    cluster: &Cluster,
+    ledger: i64,
+) -> (
+    folio_client::Client,
+    std::sync::Arc<folio_client::ReadHandle>,
+) {
+    let reader = cluster
+        .client_with(ClientConfig {
+            speculative_read_lac_timeout: Duration::from_secs(3600),
+            ..test_config()
+        })
+        .await;
+    let r = patient(reader.open_ledger(ledger, b"pw", OpenOptions::no_recovery()))
+        .await
+        .unwrap();
+    (reader, std::sync::Arc::new(r))
+}
+
 /// A tailing reader's long poll asks one bookie while that bookie answers, not every
 /// bookie of the ensemble: each asked bookie reads the piggybacked entry and sends it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -263,18 +285,7 @@ async fn a_tailing_long_poll_asks_one_bookie() {
         .await
         .unwrap();
     patient(w.append(payload(0))).await.unwrap();
-    let reader = cluster
-        .client_with(ClientConfig {
-            // No speculation: each poll is the one bookie's to answer.
-            speculative_read_lac_timeout: Duration::from_secs(3600),
-            ..test_config()
-        })
-        .await;
-    let r = std::sync::Arc::new(
-        patient(reader.open_ledger(w.id(), b"pw", OpenOptions::no_recovery()))
-            .await
-            .unwrap(),
-    );
+    let (reader, r) = reader_without_speculation(&cluster, w.id()).await;
     let reads = || -> u64 { cluster.bookies.iter().map(|b| b.memory().reads()).sum() };
     let before = reads();
     let polls = 20;
@@ -330,4 +341,38 @@ async fn a_long_poll_moves_past_a_failed_bookie_at_once() {
     let lac = patient(r.wait_for_lac_beyond(0, PATIENCE)).await.unwrap();
     assert_eq!(lac, 1);
     assert_eq!(reader.stats().speculative_long_polls, 0);
+}
+
+/// A long poll on a ledger none of whose entries has reached the bookies yet is held by
+/// the bookie until the first adds (or the poll's end), not answered NoLedger at once:
+/// a reader tailing a new or idle empty ledger waits instead of asking again in a loop,
+/// and a NoLedger at the poll's end does not start the wait over at the next bookie.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_poll_on_an_empty_ledger_waits_for_its_first_entries() {
+    let cluster = Cluster::start(3).await;
+    let client = cluster.client().await;
+    let w = patient(client.create_ledger(opts())).await.unwrap();
+    let (_reader, r) = reader_without_speculation(&cluster, w.id()).await;
+    assert_eq!(r.last_add_confirmed(), -1);
+    let wait = Duration::from_secs(2);
+    let started = std::time::Instant::now();
+    let lac = patient(r.wait_for_lac_beyond(-1, wait)).await.unwrap();
+    let waited = started.elapsed();
+    assert_eq!(lac, -1);
+    // Answered NoLedger at once, the poll returned within milliseconds.
+    assert!(
+        waited >= wait * 9 / 10,
+        "the poll returned after {waited:?}"
+    );
+    // Asking the next bookie after the first one's NoLedger at the end would wait again.
+    assert!(waited < wait * 5 / 2, "the poll returned after {waited:?}");
+    // Held, the poll is woken by the first entries.
+    let poller = {
+        let r = r.clone();
+        tokio::spawn(async move { r.wait_for_entry(0, PATIENCE).await })
+    };
+    patient(w.append(payload(0))).await.unwrap();
+    patient(w.append(payload(1))).await.unwrap();
+    let got = patient(poller).await.unwrap().unwrap().expect("entry 0");
+    assert_eq!(got.payload, Bytes::from(payload(0)));
 }

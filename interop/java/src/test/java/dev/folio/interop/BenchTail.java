@@ -246,8 +246,9 @@ public final class BenchTail {
                 lce = r.readLastAddConfirmedAndEntryAsync(next, pollMs, parallel)
                         .get(pollMs + 60_000, TimeUnit.MILLISECONDS);
             } catch (ExecutionException x) {
-                // Until the first add reaches them the bookies know no such ledger and answer
-                // the long poll at once (both kinds do); look again shortly.
+                // Until the first add reaches them BookKeeper's bookies know no such ledger and
+                // answer the long poll at once (Folio's hold it until the first adds, or answer
+                // so at its end); look again shortly.
                 if (next == 0 && (x.getCause() instanceof BKException.BKNoSuchLedgerExistsException
                         || x.getCause() instanceof BKException.BKNoSuchEntryException)) {
                     Thread.sleep(1);
