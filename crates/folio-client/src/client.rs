@@ -101,6 +101,7 @@ pub(crate) struct Stats {
     pub speculative_reads: AtomicU64,
     pub speculative_read_wins: AtomicU64,
     pub speculative_long_polls: AtomicU64,
+    pub unanswered_long_polls: AtomicU64,
 }
 
 /// What a client has done so far.
@@ -116,6 +117,11 @@ pub struct ClientStats {
     ///
     /// [`ClientConfig::speculative_read_lac_timeout`]: crate::ClientConfig::speculative_read_lac_timeout
     pub speculative_long_polls: u64,
+    /// Long polls that no bookie answered (each one asked failed before the wait's end:
+    /// all of them down, or BookKeeper bookies holding no entry of the ledger yet). The
+    /// reader pauses after each, longer the longer it lasts (up to 100 ms), rather than
+    /// asking again at once.
+    pub unanswered_long_polls: u64,
 }
 
 impl Inner {
@@ -342,6 +348,7 @@ impl Client {
             speculative_reads: s.speculative_reads.load(Ordering::Relaxed),
             speculative_read_wins: s.speculative_read_wins.load(Ordering::Relaxed),
             speculative_long_polls: s.speculative_long_polls.load(Ordering::Relaxed),
+            unanswered_long_polls: s.unanswered_long_polls.load(Ordering::Relaxed),
         }
     }
 

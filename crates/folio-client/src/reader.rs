@@ -5,7 +5,7 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU32, Ordering};
 use std::task::Poll;
 use std::time::Duration;
 
@@ -338,6 +338,23 @@ pub struct ReadHandle {
     /// its answer (digest verified): the tailing reader's next read takes it from here
     /// instead of asking a bookie again, as BookKeeper's `readLastAddConfirmedAndEntry`.
     piggybacked: Mutex<Option<(EntryId, Bytes)>>,
+    /// Long polls in a row that no bookie answered: the pause after the next one.
+    unanswered: AtomicU32,
+}
+
+/// The longest pause after a long poll that no bookie answered.
+const MAX_UNANSWERED_PAUSE: Duration = Duration::from_millis(100);
+
+/// How a long poll ended.
+enum PollEnd {
+    /// The LAC moved past the one asked about; the entry after it, if the bookie had it.
+    Moved(EntryId, Option<Bytes>),
+    /// A bookie answered without a move: the wait ended there.
+    Unmoved,
+    /// No bookie answered: each one asked failed.
+    Unanswered,
+    /// The ledger was closed or deleted meanwhile.
+    Ended,
 }
 
 type LedgerWatch = tokio::sync::watch::Receiver<Option<Versioned<LedgerMetadata>>>;
@@ -367,6 +384,7 @@ impl ReadHandle {
             lac: AtomicI64::new(lac),
             watch: Mutex::new(None),
             piggybacked: Mutex::new(None),
+            unanswered: AtomicU32::new(0),
         }
     }
 
@@ -728,6 +746,7 @@ impl ReadHandle {
         let polls = async {
             let mut set = JoinSet::new();
             let mut asked = 0;
+            let mut answered = false;
             let at_once = match speculate.is_zero() {
                 true => bookies.len(),
                 false => bookies.len().min(1),
@@ -748,13 +767,14 @@ impl ReadHandle {
                     // Deterministic branch order (a simulator replays a seed exactly).
                     biased;
                     answer = set.join_next() => match answer {
-                        None => return None,
+                        None if answered => return PollEnd::Unmoved,
+                        None => return PollEnd::Unanswered,
                         Some(Ok(Some((lac, entry)))) if lac > previous => {
-                            return Some((lac, entry));
+                            return PollEnd::Moved(lac, entry);
                         }
                         // The wait timed out there: the LAC did not move in time.
-                        Some(Ok(Some(_))) if !speculate.is_zero() => return None,
-                        Some(Ok(Some(_))) => {}
+                        Some(Ok(Some(_))) if !speculate.is_zero() => return PollEnd::Unmoved,
+                        Some(Ok(Some(_))) => answered = true,
                         // That bookie failed: the next one, at once. Not once the wait is
                         // over: a bookie that knows no entry of the ledger yet holds the poll
                         // to its end and then answers NoLedger.
@@ -799,18 +819,43 @@ impl ReadHandle {
                 }
             }
         };
-        tokio::select! {
+        tokio::pin!(ended);
+        let end = tokio::select! {
             // Deterministic branch order (a simulator replays a seed exactly).
             biased;
-            lac = polls => {
-                if let Some((lac, entry)) = lac {
-                    if let Some(payload) = entry {
-                        *self.piggybacked.lock() = Some((previous + 1, payload));
-                    }
-                    return Ok(self.raise_lac(lac));
+            end = polls => end,
+            () = &mut ended => PollEnd::Ended,
+        };
+        match end {
+            PollEnd::Moved(lac, entry) => {
+                self.unanswered.store(0, Ordering::Relaxed);
+                if let Some(payload) = entry {
+                    *self.piggybacked.lock() = Some((previous + 1, payload));
+                }
+                return Ok(self.raise_lac(lac));
+            }
+            PollEnd::Unmoved => self.unanswered.store(0, Ordering::Relaxed),
+            PollEnd::Unanswered => {
+                // Every bookie asked failed at once: all of them are down, or they are
+                // BookKeeper's, which answer NoLedger at once on a ledger they hold no
+                // entry of yet. A caller in a loop would ask again at once, a poll and a
+                // metadata read per turn: pause first, longer while it lasts (1 ms
+                // doubling to 100 ms), not past the wait's end, nor past a close.
+                self.inner
+                    .stats
+                    .unanswered_long_polls
+                    .fetch_add(1, Ordering::Relaxed);
+                let streak = self.unanswered.fetch_add(1, Ordering::Relaxed).min(7);
+                let pause = Duration::from_millis(1 << streak)
+                    .min(MAX_UNANSWERED_PAUSE)
+                    .min(deadline.saturating_duration_since(tokio::time::Instant::now()));
+                tokio::select! {
+                    biased;
+                    () = &mut ended => {}
+                    () = tokio::time::sleep(pause) => {}
                 }
             }
-            () = ended => {}
+            PollEnd::Ended => {}
         }
         // Nothing moved, or the ledger ended: look at the metadata.
         self.refresh_metadata().await?;

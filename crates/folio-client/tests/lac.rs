@@ -376,3 +376,40 @@ async fn a_long_poll_on_an_empty_ledger_waits_for_its_first_entries() {
     let got = patient(poller).await.unwrap().unwrap().expect("entry 0");
     assert_eq!(got.payload, Bytes::from(payload(0)));
 }
+
+/// A reader whose bookies are all gone gets no answer to its long polls: it pauses after
+/// each (1 ms doubling to 100 ms) rather than asking again at once, so a loop of
+/// `wait_for_entry` does not spin, and it still returns at the wait's end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_whose_bookies_are_all_gone_pauses_between_long_polls() {
+    let mut cluster = Cluster::start(3).await;
+    let client = cluster.client().await;
+    let w = patient(client.create_ledger(opts())).await.unwrap();
+    patient(w.append(payload(0))).await.unwrap();
+    patient(w.append(payload(1))).await.unwrap();
+    let (reader, r) = reader_without_speculation(&cluster, w.id()).await;
+    assert_eq!(r.last_add_confirmed(), 0);
+    let ensemble = client.ledger_metadata(w.id()).await.unwrap().ensembles[&0].clone();
+    for bookie in &ensemble {
+        cluster.kill(bookie).await;
+    }
+    let wait = Duration::from_secs(2);
+    let started = std::time::Instant::now();
+    let got = patient(r.wait_for_entry(1, wait)).await.unwrap();
+    assert!(
+        got.is_none(),
+        "entry 1 read with every bookie gone: {got:?}"
+    );
+    assert!(
+        started.elapsed() >= wait,
+        "returned after {:?}",
+        started.elapsed()
+    );
+    // 2 s of 1, 2, 4 ... 64 ms pauses, then 100 ms ones: about 25 polls. Asked again at
+    // once, a poll that fails in under a millisecond makes thousands.
+    let polls = reader.stats().unanswered_long_polls;
+    assert!(
+        (5..=40).contains(&polls),
+        "{polls} unanswered long polls in {wait:?}"
+    );
+}
