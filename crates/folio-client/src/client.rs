@@ -117,10 +117,11 @@ pub struct ClientStats {
     ///
     /// [`ClientConfig::speculative_read_lac_timeout`]: crate::ClientConfig::speculative_read_lac_timeout
     pub speculative_long_polls: u64,
-    /// Long polls that no bookie answered (each one asked failed before the wait's end:
-    /// all of them down, or BookKeeper bookies holding no entry of the ledger yet). The
-    /// reader pauses after each, longer the longer it lasts (up to 100 ms), rather than
-    /// asking again at once.
+    /// Long polls that no bookie answered with an LAC: each one asked failed (all of
+    /// them down, or, on a ledger none of them holds an entry of yet, NoLedger: at once
+    /// from BookKeeper's bookies, at the wait's end from Folio's). After one that ends
+    /// before the wait does, the reader pauses, longer while it lasts (up to 100 ms),
+    /// rather than asking again at once.
     pub unanswered_long_polls: u64,
 }
 
