@@ -139,11 +139,19 @@ async fn without_speculation_a_silent_replica_costs_a_timeout_then_the_next_answ
     assert_eq!(client.stats().speculative_read_wins, 0);
 }
 
-/// A long poll whose first bookie never answers gets its answer from the next bookie once
-/// `speculative_read_lac_timeout` passes (the poll's own wait is far longer).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_silent_bookie_is_overtaken_by_a_speculative_long_poll() {
-    let cluster = Cluster::start(3).await;
+/// A ledger at E3 Qw3 Qa2 with entries 0-4 written (LAC 3 on the bookies, carried by
+/// entry 4), and a reader opened at LAC 2 whose client reaches the ledger's first bookie,
+/// the first asked about entry 3, at a socket that never answers. The writer's client and
+/// ledger are returned too: they stay open for the test.
+async fn a_reader_behind_a_silent_first_bookie(
+    cluster: &Cluster,
+    speculative_read_lac_timeout: Duration,
+) -> (
+    Client,
+    folio_client::LedgerHandle,
+    Client,
+    folio_client::ReadHandle,
+) {
     let writer = cluster.client().await;
     let opts = folio_client::CreateOptions::default()
         .quorum(3, 3, 2)
@@ -156,12 +164,12 @@ async fn a_silent_bookie_is_overtaken_by_a_speculative_long_poll() {
     let silent = writer.ledger_metadata(w.id()).await.unwrap().ensembles[&0][0].clone();
     let hole = black_hole().await;
     let client = reader(
-        &cluster,
+        cluster,
         silent,
         hole,
         ClientConfig {
             read_timeout: Duration::from_secs(3600),
-            speculative_read_lac_timeout: Duration::from_millis(100),
+            speculative_read_lac_timeout,
             ..test_config()
         },
     );
@@ -169,15 +177,44 @@ async fn a_silent_bookie_is_overtaken_by_a_speculative_long_poll() {
         .await
         .unwrap();
     assert_eq!(r.last_add_confirmed(), 2);
-    // Entry 4 carries LAC 3 to the bookies. A poll beyond LAC 2 asks the replicas of
-    // entry 3 first, position 0 first of all: the silent one.
     patient(w.append(payload(4))).await.unwrap();
+    (writer, w, client, r)
+}
+
+/// A long poll whose first bookie never answers gets its answer from the next bookie once
+/// `speculative_read_lac_timeout` passes (the poll's own wait is far longer).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_bookie_is_overtaken_by_a_speculative_long_poll() {
+    let cluster = Cluster::start(3).await;
+    let (_writer, _ledger, client, r) =
+        a_reader_behind_a_silent_first_bookie(&cluster, Duration::from_millis(100)).await;
     let lac = patient(r.wait_for_lac_beyond(2, Duration::from_secs(3600)))
         .await
         .unwrap();
     assert_eq!(lac, 3);
     assert!(
         client.stats().speculative_long_polls >= 1,
+        "{:?}",
+        client.stats()
+    );
+}
+
+/// With `speculative_read_lac_timeout` zero a long poll goes to every bookie at once (the
+/// Java client's `parallel` long poll, `folio bench tail --parallel`): a silent first bookie
+/// costs nothing (asked alone, it would hold the poll for its hour), and nothing is counted
+/// as speculation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_poll_without_a_speculation_delay_asks_every_bookie_at_once() {
+    let cluster = Cluster::start(3).await;
+    let (_writer, _ledger, client, r) =
+        a_reader_behind_a_silent_first_bookie(&cluster, Duration::ZERO).await;
+    let lac = patient(r.wait_for_lac_beyond(2, Duration::from_secs(3600)))
+        .await
+        .unwrap();
+    assert_eq!(lac, 3);
+    assert_eq!(
+        client.stats().speculative_long_polls,
+        0,
         "{:?}",
         client.stats()
     );

@@ -329,6 +329,15 @@ fn bench_tail_delivers_every_entry_to_every_tailing_reader() {
     assert_eq!(v["rate"], 400.0);
     assert_eq!(v["delivered"], 120);
     assert!(v["seconds"].as_f64().unwrap() >= 119.0 / 400.0, "{v}");
+    assert_eq!(v["parallel"], false);
+    // Each long poll sent to every bookie at once: still every entry, once.
+    let v = bench_json(
+        Some(&uri),
+        &words("tail --entry-size 100 --entries 120 --in-flight 8 --parallel --json"),
+    );
+    check_summary(&v, 120, 100);
+    assert_eq!(v["parallel"], true);
+    assert_eq!(v["delivered"], 120);
     drop(bookies);
 }
 

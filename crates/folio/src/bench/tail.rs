@@ -70,6 +70,12 @@ pub struct TailBenchArgs {
     /// (`explicitLacInterval`); without it the last entries wait for the close.
     #[arg(long, value_name = "MS")]
     pub explicit_lac_ms: Option<u64>,
+    /// Long-poll every bookie of the ensemble at once instead of one at a time (the
+    /// readers' `speculative_read_lac_timeout` zero), as the Java client's
+    /// `readLastAddConfirmedAndEntry(entry, timeout, parallel = true)`: the first answer
+    /// wins, so a bookie that misses a wake-up costs nothing.
+    #[arg(long)]
+    pub parallel: bool,
     /// Keep the ledger instead of deleting it.
     #[arg(long)]
     pub keep: bool,
@@ -147,6 +153,7 @@ async fn bench(a: &TailBenchArgs, uri: &str) -> anyhow::Result<String> {
         extra.insert("rate".into(), json!(a.rate));
         extra.insert("readers".into(), json!(a.readers));
         extra.insert("explicit_lac_ms".into(), json!(a.explicit_lac_ms));
+        extra.insert("parallel".into(), json!(a.parallel));
         extra.insert("ledger_id".into(), json!(id));
         extra.insert("latency_from".into(), json!("ack"));
         extra.insert("written".into(), json!(o.written));
@@ -239,8 +246,12 @@ async fn run_ledger(
     });
     let mut readers = Vec::new();
     let mut clients = Vec::new();
+    let mut config = crate::client_tls::client_config()?;
+    if a.parallel {
+        config.speculative_read_lac_timeout = Duration::ZERO;
+    }
     for _ in 0..a.readers {
-        let c = Client::connect(store.clone(), crate::client_tls::client_config()?)
+        let c = Client::connect(store.clone(), config.clone())
             .await
             .context("cannot start a reader's client")?;
         let h = c
@@ -521,6 +532,7 @@ mod tests {
             rate: None,
             readers: 1,
             explicit_lac_ms: None,
+            parallel: false,
             keep: false,
             json: true,
         }

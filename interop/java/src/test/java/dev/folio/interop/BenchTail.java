@@ -119,11 +119,11 @@ public final class BenchTail {
                             + "\"mb_per_sec\":%.2f,\"latency_ms\":%s,\"e2e_latency_ms\":%s,\"append_latency_ms\":%s,"
                             + "\"latency_from\":\"ack\",\"entry_size\":%d,\"in_flight\":%d,\"readers\":%d,"
                             + "\"written\":%d,\"delivered\":%d,\"ledger_id\":%d,\"ensemble\":%d,"
-                            + "\"write_quorum\":%d,\"ack_quorum\":%d,\"phase_cpu_s\":%.3f,\"rate\":%s}",
+                            + "\"write_quorum\":%d,\"ack_quorum\":%d,\"phase_cpu_s\":%.3f,\"rate\":%s,\"parallel\":%b}",
                     entries, run.seconds, entries / run.seconds, (double) entries * size / 1e6 / run.seconds,
                     percentiles(d), percentiles(x), percentiles(a), size, inFlight, readers, run.written,
                     (long) entries * readers, run.ledger, e, qw, qa, run.cpuSeconds,
-                    rate > 0 ? String.format(Locale.ROOT, "%.1f", rate) : "null"));
+                    rate > 0 ? String.format(Locale.ROOT, "%.1f", rate) : "null", parallel));
         } finally {
             for (BookKeeper c : clients) {
                 c.close();
